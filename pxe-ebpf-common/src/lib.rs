@@ -1,0 +1,381 @@
+//! Types and rules shared by the XDP program (`pxe-ebpf`) and the agent.
+//!
+//! Owns the layout of every BPF map key and value, the counter indices, the
+//! BOOTP/DHCP wire constants and the small scalar rules (boot class,
+//! reply destination) that both the fast path and the slow path must apply
+//! identically. It does not own DHCP policy: that is `pxe_agent::dhcp`.
+#![no_std]
+
+use core::mem::size_of;
+
+/// Name of the hash map of reply templates, keyed by [`HostKey`].
+pub const HOSTS_MAP: &str = "HOSTS";
+/// Name of the per-CPU counter array, indexed by [`Counter`].
+pub const COUNTERS_MAP: &str = "COUNTERS";
+/// Name of the XDP program inside the object.
+pub const PROGRAM_NAME: &str = "pxe_xdp";
+/// Capacity of [`HOSTS_MAP`]: hosts × boot classes.
+pub const MAX_TEMPLATES: u32 = 262_144;
+
+/// BOOTP/DHCP wire layout (RFC 2131 section 2, RFC 2132).
+pub mod bootp {
+    pub const SERVER_PORT: u16 = 67;
+    pub const CLIENT_PORT: u16 = 68;
+    pub const OP_REQUEST: u8 = 1;
+    pub const OP_REPLY: u8 = 2;
+    pub const HTYPE_ETHER: u8 = 1;
+    pub const HLEN_ETHER: u8 = 6;
+    /// Offsets inside the BOOTP message (the UDP payload).
+    pub const OFF_OP: usize = 0;
+    pub const OFF_HTYPE: usize = 1;
+    pub const OFF_HLEN: usize = 2;
+    pub const OFF_XID: usize = 4;
+    pub const OFF_SECS: usize = 8;
+    pub const OFF_FLAGS: usize = 10;
+    pub const OFF_CIADDR: usize = 12;
+    pub const OFF_YIADDR: usize = 16;
+    pub const OFF_SIADDR: usize = 20;
+    pub const OFF_GIADDR: usize = 24;
+    pub const OFF_CHADDR: usize = 28;
+    pub const OFF_SNAME: usize = 44;
+    pub const OFF_FILE: usize = 108;
+    pub const OFF_COOKIE: usize = 236;
+    pub const OFF_OPTIONS: usize = 240;
+    pub const MAGIC_COOKIE: [u8; 4] = [99, 130, 83, 99];
+    /// The broadcast bit of `flags` (RFC 2131 section 2, figure 2).
+    pub const FLAG_BROADCAST: u16 = 0x8000;
+
+    pub const OPT_PAD: u8 = 0;
+    pub const OPT_END: u8 = 255;
+    pub const OPT_REQUESTED_IP: u8 = 50;
+    pub const OPT_OVERLOAD: u8 = 52;
+    pub const OPT_MESSAGE_TYPE: u8 = 53;
+    pub const OPT_SERVER_ID: u8 = 54;
+    pub const OPT_VENDOR_CLASS: u8 = 60;
+    pub const OPT_USER_CLASS: u8 = 77;
+    pub const OPT_RELAY_AGENT_INFO: u8 = 82;
+    pub const OPT_CLIENT_ARCH: u8 = 93;
+    /// iPXE's encapsulated options (sent by iPXE itself, never by a PXE ROM).
+    pub const OPT_IPXE_ENCAP: u8 = 175;
+
+    pub const DHCPDISCOVER: u8 = 1;
+    pub const DHCPOFFER: u8 = 2;
+    pub const DHCPREQUEST: u8 = 3;
+    pub const DHCPACK: u8 = 5;
+
+    /// Vendor class prefixes (RFC 4578 section 2.1, UEFI 2.5 HTTP boot).
+    pub const PXE_CLIENT: &[u8; 9] = b"PXEClient";
+    pub const HTTP_CLIENT: &[u8; 10] = b"HTTPClient";
+
+    /// Largest reply payload: the 576-byte minimum IP datagram every client
+    /// accepts (RFC 2131 section 2) minus the IPv4 and UDP headers.
+    pub const MAX_REPLY: usize = 548;
+    /// Replies are padded to the BOOTP minimum (RFC 1542 section 3.4).
+    pub const MIN_REPLY: usize = 300;
+}
+
+/// What the firmware is asking for, from option 93 and option 60.
+///
+/// Each host has one [`ReplyTemplate`] per class its profile can answer.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BootClass {
+    /// A plain DHCP client: an address, no boot answer.
+    Plain = 0,
+    /// Legacy BIOS PXE (arch 0).
+    Bios = 1,
+    /// UEFI x86-64 PXE (arch 7 or 9).
+    UefiX64 = 2,
+    /// UEFI arm64 PXE (arch 11).
+    UefiArm64 = 3,
+    /// UEFI HTTP boot (vendor class "HTTPClient", arch 15, 16 or 19).
+    Http = 4,
+}
+
+impl BootClass {
+    pub const ALL: [BootClass; 5] = [
+        BootClass::Plain,
+        BootClass::Bios,
+        BootClass::UefiX64,
+        BootClass::UefiArm64,
+        BootClass::Http,
+    ];
+}
+
+/// The vendor class (option 60) as far as boot selection cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VendorClass {
+    None,
+    PxeClient,
+    HttpClient,
+    Other,
+}
+
+impl VendorClass {
+    /// Classifies an option 60 value by its prefix.
+    pub fn from_prefix(value: &[u8]) -> VendorClass {
+        if value.starts_with(bootp::HTTP_CLIENT) {
+            VendorClass::HttpClient
+        } else if value.starts_with(bootp::PXE_CLIENT) {
+            VendorClass::PxeClient
+        } else {
+            VendorClass::Other
+        }
+    }
+}
+
+/// Picks the boot class of a request (RFC 4578 section 2.1 architecture
+/// types). `None` means the request names a firmware we have no rule for:
+/// neither path guesses, the slow path decides.
+pub fn boot_class(arch: Option<u16>, vendor: VendorClass) -> Option<BootClass> {
+    match (vendor, arch) {
+        (VendorClass::HttpClient, Some(15 | 16 | 19) | None) => Some(BootClass::Http),
+        (VendorClass::HttpClient, Some(_)) => None,
+        (VendorClass::PxeClient, None | Some(0)) => Some(BootClass::Bios),
+        (VendorClass::PxeClient, Some(7 | 9)) => Some(BootClass::UefiX64),
+        (VendorClass::PxeClient, Some(11)) => Some(BootClass::UefiArm64),
+        (VendorClass::PxeClient, Some(_)) => None,
+        // Option 93 without a PXE vendor class is not a PXE client we know.
+        (VendorClass::None | VendorClass::Other, Some(_)) => None,
+        (VendorClass::None | VendorClass::Other, None) => Some(BootClass::Plain),
+    }
+}
+
+/// Where a reply goes (RFC 2131 section 4.1, "the server ... sends ...").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyDestination {
+    /// Unicast to the relay at `giaddr`, server port 67.
+    Relay,
+    /// Unicast to `ciaddr`, client port 68 (renewing client).
+    Ciaddr,
+    /// Broadcast 255.255.255.255:68 (client asked for broadcast).
+    Broadcast,
+    /// Unicast to `yiaddr` and `chaddr`, client port 68.
+    Yiaddr,
+}
+
+/// RFC 2131 section 4.1: giaddr first, then ciaddr, then the broadcast bit.
+/// Addresses are in network byte order as read off the wire.
+pub fn reply_destination(flags: u16, ciaddr: u32, giaddr: u32) -> ReplyDestination {
+    if giaddr != 0 {
+        ReplyDestination::Relay
+    } else if ciaddr != 0 {
+        ReplyDestination::Ciaddr
+    } else if flags & bootp::FLAG_BROADCAST != 0 {
+        ReplyDestination::Broadcast
+    } else {
+        ReplyDestination::Yiaddr
+    }
+}
+
+/// Key of [`HOSTS_MAP`]: a client MAC and the boot class it asks for.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HostKey {
+    pub mac: [u8; 6],
+    /// A [`BootClass`] discriminant.
+    pub class: u8,
+    pub _pad: u8,
+}
+const _: () = assert!(size_of::<HostKey>() == 8);
+
+impl HostKey {
+    pub const fn new(mac: [u8; 6], class: BootClass) -> HostKey {
+        HostKey { mac, class: class as u8, _pad: 0 }
+    }
+}
+
+/// Value of [`HOSTS_MAP`]: a DHCP reply compiled by the agent, ready to be
+/// spliced into the request's frame.
+///
+/// `payload[..len]` is the whole BOOTP message as the agent's encoder wrote it
+/// for a DHCPOFFER, with the per-request fields (xid, flags, ciaddr, giaddr,
+/// chaddr) zeroed. The XDP program copies it, keeps the request's xid, flags,
+/// giaddr and chaddr, sets ciaddr for an ACK, and patches the message type
+/// byte at `msg_type_off`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ReplyTemplate {
+    /// The server's address, network byte order (IPv4 source, option 54).
+    pub server_ip: [u8; 4],
+    /// The reserved address, network byte order (yiaddr).
+    pub yiaddr: [u8; 4],
+    /// The host's subnet, network byte order, for checking a relay's giaddr.
+    pub subnet: [u8; 4],
+    /// Netmask of `subnet`, network byte order.
+    pub netmask: [u8; 4],
+    /// One's-complement sum (folded to 16 bits, host order) of the payload
+    /// as a DHCPOFFER and as a DHCPACK; the XDP program adds the request's
+    /// fields and the pseudo header to get the UDP checksum.
+    pub csum_offer: u16,
+    pub csum_ack: u16,
+    /// Bytes of `payload` in use, at most [`bootp::MAX_REPLY`].
+    pub len: u16,
+    /// Offset in `payload` of the option 53 value byte.
+    pub msg_type_off: u16,
+    /// The server interface's MAC, the Ethernet source of every reply.
+    pub server_mac: [u8; 6],
+    pub _pad: [u8; 2],
+    pub payload: [u8; bootp::MAX_REPLY],
+}
+const _: () = assert!(size_of::<ReplyTemplate>() == 32 + bootp::MAX_REPLY);
+
+impl ReplyTemplate {
+    pub const fn zeroed() -> ReplyTemplate {
+        ReplyTemplate {
+            server_ip: [0; 4],
+            yiaddr: [0; 4],
+            subnet: [0; 4],
+            netmask: [0; 4],
+            csum_offer: 0,
+            csum_ack: 0,
+            len: 0,
+            msg_type_off: 0,
+            server_mac: [0; 6],
+            _pad: [0; 2],
+            payload: [0; bootp::MAX_REPLY],
+        }
+    }
+}
+
+/// Indices of the per-CPU counter array: one per exit of the XDP program.
+///
+/// Keep the order; append new counters before `Count`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// DHCP requests seen (UDP to port 67, any outcome).
+    Rx = 0,
+    TxOffer,
+    TxAck,
+    /// MAC (or MAC and boot class) not in the map.
+    PassUnknownHost,
+    /// iPXE (user class, option 175): the slow path chains the script.
+    PassIpxe,
+    /// Relayed with option 82, or from a giaddr outside the host's subnet.
+    PassRelay,
+    /// VLAN-tagged frame.
+    PassVlan,
+    /// IPv4 options or fragments.
+    PassIp,
+    /// Truncated, inconsistent lengths, bad cookie, no end option.
+    PassMalformed,
+    /// More options than the bounded walk reads, or option overload.
+    PassOptions,
+    /// Firmware we have no rule for (option 93 value, vendor class).
+    PassUnsupportedClient,
+    /// Message types other than DISCOVER and REQUEST.
+    PassMessageType,
+    /// A REQUEST for an address that is not the reservation.
+    PassRequestMismatch,
+    /// The frame could not grow to the reply's size.
+    PassNoRoom,
+    /// A REQUEST selecting another server (RFC 2131 section 4.3.2).
+    DropOtherServer,
+    /// A helper failed.
+    Error,
+    Count,
+}
+
+impl Counter {
+    pub const ALL: [Counter; Counter::Count as usize] = [
+        Counter::Rx,
+        Counter::TxOffer,
+        Counter::TxAck,
+        Counter::PassUnknownHost,
+        Counter::PassIpxe,
+        Counter::PassRelay,
+        Counter::PassVlan,
+        Counter::PassIp,
+        Counter::PassMalformed,
+        Counter::PassOptions,
+        Counter::PassUnsupportedClient,
+        Counter::PassMessageType,
+        Counter::PassRequestMismatch,
+        Counter::PassNoRoom,
+        Counter::DropOtherServer,
+        Counter::Error,
+    ];
+
+    /// Metric-friendly name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Counter::Rx => "rx",
+            Counter::TxOffer => "tx_offer",
+            Counter::TxAck => "tx_ack",
+            Counter::PassUnknownHost => "pass_unknown_host",
+            Counter::PassIpxe => "pass_ipxe",
+            Counter::PassRelay => "pass_relay",
+            Counter::PassVlan => "pass_vlan",
+            Counter::PassIp => "pass_ip",
+            Counter::PassMalformed => "pass_malformed",
+            Counter::PassOptions => "pass_options",
+            Counter::PassUnsupportedClient => "pass_unsupported_client",
+            Counter::PassMessageType => "pass_message_type",
+            Counter::PassRequestMismatch => "pass_request_mismatch",
+            Counter::PassNoRoom => "pass_no_room",
+            Counter::DropOtherServer => "drop_other_server",
+            Counter::Error => "error",
+            Counter::Count => "count",
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: both are repr(C) with explicit padding and no pointers.
+    unsafe impl aya::Pod for super::HostKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ReplyTemplate {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_class_follows_rfc4578_arch_types() {
+        use BootClass::*;
+        use VendorClass as V;
+        let cases = [
+            (None, V::None, Some(Plain)),
+            (None, V::Other, Some(Plain)),
+            (Some(0), V::PxeClient, Some(Bios)),
+            (None, V::PxeClient, Some(Bios)),
+            (Some(7), V::PxeClient, Some(UefiX64)),
+            (Some(9), V::PxeClient, Some(UefiX64)),
+            (Some(11), V::PxeClient, Some(UefiArm64)),
+            (Some(16), V::HttpClient, Some(Http)),
+            (Some(19), V::HttpClient, Some(Http)),
+            (Some(6), V::PxeClient, None),
+            (Some(7), V::HttpClient, None),
+            (Some(7), V::None, None),
+        ];
+        for (arch, vendor, want) in cases {
+            assert_eq!(boot_class(arch, vendor), want, "arch {arch:?} vendor {vendor:?}");
+        }
+    }
+
+    #[test]
+    fn vendor_class_matches_prefixes() {
+        assert_eq!(VendorClass::from_prefix(b"PXEClient:Arch:00007:UNDI:003016"), VendorClass::PxeClient);
+        assert_eq!(VendorClass::from_prefix(b"HTTPClient:Arch:00016"), VendorClass::HttpClient);
+        assert_eq!(VendorClass::from_prefix(b"udhcp 1.36"), VendorClass::Other);
+    }
+
+    #[test]
+    fn reply_destination_prefers_giaddr_then_ciaddr_then_broadcast() {
+        use ReplyDestination::*;
+        assert_eq!(reply_destination(0x8000, 1, 2), Relay);
+        assert_eq!(reply_destination(0x8000, 1, 0), Ciaddr);
+        assert_eq!(reply_destination(0x8000, 0, 0), Broadcast);
+        assert_eq!(reply_destination(0, 0, 0), Yiaddr);
+    }
+
+    #[test]
+    fn counters_are_dense() {
+        for (i, c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! XDP entry point of the DHCP fast path and its per-exit counters.
+//!
+//! Answers DHCPDISCOVER and DHCPREQUEST for hosts in `HOSTS` by splicing the
+//! reply the agent compiled; everything it cannot answer exactly goes to the
+//! kernel stack (`XDP_PASS`) with a counter saying why. Parsing lives in
+//! `parse`, the in-place rewrite in `reply`, checksums in `csum`.
+#![no_std]
+#![no_main]
+
+mod csum;
+mod parse;
+mod reply;
+
+use aya_ebpf::{
+    bindings::xdp_action,
+    macros::{map, xdp},
+    maps::{HashMap, PerCpuArray},
+    programs::XdpContext,
+};
+use pxe_ebpf_common::{Counter, HostKey, MAX_TEMPLATES, ReplyTemplate};
+
+/// `BPF_F_NO_PREALLOC`: templates are large, so memory follows the inventory
+/// rather than the map's capacity.
+const BPF_F_NO_PREALLOC: u32 = 1;
+
+#[map(name = "HOSTS")]
+static HOSTS: HashMap<HostKey, ReplyTemplate> =
+    HashMap::with_max_entries(MAX_TEMPLATES, BPF_F_NO_PREALLOC);
+
+#[map(name = "COUNTERS")]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::Count as u32, 0);
+
+#[inline(always)]
+fn count(counter: Counter) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
+        // SAFETY: a per-CPU slot is only touched by this CPU, with preemption off.
+        unsafe { *slot += 1 };
+    }
+}
+
+/// What the fast path did with a frame.
+pub enum Outcome {
+    /// Not DHCP to a server: the stack's business, not counted.
+    NotDhcp,
+    /// A reply was written in place.
+    Tx(Counter),
+    /// Left for the slow path, with the reason.
+    Pass(Counter),
+    Drop(Counter),
+}
+
+#[xdp]
+pub fn pxe_xdp(ctx: XdpContext) -> u32 {
+    let outcome = reply::handle(&ctx);
+    if !matches!(outcome, Outcome::NotDhcp) {
+        count(Counter::Rx);
+    }
+    match outcome {
+        Outcome::NotDhcp => xdp_action::XDP_PASS,
+        Outcome::Tx(c) => {
+            count(c);
+            xdp_action::XDP_TX
+        }
+        Outcome::Pass(c) => {
+            count(c);
+            xdp_action::XDP_PASS
+        }
+        Outcome::Drop(c) => {
+            count(c);
+            xdp_action::XDP_DROP
+        }
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,273 @@
+//! The fast-path decision and the in-place rewrite of a request into the
+//! reply the agent compiled.
+//!
+//! The XDP program never builds reply content: it copies `ReplyTemplate`
+//! bytes and patches the per-request fields of RFC 2131 table 3 (xid, flags,
+//! ciaddr, giaddr, chaddr) plus the L2/L3/L4 headers.
+
+use aya_ebpf::{
+    helpers::generated::{bpf_xdp_adjust_tail, bpf_xdp_store_bytes},
+    programs::XdpContext,
+};
+use network_types::{eth::EthHdr, ip::Ipv4Hdr, udp::UdpHdr};
+use pxe_ebpf_common::{
+    BootClass, Counter, HostKey, ReplyDestination, ReplyTemplate, boot_class, bootp::*,
+    reply_destination,
+};
+
+use crate::{
+    HOSTS, Outcome, csum,
+    parse::{L2L3L4, OptionsError, load, ptr_at, walk_options},
+};
+
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_8021Q: u16 = 0x8100;
+const ETH_P_8021AD: u16 = 0x88a8;
+const IPPROTO_UDP: u8 = 17;
+/// `ETH + IP + UDP + BOOTP up to chaddr end`: the part of the request kept
+/// across the rewrite.
+const KEPT: usize = L2L3L4 + OFF_SNAME;
+
+/// True when the IPv4 packet at `l3` carries UDP to the DHCP server port.
+#[inline(always)]
+fn is_dhcp_at(ctx: &XdpContext, l3: usize) -> bool {
+    let Some(ip) = load::<20>(ctx, l3) else { return false };
+    if ip[0] >> 4 != 4 || ip[9] != IPPROTO_UDP {
+        return false;
+    }
+    // A non-first fragment has no UDP header to look at.
+    if u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff != 0 {
+        return false;
+    }
+    let l4 = l3 + ((ip[0] & 0x0f) as usize) * 4;
+    matches!(load::<4>(ctx, l4), Some(udp) if u16::from_be_bytes([udp[2], udp[3]]) == SERVER_PORT)
+}
+
+/// Per-request fields read before the frame is rewritten.
+struct Request {
+    client_mac: [u8; 6],
+    xid: [u8; 4],
+    flags: [u8; 2],
+    ciaddr: [u8; 4],
+    giaddr: [u8; 4],
+    chaddr: [u8; 6],
+}
+
+#[inline(always)]
+pub fn handle(ctx: &XdpContext) -> Outcome {
+    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else { return Outcome::NotDhcp };
+    // SAFETY: `ptr_at` checked the header lies inside the packet.
+    let ether_type = u16::from_be(unsafe { (*eth).ether_type });
+    if ether_type == ETH_P_8021Q || ether_type == ETH_P_8021AD {
+        // Only DHCP inside the tag is ours to count.
+        return match load::<2>(ctx, 16) {
+            Some(t) if u16::from_be_bytes(t) == ETH_P_IP && is_dhcp_at(ctx, 18) => {
+                Outcome::Pass(Counter::PassVlan)
+            }
+            _ => Outcome::NotDhcp,
+        };
+    }
+    if ether_type != ETH_P_IP || !is_dhcp_at(ctx, 14) {
+        return Outcome::NotDhcp;
+    }
+    let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, 14) else { return Outcome::NotDhcp };
+    // SAFETY: checked by `ptr_at`.
+    let (vihl, frags, tot_len) = unsafe { ((*ip).vihl, (*ip).frags, (*ip).tot_len) };
+    if vihl != 0x45 || u16::from_be_bytes(frags) & 0x3fff != 0 {
+        return Outcome::Pass(Counter::PassIp);
+    }
+    match answer(ctx, u16::from_be_bytes(tot_len) as usize) {
+        Ok(outcome) => outcome,
+        Err(counter) => Outcome::Pass(counter),
+    }
+}
+
+/// Every error is a reason to pass, counted under its own name.
+#[inline(always)]
+fn answer(ctx: &XdpContext, ip_len: usize) -> Result<Outcome, Counter> {
+    let Some(udp) = ptr_at::<UdpHdr>(ctx, 34) else { return Err(Counter::PassMalformed) };
+    // SAFETY: checked by `ptr_at`.
+    let udp_len = u16::from_be_bytes(unsafe { (*udp).len }) as usize;
+    let frame_len = ctx.data_end() - ctx.data();
+    if udp_len + 20 != ip_len || 14 + ip_len > frame_len || udp_len < 8 + OFF_OPTIONS + 1 {
+        return Err(Counter::PassMalformed);
+    }
+    let bootp = ptr_at::<[u8; OFF_OPTIONS]>(ctx, L2L3L4).ok_or(Counter::PassMalformed)?;
+    // SAFETY: checked by `ptr_at`: all 240 fixed bytes are in the packet.
+    let b = unsafe { &*bootp };
+    if b[OFF_OP] != OP_REQUEST
+        || b[OFF_HTYPE] != HTYPE_ETHER
+        || b[OFF_HLEN] != HLEN_ETHER
+        || b[OFF_COOKIE..OFF_OPTIONS] != MAGIC_COOKIE
+    {
+        return Err(Counter::PassMalformed);
+    }
+    let req = Request {
+        // SAFETY: the Ethernet header was checked in `handle`.
+        client_mac: unsafe { (*(ctx.data() as *const EthHdr)).src_addr },
+        xid: [b[4], b[5], b[6], b[7]],
+        flags: [b[10], b[11]],
+        ciaddr: [b[12], b[13], b[14], b[15]],
+        giaddr: [b[24], b[25], b[26], b[27]],
+        chaddr: [b[28], b[29], b[30], b[31], b[32], b[33]],
+    };
+    let opts = match walk_options(ctx, L2L3L4 + OFF_OPTIONS, 14 + ip_len) {
+        Ok(o) => o,
+        Err(OptionsError::Malformed) => return Err(Counter::PassMalformed),
+        Err(OptionsError::Unsupported) => return Err(Counter::PassOptions),
+    };
+    if opts.msg_type == 0 {
+        // BOOTP without DHCP: not ours.
+        return Err(Counter::PassMessageType);
+    }
+    if opts.ipxe {
+        return Err(Counter::PassIpxe);
+    }
+    let ack = match opts.msg_type {
+        DHCPDISCOVER => false,
+        DHCPREQUEST => true,
+        _ => return Err(Counter::PassMessageType),
+    };
+    let relayed = req.giaddr != [0; 4];
+    if relayed && opts.relay_info {
+        return Err(Counter::PassRelay);
+    }
+    let class: BootClass =
+        boot_class(opts.arch, opts.vendor).ok_or(Counter::PassUnsupportedClient)?;
+    let key = HostKey::new(req.chaddr, class);
+    let tmpl = HOSTS.get_ptr(&key).ok_or(Counter::PassUnknownHost)?;
+    // SAFETY: a map value pointer stays valid for this program run.
+    let t: &ReplyTemplate = unsafe { &*tmpl };
+    if relayed && mask(req.giaddr, t.netmask) != t.subnet {
+        return Err(Counter::PassRelay);
+    }
+    if ack {
+        // RFC 2131 4.3.2: SELECTING names a server; INIT-REBOOT asks for an
+        // address; RENEWING/REBINDING fills ciaddr.
+        let wanted = match (opts.server_id, opts.requested_ip) {
+            (Some(sid), _) if sid != t.server_ip => return Ok(Outcome::Drop(Counter::DropOtherServer)),
+            (Some(_), requested) => requested,
+            (None, Some(requested)) if req.ciaddr == [0; 4] => Some(requested),
+            (None, _) => Some(req.ciaddr),
+        };
+        if wanted != Some(t.yiaddr) {
+            return Err(Counter::PassRequestMismatch);
+        }
+    }
+    splice(ctx, t, &req, ack)
+}
+
+#[inline(always)]
+fn mask(a: [u8; 4], m: [u8; 4]) -> [u8; 4] {
+    [a[0] & m[0], a[1] & m[1], a[2] & m[2], a[3] & m[3]]
+}
+
+/// Stores `len` bytes of the template at `off` into the packet, both measured
+/// from the start of the BOOTP message.
+#[inline(always)]
+fn store(ctx: &XdpContext, t: &ReplyTemplate, off: usize, len: usize) -> Result<(), Counter> {
+    // SAFETY: the helper bounds-checks the packet; `off + len` is at most
+    // `t.len`, itself at most MAX_REPLY, so the source stays inside `payload`.
+    let rc = unsafe {
+        bpf_xdp_store_bytes(
+            ctx.ctx,
+            (L2L3L4 + off) as u32,
+            t.payload.as_ptr().add(off) as *mut _,
+            len as u32,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(Counter::Error) }
+}
+
+#[inline(always)]
+fn splice(ctx: &XdpContext, t: &ReplyTemplate, req: &Request, ack: bool) -> Result<Outcome, Counter> {
+    let len = t.len as usize;
+    let type_off = t.msg_type_off as usize;
+    if !(OFF_OPTIONS < len && len <= MAX_REPLY && type_off < len) {
+        return Err(Counter::Error);
+    }
+    let new_len = L2L3L4 + len;
+    let old_len = ctx.data_end() - ctx.data();
+    if new_len != old_len {
+        let delta = new_len as i32 - old_len as i32;
+        // SAFETY: the helper validates delta against the frame's tailroom.
+        if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
+            return Err(Counter::PassNoRoom);
+        }
+    }
+    // Packet pointers are stale after adjust_tail: every access below goes
+    // through `ptr_at` or the store helper, which re-read data/data_end.
+    store(ctx, t, OFF_OP, 4)?;
+    store(ctx, t, OFF_SECS, 2)?;
+    if !ack {
+        store(ctx, t, OFF_CIADDR, 4)?;
+    }
+    store(ctx, t, OFF_YIADDR, 8)?;
+    // chaddr bytes 6..16 are zero in the reply; sname, file and options follow.
+    let tail = len - (OFF_CHADDR + 6);
+    if tail > MAX_REPLY {
+        return Err(Counter::Error);
+    }
+    store(ctx, t, OFF_CHADDR + 6, tail)?;
+    let sum = if ack {
+        let p = ptr_at::<u8>(ctx, L2L3L4 + type_off).ok_or(Counter::Error)?;
+        // SAFETY: checked by `ptr_at`.
+        unsafe { *p = DHCPACK };
+        csum::add4(t.csum_ack as u32, req.ciaddr)
+    } else {
+        t.csum_offer as u32
+    };
+
+    let dest = reply_destination(
+        u16::from_be_bytes(req.flags),
+        u32::from_be_bytes(req.ciaddr),
+        u32::from_be_bytes(req.giaddr),
+    );
+    let (dst_mac, dst_ip, dst_port) = match dest {
+        ReplyDestination::Relay => (req.client_mac, req.giaddr, SERVER_PORT),
+        ReplyDestination::Ciaddr => (req.chaddr, req.ciaddr, CLIENT_PORT),
+        ReplyDestination::Broadcast => ([0xff; 6], [0xff; 4], CLIENT_PORT),
+        ReplyDestination::Yiaddr => (req.chaddr, t.yiaddr, CLIENT_PORT),
+    };
+
+    let headers = ptr_at::<[u8; KEPT]>(ctx, 0).ok_or(Counter::Error)?;
+    // SAFETY: checked by `ptr_at`; nothing else aliases the frame.
+    let h = unsafe { &mut *headers };
+    h[0..6].copy_from_slice(&dst_mac);
+    h[6..12].copy_from_slice(&t.server_mac);
+    // IPv4 header (RFC 791): no options, no fragmentation, TTL 64.
+    let ip_len = (20 + 8 + len) as u16;
+    let ip = [
+        0x45, 0, (ip_len >> 8) as u8, ip_len as u8, 0, 0, 0, 0, 64, IPPROTO_UDP, 0, 0,
+        t.server_ip[0], t.server_ip[1], t.server_ip[2], t.server_ip[3],
+        dst_ip[0], dst_ip[1], dst_ip[2], dst_ip[3],
+    ];
+    let mut ip_sum = 0u32;
+    let mut i = 0;
+    while i < 20 {
+        ip_sum = csum::add16(ip_sum, u16::from_be_bytes([ip[i], ip[i + 1]]));
+        i += 2;
+    }
+    h[14..34].copy_from_slice(&ip);
+    h[24..26].copy_from_slice(&csum::finish(ip_sum).to_be_bytes());
+
+    let udp_len = (8 + len) as u16;
+    let mut sum = csum::add4(sum, req.xid);
+    sum = csum::add16(sum, u16::from_be_bytes(req.flags));
+    sum = csum::add4(sum, req.giaddr);
+    sum = csum::add4(sum, [req.chaddr[0], req.chaddr[1], req.chaddr[2], req.chaddr[3]]);
+    sum = csum::add16(sum, u16::from_be_bytes([req.chaddr[4], req.chaddr[5]]));
+    // Pseudo header (RFC 768) and the UDP header itself.
+    sum = csum::add4(sum, t.server_ip);
+    sum = csum::add4(sum, dst_ip);
+    sum = csum::add16(sum, IPPROTO_UDP as u16);
+    sum = csum::add16(sum, udp_len);
+    sum = csum::add16(sum, SERVER_PORT);
+    sum = csum::add16(sum, dst_port);
+    sum = csum::add16(sum, udp_len);
+    h[34..36].copy_from_slice(&SERVER_PORT.to_be_bytes());
+    h[36..38].copy_from_slice(&dst_port.to_be_bytes());
+    h[38..40].copy_from_slice(&udp_len.to_be_bytes());
+    h[40..42].copy_from_slice(&csum::finish(sum).to_be_bytes());
+    Ok(Outcome::Tx(if ack { Counter::TxAck } else { Counter::TxOffer }))
+}
