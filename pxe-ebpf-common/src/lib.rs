@@ -67,9 +67,12 @@ pub mod bootp {
     pub const PXE_CLIENT: &[u8; 9] = b"PXEClient";
     pub const HTTP_CLIENT: &[u8; 10] = b"HTTPClient";
 
-    /// Largest reply payload: the 576-byte minimum IP datagram every client
-    /// accepts (RFC 2131 section 2) minus the IPv4 and UDP headers.
-    pub const MAX_REPLY: usize = 548;
+    /// Room for a reply in a template: the 576-byte minimum IP datagram every
+    /// client accepts (RFC 2131 section 2) minus the IPv4 and UDP headers.
+    pub const TEMPLATE_BYTES: usize = 548;
+    /// Largest reply: a little under `TEMPLATE_BYTES` so the XDP program can
+    /// bound its copy length with a 9-bit mask the verifier understands.
+    pub const MAX_REPLY: usize = 544;
     /// Replies are padded to the BOOTP minimum (RFC 1542 section 3.4).
     pub const MIN_REPLY: usize = 300;
 }
@@ -170,7 +173,7 @@ pub fn reply_destination(flags: u16, ciaddr: u32, giaddr: u32) -> ReplyDestinati
 
 /// Key of [`HOSTS_MAP`]: a client MAC and the boot class it asks for.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct HostKey {
     pub mac: [u8; 6],
     /// A [`BootClass`] discriminant.
@@ -216,9 +219,9 @@ pub struct ReplyTemplate {
     /// The server interface's MAC, the Ethernet source of every reply.
     pub server_mac: [u8; 6],
     pub _pad: [u8; 2],
-    pub payload: [u8; bootp::MAX_REPLY],
+    pub payload: [u8; bootp::TEMPLATE_BYTES],
 }
-const _: () = assert!(size_of::<ReplyTemplate>() == 32 + bootp::MAX_REPLY);
+const _: () = assert!(size_of::<ReplyTemplate>() == 32 + bootp::TEMPLATE_BYTES);
 
 impl ReplyTemplate {
     pub const fn zeroed() -> ReplyTemplate {
@@ -233,7 +236,7 @@ impl ReplyTemplate {
             msg_type_off: 0,
             server_mac: [0; 6],
             _pad: [0; 2],
-            payload: [0; bootp::MAX_REPLY],
+            payload: [0; bootp::TEMPLATE_BYTES],
         }
     }
 }

@@ -1,1 +1,10 @@
+//! Privileged integration tests of the fast path: the real XDP program in the
+//! kernel through `BPF_PROG_TEST_RUN`, and on veth pairs in network
+//! namespaces with real DHCP clients. Run as root by `cargo xtask test`.
 
+pub mod fixture;
+pub mod frame;
+pub mod raw;
+
+#[cfg(test)]
+mod xdp_program;

@@ -1,0 +1,62 @@
+//! The inventory file's shape, exactly as written. Owns the YAML keys (and
+//! refuses unknown ones); not their meaning: addresses, MACs and option
+//! codes stay text here so that `validate` can report every bad value
+//! together instead of stopping at the first.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawInventory {
+    pub subnets: Vec<RawSubnet>,
+    pub profiles: Vec<RawProfile>,
+    pub hosts: Vec<RawHost>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSubnet {
+    pub cidr: String,
+    pub router: Option<String>,
+    #[serde(default)]
+    pub dns: Vec<String>,
+    pub domain: Option<String>,
+    /// Seconds; `None` means the default.
+    pub lease_time: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProfile {
+    pub name: String,
+    pub boot: Option<RawBoot>,
+    pub kernel: Option<String>,
+    #[serde(default)]
+    pub initrd: Vec<String>,
+    pub cmdline: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBoot {
+    pub bios: Option<String>,
+    pub uefi: Option<String>,
+    pub uefi_arm64: Option<String>,
+    pub http: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHost {
+    pub mac: String,
+    pub ip: String,
+    pub hostname: Option<String>,
+    pub profile: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Keys and values keep their YAML type: the type picks the encoding.
+    #[serde(default)]
+    pub options: serde_yaml::Mapping,
+}

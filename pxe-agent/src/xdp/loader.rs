@@ -1,0 +1,142 @@
+//! Loads the embedded XDP object and owns its attachment: dropping a
+//! `FastPath` detaches the program.
+
+use aya::{
+    Ebpf, EbpfError,
+    maps::{HashMap, MapData, MapError, PerCpuArray},
+    programs::{ProgramError, Xdp, XdpMode, xdp::XdpLinkId},
+};
+use pxe_ebpf_common::{COUNTERS_MAP, HOSTS_MAP, HostKey, PROGRAM_NAME, ReplyTemplate};
+use tracing::{info, warn};
+
+use super::maps::{self, SyncReport};
+use crate::dhcp::template::Templates;
+
+/// The XDP object built by `build.rs` from the `pxe-ebpf` crate.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pxe-ebpf"));
+
+#[derive(Debug, thiserror::Error)]
+pub enum XdpError {
+    #[error("the XDP object is empty: this binary was built with AYA_BUILD_SKIP")]
+    NoObject,
+    #[error("failed to load the XDP object")]
+    Load(#[source] EbpfError),
+    #[error("the XDP object has no {0}")]
+    Missing(&'static str),
+    #[error("the kernel refused the XDP program")]
+    Verify(#[source] ProgramError),
+    #[error("failed to open map {name}")]
+    Map { name: &'static str, source: MapError },
+    #[error("failed to attach XDP to {iface} in {mode:?} mode")]
+    Attach { iface: String, mode: AttachMode, source: ProgramError },
+}
+
+/// How to attach: native (driver) mode, generic (skb) mode, or native with
+/// a fallback to generic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttachMode {
+    Auto,
+    Native,
+    Skb,
+}
+
+/// The loaded program, its maps and, once attached, its link.
+pub struct FastPath {
+    ebpf: Ebpf,
+    hosts: HashMap<MapData, HostKey, ReplyTemplate>,
+    counters: PerCpuArray<MapData, u64>,
+    current: Templates,
+    link: Option<XdpLinkId>,
+}
+
+impl FastPath {
+    /// Loads the program into the kernel (the verifier runs here) without
+    /// attaching it anywhere.
+    pub fn load() -> Result<FastPath, XdpError> {
+        if OBJECT.is_empty() {
+            return Err(XdpError::NoObject);
+        }
+        let mut ebpf = Ebpf::load(OBJECT).map_err(XdpError::Load)?;
+        let prog: &mut Xdp = ebpf
+            .program_mut(PROGRAM_NAME)
+            .ok_or(XdpError::Missing(PROGRAM_NAME))?
+            .try_into()
+            .map_err(XdpError::Verify)?;
+        prog.load().map_err(XdpError::Verify)?;
+        let hosts = ebpf.take_map(HOSTS_MAP).ok_or(XdpError::Missing(HOSTS_MAP))?;
+        let hosts = HashMap::try_from(hosts).map_err(|source| XdpError::Map { name: HOSTS_MAP, source })?;
+        let counters = ebpf.take_map(COUNTERS_MAP).ok_or(XdpError::Missing(COUNTERS_MAP))?;
+        let counters =
+            PerCpuArray::try_from(counters).map_err(|source| XdpError::Map { name: COUNTERS_MAP, source })?;
+        Ok(FastPath { ebpf, hosts, counters, current: Templates::new(), link: None })
+    }
+
+    /// The loaded program, for `BPF_PROG_TEST_RUN`.
+    pub fn program(&self) -> &Xdp {
+        self.ebpf
+            .program(PROGRAM_NAME)
+            .and_then(|p| <&Xdp>::try_from(p).ok())
+            .expect("loaded in FastPath::load")
+    }
+
+    /// Attaches to `iface`; returns the mode that worked.
+    pub fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<AttachMode, XdpError> {
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(PROGRAM_NAME)
+            .and_then(|p| <&mut Xdp>::try_from(p).ok())
+            .expect("loaded in FastPath::load");
+        let attach = |prog: &mut Xdp, m: AttachMode, flags: XdpMode| {
+            prog.attach(iface, flags)
+                .map_err(|source| XdpError::Attach { iface: iface.to_string(), mode: m, source })
+        };
+        let (link, used) = match mode {
+            AttachMode::Native => (attach(prog, mode, XdpMode::Driver)?, AttachMode::Native),
+            AttachMode::Skb => (attach(prog, mode, XdpMode::Skb)?, AttachMode::Skb),
+            AttachMode::Auto => match attach(prog, AttachMode::Native, XdpMode::Driver) {
+                Ok(link) => (link, AttachMode::Native),
+                Err(e) => {
+                    warn!(%iface, error = %e, "native XDP unavailable, falling back to generic (skb) mode");
+                    (attach(prog, AttachMode::Skb, XdpMode::Skb)?, AttachMode::Skb)
+                }
+            },
+        };
+        self.link = Some(link);
+        info!(%iface, mode = ?used, "XDP program attached");
+        Ok(used)
+    }
+
+    /// Makes the map hold exactly `desired`, entry by entry (see `maps`).
+    pub fn sync(&mut self, desired: Templates) -> Result<SyncReport, MapError> {
+        let report = maps::sync(&mut self.hosts, &self.current, &desired)?;
+        self.current = desired;
+        Ok(report)
+    }
+
+    /// Number of templates in the map.
+    pub fn templates(&self) -> usize {
+        self.current.len()
+    }
+
+    pub fn counters(&self) -> &PerCpuArray<MapData, u64> {
+        &self.counters
+    }
+
+    /// Raw map access for tests that write templates directly.
+    pub fn hosts_mut(&mut self) -> &mut HashMap<MapData, HostKey, ReplyTemplate> {
+        &mut self.hosts
+    }
+}
+
+impl Drop for FastPath {
+    fn drop(&mut self) {
+        let Some(link) = self.link.take() else { return };
+        if let Some(prog) = self.ebpf.program_mut(PROGRAM_NAME).and_then(|p| <&mut Xdp>::try_from(p).ok())
+        {
+            match prog.detach(link) {
+                Ok(()) => info!("XDP program detached"),
+                Err(e) => warn!(error = %e, "failed to detach XDP program"),
+            }
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! The fast path from userspace: loading and attaching the XDP program,
+//! writing compiled templates into its map, reading its counters.
+
+pub mod loader;
+pub mod maps;
+pub mod stats;
+
+pub use loader::{AttachMode, FastPath, XdpError};
+pub use stats::Stats;
