@@ -2,6 +2,10 @@
 use which::which;
 
 fn main() {
-    let bpf_linker = which("bpf-linker").expect("bpf-linker not found on PATH: run `cargo xtask setup`");
-    println!("cargo:rerun-if-changed={}", bpf_linker.to_str().expect("bpf-linker path is not UTF-8"));
+    let bpf_linker =
+        which("bpf-linker").expect("bpf-linker not found on PATH: run `cargo xtask setup`");
+    println!(
+        "cargo:rerun-if-changed={}",
+        bpf_linker.to_str().expect("bpf-linker path is not UTF-8")
+    );
 }

@@ -41,10 +41,15 @@ struct Shared {
 }
 
 /// Loads and compiles an inventory; the error names file, host and field.
-pub fn prepare(path: &Path, server: &Server) -> Result<(Inventory, template::Templates), LoadError> {
+pub fn prepare(
+    path: &Path,
+    server: &Server,
+) -> Result<(Inventory, template::Templates), LoadError> {
     let inv = Inventory::load(path)?;
-    let templates = template::compile(&inv, server)
-        .map_err(|problems| LoadError::Invalid { path: path.to_path_buf(), problems })?;
+    let templates = template::compile(&inv, server).map_err(|problems| LoadError::Invalid {
+        path: path.to_path_buf(),
+        problems,
+    })?;
     Ok((inv, templates))
 }
 
@@ -62,13 +67,22 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     let mut fast = FastPath::load().context("failed to load the XDP program")?;
     let count = templates.len();
     // Fill the map before attaching: once attached, every known host is answered.
-    fast.sync(templates).context("failed to fill the hosts map")?;
+    fast.sync(templates)
+        .context("failed to fill the hosts map")?;
     fast.attach(&cfg.iface, cfg.xdp_mode)?;
-    info!(hosts = inv.hosts.len(), templates = count, "inventory loaded");
+    info!(
+        hosts = inv.hosts.len(),
+        templates = count,
+        "inventory loaded"
+    );
 
     let shared = Arc::new(Shared {
         fast: Mutex::new(fast),
-        gauges: Mutex::new(AgentGauges { hosts: inv.hosts.len(), templates: count, ..Default::default() }),
+        gauges: Mutex::new(AgentGauges {
+            hosts: inv.hosts.len(),
+            templates: count,
+            ..Default::default()
+        }),
     });
 
     let listener = TcpListener::bind(cfg.metrics_addr)
@@ -88,11 +102,18 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
             .await
     });
 
-    let watcher = tokio::spawn(watch_inventory(cfg.clone(), server, shared.clone(), shutdown.clone()));
+    let watcher = tokio::spawn(watch_inventory(
+        cfg.clone(),
+        server,
+        shared.clone(),
+        shutdown.clone(),
+    ));
     let _ = shutdown.wait_for(|stop| *stop).await;
     info!("shutting down");
     watcher.await.context("inventory watcher panicked")?;
-    http.await.context("http server panicked")?.context("http server failed")?;
+    http.await
+        .context("http server panicked")?
+        .context("http server failed")?;
     // Dropping the last handle detaches the program.
     drop(shared);
     Ok(())
@@ -100,7 +121,12 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
 
 /// Polls the inventory file and applies valid changes; refuses invalid ones
 /// and keeps serving the previous inventory.
-async fn watch_inventory(cfg: RunConfig, server: Server, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+async fn watch_inventory(
+    cfg: RunConfig,
+    server: Server,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut seen = fingerprint(&cfg.inventory);
     let mut tick = tokio::time::interval(cfg.reload_interval);
     loop {
@@ -125,8 +151,13 @@ async fn watch_inventory(cfg: RunConfig, server: Server, shared: Arc<Shared>, mu
                         gauges.hosts = inv.hosts.len();
                         gauges.templates = count;
                         gauges.reloads_ok += 1;
-                        info!(hosts = inv.hosts.len(), written = report.written, removed = report.removed,
-                              unchanged = report.unchanged, "inventory reloaded");
+                        info!(
+                            hosts = inv.hosts.len(),
+                            written = report.written,
+                            removed = report.removed,
+                            unchanged = report.unchanged,
+                            "inventory reloaded"
+                        );
                     }
                     Err(e) => {
                         gauges.reloads_rejected += 1;
@@ -154,8 +185,12 @@ fn fingerprint(path: &Path) -> Option<(SystemTime, u64, u64)> {
 async fn metrics_page(State(shared): State<Arc<Shared>>) -> Result<String, (StatusCode, String)> {
     let stats = {
         let fast = shared.fast.lock().unwrap_or_else(PoisonError::into_inner);
-        Stats::read(fast.counters())
-            .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, format!("failed to read counters: {e}")))?
+        Stats::read(fast.counters()).map_err(|e| {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("failed to read counters: {e}"),
+            )
+        })?
     };
     let gauges = *shared.gauges.lock().unwrap_or_else(PoisonError::into_inner);
     Ok(metrics::render(&stats, &gauges))

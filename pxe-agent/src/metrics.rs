@@ -23,20 +23,41 @@ pub const INVENTORY_RELOADS: &str = "pxe_inventory_reloads_total";
 /// Renders the metrics page (text exposition format 0.0.4).
 pub fn render(stats: &Stats, g: &AgentGauges) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "# HELP {XDP_PACKETS} DHCP packets seen by the XDP fast path, by outcome.");
+    let _ = writeln!(
+        out,
+        "# HELP {XDP_PACKETS} DHCP packets seen by the XDP fast path, by outcome."
+    );
     let _ = writeln!(out, "# TYPE {XDP_PACKETS} counter");
     for c in Counter::ALL {
-        let _ = writeln!(out, "{XDP_PACKETS}{{outcome=\"{}\"}} {}", c.name(), stats.get(c));
+        let _ = writeln!(
+            out,
+            "{XDP_PACKETS}{{outcome=\"{}\"}} {}",
+            c.name(),
+            stats.get(c)
+        );
     }
-    let _ = writeln!(out, "# HELP {INVENTORY_HOSTS} Hosts in the serving inventory.");
+    let _ = writeln!(
+        out,
+        "# HELP {INVENTORY_HOSTS} Hosts in the serving inventory."
+    );
     let _ = writeln!(out, "# TYPE {INVENTORY_HOSTS} gauge");
     let _ = writeln!(out, "{INVENTORY_HOSTS} {}", g.hosts);
-    let _ = writeln!(out, "# HELP {INVENTORY_TEMPLATES} Compiled replies (host x boot class) in the XDP map.");
+    let _ = writeln!(
+        out,
+        "# HELP {INVENTORY_TEMPLATES} Compiled replies (host x boot class) in the XDP map."
+    );
     let _ = writeln!(out, "# TYPE {INVENTORY_TEMPLATES} gauge");
     let _ = writeln!(out, "{INVENTORY_TEMPLATES} {}", g.templates);
-    let _ = writeln!(out, "# HELP {INVENTORY_RELOADS} Inventory reloads, applied or rejected.");
+    let _ = writeln!(
+        out,
+        "# HELP {INVENTORY_RELOADS} Inventory reloads, applied or rejected."
+    );
     let _ = writeln!(out, "# TYPE {INVENTORY_RELOADS} counter");
     let _ = writeln!(out, "{INVENTORY_RELOADS}{{result=\"ok\"}} {}", g.reloads_ok);
-    let _ = writeln!(out, "{INVENTORY_RELOADS}{{result=\"rejected\"}} {}", g.reloads_rejected);
+    let _ = writeln!(
+        out,
+        "{INVENTORY_RELOADS}{{result=\"rejected\"}} {}",
+        g.reloads_rejected
+    );
     out
 }

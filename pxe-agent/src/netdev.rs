@@ -5,7 +5,10 @@ use std::{ffi::CStr, fs, net::Ipv4Addr};
 #[derive(Debug, thiserror::Error)]
 pub enum NetdevError {
     #[error("interface {iface} not found: {source}")]
-    NotFound { iface: String, source: std::io::Error },
+    NotFound {
+        iface: String,
+        source: std::io::Error,
+    },
     #[error("interface {iface} has a malformed MAC address {value:?}")]
     BadMac { iface: String, value: String },
     #[error("interface {iface} has no IPv4 address: give --server-ip")]
@@ -16,10 +19,17 @@ pub enum NetdevError {
 
 /// The MAC address of `iface`, from sysfs.
 pub fn mac_of(iface: &str) -> Result<[u8; 6], NetdevError> {
-    let raw = fs::read_to_string(format!("/sys/class/net/{iface}/address"))
-        .map_err(|source| NetdevError::NotFound { iface: iface.to_string(), source })?;
+    let raw = fs::read_to_string(format!("/sys/class/net/{iface}/address")).map_err(|source| {
+        NetdevError::NotFound {
+            iface: iface.to_string(),
+            source,
+        }
+    })?;
     let value = raw.trim();
-    let bad = || NetdevError::BadMac { iface: iface.to_string(), value: value.to_string() };
+    let bad = || NetdevError::BadMac {
+        iface: iface.to_string(),
+        value: value.to_string(),
+    };
     let mut mac = [0u8; 6];
     let mut parts = value.split(':');
     for byte in &mut mac {
@@ -57,5 +67,7 @@ pub fn ipv4_of(iface: &str) -> Result<Ipv4Addr, NetdevError> {
     }
     // SAFETY: releases the list allocated above, exactly once.
     unsafe { libc::freeifaddrs(addrs) };
-    found.ok_or_else(|| NetdevError::NoIpv4 { iface: iface.to_string() })
+    found.ok_or_else(|| NetdevError::NoIpv4 {
+        iface: iface.to_string(),
+    })
 }

@@ -14,6 +14,8 @@ pub const HOSTS_MAP: &str = "HOSTS";
 pub const COUNTERS_MAP: &str = "COUNTERS";
 /// Name of the XDP program inside the object.
 pub const PROGRAM_NAME: &str = "pxe_xdp";
+/// Name of the pass-through program for veth peers in labs.
+pub const PASS_PROGRAM_NAME: &str = "pxe_pass";
 /// Capacity of [`HOSTS_MAP`]: hosts × boot classes.
 pub const MAX_TEMPLATES: u32 = 262_144;
 
@@ -184,7 +186,11 @@ const _: () = assert!(size_of::<HostKey>() == 8);
 
 impl HostKey {
     pub const fn new(mac: [u8; 6], class: BootClass) -> HostKey {
-        HostKey { mac, class: class as u8, _pad: 0 }
+        HostKey {
+            mac,
+            class: class as u8,
+            _pad: 0,
+        }
     }
 }
 
@@ -355,14 +361,24 @@ mod tests {
             (Some(7), V::None, None),
         ];
         for (arch, vendor, want) in cases {
-            assert_eq!(boot_class(arch, vendor), want, "arch {arch:?} vendor {vendor:?}");
+            assert_eq!(
+                boot_class(arch, vendor),
+                want,
+                "arch {arch:?} vendor {vendor:?}"
+            );
         }
     }
 
     #[test]
     fn vendor_class_matches_prefixes() {
-        assert_eq!(VendorClass::from_prefix(b"PXEClient:Arch:00007:UNDI:003016"), VendorClass::PxeClient);
-        assert_eq!(VendorClass::from_prefix(b"HTTPClient:Arch:00016"), VendorClass::HttpClient);
+        assert_eq!(
+            VendorClass::from_prefix(b"PXEClient:Arch:00007:UNDI:003016"),
+            VendorClass::PxeClient
+        );
+        assert_eq!(
+            VendorClass::from_prefix(b"HTTPClient:Arch:00016"),
+            VendorClass::HttpClient
+        );
         assert_eq!(VendorClass::from_prefix(b"udhcp 1.36"), VendorClass::Other);
     }
 

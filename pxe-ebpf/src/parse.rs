@@ -5,7 +5,9 @@
 
 use core::mem::size_of;
 
-use aya_ebpf::{helpers::generated::bpf_xdp_load_bytes, macros::map, maps::PerCpuArray, programs::XdpContext};
+use aya_ebpf::{
+    helpers::generated::bpf_xdp_load_bytes, macros::map, maps::PerCpuArray, programs::XdpContext,
+};
 use pxe_ebpf_common::{VendorClass, bootp::*};
 
 /// Ethernet + IPv4 without options + UDP.
@@ -166,7 +168,9 @@ pub fn walk_options(ctx: &XdpContext, start: usize, end: usize) -> Result<Option
             }
             OPT_VENDOR_CLASS => {
                 let v = if len >= HTTP_CLIENT.len() {
-                    VendorClass::from_prefix(&load::<10>(ctx, value).ok_or(OptionsError::Malformed)?)
+                    VendorClass::from_prefix(
+                        &load::<10>(ctx, value).ok_or(OptionsError::Malformed)?,
+                    )
                 } else if len >= PXE_CLIENT.len() {
                     VendorClass::from_prefix(&load::<9>(ctx, value).ok_or(OptionsError::Malformed)?)
                 } else {

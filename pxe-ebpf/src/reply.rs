@@ -31,7 +31,9 @@ const KEPT: usize = L2L3L4 + OFF_SNAME;
 /// True when the IPv4 packet at `l3` carries UDP to the DHCP server port.
 #[inline(always)]
 fn is_dhcp_at(ctx: &XdpContext, l3: usize) -> bool {
-    let Some(ip) = load::<20>(ctx, l3) else { return false };
+    let Some(ip) = load::<20>(ctx, l3) else {
+        return false;
+    };
     if ip[0] >> 4 != 4 || ip[9] != IPPROTO_UDP {
         return false;
     }
@@ -55,7 +57,9 @@ struct Request {
 
 #[inline(always)]
 pub fn handle(ctx: &XdpContext) -> Outcome {
-    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else { return Outcome::NotDhcp };
+    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else {
+        return Outcome::NotDhcp;
+    };
     // SAFETY: `ptr_at` checked the header lies inside the packet.
     let ether_type = u16::from_be(unsafe { (*eth).ether_type });
     if ether_type == ETH_P_8021Q || ether_type == ETH_P_8021AD {
@@ -70,7 +74,9 @@ pub fn handle(ctx: &XdpContext) -> Outcome {
     if ether_type != ETH_P_IP || !is_dhcp_at(ctx, 14) {
         return Outcome::NotDhcp;
     }
-    let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, 14) else { return Outcome::NotDhcp };
+    let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, 14) else {
+        return Outcome::NotDhcp;
+    };
     // SAFETY: checked by `ptr_at`.
     let (vihl, frags, tot_len) = unsafe { ((*ip).vihl, (*ip).frags, (*ip).tot_len) };
     if vihl != 0x45 || u16::from_be_bytes(frags) & 0x3fff != 0 {
@@ -85,7 +91,9 @@ pub fn handle(ctx: &XdpContext) -> Outcome {
 /// Every error is a reason to pass, counted under its own name.
 #[inline(always)]
 fn answer(ctx: &XdpContext, ip_len: usize) -> Result<Outcome, Counter> {
-    let Some(udp) = ptr_at::<UdpHdr>(ctx, 34) else { return Err(Counter::PassMalformed) };
+    let Some(udp) = ptr_at::<UdpHdr>(ctx, 34) else {
+        return Err(Counter::PassMalformed);
+    };
     // SAFETY: checked by `ptr_at`.
     let udp_len = u16::from_be_bytes(unsafe { (*udp).len }) as usize;
     let frame_len = ctx.data_end() - ctx.data();
@@ -145,7 +153,9 @@ fn answer(ctx: &XdpContext, ip_len: usize) -> Result<Outcome, Counter> {
         // RFC 2131 4.3.2: SELECTING names a server; INIT-REBOOT asks for an
         // address; RENEWING/REBINDING fills ciaddr.
         let wanted = match (opts.server_id(), opts.requested_ip()) {
-            (Some(sid), _) if sid != t.server_ip => return Ok(Outcome::Drop(Counter::DropOtherServer)),
+            (Some(sid), _) if sid != t.server_ip => {
+                return Ok(Outcome::Drop(Counter::DropOtherServer));
+            }
             (Some(_), requested) => requested,
             (None, Some(requested)) if req.ciaddr == [0; 4] => Some(requested),
             (None, _) => Some(req.ciaddr),
@@ -180,7 +190,12 @@ fn store(ctx: &XdpContext, t: &ReplyTemplate, off: usize, len: usize) -> Result<
 }
 
 #[inline(always)]
-fn splice(ctx: &XdpContext, t: &ReplyTemplate, req: &Request, ack: bool) -> Result<Outcome, Counter> {
+fn splice(
+    ctx: &XdpContext,
+    t: &ReplyTemplate,
+    req: &Request,
+    ack: bool,
+) -> Result<Outcome, Counter> {
     let len = t.len as usize;
     let type_off = t.msg_type_off as usize;
     if !(OFF_OPTIONS < len && len <= MAX_REPLY && type_off < len) {
@@ -216,7 +231,12 @@ fn splice(ctx: &XdpContext, t: &ReplyTemplate, req: &Request, ack: bool) -> Resu
         let mut ack_type = DHCPACK;
         // SAFETY: the helper bounds-checks the packet; one byte from the stack.
         let rc = unsafe {
-            bpf_xdp_store_bytes(ctx.ctx, (L2L3L4 + type_off) as u32, (&mut ack_type as *mut u8).cast(), 1)
+            bpf_xdp_store_bytes(
+                ctx.ctx,
+                (L2L3L4 + type_off) as u32,
+                (&mut ack_type as *mut u8).cast(),
+                1,
+            )
         };
         if rc != 0 {
             return Err(Counter::Error);
@@ -246,9 +266,26 @@ fn splice(ctx: &XdpContext, t: &ReplyTemplate, req: &Request, ack: bool) -> Resu
     // IPv4 header (RFC 791): no options, no fragmentation, TTL 64.
     let ip_len = (20 + 8 + len) as u16;
     let ip = [
-        0x45, 0, (ip_len >> 8) as u8, ip_len as u8, 0, 0, 0, 0, 64, IPPROTO_UDP, 0, 0,
-        t.server_ip[0], t.server_ip[1], t.server_ip[2], t.server_ip[3],
-        dst_ip[0], dst_ip[1], dst_ip[2], dst_ip[3],
+        0x45,
+        0,
+        (ip_len >> 8) as u8,
+        ip_len as u8,
+        0,
+        0,
+        0,
+        0,
+        64,
+        IPPROTO_UDP,
+        0,
+        0,
+        t.server_ip[0],
+        t.server_ip[1],
+        t.server_ip[2],
+        t.server_ip[3],
+        dst_ip[0],
+        dst_ip[1],
+        dst_ip[2],
+        dst_ip[3],
     ];
     let mut ip_sum = 0u32;
     let mut i = 0;
@@ -263,7 +300,10 @@ fn splice(ctx: &XdpContext, t: &ReplyTemplate, req: &Request, ack: bool) -> Resu
     let mut sum = csum::add4(sum, req.xid);
     sum = csum::add16(sum, u16::from_be_bytes(req.flags));
     sum = csum::add4(sum, req.giaddr);
-    sum = csum::add4(sum, [req.chaddr[0], req.chaddr[1], req.chaddr[2], req.chaddr[3]]);
+    sum = csum::add4(
+        sum,
+        [req.chaddr[0], req.chaddr[1], req.chaddr[2], req.chaddr[3]],
+    );
     sum = csum::add16(sum, u16::from_be_bytes([req.chaddr[4], req.chaddr[5]]));
     // Pseudo header (RFC 768) and the UDP header itself.
     sum = csum::add4(sum, t.server_ip);
@@ -277,5 +317,9 @@ fn splice(ctx: &XdpContext, t: &ReplyTemplate, req: &Request, ack: bool) -> Resu
     h[36..38].copy_from_slice(&dst_port.to_be_bytes());
     h[38..40].copy_from_slice(&udp_len.to_be_bytes());
     h[40..42].copy_from_slice(&csum::finish(sum).to_be_bytes());
-    Ok(Outcome::Tx(if ack { Counter::TxAck } else { Counter::TxOffer }))
+    Ok(Outcome::Tx(if ack {
+        Counter::TxAck
+    } else {
+        Counter::TxOffer
+    }))
 }

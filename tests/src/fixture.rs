@@ -63,11 +63,17 @@ impl Fixture {
 
     pub fn with_inventory(yaml: &str) -> Fixture {
         assert_root();
-        let inv = Inventory::parse(Path::new("test-inventory.yaml"), yaml).expect("test inventory is valid");
-        let server = Server { ip: SERVER_IP, mac: SERVER_MAC };
+        let inv = Inventory::parse(Path::new("test-inventory.yaml"), yaml)
+            .expect("test inventory is valid");
+        let server = Server {
+            ip: SERVER_IP,
+            mac: SERVER_MAC,
+        };
         let templates = template::compile(&inv, &server).expect("test inventory compiles");
-        let mut fast = FastPath::load().unwrap_or_else(|e| panic!("XDP program failed to load: {e:?}"));
-        fast.sync(templates).expect("hosts map accepts the templates");
+        let mut fast =
+            FastPath::load().unwrap_or_else(|e| panic!("XDP program failed to load: {e:?}"));
+        fast.sync(templates)
+            .expect("hosts map accepts the templates");
         Fixture { fast, inv, server }
     }
 
@@ -77,7 +83,11 @@ impl Fixture {
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(frame);
         opts.data_out = Some(&mut out);
-        let res = self.fast.program().test_run(opts).expect("BPF_PROG_TEST_RUN");
+        let res = self
+            .fast
+            .program()
+            .test_run(opts)
+            .expect("BPF_PROG_TEST_RUN");
         out.truncate(res.data_size_out as usize);
         (res.return_value, out)
     }
@@ -94,7 +104,11 @@ impl Fixture {
             let mut opts = TestRunOptions::new();
             opts.data_in = Some(frame);
             opts.data_out = Some(&mut out);
-            let res = self.fast.program().test_run(opts).expect("BPF_PROG_TEST_RUN");
+            let res = self
+                .fast
+                .program()
+                .test_run(opts)
+                .expect("BPF_PROG_TEST_RUN");
             assert_eq!(res.return_value, XDP_TX, "timed frame was not answered");
             total += res.duration;
         }
@@ -110,5 +124,8 @@ impl Fixture {
 pub fn assert_root() {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    assert_eq!(euid, 0, "privileged test: run as root (CAP_BPF, CAP_NET_ADMIN), e.g. `cargo xtask test`");
+    assert_eq!(
+        euid, 0,
+        "privileged test: run as root (CAP_BPF, CAP_NET_ADMIN), e.g. `cargo xtask test`"
+    );
 }

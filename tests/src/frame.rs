@@ -76,7 +76,11 @@ impl Req {
         msg.set_opcode(Opcode::BootRequest)
             .set_htype(HType::Eth)
             .set_xid(self.xid)
-            .set_flags(if self.broadcast { Flags::default().set_broadcast() } else { Flags::default() })
+            .set_flags(if self.broadcast {
+                Flags::default().set_broadcast()
+            } else {
+                Flags::default()
+            })
             .set_ciaddr(self.ciaddr)
             .set_giaddr(self.giaddr)
             .set_chaddr(&self.mac);
@@ -107,17 +111,27 @@ impl Req {
             opts.insert(DhcpOption::UserClass(u.to_vec()));
         }
         if self.opt175 {
-            opts.insert(DhcpOption::Unknown(UnknownOption::new(175.into(), vec![19, 1, 1])));
+            opts.insert(DhcpOption::Unknown(UnknownOption::new(
+                175.into(),
+                vec![19, 1, 1],
+            )));
         }
         if self.relay_info {
             // Circuit id "eth0" (RFC 3046 sub-option 1).
-            opts.insert(DhcpOption::Unknown(UnknownOption::new(82.into(), vec![1, 4, b'e', b't', b'h', b'0'])));
+            opts.insert(DhcpOption::Unknown(UnknownOption::new(
+                82.into(),
+                vec![1, 4, b'e', b't', b'h', b'0'],
+            )));
         }
         for (code, value) in &self.extra {
-            opts.insert(DhcpOption::Unknown(UnknownOption::new((*code).into(), value.clone())));
+            opts.insert(DhcpOption::Unknown(UnknownOption::new(
+                (*code).into(),
+                value.clone(),
+            )));
         }
         let mut buf = Vec::new();
-        msg.encode(&mut Encoder::new(&mut buf)).expect("test request encodes");
+        msg.encode(&mut Encoder::new(&mut buf))
+            .expect("test request encodes");
         if buf.len() < 300 {
             buf.resize(300, 0);
         }
@@ -127,10 +141,30 @@ impl Req {
     /// The frame as the client (or, with a giaddr, the relay) sends it.
     pub fn frame(&self) -> Vec<u8> {
         if self.giaddr.is_unspecified() {
-            let src = if self.ciaddr.is_unspecified() { Ipv4Addr::UNSPECIFIED } else { self.ciaddr };
-            udp_frame(self.mac, [0xff; 6], src, Ipv4Addr::BROADCAST, 68, 67, &self.payload())
+            let src = if self.ciaddr.is_unspecified() {
+                Ipv4Addr::UNSPECIFIED
+            } else {
+                self.ciaddr
+            };
+            udp_frame(
+                self.mac,
+                [0xff; 6],
+                src,
+                Ipv4Addr::BROADCAST,
+                68,
+                67,
+                &self.payload(),
+            )
         } else {
-            udp_frame(RELAY_MAC, SERVER_MAC, self.giaddr, SERVER_IP, 67, 67, &self.payload())
+            udp_frame(
+                RELAY_MAC,
+                SERVER_MAC,
+                self.giaddr,
+                SERVER_IP,
+                67,
+                67,
+                &self.payload(),
+            )
         }
     }
 }
@@ -183,7 +217,10 @@ pub fn vlan_tagged(frame: &[u8], vid: u16) -> Vec<u8> {
 }
 
 fn sum_words(bytes: &[u8]) -> u32 {
-    bytes.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]))).sum()
+    bytes
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
+        .sum()
 }
 
 fn fold(mut s: u32) -> u16 {
@@ -208,12 +245,20 @@ pub struct Reply {
 }
 
 pub fn parse_reply(f: &[u8]) -> Reply {
-    assert!(f.len() >= 42, "reply frame of {} bytes is too short", f.len());
+    assert!(
+        f.len() >= 42,
+        "reply frame of {} bytes is too short",
+        f.len()
+    );
     assert_eq!(&f[12..14], &[0x08, 0x00], "reply is not IPv4");
     let ip = &f[14..34];
     assert_eq!(ip[0], 0x45, "reply has IP options");
     let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
-    assert_eq!(14 + total, f.len(), "IP total length disagrees with the frame");
+    assert_eq!(
+        14 + total,
+        f.len(),
+        "IP total length disagrees with the frame"
+    );
     let udp = &f[34..42];
     let udp_len = u16::from_be_bytes([udp[4], udp[5]]) as usize;
     assert_eq!(udp_len + 20, total, "UDP length disagrees with IP");

@@ -2,9 +2,12 @@
 //! kernel through `BPF_PROG_TEST_RUN`, and on veth pairs in network
 //! namespaces with real DHCP clients. Run as root by `cargo xtask test`.
 
+pub mod agent;
 pub mod fixture;
 pub mod frame;
 pub mod raw;
 
+#[cfg(test)]
+mod e2e;
 #[cfg(test)]
 mod xdp_program;

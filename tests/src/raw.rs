@@ -11,7 +11,10 @@ use std::{
 
 /// Runs `f` on a thread that has entered the named network namespace.
 /// Sockets made there stay in that namespace when used from elsewhere.
-pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> io::Result<T> {
+pub fn in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<T> {
     let path = format!("/var/run/netns/{ns}");
     std::thread::spawn(move || {
         let file = File::open(&path)?;
@@ -36,7 +39,13 @@ impl RawSocket {
     /// Opens a socket on `iface` of the calling thread's namespace.
     pub fn open(iface: &str) -> io::Result<RawSocket> {
         // SAFETY: plain socket(2); the fd is owned below.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(ETH_P_ALL.to_be())) };
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW,
+                i32::from(ETH_P_ALL.to_be()),
+            )
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -70,12 +79,20 @@ impl RawSocket {
     pub fn send(&self, frame: &[u8]) -> io::Result<()> {
         // SAFETY: frame is a valid buffer of its length.
         let n = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
     }
 
     /// Receives one frame, or `None` after `timeout`.
     pub fn recv(&self, timeout: Duration) -> io::Result<Option<Vec<u8>>> {
-        let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd.
         let rc = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
         if rc < 0 {

@@ -25,7 +25,11 @@ fn expect_reply(fx: &Fixture, req: &Req, counter: Counter) -> (crate::frame::Rep
     let before = fx.stats();
     let (action, out) = fx.run(&req.frame());
     assert_eq!(action, XDP_TX, "expected XDP_TX for {req:?}");
-    assert_eq!(fx.stats().get(counter), before.get(counter) + 1, "{counter:?} not counted");
+    assert_eq!(
+        fx.stats().get(counter),
+        before.get(counter) + 1,
+        "{counter:?} not counted"
+    );
     let reply = parse_reply(&out);
     assert!(reply.ip_csum_ok, "bad IPv4 header checksum");
     assert!(reply.udp_csum_ok, "bad UDP checksum");
@@ -37,7 +41,10 @@ fn expect_reply(fx: &Fixture, req: &Req, counter: Counter) -> (crate::frame::Rep
     match decide(&parsed, &fx.inv, &fx.server) {
         Decision::Reply(r) => {
             let slow = encode(&r, &parsed).expect("slow path encodes");
-            assert_eq!(slow, reply.payload, "XDP reply differs from the slow path's encoding");
+            assert_eq!(
+                slow, reply.payload,
+                "XDP reply differs from the slow path's encoding"
+            );
         }
         other => panic!("slow path decided {other:?} where XDP answered"),
     }
@@ -53,11 +60,26 @@ fn expect_reply(fx: &Fixture, req: &Req, counter: Counter) -> (crate::frame::Rep
 fn expect_verdict(fx: &Fixture, frame: &[u8], action: u32, counter: Counter) {
     let before = fx.stats();
     let (got, _) = fx.run(frame);
-    assert_eq!(got, action, "wrong XDP action, expected counter {counter:?}");
+    assert_eq!(
+        got, action,
+        "wrong XDP action, expected counter {counter:?}"
+    );
     let after = fx.stats();
-    assert_eq!(after.get(counter), before.get(counter) + 1, "{counter:?} not counted");
-    assert_eq!(after.get(Counter::Rx), before.get(Counter::Rx) + 1, "rx not counted");
-    let moved: u64 = Counter::ALL.iter().filter(|c| **c != Counter::Rx).map(|c| after.get(*c) - before.get(*c)).sum();
+    assert_eq!(
+        after.get(counter),
+        before.get(counter) + 1,
+        "{counter:?} not counted"
+    );
+    assert_eq!(
+        after.get(Counter::Rx),
+        before.get(Counter::Rx) + 1,
+        "rx not counted"
+    );
+    let moved: u64 = Counter::ALL
+        .iter()
+        .filter(|c| **c != Counter::Rx)
+        .map(|c| after.get(*c) - before.get(*c))
+        .sum();
     assert_eq!(moved, 1, "more than one outcome counter moved");
 }
 
@@ -65,8 +87,16 @@ fn expect_verdict(fx: &Fixture, frame: &[u8], action: u32, counter: Counter) {
 fn expect_declined(fx: &Fixture, req: &Req, action: u32, counter: Counter) {
     expect_verdict(fx, &req.frame(), action, counter);
     let parsed = Request::parse(&req.payload()).expect("request parses");
-    let want = if action == XDP_DROP { Decision::Drop(counter) } else { Decision::Pass(counter) };
-    assert_eq!(decide(&parsed, &fx.inv, &fx.server), want, "slow path disagrees");
+    let want = if action == XDP_DROP {
+        Decision::Drop(counter)
+    } else {
+        Decision::Pass(counter)
+    };
+    assert_eq!(
+        decide(&parsed, &fx.inv, &fx.server),
+        want,
+        "slow path disagrees"
+    );
 }
 
 /// The BOOTP `file` field as text, without its NUL padding.
@@ -81,11 +111,26 @@ fn opt<'a>(msg: &'a Message, code: OptionCode) -> Option<&'a DhcpOption> {
 }
 
 fn assert_common_options(msg: &Message, kind: MessageType) {
-    assert_eq!(opt(msg, OptionCode::MessageType), Some(&DhcpOption::MessageType(kind)));
-    assert_eq!(opt(msg, OptionCode::ServerIdentifier), Some(&DhcpOption::ServerIdentifier(SERVER_IP)));
-    assert_eq!(opt(msg, OptionCode::AddressLeaseTime), Some(&DhcpOption::AddressLeaseTime(3600)));
-    assert_eq!(opt(msg, OptionCode::SubnetMask), Some(&DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 0, 0))));
-    assert_eq!(opt(msg, OptionCode::Router), Some(&DhcpOption::Router(vec![SERVER_IP])));
+    assert_eq!(
+        opt(msg, OptionCode::MessageType),
+        Some(&DhcpOption::MessageType(kind))
+    );
+    assert_eq!(
+        opt(msg, OptionCode::ServerIdentifier),
+        Some(&DhcpOption::ServerIdentifier(SERVER_IP))
+    );
+    assert_eq!(
+        opt(msg, OptionCode::AddressLeaseTime),
+        Some(&DhcpOption::AddressLeaseTime(3600))
+    );
+    assert_eq!(
+        opt(msg, OptionCode::SubnetMask),
+        Some(&DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 0, 0)))
+    );
+    assert_eq!(
+        opt(msg, OptionCode::Router),
+        Some(&DhcpOption::Router(vec![SERVER_IP]))
+    );
 }
 
 #[test]
@@ -98,7 +143,10 @@ fn bios_pxe_discover_gets_offer_with_tftp_bootfile() {
     assert_eq!(msg.siaddr(), SERVER_IP);
     assert_eq!(file(&msg), Some("undionly.kpxe"));
     assert_eq!(msg.ciaddr(), Ipv4Addr::UNSPECIFIED);
-    assert_eq!(opt(&msg, OptionCode::Hostname), Some(&DhcpOption::Hostname("node-1".into())));
+    assert_eq!(
+        opt(&msg, OptionCode::Hostname),
+        Some(&DhcpOption::Hostname("node-1".into()))
+    );
     // RFC 2131 4.1: no broadcast bit, no ciaddr: unicast to yiaddr and chaddr.
     assert_eq!((r.eth_dst, r.ip_dst, r.dport), (WORKER_MAC, NODE1, 68));
 }
@@ -118,9 +166,14 @@ fn uefi_http_boot_gets_url_and_httpclient_echo() {
     let (_, msg) = expect_reply(&fx, &Req::discover(WORKER_MAC).http(), Counter::TxOffer);
     assert_eq!(
         opt(&msg, OptionCode::BootfileName),
-        Some(&DhcpOption::BootfileName(b"http://10.66.0.1:8080/ipxe.efi".to_vec()))
+        Some(&DhcpOption::BootfileName(
+            b"http://10.66.0.1:8080/ipxe.efi".to_vec()
+        ))
     );
-    assert_eq!(opt(&msg, OptionCode::ClassIdentifier), Some(&DhcpOption::ClassIdentifier(b"HTTPClient".to_vec())));
+    assert_eq!(
+        opt(&msg, OptionCode::ClassIdentifier),
+        Some(&DhcpOption::ClassIdentifier(b"HTTPClient".to_vec()))
+    );
     assert_eq!(file(&msg), None);
 }
 
@@ -130,7 +183,10 @@ fn broadcast_bit_gets_broadcast_reply() {
     let mut req = Req::discover(WORKER_MAC).pxe(0);
     req.broadcast = true;
     let (r, msg) = expect_reply(&fx, &req, Counter::TxOffer);
-    assert_eq!((r.eth_dst, r.ip_dst, r.dport), ([0xff; 6], Ipv4Addr::BROADCAST, 68));
+    assert_eq!(
+        (r.eth_dst, r.ip_dst, r.dport),
+        ([0xff; 6], Ipv4Addr::BROADCAST, 68)
+    );
     assert!(msg.flags().broadcast());
 }
 
@@ -231,13 +287,23 @@ fn ipxe_option_175_is_passed_to_slow_path() {
 #[test]
 fn unknown_mac_is_passed_to_stack() {
     let fx = Fixture::new();
-    expect_declined(&fx, &Req::discover(UNKNOWN_MAC).pxe(0), XDP_PASS, Counter::PassUnknownHost);
+    expect_declined(
+        &fx,
+        &Req::discover(UNKNOWN_MAC).pxe(0),
+        XDP_PASS,
+        Counter::PassUnknownHost,
+    );
 }
 
 #[test]
 fn unsupported_firmware_arch_is_passed() {
     let fx = Fixture::new();
-    expect_declined(&fx, &Req::discover(WORKER_MAC).pxe(6), XDP_PASS, Counter::PassUnsupportedClient);
+    expect_declined(
+        &fx,
+        &Req::discover(WORKER_MAC).pxe(6),
+        XDP_PASS,
+        Counter::PassUnsupportedClient,
+    );
 }
 
 #[test]
@@ -298,7 +364,15 @@ fn truncated_request_is_passed_as_malformed() {
     // IP claims more than the frame holds.
     expect_verdict(&fx, &good[..200], XDP_PASS, Counter::PassMalformed);
     // Consistent headers but a BOOTP message shorter than its fixed part.
-    let short = udp_frame(WORKER_MAC, [0xff; 6], Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST, 68, 67, &good[42..42 + 200]);
+    let short = udp_frame(
+        WORKER_MAC,
+        [0xff; 6],
+        Ipv4Addr::UNSPECIFIED,
+        Ipv4Addr::BROADCAST,
+        68,
+        67,
+        &good[42..42 + 200],
+    );
     expect_verdict(&fx, &short, XDP_PASS, Counter::PassMalformed);
 }
 
@@ -308,7 +382,15 @@ fn missing_end_option_is_passed_as_malformed() {
     let mut payload = Req::discover(WORKER_MAC).pxe(0).payload();
     let end = payload.iter().rposition(|b| *b == 255).expect("end option");
     payload[end] = 0;
-    let frame = udp_frame(WORKER_MAC, [0xff; 6], Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST, 68, 67, &payload);
+    let frame = udp_frame(
+        WORKER_MAC,
+        [0xff; 6],
+        Ipv4Addr::UNSPECIFIED,
+        Ipv4Addr::BROADCAST,
+        68,
+        67,
+        &payload,
+    );
     expect_verdict(&fx, &frame, XDP_PASS, Counter::PassMalformed);
 }
 
@@ -318,7 +400,15 @@ fn option_running_past_the_message_is_passed_as_malformed() {
     let mut payload = Req::discover(WORKER_MAC).payload();
     payload.truncate(payload.iter().rposition(|b| *b == 255).expect("end option"));
     payload.extend_from_slice(&[224, 200, 1, 2, 3]);
-    let frame = udp_frame(WORKER_MAC, [0xff; 6], Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST, 68, 67, &payload);
+    let frame = udp_frame(
+        WORKER_MAC,
+        [0xff; 6],
+        Ipv4Addr::UNSPECIFIED,
+        Ipv4Addr::BROADCAST,
+        68,
+        67,
+        &payload,
+    );
     expect_verdict(&fx, &frame, XDP_PASS, Counter::PassMalformed);
 }
 
@@ -327,7 +417,9 @@ fn oversized_option_list_is_passed() {
     let fx = Fixture::new();
     let mut req = Req::discover(WORKER_MAC).pxe(0);
     // More options than the bounded walk reads.
-    req.extra = (0..70).map(|i| (180 + (i % 40) as u8, vec![i as u8])).collect();
+    req.extra = (0..70)
+        .map(|i| (180 + (i % 40) as u8, vec![i as u8]))
+        .collect();
     // dhcproto keeps one option per code: 40 distinct codes plus the rest.
     let mut payload = req.payload();
     let end = payload.iter().rposition(|b| *b == 255).expect("end option");
@@ -336,14 +428,24 @@ fn oversized_option_list_is_passed() {
         payload.extend_from_slice(&[230, 1, i]);
     }
     payload.push(255);
-    let frame = udp_frame(WORKER_MAC, [0xff; 6], Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST, 68, 67, &payload);
+    let frame = udp_frame(
+        WORKER_MAC,
+        [0xff; 6],
+        Ipv4Addr::UNSPECIFIED,
+        Ipv4Addr::BROADCAST,
+        68,
+        67,
+        &payload,
+    );
     expect_verdict(&fx, &frame, XDP_PASS, Counter::PassOptions);
 }
 
 #[test]
 fn non_dhcp_traffic_is_passed_uncounted() {
     let fx = Fixture::new();
-    let frame = udp_frame(WORKER_MAC, SERVER_MAC, NODE1, SERVER_IP, 5353, 53, &[0u8; 40]);
+    let frame = udp_frame(
+        WORKER_MAC, SERVER_MAC, NODE1, SERVER_IP, 5353, 53, &[0u8; 40],
+    );
     let before = fx.stats();
     assert_eq!(fx.run(&frame).0, XDP_PASS);
     assert_eq!(fx.stats(), before);
@@ -356,5 +458,8 @@ fn reply_cost_in_kernel_is_reported() {
     let frame = Req::discover(WORKER_MAC).pxe(7).frame();
     assert_eq!(fx.run(&frame).0, XDP_TX);
     let per_run = fx.time_per_run(&frame, 100_000);
-    println!("BPF_PROG_TEST_RUN: {} ns per PXE DISCOVER -> OFFER", per_run.as_nanos());
+    println!(
+        "BPF_PROG_TEST_RUN: {} ns per PXE DISCOVER -> OFFER",
+        per_run.as_nanos()
+    );
 }

@@ -59,7 +59,9 @@ pub enum Decision {
 
 /// Decides the answer to `req`.
 pub fn decide(req: &Request, inv: &Inventory, server: &Server) -> Decision {
-    let Some(msg_type) = req.msg_type else { return Decision::Pass(Counter::PassMessageType) };
+    let Some(msg_type) = req.msg_type else {
+        return Decision::Pass(Counter::PassMessageType);
+    };
     if req.ipxe {
         return Decision::Pass(Counter::PassIpxe);
     }
@@ -75,7 +77,9 @@ pub fn decide(req: &Request, inv: &Inventory, server: &Server) -> Decision {
     let Some(class) = boot_class(req.arch, req.vendor) else {
         return Decision::Pass(Counter::PassUnsupportedClient);
     };
-    let Some(reply) = inv.host_by_mac(req.chaddr).and_then(|h| reply_for(inv, h, class, kind, server))
+    let Some(reply) = inv
+        .host_by_mac(req.chaddr)
+        .and_then(|h| reply_for(inv, h, class, kind, server))
     else {
         return Decision::Pass(Counter::PassUnknownHost);
     };
@@ -152,7 +156,16 @@ pub fn reply_for(
         }
     }
     for (code, value) in &host.options {
-        options.insert(DhcpOption::Unknown(UnknownOption::new(OptionCode::from(*code), value.clone())));
+        options.insert(DhcpOption::Unknown(UnknownOption::new(
+            OptionCode::from(*code),
+            value.clone(),
+        )));
     }
-    Some(Reply { kind, yiaddr: host.ip, siaddr, file, options })
+    Some(Reply {
+        kind,
+        yiaddr: host.ip,
+        siaddr,
+        file,
+        options,
+    })
 }

@@ -46,7 +46,10 @@ impl Request {
     }
 
     pub fn from_message(msg: &Message) -> Result<Request, ParseError> {
-        let chaddr: [u8; 6] = msg.chaddr().try_into().map_err(|_| ParseError::NotEthernetRequest)?;
+        let chaddr: [u8; 6] = msg
+            .chaddr()
+            .try_into()
+            .map_err(|_| ParseError::NotEthernetRequest)?;
         if msg.opcode() != Opcode::BootRequest {
             return Err(ParseError::NotEthernetRequest);
         }
@@ -72,7 +75,9 @@ impl Request {
             _ => VendorClass::None,
         };
         let ipxe = opts.get(OptionCode::UserClass).is_some()
-            || opts.get(OptionCode::from(pxe_ebpf_common::bootp::OPT_IPXE_ENCAP)).is_some();
+            || opts
+                .get(OptionCode::from(pxe_ebpf_common::bootp::OPT_IPXE_ENCAP))
+                .is_some();
         let relay_info = opts.get(OptionCode::RelayAgentInformation).is_some();
         Ok(Request {
             msg_type,

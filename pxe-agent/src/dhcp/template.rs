@@ -20,7 +20,9 @@ pub fn compile(inv: &Inventory, server: &Server) -> Result<Templates, Vec<Proble
     let mut problems = Vec::new();
     for host in &inv.hosts {
         for class in BootClass::ALL {
-            let Some(offer) = reply_for(inv, host, class, ReplyKind::Offer, server) else { continue };
+            let Some(offer) = reply_for(inv, host, class, ReplyKind::Offer, server) else {
+                continue;
+            };
             match build(&offer, server, inv.subnet_of(host)) {
                 Ok(t) => {
                     out.insert(HostKey::new(host.mac.0, class), t);
@@ -33,7 +35,11 @@ pub fn compile(inv: &Inventory, server: &Server) -> Result<Templates, Vec<Proble
             }
         }
     }
-    if problems.is_empty() { Ok(out) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(problems)
+    }
 }
 
 /// One template from an OFFER.

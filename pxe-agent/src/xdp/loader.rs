@@ -6,7 +6,9 @@ use aya::{
     maps::{HashMap, MapData, MapError, PerCpuArray},
     programs::{ProgramError, Xdp, XdpMode, xdp::XdpLinkId},
 };
-use pxe_ebpf_common::{COUNTERS_MAP, HOSTS_MAP, HostKey, PROGRAM_NAME, ReplyTemplate};
+use pxe_ebpf_common::{
+    COUNTERS_MAP, HOSTS_MAP, HostKey, PASS_PROGRAM_NAME, PROGRAM_NAME, ReplyTemplate,
+};
 use tracing::{info, warn};
 
 use super::maps::{self, SyncReport};
@@ -26,9 +28,16 @@ pub enum XdpError {
     #[error("the kernel refused the XDP program")]
     Verify(#[source] ProgramError),
     #[error("failed to open map {name}")]
-    Map { name: &'static str, source: MapError },
+    Map {
+        name: &'static str,
+        source: MapError,
+    },
     #[error("failed to attach XDP to {iface} in {mode:?} mode")]
-    Attach { iface: String, mode: AttachMode, source: ProgramError },
+    Attach {
+        iface: String,
+        mode: AttachMode,
+        source: ProgramError,
+    },
 }
 
 /// How to attach: native (driver) mode, generic (skb) mode, or native with
@@ -63,12 +72,27 @@ impl FastPath {
             .try_into()
             .map_err(XdpError::Verify)?;
         prog.load().map_err(XdpError::Verify)?;
-        let hosts = ebpf.take_map(HOSTS_MAP).ok_or(XdpError::Missing(HOSTS_MAP))?;
-        let hosts = HashMap::try_from(hosts).map_err(|source| XdpError::Map { name: HOSTS_MAP, source })?;
-        let counters = ebpf.take_map(COUNTERS_MAP).ok_or(XdpError::Missing(COUNTERS_MAP))?;
-        let counters =
-            PerCpuArray::try_from(counters).map_err(|source| XdpError::Map { name: COUNTERS_MAP, source })?;
-        Ok(FastPath { ebpf, hosts, counters, current: Templates::new(), link: None })
+        let hosts = ebpf
+            .take_map(HOSTS_MAP)
+            .ok_or(XdpError::Missing(HOSTS_MAP))?;
+        let hosts = HashMap::try_from(hosts).map_err(|source| XdpError::Map {
+            name: HOSTS_MAP,
+            source,
+        })?;
+        let counters = ebpf
+            .take_map(COUNTERS_MAP)
+            .ok_or(XdpError::Missing(COUNTERS_MAP))?;
+        let counters = PerCpuArray::try_from(counters).map_err(|source| XdpError::Map {
+            name: COUNTERS_MAP,
+            source,
+        })?;
+        Ok(FastPath {
+            ebpf,
+            hosts,
+            counters,
+            current: Templates::new(),
+            link: None,
+        })
     }
 
     /// The loaded program, for `BPF_PROG_TEST_RUN`.
@@ -88,7 +112,11 @@ impl FastPath {
             .expect("loaded in FastPath::load");
         let attach = |prog: &mut Xdp, m: AttachMode, flags: XdpMode| {
             prog.attach(iface, flags)
-                .map_err(|source| XdpError::Attach { iface: iface.to_string(), mode: m, source })
+                .map_err(|source| XdpError::Attach {
+                    iface: iface.to_string(),
+                    mode: m,
+                    source,
+                })
         };
         let (link, used) = match mode {
             AttachMode::Native => (attach(prog, mode, XdpMode::Driver)?, AttachMode::Native),
@@ -97,7 +125,10 @@ impl FastPath {
                 Ok(link) => (link, AttachMode::Native),
                 Err(e) => {
                     warn!(%iface, error = %e, "native XDP unavailable, falling back to generic (skb) mode");
-                    (attach(prog, AttachMode::Skb, XdpMode::Skb)?, AttachMode::Skb)
+                    (
+                        attach(prog, AttachMode::Skb, XdpMode::Skb)?,
+                        AttachMode::Skb,
+                    )
                 }
             },
         };
@@ -128,10 +159,43 @@ impl FastPath {
     }
 }
 
+/// The pass-through program attached to the far end of a veth pair, so that
+/// end receives what the fast path sends with XDP_TX. Detached on drop.
+pub struct VethPeer {
+    _ebpf: Ebpf,
+}
+
+impl VethPeer {
+    pub fn attach(iface: &str) -> Result<VethPeer, XdpError> {
+        if OBJECT.is_empty() {
+            return Err(XdpError::NoObject);
+        }
+        let mut ebpf = Ebpf::load(OBJECT).map_err(XdpError::Load)?;
+        let prog: &mut Xdp = ebpf
+            .program_mut(PASS_PROGRAM_NAME)
+            .ok_or(XdpError::Missing(PASS_PROGRAM_NAME))?
+            .try_into()
+            .map_err(XdpError::Verify)?;
+        prog.load().map_err(XdpError::Verify)?;
+        prog.attach(iface, XdpMode::Driver)
+            .map_err(|source| XdpError::Attach {
+                iface: iface.to_string(),
+                mode: AttachMode::Native,
+                source,
+            })?;
+        info!(%iface, "pass-through XDP program attached to the veth peer");
+        // Dropping the Ebpf detaches its links.
+        Ok(VethPeer { _ebpf: ebpf })
+    }
+}
+
 impl Drop for FastPath {
     fn drop(&mut self) {
         let Some(link) = self.link.take() else { return };
-        if let Some(prog) = self.ebpf.program_mut(PROGRAM_NAME).and_then(|p| <&mut Xdp>::try_from(p).ok())
+        if let Some(prog) = self
+            .ebpf
+            .program_mut(PROGRAM_NAME)
+            .and_then(|p| <&mut Xdp>::try_from(p).ok())
         {
             match prog.detach(link) {
                 Ok(()) => info!("XDP program detached"),

@@ -5,5 +5,5 @@ pub mod loader;
 pub mod maps;
 pub mod stats;
 
-pub use loader::{AttachMode, FastPath, XdpError};
+pub use loader::{AttachMode, FastPath, VethPeer, XdpError};
 pub use stats::Stats;

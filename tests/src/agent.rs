@@ -1,0 +1,209 @@
+//! A real `pxe-agent` process serving a lab: the agent on the server end of a
+//! veth pair, the pass-through program on the client end, and readers for its
+//! counters and for the server namespace's UDP statistics.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::atomic::{AtomicU32, Ordering},
+    thread,
+    time::{Duration, Instant},
+};
+
+use xtask::{ChildGuard, Lab};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// The agent binary `cargo xtask test` builds before the privileged suite.
+pub fn agent_bin() -> PathBuf {
+    let bin = std::env::var_os("PXE_AGENT_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| xtask::target_dir().join("debug/pxe-agent"));
+    assert!(
+        bin.exists(),
+        "{} missing: build it with `cargo build -p pxe-agent` (`cargo xtask test` does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A scratch directory removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!(
+            "pxe-{name}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir_all(&dir).expect("scratch dir");
+        Scratch(dir)
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Field order matters: processes stop before their namespaces go.
+pub struct Served {
+    pub agent: ChildGuard,
+    pub peer: ChildGuard,
+    pub lab: Lab,
+    pub dir: Scratch,
+    pub inventory: PathBuf,
+}
+
+impl Served {
+    /// Starts the agent on a fresh lab with `inventory` (YAML text) and waits
+    /// until it answers on its metrics endpoint.
+    pub fn start(name: &str, inventory: &str) -> Served {
+        crate::fixture::assert_root();
+        let lab = Lab::new(name).expect("lab");
+        let dir = Scratch::new(name);
+        let path = dir.path("inventory.yaml");
+        fs::write(&path, inventory).expect("write inventory");
+        let bin = agent_bin();
+        let log = fs::File::create(dir.path("agent.log")).expect("agent log");
+        let agent = ChildGuard::spawn(
+            lab.cmd_in(lab.server_ns(), &bin)
+                .args([
+                    "run",
+                    "--interface",
+                    lab.server_if(),
+                    "--xdp-mode",
+                    "native",
+                    "--inventory",
+                ])
+                .arg(&path)
+                .stderr(log.try_clone().expect("log fd"))
+                .stdout(log),
+        )
+        .expect("spawn agent");
+        let peer = ChildGuard::spawn(
+            lab.cmd_in(lab.client_ns(), &bin)
+                .args(["veth-peer", "--interface", lab.client_if()])
+                .stderr(std::process::Stdio::null()),
+        )
+        .expect("spawn veth peer");
+        let served = Served {
+            agent,
+            peer,
+            lab,
+            dir,
+            inventory: path,
+        };
+        served.wait_ready();
+        served
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.try_stats().is_some() && self.peer_attached() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        panic!("agent not ready after 20 s; log:\n{}", self.log());
+    }
+
+    fn peer_attached(&self) -> bool {
+        self.lab
+            .run_in(
+                self.lab.client_ns(),
+                &["ip", "link", "show", self.lab.client_if()],
+            )
+            .is_ok_and(|out| out.contains("xdp"))
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.path("agent.log")).unwrap_or_default()
+    }
+
+    fn try_stats(&self) -> Option<BTreeMap<String, u64>> {
+        let out = self
+            .lab
+            .cmd_in(self.lab.server_ns(), agent_bin())
+            .arg("stats")
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        Some(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| {
+                    let mut parts = l.split_whitespace();
+                    Some((parts.next()?.to_string(), parts.next()?.parse().ok()?))
+                })
+                .collect(),
+        )
+    }
+
+    /// The agent's metrics, by sample name (`pxe_xdp_packets_total{outcome="tx_ack"}`).
+    pub fn stats(&self) -> BTreeMap<String, u64> {
+        self.try_stats()
+            .unwrap_or_else(|| panic!("`pxe-agent stats` failed; log:\n{}", self.log()))
+    }
+
+    /// One fast-path counter by its name (`tx_offer`).
+    pub fn counter(&self, name: &str) -> u64 {
+        self.stats()[&format!("pxe_xdp_packets_total{{outcome=\"{name}\"}}")]
+    }
+
+    /// UDP datagrams the server namespace's kernel stack received (delivered
+    /// or refused for want of a socket): none of the fast path's traffic.
+    pub fn kernel_udp_datagrams(&self) -> u64 {
+        let snmp = self
+            .lab
+            .run_in(self.lab.server_ns(), &["cat", "/proc/net/snmp"])
+            .expect("read snmp");
+        let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+        let names: Vec<&str> = udp.next().expect("Udp header").split_whitespace().collect();
+        let values: Vec<u64> = udp
+            .next()
+            .expect("Udp values")
+            .split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap_or(0))
+            .collect();
+        let get = |n: &str| values[names.iter().position(|x| *x == n).expect("snmp field") - 1];
+        get("InDatagrams") + get("NoPorts") + get("InErrors")
+    }
+
+    /// Replaces the inventory file atomically, as an operator's tooling or a
+    /// ConfigMap update does.
+    pub fn replace_inventory(&self, yaml: &str) {
+        let tmp = self.dir.path("inventory.yaml.new");
+        fs::write(&tmp, yaml).expect("write inventory");
+        fs::rename(&tmp, &self.inventory).expect("replace inventory");
+    }
+
+    pub fn client_cmd(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        self.lab.cmd_in(self.lab.client_ns(), program)
+    }
+
+    pub fn set_client_mac(&self, mac: &str) {
+        self.lab.set_client_mac(mac).expect("set client MAC");
+    }
+}
+
+/// Writes an executable shell script.
+pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join(name);
+    fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write script");
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod script");
+    path
+}

@@ -1,0 +1,362 @@
+//! End to end on a veth pair between two namespaces: the agent's XDP program
+//! in native mode answers real DHCP clients, and the server's kernel stack
+//! never sees their traffic.
+
+use std::{
+    collections::BTreeMap,
+    net::Ipv4Addr,
+    time::{Duration, Instant},
+};
+
+use dhcproto::{Decodable as _, Decoder, v4::Message};
+
+use crate::{
+    agent::{Served, script},
+    frame::{Req, parse_reply},
+    raw::{RawSocket, in_netns, is_dhcp_reply},
+};
+
+const INVENTORY: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+    router: 10.66.0.1
+    dns: [10.66.0.1]
+    domain: lab.example
+    lease_time: 3600
+profiles:
+  - name: worker
+    boot:
+      bios: undionly.kpxe
+      uefi: ipxe.efi
+      http: "http://{server}:8080/ipxe.efi"
+hosts:
+  - mac: "52:54:00:12:34:56"
+    ip: 10.66.1.10
+    hostname: node-1
+    profile: worker
+"#;
+
+const CLIENT_MAC: &str = "52:54:00:12:34:56";
+
+/// Runs busybox udhcpc once with `extra` arguments; returns the variables
+/// its script saw on `bound`.
+fn udhcpc(served: &Served, extra: &[&str]) -> BTreeMap<String, String> {
+    let hook = script(
+        &served.dir.0,
+        "udhcpc.sh",
+        r#"[ "$1" = bound ] && echo "ip=$ip siaddr=$siaddr boot_file=$boot_file bootfile=$bootfile serverid=$serverid lease=$lease""#,
+    );
+    let out = served
+        .client_cmd("busybox")
+        .args([
+            "udhcpc",
+            "-f",
+            "-q",
+            "-n",
+            "-t",
+            "5",
+            "-T",
+            "1",
+            "-i",
+            served.lab.client_if(),
+            "-s",
+        ])
+        .arg(&hook)
+        .args(extra)
+        .output()
+        .expect("run udhcpc");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "udhcpc failed: {text}{}\nagent log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        served.log()
+    );
+    vars(&text)
+}
+
+fn vars(text: &str) -> BTreeMap<String, String> {
+    text.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Runs `f`, then checks the fast path sent `offers` and `acks` more and the
+/// kernel's UDP stack in the server namespace received nothing.
+fn served_by_xdp<T>(served: &Served, offers: u64, acks: u64, f: impl FnOnce() -> T) -> T {
+    let (o, a, k) = (
+        served.counter("tx_offer"),
+        served.counter("tx_ack"),
+        served.kernel_udp_datagrams(),
+    );
+    let out = f();
+    assert!(
+        served.counter("tx_offer") >= o + offers,
+        "fewer OFFERs from XDP than expected"
+    );
+    assert!(
+        served.counter("tx_ack") >= a + acks,
+        "fewer ACKs from XDP than expected"
+    );
+    assert_eq!(
+        served.kernel_udp_datagrams(),
+        k,
+        "the kernel's UDP stack saw known-host DHCP traffic"
+    );
+    out
+}
+
+#[test]
+fn udhcpc_gets_reservation_and_boot_answer_per_firmware() {
+    let served = Served::start("pxe2e", INVENTORY);
+    served.set_client_mac(CLIENT_MAC);
+
+    let plain = served_by_xdp(&served, 1, 1, || udhcpc(&served, &[]));
+    assert_eq!(plain["ip"], "10.66.1.10");
+    assert_eq!(plain["serverid"], "10.66.0.1");
+    assert_eq!(plain["lease"], "3600");
+    assert_eq!(plain["boot_file"], "");
+
+    let bios = served_by_xdp(&served, 1, 1, || {
+        udhcpc(&served, &["-V", "PXEClient", "-x", "0x5d:0000"])
+    });
+    assert_eq!(
+        (bios["ip"].as_str(), bios["siaddr"].as_str()),
+        ("10.66.1.10", "10.66.0.1")
+    );
+    assert_eq!(bios["boot_file"], "undionly.kpxe");
+
+    let uefi = served_by_xdp(&served, 1, 1, || {
+        udhcpc(
+            &served,
+            &["-V", "PXEClient:Arch:00007:UNDI:003016", "-x", "0x5d:0007"],
+        )
+    });
+    assert_eq!(uefi["boot_file"], "ipxe.efi");
+
+    let http = served_by_xdp(&served, 1, 1, || {
+        udhcpc(
+            &served,
+            &["-V", "HTTPClient:Arch:00016:UNDI:003001", "-x", "0x5d:0010"],
+        )
+    });
+    assert_eq!(http["ip"], "10.66.1.10");
+    assert_eq!(http["bootfile"], "http://10.66.0.1:8080/ipxe.efi");
+}
+
+#[test]
+fn dhclient_gets_reservation() {
+    let served = Served::start("pxe2e", INVENTORY);
+    served.set_client_mac(CLIENT_MAC);
+    let (lease, pid) = (
+        served.dir.path("dhclient.leases"),
+        served.dir.path("dhclient.pid"),
+    );
+    served_by_xdp(&served, 1, 1, || {
+        let out = served
+            .client_cmd("dhclient")
+            .args(["-4", "-1", "-sf", "/bin/true", "-lf"])
+            .arg(&lease)
+            .arg("-pf")
+            .arg(&pid)
+            .arg(served.lab.client_if())
+            .output()
+            .expect("run dhclient");
+        // dhclient forks into the background once bound: stop the daemon we started.
+        if let Ok(p) = std::fs::read_to_string(&pid) {
+            if let Ok(p) = p.trim().parse::<i32>() {
+                // SAFETY: signalling the PID our own dhclient wrote.
+                unsafe { libc::kill(p, libc::SIGTERM) };
+            }
+        }
+        assert!(
+            out.status.success(),
+            "dhclient failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    let leases = std::fs::read_to_string(&lease).expect("dhclient lease file");
+    assert!(
+        leases.contains("fixed-address 10.66.1.10;"),
+        "lease file: {leases}"
+    );
+    assert!(
+        leases.contains("option dhcp-server-identifier 10.66.0.1;"),
+        "lease file: {leases}"
+    );
+}
+
+#[test]
+fn dhcpcd_gets_reservation() {
+    let served = Served::start("pxe2e", INVENTORY);
+    served.set_client_mac(CLIENT_MAC);
+    let hook = script(
+        &served.dir.0,
+        "dhcpcd.sh",
+        r#"echo "reason=$reason ip=$new_ip_address server=$new_dhcp_server_identifier""#,
+    );
+    let out_path = served.dir.path("dhcpcd.out");
+    served_by_xdp(&served, 1, 1, || {
+        use std::os::unix::process::CommandExt as _;
+        let out = std::fs::File::create(&out_path).expect("dhcpcd output file");
+        // Its own process group: dhcpcd's privilege-separation helpers outlive
+        // the main process and ignore SIGTERM; the group is ours to end.
+        let mut child = served
+            .client_cmd("dhcpcd")
+            .args([
+                "-4",
+                "--oneshot",
+                "--nobackground",
+                "--noarp",
+                "-t",
+                "20",
+                "-f",
+                "/dev/null",
+                "-c",
+            ])
+            .arg(&hook)
+            .arg(served.lab.client_if())
+            .stdout(out.try_clone().expect("fd"))
+            .stderr(out)
+            .process_group(0)
+            .spawn()
+            .expect("run dhcpcd");
+        let pgid = child.id() as i32;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().expect("wait dhcpcd").is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: signals only the process group this test created.
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+        let _ = child.wait();
+    });
+    let text = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let v = vars(
+        text.lines()
+            .find(|l| l.contains("reason=BOUND"))
+            .unwrap_or_else(|| panic!("dhcpcd reported no lease: {text}")),
+    );
+    assert_eq!(v["ip"], "10.66.1.10");
+    assert_eq!(v["server"], "10.66.0.1");
+}
+
+/// The reload test's inventory: hosts `a` (kept), `b` (removed later), `d`
+/// (address changed later), and optionally `c` (added later).
+fn reload_inventory(d_ip: &str, with_b: bool, with_c: bool) -> String {
+    let mut hosts = String::from("  - {mac: \"52:54:00:00:aa:01\", ip: 10.66.2.1, profile: p}\n");
+    if with_b {
+        hosts.push_str("  - {mac: \"52:54:00:00:aa:02\", ip: 10.66.2.2, profile: p}\n");
+    }
+    if with_c {
+        hosts.push_str("  - {mac: \"52:54:00:00:aa:03\", ip: 10.66.2.3, profile: p}\n");
+    }
+    hosts.push_str(&format!(
+        "  - {{mac: \"52:54:00:00:aa:04\", ip: {d_ip}, profile: p}}\n"
+    ));
+    format!(
+        "subnets:\n  - cidr: 10.66.0.0/16\n    lease_time: 600\nprofiles:\n  - name: p\nhosts:\n{hosts}"
+    )
+}
+
+#[test]
+fn inventory_change_is_served_within_a_second_without_missing_kept_hosts() {
+    let served = Served::start("pxreload", &reload_inventory("10.66.2.4", true, false));
+    let ns = served.lab.client_ns().to_string();
+    let iface = served.lab.client_if().to_string();
+    let sock = in_netns(&ns, move || RawSocket::open(&iface))
+        .expect("netns")
+        .expect("raw socket");
+    let macs: [[u8; 6]; 4] = [1, 2, 3, 4].map(|i| [0x52, 0x54, 0, 0, 0xaa, i]);
+
+    // One round: a DISCOVER per MAC, then the answers that come within 100 ms.
+    let mut xid = 0u32;
+    let mut round = || -> [Option<Ipv4Addr>; 4] {
+        let mut answers = [None; 4];
+        let base = xid;
+        for (i, mac) in macs.iter().enumerate() {
+            let mut req = Req::discover(*mac);
+            req.broadcast = true;
+            req.xid = base + i as u32;
+            sock.send(&req.frame()).expect("send");
+        }
+        xid += 4;
+        let deadline = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < deadline && answers.iter().filter(|a| a.is_some()).count() < 4 {
+            let Some(f) = sock.recv(Duration::from_millis(10)).expect("recv") else {
+                continue;
+            };
+            if !is_dhcp_reply(&f) {
+                continue;
+            }
+            let msg = Message::decode(&mut Decoder::new(&parse_reply(&f).payload))
+                .expect("reply decodes");
+            if let Some(i) = msg.xid().checked_sub(base).filter(|i| *i < 4) {
+                answers[i as usize] = Some(msg.yiaddr());
+            }
+        }
+        answers
+    };
+
+    let ip = |s: &str| Some(s.parse::<Ipv4Addr>().unwrap());
+    for _ in 0..10 {
+        assert_eq!(
+            round(),
+            [ip("10.66.2.1"), ip("10.66.2.2"), None, ip("10.66.2.4")],
+            "before the change"
+        );
+    }
+    served.replace_inventory(&reload_inventory("10.66.2.40", false, true));
+    let changed = Instant::now();
+    let mut settled = None;
+    while changed.elapsed() < Duration::from_secs(3) {
+        let r = round();
+        assert_eq!(
+            r[0],
+            ip("10.66.2.1"),
+            "kept host a missed an answer during the reload"
+        );
+        assert!(
+            r[3] == ip("10.66.2.4") || r[3] == ip("10.66.2.40"),
+            "kept host d missed an answer: {r:?}"
+        );
+        if settled.is_none() && r == [ip("10.66.2.1"), None, ip("10.66.2.3"), ip("10.66.2.40")] {
+            settled = Some(changed.elapsed());
+        }
+        if let Some(t) = settled {
+            assert_eq!(
+                r,
+                [ip("10.66.2.1"), None, ip("10.66.2.3"), ip("10.66.2.40")],
+                "flapped after settling at {t:?}"
+            );
+        }
+    }
+    let took = settled.expect("new inventory never served");
+    println!("inventory change served after {} ms", took.as_millis());
+    assert!(
+        took < Duration::from_secs(1),
+        "new inventory served only after {took:?}"
+    );
+}
+
+#[test]
+fn invalid_inventory_is_refused_and_previous_keeps_serving() {
+    let served = Served::start("pxbad", INVENTORY);
+    served.set_client_mac(CLIENT_MAC);
+    served.replace_inventory(&INVENTORY.replace("10.66.1.10", "10.99.1.10"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while served.stats()["pxe_inventory_reloads_total{result=\"rejected\"}"] == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "bad inventory not refused; log:\n{}",
+            served.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = served.log();
+    assert!(
+        log.contains("inventory.yaml") && log.contains("node-1") && log.contains("field ip"),
+        "refusal names file, host and field: {log}"
+    );
+    assert_eq!(udhcpc(&served, &[])["ip"], "10.66.1.10");
+}

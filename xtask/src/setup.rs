@@ -1,0 +1,302 @@
+//! Idempotent bootstrap of a Debian 12 machine: the outside programs the
+//! tests and the demo drive, the `nightly` toolchain with `rust-src`, and
+//! bpf-linker built against the nightly's own libLLVM.
+//!
+//! Every step checks first and prints one line, so running it again is cheap.
+//! It also owns [`command`], which puts `~/.cargo/bin` on the PATH of the
+//! toolchain programs it starts.
+
+use std::{
+    env,
+    ffi::OsString,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::process::{self, output, run_forwarded};
+
+/// Debian packages the tests, demo and benchmarks need.
+pub const PACKAGES: &[&str] = &[
+    "iproute2",
+    "ethtool",
+    "busybox",
+    "udhcpc",
+    "isc-dhcp-client",
+    "dhcpcd5",
+    "kea-dhcp4-server",
+    "kea-admin",
+    "dnsmasq-base",
+    "tcpdump",
+    "bpftool",
+    "curl",
+];
+
+/// The bpf-linker release the eBPF build is known to work with.
+pub const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// The rustup toolchain that builds the eBPF object (aya-build's default).
+pub const NIGHTLY: &str = "nightly";
+
+/// Runs every step; each is skipped when already satisfied.
+pub fn run() -> anyhow::Result<()> {
+    ensure_packages()?;
+    ensure_nightly()?;
+    ensure_rust_src()?;
+    ensure_bpf_linker()?;
+    Ok(())
+}
+
+/// A command for a toolchain program (`cargo`, `rustup`, `rustc`,
+/// `bpf-linker`) with the cargo bin directory on its PATH, so it is found
+/// and so nested builds find bpf-linker.
+pub fn command(program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    if let Ok(path) = path_with_cargo_bin() {
+        cmd.env("PATH", path);
+    }
+    cmd
+}
+
+/// `$CARGO_HOME/bin`, or `~/.cargo/bin`.
+pub fn cargo_bin_dir() -> anyhow::Result<PathBuf> {
+    if let Some(home) = env::var_os("CARGO_HOME") {
+        return Ok(PathBuf::from(home).join("bin"));
+    }
+    Ok(home_dir()?.join(".cargo").join("bin"))
+}
+
+/// `$XDG_CACHE_HOME/pxe-agent`, or `~/.cache/pxe-agent`.
+pub fn cache_dir() -> anyhow::Result<PathBuf> {
+    let base = match env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => home_dir()?.join(".cache"),
+    };
+    Ok(base.join("pxe-agent"))
+}
+
+fn home_dir() -> anyhow::Result<PathBuf> {
+    env::var_os("HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .context("HOME is not set")
+}
+
+/// The current PATH with the cargo bin directory in front, unless already on it.
+fn path_with_cargo_bin() -> anyhow::Result<OsString> {
+    let bin = cargo_bin_dir()?;
+    let current = env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = env::split_paths(&current).collect();
+    if !dirs.contains(&bin) {
+        dirs.insert(0, bin);
+    }
+    env::join_paths(dirs).context("PATH contains an invalid entry")
+}
+
+fn report(step: &str, state: &str) {
+    println!("setup: {step:<20} {state}");
+}
+
+fn ensure_packages() -> anyhow::Result<()> {
+    let missing = PACKAGES
+        .iter()
+        .copied()
+        .filter(|pkg| !package_installed(pkg))
+        .collect::<Vec<_>>();
+    if missing.is_empty() {
+        report("packages", &format!("ok ({} installed)", PACKAGES.len()));
+        return Ok(());
+    }
+    report("packages", &format!("installing {}", missing.join(" ")));
+    process::ensure_root().context("installing packages needs root")?;
+    run_forwarded(Command::new("apt-get").arg("update")).context("apt-get update failed")?;
+    run_forwarded(
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "--no-install-recommends"])
+            .args(&missing),
+    )
+    .context("failed to install packages")
+}
+
+fn package_installed(pkg: &str) -> bool {
+    let query = output(Command::new("dpkg-query").args(["-W", "-f=${Status}", pkg]));
+    query.is_ok_and(|out| {
+        out.status.success() && String::from_utf8_lossy(&out.stdout).ends_with(" installed")
+    })
+}
+
+fn ensure_nightly() -> anyhow::Result<()> {
+    let list = process::run(command("rustup").args(["toolchain", "list"]))
+        .context("rustup is required (https://rustup.rs)")?;
+    if list
+        .lines()
+        .any(|line| line.starts_with(&format!("{NIGHTLY}-")))
+    {
+        report("nightly toolchain", "ok");
+        return Ok(());
+    }
+    report("nightly toolchain", "installing");
+    run_forwarded(command("rustup").args(["toolchain", "install", NIGHTLY, "--profile", "minimal"]))
+        .context(
+            "the nightly toolchain is missing and could not be installed: \
+             install it with `rustup toolchain install nightly` and rerun",
+        )
+}
+
+fn ensure_rust_src() -> anyhow::Result<()> {
+    let installed = process::run(command("rustup").args([
+        "component",
+        "list",
+        "--toolchain",
+        NIGHTLY,
+        "--installed",
+    ]))
+    .context("failed to list nightly components")?;
+    if installed.lines().any(|line| line.trim() == "rust-src") {
+        report("rust-src (nightly)", "ok");
+        return Ok(());
+    }
+    report("rust-src (nightly)", "installing");
+    run_forwarded(command("rustup").args(["component", "add", "rust-src", "--toolchain", NIGHTLY]))
+        .context("failed to add rust-src to the nightly toolchain")
+}
+
+/// The nightly's libLLVM shared library and its LLVM major version.
+#[derive(Debug)]
+struct NightlyLlvm {
+    lib: PathBuf,
+    major: u32,
+}
+
+fn ensure_bpf_linker() -> anyhow::Result<()> {
+    let llvm = find_nightly_llvm()?;
+    let prefix = cache_dir()?.join("rust-llvm");
+    link_llvm(&llvm, &prefix)?;
+    if bpf_linker_ok() {
+        report(
+            "bpf-linker",
+            &format!("ok ({BPF_LINKER_VERSION}, LLVM {})", llvm.major),
+        );
+        return Ok(());
+    }
+    report(
+        "bpf-linker",
+        &format!(
+            "installing {BPF_LINKER_VERSION} (LLVM {}, ~1 min)",
+            llvm.major
+        ),
+    );
+    run_forwarded(
+        command("cargo")
+            .env("LLVM_PREFIX", &prefix)
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--force",
+            ])
+            .args(["--no-default-features", "--features"])
+            .arg(format!("llvm-{}", llvm.major)),
+    )
+    .context("failed to install bpf-linker")?;
+    if !bpf_linker_ok() {
+        bail!("bpf-linker {BPF_LINKER_VERSION} was installed but does not run");
+    }
+    Ok(())
+}
+
+fn find_nightly_llvm() -> anyhow::Result<NightlyLlvm> {
+    let sysroot =
+        process::run(command("rustc").args([&format!("+{NIGHTLY}"), "--print", "sysroot"]))
+            .context("failed to locate the nightly sysroot")?;
+    let lib_dir = Path::new(sysroot.trim()).join("lib");
+    let mut names = fs::read_dir(&lib_dir)
+        .with_context(|| format!("failed to read {}", lib_dir.display()))?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| llvm_major(name).is_some())
+        .collect::<Vec<_>>();
+    names.sort();
+    let name = names
+        .first()
+        .with_context(|| format!("no libLLVM.so.*-nightly in {}", lib_dir.display()))?;
+    let major = llvm_major(name).context("unreachable: filtered above")?;
+    Ok(NightlyLlvm {
+        lib: lib_dir.join(name),
+        major,
+    })
+}
+
+/// The LLVM major version in `libLLVM.so.<MAJOR>.<MINOR>-rust-<ver>-nightly`.
+fn llvm_major(file_name: &str) -> Option<u32> {
+    let rest = file_name.strip_prefix("libLLVM.so.")?;
+    if !rest.ends_with("-nightly") {
+        return None;
+    }
+    let digits = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+    digits.parse().ok()
+}
+
+/// Puts the nightly's libLLVM into `<prefix>/lib` under two names:
+/// `libLLVM.so`, which bpf-linker's build links against (`LLVM_PREFIX`), and
+/// the library's own file name (its soname), which the built binary asks the
+/// loader for at run time through its rpath to `<prefix>/lib`.
+fn link_llvm(llvm: &NightlyLlvm, prefix: &Path) -> anyhow::Result<()> {
+    let lib_dir = prefix.join("lib");
+    fs::create_dir_all(&lib_dir)
+        .with_context(|| format!("failed to create {}", lib_dir.display()))?;
+    let soname = llvm
+        .lib
+        .file_name()
+        .context("libLLVM path has no file name")?;
+    let mut changed = false;
+    for name in [OsString::from("libLLVM.so"), soname.to_owned()] {
+        changed |= ensure_symlink(&llvm.lib, &lib_dir.join(name))?;
+    }
+    let state = if changed { "linked" } else { "ok" };
+    report(
+        "nightly libLLVM",
+        &format!("{state} ({})", llvm.lib.display()),
+    );
+    Ok(())
+}
+
+/// Makes `link` a symlink to `target`; returns whether it had to change.
+fn ensure_symlink(target: &Path, link: &Path) -> anyhow::Result<bool> {
+    if fs::read_link(link).is_ok_and(|current| current == target) {
+        return Ok(false);
+    }
+    match fs::remove_file(link) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+            return Err(err).with_context(|| format!("failed to replace {}", link.display()));
+        }
+        _ => {}
+    }
+    std::os::unix::fs::symlink(target, link)
+        .with_context(|| format!("failed to link {} to {}", link.display(), target.display()))?;
+    Ok(true)
+}
+
+/// True when `bpf-linker --version` runs and reports [`BPF_LINKER_VERSION`].
+fn bpf_linker_ok() -> bool {
+    process::run(command("bpf-linker").arg("--version")).is_ok_and(|out| {
+        out.split_whitespace()
+            .any(|word| word == BPF_LINKER_VERSION)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llvm_major_comes_from_the_file_name() {
+        assert_eq!(llvm_major("libLLVM.so.22.1-rust-1.97.0-nightly"), Some(22));
+        assert_eq!(llvm_major("libLLVM.so.19.1-rust-1.84.0-nightly"), Some(19));
+        assert_eq!(llvm_major("libLLVM-22-rust-1.97.0-nightly.so"), None);
+        assert_eq!(llvm_major("libLLVM.so.22.1-rust-1.95.0-stable"), None);
+    }
+}
