@@ -164,11 +164,12 @@ fn dhclient_gets_reservation() {
             .output()
             .expect("run dhclient");
         // dhclient forks into the background once bound: stop the daemon we started.
-        if let Ok(p) = std::fs::read_to_string(&pid) {
-            if let Ok(p) = p.trim().parse::<i32>() {
-                // SAFETY: signalling the PID our own dhclient wrote.
-                unsafe { libc::kill(p, libc::SIGTERM) };
-            }
+        let daemon = std::fs::read_to_string(&pid)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        if let Some(p) = daemon {
+            // SAFETY: signalling the PID our own dhclient wrote.
+            unsafe { libc::kill(p, libc::SIGTERM) };
         }
         assert!(
             out.status.success(),

@@ -57,6 +57,10 @@ pub struct Fixture {
 impl Fixture {
     /// Loads the program (panicking with the verifier's reason if the kernel
     /// refuses it) and fills its map from [`TEST_INVENTORY`].
+    #[expect(
+        clippy::new_without_default,
+        reason = "loading a program is not a default value"
+    )]
     pub fn new() -> Fixture {
         Fixture::with_inventory(TEST_INVENTORY)
     }

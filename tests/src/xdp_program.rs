@@ -106,7 +106,7 @@ fn file(msg: &Message) -> Option<&str> {
     Some(std::str::from_utf8(&raw[..end]).expect("file is text")).filter(|f| !f.is_empty())
 }
 
-fn opt<'a>(msg: &'a Message, code: OptionCode) -> Option<&'a DhcpOption> {
+fn opt(msg: &Message, code: OptionCode) -> Option<&DhcpOption> {
     msg.opts().get(code)
 }
 

@@ -105,3 +105,133 @@ pub fn sum16(bytes: &[u8]) -> u16 {
     }
     sum as u16
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{net::Ipv4Addr, path::Path};
+
+    use super::*;
+    use crate::dhcp::ReplyKind;
+
+    const SERVER: Server = Server {
+        ip: Ipv4Addr::new(10, 66, 0, 1),
+        mac: [2, 0, 0, 0, 0, 1],
+    };
+
+    fn inventory(extra_options: &str) -> Inventory {
+        let yaml = format!(
+            r#"
+subnets:
+  - {{cidr: 10.66.0.0/16, router: 10.66.0.1, dns: [10.66.0.1], domain: lab.example}}
+profiles:
+  - name: worker
+    boot: {{bios: undionly.kpxe, uefi: ipxe.efi, http: "http://{{server}}:8080/ipxe.efi"}}
+hosts:
+  - {{mac: "52:54:00:00:00:01", ip: 10.66.1.10, hostname: node-1, profile: worker, options: {extra_options}}}
+"#
+        );
+        Inventory::parse(Path::new("t.yaml"), &yaml).expect("valid inventory")
+    }
+
+    #[test]
+    fn template_is_the_encoders_offer_with_request_fields_zero() {
+        let inv = inventory("{42: 10.66.0.1}");
+        let templates = compile(&inv, &SERVER).expect("compiles");
+        // Plain, BIOS, UEFI x64, HTTP; no arm64 file, so no arm64 template.
+        let classes: Vec<u8> = templates.keys().map(|k| k.class).collect();
+        assert_eq!(classes, vec![0, 1, 2, 4]);
+        let host = &inv.hosts[0];
+        for (key, t) in &templates {
+            let class = BootClass::ALL[key.class as usize];
+            let offer = reply_for(&inv, host, class, ReplyKind::Offer, &SERVER).expect("reply");
+            let bytes = encode(&offer, &Request::template_skeleton()).expect("encodes");
+            assert_eq!(&t.payload[..t.len as usize], &bytes[..], "{class:?}");
+            assert!(t.payload[t.len as usize..].iter().all(|b| *b == 0));
+            assert_eq!(t.payload[t.msg_type_off as usize], bootp::DHCPOFFER);
+            assert_eq!(t.csum_offer, sum16(&bytes));
+            assert_eq!(t.yiaddr, [10, 66, 1, 10]);
+            assert_eq!((t.subnet, t.netmask), ([10, 66, 0, 0], [255, 255, 0, 0]));
+            assert_eq!(
+                (t.server_ip, t.server_mac),
+                (SERVER.ip.octets(), SERVER.mac)
+            );
+            // The per-request fields the XDP program fills are zero.
+            assert!(
+                bytes[bootp::OFF_XID..bootp::OFF_YIADDR]
+                    .iter()
+                    .all(|b| *b == 0)
+            );
+            assert!(
+                bytes[bootp::OFF_GIADDR..bootp::OFF_SNAME]
+                    .iter()
+                    .all(|b| *b == 0)
+            );
+        }
+    }
+
+    #[test]
+    fn patching_the_message_type_gives_the_encoders_ack() {
+        let inv = inventory("{}");
+        let t = compile(&inv, &SERVER).expect("compiles")
+            [&HostKey::new([0x52, 0x54, 0, 0, 0, 1], BootClass::Bios)];
+        let ack = reply_for(
+            &inv,
+            &inv.hosts[0],
+            BootClass::Bios,
+            ReplyKind::Ack,
+            &SERVER,
+        )
+        .expect("reply");
+        let mut patched = t.payload[..t.len as usize].to_vec();
+        patched[t.msg_type_off as usize] = bootp::DHCPACK;
+        assert_eq!(
+            patched,
+            encode(&ack, &Request::template_skeleton()).expect("encodes")
+        );
+        assert_eq!(t.csum_ack, sum16(&patched));
+    }
+
+    #[test]
+    fn extra_options_are_compiled_in() {
+        let inv = inventory("{42: 10.66.0.1, 66: tftp.lab.example}");
+        let t = compile(&inv, &SERVER).expect("compiles")
+            [&HostKey::new([0x52, 0x54, 0, 0, 0, 1], BootClass::Plain)];
+        let payload = &t.payload[..t.len as usize];
+        let ntp = find_option(payload, 42).expect("option 42");
+        assert_eq!(&payload[ntp - 1..ntp + 4], &[4, 10, 66, 0, 1]);
+        let name = find_option(payload, 66).expect("option 66");
+        assert_eq!(&payload[name..name + 16], b"tftp.lab.example");
+    }
+
+    #[test]
+    fn reply_too_large_is_refused_naming_the_host() {
+        let big = format!(
+            "{{224: \"{}\", 225: \"{}\"}}",
+            "x".repeat(200),
+            "y".repeat(200)
+        );
+        let Err(problems) = compile(&inventory(&big), &SERVER) else {
+            panic!("a reply too large compiled")
+        };
+        assert!(!problems.is_empty());
+        let text = problems[0].to_string();
+        assert!(
+            text.contains("node-1") && text.contains("options") && text.contains("544"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn short_replies_are_padded_to_the_bootp_minimum() {
+        let inv = inventory("{}");
+        for t in compile(&inv, &SERVER).expect("compiles").values() {
+            assert!(t.len as usize >= bootp::MIN_REPLY);
+        }
+    }
+
+    #[test]
+    fn sum16_folds_carries_and_pads_odd_lengths() {
+        assert_eq!(sum16(&[0xff, 0xff, 0x00, 0x01]), 0x0001);
+        assert_eq!(sum16(&[0x12]), 0x1200);
+    }
+}
