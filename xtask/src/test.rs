@@ -1,4 +1,4 @@
-//! `cargo xtask test`: formatting, unprivileged unit tests, then the
+//! `cargo xtask test`: formatting, lints, unprivileged unit tests, then the
 //! privileged `pxe-tests` suite (netns labs and XDP, against the debug
 //! `pxe-agent` binary built here), run serially as root.
 
@@ -10,6 +10,19 @@ pub fn run() -> anyhow::Result<()> {
 
     println!("==> fmt");
     cargo("fmt", &["fmt", "--all", "--check"])?;
+
+    println!("==> clippy");
+    let clippy = [
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "pxe-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ];
+    cargo("clippy", &clippy)?;
 
     println!("==> unit tests");
     // pxe-ebpf is a no_std binary for bpfel-unknown-none only (pxe-agent's
