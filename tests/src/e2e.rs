@@ -203,8 +203,15 @@ fn dhcpcd_gets_reservation() {
         let out = std::fs::File::create(&out_path).expect("dhcpcd output file");
         // Its own process group: dhcpcd's privilege-separation helpers outlive
         // the main process and ignore SIGTERM; the group is ours to end.
+        // dhcpcd keeps leases in /var/lib/dhcpcd, which is not per
+        // namespace: a tmpfs over it, in the private mount namespace
+        // `ip netns exec` gives each command, keeps runs independent and the
+        // machine's files untouched.
         let mut child = served
-            .client_cmd("dhcpcd")
+            .client_cmd("sh")
+            .arg("-c")
+            .arg(r#"mount -t tmpfs tmpfs /var/lib/dhcpcd && exec dhcpcd "$@""#)
+            .arg("dhcpcd")
             .args([
                 "-4",
                 "--oneshot",
