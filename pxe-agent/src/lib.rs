@@ -3,7 +3,12 @@
 
 pub mod app;
 pub mod dhcp;
+pub mod discovered;
 pub mod inventory;
+pub mod lease;
 pub mod metrics;
 pub mod netdev;
+pub mod ratelimit;
+pub mod rawsock;
+pub mod wire;
 pub mod xdp;

@@ -11,8 +11,10 @@ use std::{
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use pxe_agent::{
-    app::{self, RunConfig},
-    dhcp::Server,
+    app::{self, LeaseView, RunConfig},
+    dhcp::{Server, server::Limits},
+    discovered::Discovered,
+    ratelimit::Rate,
     xdp::{AttachMode, VethPeer},
 };
 use tokio::sync::watch;
@@ -54,6 +56,15 @@ enum Command {
         /// How often to check the inventory file for changes, in milliseconds.
         #[arg(long, default_value_t = 250)]
         reload_ms: u64,
+        /// Directory for the lease database.
+        #[arg(long, default_value = "/var/lib/pxe-agent")]
+        state_dir: PathBuf,
+        /// Slow-path requests per second one MAC may send (burst: twice that).
+        #[arg(long, default_value_t = 10.0)]
+        rate_per_mac: f64,
+        /// Slow-path requests per second all unknown MACs together may send.
+        #[arg(long, default_value_t = 2000.0)]
+        rate_unknown: f64,
     },
     /// Validate an inventory file without running.
     Check {
@@ -70,8 +81,21 @@ enum Command {
         #[arg(long, short)]
         interface: String,
     },
-    /// Print the fast-path counters of the running agent.
+    /// Print the counters of the running agent.
     Stats {
+        #[arg(long, default_value = DEFAULT_METRICS)]
+        metrics_addr: SocketAddr,
+    },
+    /// List hosts of the running agent: with --discovered, the unknown
+    /// clients that asked for DHCP (to adopt into the inventory).
+    Hosts {
+        #[arg(long)]
+        discovered: bool,
+        #[arg(long, default_value = DEFAULT_METRICS)]
+        metrics_addr: SocketAddr,
+    },
+    /// List the running agent's pool leases.
+    Leases {
         #[arg(long, default_value = DEFAULT_METRICS)]
         metrics_addr: SocketAddr,
     },
@@ -102,7 +126,14 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             metrics_addr,
             xdp_mode,
             reload_ms,
+            state_dir,
+            rate_per_mac,
+            rate_unknown,
         } => {
+            anyhow::ensure!(
+                rate_per_mac > 0.0 && rate_unknown > 0.0,
+                "rates must be positive"
+            );
             let cfg = RunConfig {
                 iface: interface,
                 inventory,
@@ -110,6 +141,18 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 metrics_addr,
                 xdp_mode,
                 reload_interval: Duration::from_millis(reload_ms.max(10)),
+                state_dir,
+                limits: Limits {
+                    per_mac: Rate {
+                        per_sec: rate_per_mac,
+                        burst: 2.0 * rate_per_mac,
+                    },
+                    unknown: Rate {
+                        per_sec: rate_unknown,
+                        burst: rate_unknown,
+                    },
+                    tracked_macs: 65_536,
+                },
             };
             run(cfg)?;
             Ok(ExitCode::SUCCESS)
@@ -142,6 +185,54 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Stats { metrics_addr } => {
             print!("{}", stats(metrics_addr)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Hosts {
+            discovered,
+            metrics_addr,
+        } => {
+            anyhow::ensure!(discovered, "only `hosts --discovered` is available so far");
+            let list: Vec<Discovered> =
+                serde_json::from_str(&http_get(metrics_addr, "/api/v1/discovered")?)
+                    .context("malformed /api/v1/discovered answer")?;
+            println!(
+                "{:<17}  {:<15}  {:>4}  {:<24}  {:<10}  {:<15}  {:>5}  last seen",
+                "MAC", "IP", "ARCH", "VENDOR CLASS", "USER CLASS", "RELAY", "REQS"
+            );
+            for d in list {
+                let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+                println!(
+                    "{:<17}  {:<15}  {:>4}  {:<24}  {:<10}  {:<15}  {:>5}  {}",
+                    d.mac,
+                    d.ip.map_or("-".into(), |ip| ip.to_string()),
+                    d.arch.map_or("-".into(), |a| a.to_string()),
+                    opt(&d.vendor_class),
+                    opt(&d.user_class),
+                    d.relay.map_or("-".into(), |ip| ip.to_string()),
+                    d.requests,
+                    d.last_seen,
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Leases { metrics_addr } => {
+            let list: Vec<LeaseView> =
+                serde_json::from_str(&http_get(metrics_addr, "/api/v1/leases")?)
+                    .context("malformed /api/v1/leases answer")?;
+            println!(
+                "{:<17}  {:<15}  {:<9}  {:>12}  hostname",
+                "MAC", "IP", "STATE", "EXPIRES"
+            );
+            for l in list {
+                println!(
+                    "{:<17}  {:<15}  {:<9}  {:>12}  {}",
+                    l.mac,
+                    l.ip,
+                    l.state,
+                    l.expires,
+                    l.hostname.unwrap_or_default()
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -187,21 +278,7 @@ async fn wait_for_signal() {
 
 /// Fetches /metrics from the running agent and prints its samples as a table.
 fn stats(addr: SocketAddr) -> anyhow::Result<String> {
-    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-        .with_context(|| format!("no agent answering on {addr} (is `pxe-agent run` up?)"))?;
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(conn, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut body = String::new();
-    conn.read_to_string(&mut body)
-        .context("failed to read /metrics")?;
-    let (head, page) = body
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP response")?;
-    anyhow::ensure!(
-        head.starts_with("HTTP/1.") && head.contains(" 200 "),
-        "agent answered: {}",
-        head.lines().next().unwrap_or("")
-    );
+    let page = http_get(addr, "/metrics")?;
     let mut out = String::new();
     for line in page
         .lines()
@@ -212,4 +289,24 @@ fn stats(addr: SocketAddr) -> anyhow::Result<String> {
         }
     }
     Ok(out)
+}
+
+/// The body of `GET path` from the running agent's HTTP endpoint.
+fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
+    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .with_context(|| format!("no agent answering on {addr} (is `pxe-agent run` up?)"))?;
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(conn, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut body = String::new();
+    conn.read_to_string(&mut body)
+        .with_context(|| format!("failed to read {path}"))?;
+    let (head, page) = body
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP response")?;
+    anyhow::ensure!(
+        head.starts_with("HTTP/1.") && head.contains(" 200 "),
+        "agent answered {path} with: {}",
+        head.lines().next().unwrap_or("")
+    );
+    Ok(page.to_string())
 }

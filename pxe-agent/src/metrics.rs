@@ -1,12 +1,16 @@
 //! Metric names and their Prometheus text rendering; one place for both.
 
-use std::fmt::Write as _;
+use std::{fmt::Write as _, sync::atomic::Ordering};
 
 use pxe_ebpf_common::Counter;
 
-use crate::xdp::Stats;
+use crate::{
+    dhcp::server,
+    lease::{Lease, LeaseState},
+    xdp::Stats,
+};
 
-/// What the agent exports besides the XDP counters.
+/// What the agent exports besides the counters.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AgentGauges {
     pub hosts: usize,
@@ -16,48 +20,144 @@ pub struct AgentGauges {
 }
 
 pub const XDP_PACKETS: &str = "pxe_xdp_packets_total";
+pub const SLOW_REPLIES: &str = "pxe_slow_replies_total";
+pub const SLOW_IGNORED: &str = "pxe_slow_ignored_total";
+pub const SLOW_LIMITED: &str = "pxe_slow_ratelimited_total";
+pub const SLOW_ERRORS: &str = "pxe_slow_errors_total";
+pub const SLOW_RX: &str = "pxe_slow_requests_total";
+pub const DISCOVERED: &str = "pxe_discovered_hosts";
+pub const LEASES: &str = "pxe_leases";
 pub const INVENTORY_HOSTS: &str = "pxe_inventory_hosts";
 pub const INVENTORY_TEMPLATES: &str = "pxe_inventory_templates";
 pub const INVENTORY_RELOADS: &str = "pxe_inventory_reloads_total";
 
+/// Everything one scrape shows.
+pub struct Page<'a> {
+    pub fast: &'a Stats,
+    pub gauges: &'a AgentGauges,
+    pub slow: &'a server::Stats,
+    pub discovered: usize,
+    pub leases: &'a [Lease],
+}
+
+struct Out(String);
+
+impl Out {
+    fn head(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &str, value: impl std::fmt::Display) {
+        if labels.is_empty() {
+            let _ = writeln!(self.0, "{name} {value}");
+        } else {
+            let _ = writeln!(self.0, "{name}{{{labels}}} {value}");
+        }
+    }
+}
+
 /// Renders the metrics page (text exposition format 0.0.4).
-pub fn render(stats: &Stats, g: &AgentGauges) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP {XDP_PACKETS} DHCP packets seen by the XDP fast path, by outcome."
+pub fn render(p: &Page) -> String {
+    let mut o = Out(String::new());
+    o.head(
+        XDP_PACKETS,
+        "counter",
+        "DHCP packets seen by the XDP fast path, by outcome.",
     );
-    let _ = writeln!(out, "# TYPE {XDP_PACKETS} counter");
     for c in Counter::ALL {
-        let _ = writeln!(
-            out,
-            "{XDP_PACKETS}{{outcome=\"{}\"}} {}",
-            c.name(),
-            stats.get(c)
+        o.sample(
+            XDP_PACKETS,
+            &format!("outcome=\"{}\"", c.name()),
+            p.fast.get(c),
         );
     }
-    let _ = writeln!(
-        out,
-        "# HELP {INVENTORY_HOSTS} Hosts in the serving inventory."
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    o.head(SLOW_RX, "counter", "Requests the userspace slow path read.");
+    o.sample(SLOW_RX, "", load(&p.slow.rx));
+    o.head(
+        SLOW_REPLIES,
+        "counter",
+        "Replies sent by the slow path, by message type.",
     );
-    let _ = writeln!(out, "# TYPE {INVENTORY_HOSTS} gauge");
-    let _ = writeln!(out, "{INVENTORY_HOSTS} {}", g.hosts);
-    let _ = writeln!(
-        out,
-        "# HELP {INVENTORY_TEMPLATES} Compiled replies (host x boot class) in the XDP map."
+    for (kind, c) in [
+        ("offer", &p.slow.offers),
+        ("ack", &p.slow.acks),
+        ("nak", &p.slow.naks),
+    ] {
+        o.sample(SLOW_REPLIES, &format!("type=\"{kind}\""), load(c));
+    }
+    o.head(
+        SLOW_IGNORED,
+        "counter",
+        "Requests the slow path did not answer, by reason.",
     );
-    let _ = writeln!(out, "# TYPE {INVENTORY_TEMPLATES} gauge");
-    let _ = writeln!(out, "{INVENTORY_TEMPLATES} {}", g.templates);
-    let _ = writeln!(
-        out,
-        "# HELP {INVENTORY_RELOADS} Inventory reloads, applied or rejected."
+    for c in Counter::ALL
+        .iter()
+        .filter(|c| load(&p.slow.ignored[**c as usize]) > 0)
+    {
+        o.sample(
+            SLOW_IGNORED,
+            &format!("reason=\"{}\"", c.name()),
+            load(&p.slow.ignored[*c as usize]),
+        );
+    }
+    o.head(
+        SLOW_LIMITED,
+        "counter",
+        "Requests dropped by the storm guard, by bucket.",
     );
-    let _ = writeln!(out, "# TYPE {INVENTORY_RELOADS} counter");
-    let _ = writeln!(out, "{INVENTORY_RELOADS}{{result=\"ok\"}} {}", g.reloads_ok);
-    let _ = writeln!(
-        out,
-        "{INVENTORY_RELOADS}{{result=\"rejected\"}} {}",
-        g.reloads_rejected
+    for (scope, c) in [
+        ("mac", &p.slow.limited_mac),
+        ("unknown", &p.slow.limited_unknown),
+        ("table", &p.slow.limited_table),
+    ] {
+        o.sample(SLOW_LIMITED, &format!("scope=\"{scope}\""), load(c));
+    }
+    o.head(SLOW_ERRORS, "counter", "Slow-path failures, by kind.");
+    for (kind, c) in [
+        ("malformed", &p.slow.malformed),
+        ("pool_exhausted", &p.slow.pool_exhausted),
+        ("lease_store", &p.slow.lease_errors),
+        ("send", &p.slow.send_errors),
+    ] {
+        o.sample(SLOW_ERRORS, &format!("kind=\"{kind}\""), load(c));
+    }
+    o.head(
+        DISCOVERED,
+        "gauge",
+        "Unknown clients recorded for adoption.",
     );
-    out
+    o.sample(DISCOVERED, "", p.discovered);
+    o.head(LEASES, "gauge", "Pool leases, by state.");
+    for (name, state) in [
+        ("bound", LeaseState::Bound),
+        ("declined", LeaseState::Declined),
+    ] {
+        o.sample(
+            LEASES,
+            &format!("state=\"{name}\""),
+            p.leases.iter().filter(|l| l.state == state).count(),
+        );
+    }
+    o.head(INVENTORY_HOSTS, "gauge", "Hosts in the serving inventory.");
+    o.sample(INVENTORY_HOSTS, "", p.gauges.hosts);
+    o.head(
+        INVENTORY_TEMPLATES,
+        "gauge",
+        "Compiled replies (host x boot class) in the XDP map.",
+    );
+    o.sample(INVENTORY_TEMPLATES, "", p.gauges.templates);
+    o.head(
+        INVENTORY_RELOADS,
+        "counter",
+        "Inventory reloads, applied or rejected.",
+    );
+    o.sample(INVENTORY_RELOADS, "result=\"ok\"", p.gauges.reloads_ok);
+    o.sample(
+        INVENTORY_RELOADS,
+        "result=\"rejected\"",
+        p.gauges.reloads_rejected,
+    );
+    o.0
 }

@@ -98,6 +98,19 @@ pub enum BootClass {
 }
 
 impl BootClass {
+    /// The option 93 values (`None`: no option 93) of the requests
+    /// [`boot_class`] puts in this class; rules are compiled per class when
+    /// their outcome is the same for all of them.
+    pub const fn arches(self) -> &'static [Option<u16>] {
+        match self {
+            BootClass::Plain => &[None],
+            BootClass::Bios => &[None, Some(0)],
+            BootClass::UefiX64 => &[Some(7), Some(9)],
+            BootClass::UefiArm64 => &[Some(11)],
+            BootClass::Http => &[None, Some(15), Some(16), Some(19)],
+        }
+    }
+
     pub const ALL: [BootClass; 5] = [
         BootClass::Plain,
         BootClass::Bios,
@@ -366,6 +379,35 @@ mod tests {
                 want,
                 "arch {arch:?} vendor {vendor:?}"
             );
+        }
+    }
+
+    #[test]
+    fn class_arches_are_exactly_what_boot_class_maps_there() {
+        let vendors = [
+            VendorClass::None,
+            VendorClass::PxeClient,
+            VendorClass::HttpClient,
+        ];
+        for class in BootClass::ALL {
+            for arch in [
+                None,
+                Some(0),
+                Some(6),
+                Some(7),
+                Some(9),
+                Some(11),
+                Some(15),
+                Some(16),
+                Some(19),
+            ] {
+                let in_class = vendors.iter().any(|v| boot_class(arch, *v) == Some(class));
+                assert_eq!(
+                    in_class,
+                    class.arches().contains(&arch),
+                    "{class:?} arch {arch:?}"
+                );
+            }
         }
     }
 

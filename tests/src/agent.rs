@@ -85,6 +85,8 @@ impl Served {
                     "--inventory",
                 ])
                 .arg(&path)
+                .arg("--state-dir")
+                .arg(dir.path("state"))
                 .stderr(log.try_clone().expect("log fd"))
                 .stdout(log),
         )

@@ -9,7 +9,7 @@ use dhcproto::{
     Decodable as _, Decoder,
     v4::{DhcpOption, Message, MessageType, Opcode, OptionCode},
 };
-use pxe_agent::dhcp::{Decision, Request, decide, encode};
+use pxe_agent::dhcp::{Decision, Request, encode, fast_path as decide};
 use pxe_ebpf_common::Counter;
 
 use crate::{

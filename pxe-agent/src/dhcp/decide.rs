@@ -1,16 +1,22 @@
 //! DHCP policy: what to answer a request with, or why not to answer it.
 //!
-//! Pure functions over the inventory. The XDP program applies the same rules
-//! to the templates compiled from `reply_for`, so every pass and drop reason
-//! here is a `Counter` of the fast path.
+//! Pure functions over the inventory. `fast_path` is the contract of the XDP
+//! program (it answers what `fast_path` answers, from templates compiled by
+//! `reply_for`, and passes the rest with the same reasons); `decide` is the
+//! complete policy the slow path applies to everything else, including
+//! iPXE chainloading and unknown hosts (which need the lease store, so
+//! `decide` hands those back as [`Answer::Pool`]).
 
-use std::net::Ipv4Addr;
+use std::{collections::BTreeMap, net::Ipv4Addr};
 
 use dhcproto::v4::{DhcpOption, DhcpOptions, MessageType, OptionCode, UnknownOption};
 use pxe_ebpf_common::{BootClass, Counter, boot_class, bootp::HTTP_CLIENT};
 
 use super::Request;
-use crate::inventory::{Host, Inventory};
+use crate::inventory::{
+    BootFiles, DiscoveryPolicy, Host, Inventory, MAC_PLACEHOLDER, MacAddr, Profile,
+    SERVER_PLACEHOLDER, Subnet,
+};
 
 /// The server as the replies name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +31,7 @@ pub struct Server {
 pub enum ReplyKind {
     Offer,
     Ack,
+    Nak,
 }
 
 impl ReplyKind {
@@ -32,6 +39,7 @@ impl ReplyKind {
         match self {
             ReplyKind::Offer => MessageType::Offer,
             ReplyKind::Ack => MessageType::Ack,
+            ReplyKind::Nak => MessageType::Nak,
         }
     }
 }
@@ -48,6 +56,7 @@ pub struct Reply {
     pub options: DhcpOptions,
 }
 
+/// The fast path's verdict on a request.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
     Reply(Reply),
@@ -57,8 +66,8 @@ pub enum Decision {
     Drop(Counter),
 }
 
-/// Decides the answer to `req`.
-pub fn decide(req: &Request, inv: &Inventory, server: &Server) -> Decision {
+/// What the fast path answers (see the module doc).
+pub fn fast_path(req: &Request, inv: &Inventory, server: &Server) -> Decision {
     let Some(msg_type) = req.msg_type else {
         return Decision::Pass(Counter::PassMessageType);
     };
@@ -87,23 +96,40 @@ pub fn decide(req: &Request, inv: &Inventory, server: &Server) -> Decision {
         return Decision::Pass(Counter::PassRelay);
     }
     if kind == ReplyKind::Ack {
-        // RFC 2131 4.3.2: SELECTING names a server; INIT-REBOOT asks for an
-        // address; RENEWING/REBINDING fills ciaddr.
-        let wanted = match (req.server_id, req.requested_ip) {
-            (Some(sid), _) if sid != server.ip => return Decision::Drop(Counter::DropOtherServer),
-            (Some(_), requested) => requested,
-            (None, Some(requested)) if req.ciaddr.is_unspecified() => Some(requested),
-            (None, _) => Some(req.ciaddr),
-        };
-        if wanted != Some(reply.yiaddr) {
-            return Decision::Pass(Counter::PassRequestMismatch);
+        match requested(req, server) {
+            Wanted::OtherServer => return Decision::Drop(Counter::DropOtherServer),
+            Wanted::Address(ip) if ip == reply.yiaddr => {}
+            Wanted::Address(_) | Wanted::Nothing => {
+                return Decision::Pass(Counter::PassRequestMismatch);
+            }
         }
     }
     Decision::Reply(reply)
 }
 
-/// The reply `host` gets when its firmware is of `class`, or `None` when its
-/// profile has boot answers but none for that class (the slow path decides).
+/// The address a DHCPREQUEST asks for (RFC 2131 4.3.2): SELECTING names a
+/// server; INIT-REBOOT asks for an address; RENEWING/REBINDING fill ciaddr.
+enum Wanted {
+    OtherServer,
+    Address(Ipv4Addr),
+    Nothing,
+}
+
+fn requested(req: &Request, server: &Server) -> Wanted {
+    match (req.server_id, req.requested_ip) {
+        (Some(sid), _) if sid != server.ip => Wanted::OtherServer,
+        (Some(_), Some(ip)) => Wanted::Address(ip),
+        (Some(_), None) => Wanted::Nothing,
+        (None, Some(ip)) if req.ciaddr.is_unspecified() => Wanted::Address(ip),
+        (None, _) if !req.ciaddr.is_unspecified() => Wanted::Address(req.ciaddr),
+        (None, _) => Wanted::Nothing,
+    }
+}
+
+/// The reply `host` gets when its firmware is of `class`, or `None` when the
+/// fast path cannot answer that class for this host: its profile has boot
+/// answers but none for the class, or a conditional rule needs the request
+/// itself to decide.
 pub fn reply_for(
     inv: &Inventory,
     host: &Host,
@@ -111,10 +137,89 @@ pub fn reply_for(
     kind: ReplyKind,
     server: &Server,
 ) -> Option<Reply> {
-    let subnet = inv.subnet_of(host);
     let profile = inv.profile_of(host);
-    let expand = |s: &str| s.replace("{server}", &server.ip.to_string());
+    let (boot, rule_options) = profile.boot_for_arches(&host.labels, class.arches())?;
+    let subject = Subject::host(inv, host);
+    let boot = boot_answer(profile, boot.as_ref(), class, None, host.mac, server)?;
+    Some(build(&subject, kind, boot, &rule_options, server))
+}
 
+/// Whom a reply is for: a reserved host, or a client leasing from a pool.
+pub struct Subject<'a> {
+    pub ip: Ipv4Addr,
+    pub hostname: Option<&'a str>,
+    pub subnet: &'a Subnet,
+    pub options: Option<&'a BTreeMap<u8, Vec<u8>>>,
+    pub lease_time: u32,
+}
+
+impl<'a> Subject<'a> {
+    pub fn host(inv: &'a Inventory, host: &'a Host) -> Subject<'a> {
+        let subnet = inv.subnet_of(host);
+        Subject {
+            ip: host.ip,
+            hostname: host.hostname.as_deref(),
+            subnet,
+            options: Some(&host.options),
+            lease_time: subnet.lease_time,
+        }
+    }
+}
+
+/// The boot part of an answer.
+pub enum Boot {
+    /// Address only.
+    None,
+    /// TFTP file for PXE firmware.
+    Tftp(String),
+    /// URL for UEFI HTTP boot.
+    Http(String),
+    /// URL an iPXE client chains to.
+    Ipxe(String),
+}
+
+/// Picks the boot answer: `None` when the profile answers boot requests
+/// but not this firmware class (the caller declines).
+fn boot_answer(
+    profile: &Profile,
+    boot: Option<&BootFiles>,
+    class: BootClass,
+    ipxe: Option<&str>,
+    mac: MacAddr,
+    server: &Server,
+) -> Option<Boot> {
+    let expand = |s: &str| {
+        s.replace(SERVER_PLACEHOLDER, &server.ip.to_string())
+            .replace(MAC_PLACEHOLDER, &mac.to_string())
+    };
+    if let Some(script) = ipxe {
+        return Some(Boot::Ipxe(expand(
+            profile.chain.as_deref().unwrap_or(script),
+        )));
+    }
+    let Some(boot) = boot else {
+        return Some(Boot::None);
+    };
+    let pick = |name: &Option<String>| name.as_deref().map(expand);
+    Some(match class {
+        BootClass::Plain => Boot::None,
+        BootClass::Bios => Boot::Tftp(pick(&boot.bios)?),
+        BootClass::UefiX64 => Boot::Tftp(pick(&boot.uefi)?),
+        BootClass::UefiArm64 => Boot::Tftp(pick(&boot.uefi_arm64)?),
+        BootClass::Http => Boot::Http(pick(&boot.http)?),
+    })
+}
+
+/// Assembles a reply: subnet options, lease, server id, the boot answer, then
+/// rule options and the host's own options (a later source wins per code).
+pub fn build(
+    subject: &Subject,
+    kind: ReplyKind,
+    boot: Boot,
+    rule_options: &BTreeMap<u8, Vec<u8>>,
+    server: &Server,
+) -> Reply {
+    let subnet = subject.subnet;
     let mut options = DhcpOptions::new();
     options.insert(DhcpOption::SubnetMask(subnet.netmask()));
     if let Some(router) = subnet.router {
@@ -123,50 +228,257 @@ pub fn reply_for(
     if !subnet.dns.is_empty() {
         options.insert(DhcpOption::DomainNameServer(subnet.dns.clone()));
     }
-    if let Some(name) = &host.hostname {
-        options.insert(DhcpOption::Hostname(name.clone()));
+    if let Some(name) = subject.hostname {
+        options.insert(DhcpOption::Hostname(name.to_string()));
     }
     if let Some(domain) = &subnet.domain {
         options.insert(DhcpOption::DomainName(domain.clone()));
     }
-    options.insert(DhcpOption::AddressLeaseTime(subnet.lease_time));
+    options.insert(DhcpOption::AddressLeaseTime(subject.lease_time));
     options.insert(DhcpOption::MessageType(kind.message_type()));
     options.insert(DhcpOption::ServerIdentifier(server.ip));
 
-    let mut siaddr = Ipv4Addr::UNSPECIFIED;
-    let mut file = None;
-    if let Some(boot) = &profile.boot {
-        let tftp = |name: &Option<String>| name.as_deref().map(expand);
-        match class {
-            BootClass::Plain => {}
-            BootClass::Bios => file = Some(tftp(&boot.bios)?),
-            BootClass::UefiX64 => file = Some(tftp(&boot.uefi)?),
-            BootClass::UefiArm64 => file = Some(tftp(&boot.uefi_arm64)?),
-            BootClass::Http => {
-                let url = expand(boot.http.as_deref()?);
-                // UEFI HTTP boot takes only offers that echo "HTTPClient"
-                // (UEFI 2.5 section 24.7.2).
-                options.insert(DhcpOption::ClassIdentifier(HTTP_CLIENT.to_vec()));
-                options.insert(DhcpOption::BootfileName(url.into_bytes()));
-            }
-        }
-        if file.is_some() {
+    let (mut siaddr, mut file) = (Ipv4Addr::UNSPECIFIED, None);
+    match boot {
+        Boot::None => {}
+        Boot::Tftp(name) => {
             siaddr = server.ip;
+            file = Some(name);
+        }
+        Boot::Http(url) => {
+            // UEFI HTTP boot takes only offers that echo "HTTPClient"
+            // (UEFI 2.5 section 24.7.2).
+            options.insert(DhcpOption::ClassIdentifier(HTTP_CLIENT.to_vec()));
+            options.insert(DhcpOption::BootfileName(url.into_bytes()));
+        }
+        Boot::Ipxe(url) => {
+            options.insert(DhcpOption::BootfileName(url.into_bytes()));
+            // iPXE waits for ProxyDHCP offers unless told there are none:
+            // encapsulated option 176 (no-pxedhcp) = 1.
+            options.insert(DhcpOption::Unknown(UnknownOption::new(
+                OptionCode::from(175),
+                vec![176, 1, 1],
+            )));
         }
     }
-    for (code, value) in &host.options {
+    let extra = rule_options
+        .iter()
+        .chain(subject.options.into_iter().flatten());
+    for (code, value) in extra {
         options.insert(DhcpOption::Unknown(UnknownOption::new(
             OptionCode::from(*code),
             value.clone(),
         )));
     }
-    Some(Reply {
+    Reply {
         kind,
-        yiaddr: host.ip,
+        yiaddr: subject.ip,
         siaddr,
         file,
         options,
+    }
+}
+
+/// A NAK (RFC 2131 table 3: only the message type, server id and a message).
+pub fn nak(server: &Server, why: &str) -> Reply {
+    let mut options = DhcpOptions::new();
+    options.insert(DhcpOption::MessageType(MessageType::Nak));
+    options.insert(DhcpOption::ServerIdentifier(server.ip));
+    options.insert(DhcpOption::Message(why.to_string()));
+    Reply {
+        kind: ReplyKind::Nak,
+        yiaddr: Ipv4Addr::UNSPECIFIED,
+        siaddr: Ipv4Addr::UNSPECIFIED,
+        file: None,
+        options,
+    }
+}
+
+/// The slow path's answer to a request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    Reply(Reply),
+    /// No answer; the counter says why.
+    Ignore(Counter),
+    /// An unknown host under the `inspect` discovery policy: the caller
+    /// leases from the pool of `subnet`, then calls [`pool_reply`].
+    Pool(PoolAsk),
+    /// DHCPRELEASE or DHCPDECLINE of a pool lease.
+    Release {
+        ip: Ipv4Addr,
+    },
+    Decline {
+        ip: Ipv4Addr,
+    },
+}
+
+/// What the lease store must settle before a pool client is answered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolAsk {
+    /// Index into [`Inventory::subnets`].
+    pub subnet: usize,
+    pub kind: ReplyKind,
+    /// For an ACK: the address the client asks for; for an OFFER: a hint.
+    pub wanted: Option<Ipv4Addr>,
+}
+
+/// The complete policy (see the module doc).
+pub fn decide(req: &Request, inv: &Inventory, server: &Server) -> Answer {
+    let Some(msg_type) = req.msg_type else {
+        return Answer::Ignore(Counter::PassMessageType);
+    };
+    let relayed = !req.giaddr.is_unspecified();
+    // The segment the client is on: the relay's, or ours.
+    let segment = if relayed { req.giaddr } else { server.ip };
+    let host = inv.host_by_mac(req.chaddr);
+    let kind = match msg_type {
+        MessageType::Discover => ReplyKind::Offer,
+        MessageType::Request => ReplyKind::Ack,
+        MessageType::Release if host.is_none() => return Answer::Release { ip: req.ciaddr },
+        MessageType::Decline if host.is_none() => match req.requested_ip {
+            Some(ip) => return Answer::Decline { ip },
+            None => return Answer::Ignore(Counter::PassMalformed),
+        },
+        MessageType::Inform => return inform(req, inv, server),
+        _ => return Answer::Ignore(Counter::PassMessageType),
+    };
+    let Some(host) = host else {
+        return unknown(req, inv, server, kind, segment);
+    };
+    if relayed && !inv.subnet_of(host).contains(req.giaddr) {
+        // Reserved elsewhere: this relay's segment is not where it lives.
+        return Answer::Ignore(Counter::PassRelay);
+    }
+    if kind == ReplyKind::Ack {
+        match requested(req, server) {
+            Wanted::OtherServer => return Answer::Ignore(Counter::DropOtherServer),
+            Wanted::Address(ip) if ip == host.ip => {}
+            // RFC 2131 4.3.2: an address wrong for the client gets a NAK; its
+            // reservation itself never does.
+            Wanted::Address(_) | Wanted::Nothing => {
+                return Answer::Reply(nak(server, "not your reserved address"));
+            }
+        }
+    }
+    // A firmware with no class of ours still gets its address.
+    let class = boot_class(req.arch, req.vendor).unwrap_or(BootClass::Plain);
+    let profile = inv.profile_of(host);
+    let (boot, rule_options) = profile.boot_for(&host.labels, &req.traits());
+    let ipxe = req
+        .is_ipxe(&inv.ipxe.user_class)
+        .then_some(inv.ipxe.script.as_str());
+    let boot =
+        boot_answer(profile, boot.as_ref(), class, ipxe, host.mac, server).unwrap_or(Boot::None);
+    let mut reply = build(&Subject::host(inv, host), kind, boot, &rule_options, server);
+    echo_relay_info(&mut reply, req);
+    Answer::Reply(reply)
+}
+
+fn unknown(
+    req: &Request,
+    inv: &Inventory,
+    server: &Server,
+    kind: ReplyKind,
+    segment: Ipv4Addr,
+) -> Answer {
+    if inv.discovery.policy == DiscoveryPolicy::Ignore {
+        return Answer::Ignore(Counter::PassUnknownHost);
+    }
+    let Some(subnet) = inv
+        .subnets
+        .iter()
+        .position(|s| s.contains(segment) && s.pool.is_some())
+    else {
+        return Answer::Ignore(Counter::PassUnknownHost);
+    };
+    let wanted = match kind {
+        ReplyKind::Offer => req.requested_ip,
+        _ => match requested(req, server) {
+            Wanted::OtherServer => return Answer::Ignore(Counter::DropOtherServer),
+            Wanted::Address(ip) => Some(ip),
+            Wanted::Nothing => return Answer::Ignore(Counter::PassMalformed),
+        },
+    };
+    Answer::Pool(PoolAsk {
+        subnet,
+        kind,
+        wanted,
     })
+}
+
+/// The reply to a pool client once the lease store gave it `ip`: the
+/// discovery profile's boot answer (or the iPXE chain), the pool's lease time.
+pub fn pool_reply(
+    req: &Request,
+    inv: &Inventory,
+    server: &Server,
+    ask: &PoolAsk,
+    ip: Ipv4Addr,
+) -> Reply {
+    let subnet = &inv.subnets[ask.subnet];
+    let subject = Subject {
+        ip,
+        hostname: None,
+        subnet,
+        options: None,
+        lease_time: inv.discovery.lease_time_in(subnet),
+    };
+    let class = boot_class(req.arch, req.vendor).unwrap_or(BootClass::Plain);
+    let (boot, rule_options) = match inv.discovery_profile() {
+        Some(profile) => {
+            let (boot, options) = profile.boot_for(&BTreeMap::new(), &req.traits());
+            let ipxe = req
+                .is_ipxe(&inv.ipxe.user_class)
+                .then_some(inv.ipxe.script.as_str());
+            (
+                boot_answer(profile, boot.as_ref(), class, ipxe, req.chaddr, server),
+                options,
+            )
+        }
+        None => (Some(Boot::None), BTreeMap::new()),
+    };
+    let mut reply = build(
+        &subject,
+        ask.kind,
+        boot.unwrap_or(Boot::None),
+        &rule_options,
+        server,
+    );
+    echo_relay_info(&mut reply, req);
+    reply
+}
+
+/// DHCPINFORM (RFC 2131 4.3.5): the subnet's options, no address or lease.
+fn inform(req: &Request, inv: &Inventory, server: &Server) -> Answer {
+    let Some(subnet) = inv.subnets.iter().find(|s| s.contains(req.ciaddr)) else {
+        return Answer::Ignore(Counter::PassMessageType);
+    };
+    let subject = Subject {
+        ip: Ipv4Addr::UNSPECIFIED,
+        hostname: None,
+        subnet,
+        options: None,
+        lease_time: 0,
+    };
+    let mut reply = build(
+        &subject,
+        ReplyKind::Ack,
+        Boot::None,
+        &BTreeMap::new(),
+        server,
+    );
+    reply.options.remove(OptionCode::AddressLeaseTime);
+    Answer::Reply(reply)
+}
+
+/// RFC 3046 2.2: the server echoes the relay agent information unchanged.
+fn echo_relay_info(reply: &mut Reply, req: &Request) {
+    if let Some(info) = &req.more.relay_agent_info {
+        reply.options.insert(DhcpOption::Unknown(UnknownOption::new(
+            OptionCode::RelayAgentInformation,
+            info.clone(),
+        )));
+    }
 }
 
 #[cfg(test)]
@@ -376,7 +688,7 @@ hosts:
         ];
         let inv = inv();
         for (name, req, want) in cases {
-            assert_eq!(summarize(decide(&req, &inv, &SERVER)), want, "{name}");
+            assert_eq!(summarize(fast_path(&req, &inv, &SERVER)), want, "{name}");
         }
     }
 
@@ -388,7 +700,7 @@ hosts:
             vendor: VendorClass::HttpClient,
             ..discover(WORKER)
         };
-        let Decision::Reply(r) = decide(&req, &inv, &SERVER) else {
+        let Decision::Reply(r) = fast_path(&req, &inv, &SERVER) else {
             panic!("no reply")
         };
         assert_eq!(
@@ -408,7 +720,7 @@ hosts:
     #[test]
     fn reply_carries_subnet_options_lease_and_server_id() {
         let inv = inv();
-        let Decision::Reply(r) = decide(&discover(WORKER), &inv, &SERVER) else {
+        let Decision::Reply(r) = fast_path(&discover(WORKER), &inv, &SERVER) else {
             panic!("no reply")
         };
         assert_eq!(r.yiaddr, RESERVED);

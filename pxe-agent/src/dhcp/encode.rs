@@ -29,7 +29,7 @@ pub fn encode(reply: &Reply, req: &Request) -> Result<Vec<u8>, EncodeError> {
         .set_flags(Flags::new(req.flags))
         .set_ciaddr(match reply.kind {
             ReplyKind::Ack => req.ciaddr,
-            ReplyKind::Offer => Ipv4Addr::UNSPECIFIED,
+            ReplyKind::Offer | ReplyKind::Nak => Ipv4Addr::UNSPECIFIED,
         })
         .set_yiaddr(reply.yiaddr)
         .set_siaddr(reply.siaddr)

@@ -10,6 +10,10 @@ pub mod encode;
 pub mod request;
 pub mod template;
 
-pub use decide::{Decision, Reply, ReplyKind, Server, decide, reply_for};
+pub use decide::{
+    Answer, Decision, PoolAsk, Reply, ReplyKind, Server, decide, fast_path, nak, pool_reply,
+    reply_for,
+};
 pub use encode::encode;
 pub use request::Request;
+pub mod server;

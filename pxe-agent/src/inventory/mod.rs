@@ -1,20 +1,23 @@
 //! The host inventory: which machines this agent answers, with which address,
-//! subnet settings, boot files and extra DHCP options. Owns the model the
-//! DHCP and XDP paths read, the YAML file format (`docs/inventory.md`) and
-//! its validation, which reports every problem at once so that a bad reload
-//! can be refused with one complete message. It does not decide DHCP policy
-//! (`dhcp::decide`), substitute the `{server}` placeholder, or watch the file
-//! for changes.
+//! subnet settings, boot files and extra DHCP options, and how it treats
+//! machines it does not know (discovery) and iPXE clients. Owns the model the
+//! DHCP and XDP paths read, the YAML file format (`docs/inventory.md`), its
+//! validation, which reports every problem at once so that a bad reload can
+//! be refused with one complete message, and the evaluation of per-profile
+//! rules (`rule`). It does not decide DHCP policy (`dhcp::decide`), read
+//! options out of packets, substitute the `{server}` and `{mac}`
+//! placeholders, hand out pool leases, or watch the file for changes.
 
 mod error;
 mod file;
 mod mac;
 mod option;
 mod raw;
+mod rule;
 mod validate;
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     fmt,
     net::Ipv4Addr,
     path::{Path, PathBuf},
@@ -22,21 +25,57 @@ use std::{
 
 pub use error::{LoadError, Problem};
 pub use mac::{MacAddr, ParseMacError};
+pub use rule::{BootAnswer, Match, Rule, Traits, circuit_id, parse_user_classes};
 
 /// Placeholder in boot strings for the server's address, substituted when
 /// answers are built; the inventory keeps it as written.
 pub const SERVER_PLACEHOLDER: &str = "{server}";
 
+/// Placeholder in the iPXE script and chain URLs for the client's MAC in
+/// lowercase colon form (`52:54:00:12:34:56`), substituted when answers are
+/// built; the inventory keeps it as written.
+pub const MAC_PLACEHOLDER: &str = "{mac}";
+
 /// Lease time used when a subnet does not set `lease_time`, in seconds.
 pub const DEFAULT_LEASE_TIME: u32 = 3600;
 
+/// The option 77 entry that marks a client as iPXE when `ipxe.user_class`
+/// is not set; iPXE sends it as `\x04iPXE`.
+pub const DEFAULT_IPXE_USER_CLASS: &str = "iPXE";
+
+/// The script URL iPXE clients get when `ipxe.script` is not set.
+pub const DEFAULT_IPXE_SCRIPT: &str = "http://{server}:8080/boot/{mac}.ipxe";
+
 /// A validated inventory. Hosts refer to subnets and profiles by index.
+///
+/// [`Inventory::host_by_mac`] uses an index built by [`Inventory::parse`]
+/// (and [`Inventory::load`]). Code that changes `hosts` afterwards (tests,
+/// mostly) calls [`Inventory::reindex`]: until then added and removed hosts
+/// are still found, by a scan, but a MAC changed in place is not.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Inventory {
     pub subnets: Vec<Subnet>,
     pub profiles: Vec<Profile>,
     pub hosts: Vec<Host>,
+    /// What to do with machines that are not in `hosts`.
+    pub discovery: Discovery,
+    /// How iPXE clients are recognised and what they are told to load.
+    pub ipxe: IpxeSettings,
+    mac_index: MacIndex,
 }
+
+/// MAC -> index into [`Inventory::hosts`]. Derived data: two inventories
+/// with the same contents are equal however their indices were built.
+#[derive(Debug, Clone, Default)]
+struct MacIndex(HashMap<MacAddr, usize>);
+
+impl PartialEq for MacIndex {
+    fn eq(&self, _: &MacIndex) -> bool {
+        true
+    }
+}
+
+impl Eq for MacIndex {}
 
 /// An IPv4 subnet that hosts get addresses in, with the settings they get.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +89,9 @@ pub struct Subnet {
     pub domain: Option<String>,
     /// Seconds.
     pub lease_time: u32,
+    /// Addresses leased to machines that are not in the inventory, when
+    /// discovery is on. Inside the subnet; holds no reserved address.
+    pub pool: Option<Range>,
 }
 
 impl Subnet {
@@ -82,16 +124,63 @@ impl fmt::Display for Subnet {
     }
 }
 
+/// An inclusive range of IPv4 addresses, `start` to `end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Range {
+    pub start: Ipv4Addr,
+    pub end: Ipv4Addr,
+}
+
+impl Range {
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        self.start <= ip && ip <= self.end
+    }
+
+    /// Number of addresses; 0 when `end` is before `start`. A `u64`, as
+    /// `0.0.0.0-255.255.255.255` holds 2^32.
+    pub fn len(&self) -> u64 {
+        if self.is_empty() {
+            0
+        } else {
+            u64::from(u32::from(self.end) - u32::from(self.start)) + 1
+        }
+    }
+
+    /// True only when `end` is before `start`, which validation refuses.
+    pub fn is_empty(&self) -> bool {
+        self.end < self.start
+    }
+
+    /// The addresses in order, `start` first.
+    pub fn addresses(&self) -> impl Iterator<Item = Ipv4Addr> + use<> {
+        (u32::from(self.start)..=u32::from(self.end)).map(Ipv4Addr::from)
+    }
+}
+
+/// `10.66.200.1-10.66.200.250`.
+impl fmt::Display for Range {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.start, self.end)
+    }
+}
+
 /// What a group of hosts boots. Strings are kept as written, including the
-/// `{server}` placeholder.
+/// `{server}` and `{mac}` placeholders.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
     pub name: String,
-    /// `None`: hosts get an address but no boot answer.
+    /// `None`: hosts get an address but no boot answer (unless a rule gives
+    /// one).
     pub boot: Option<BootFiles>,
     pub kernel: Option<String>,
     pub initrd: Vec<String>,
     pub cmdline: Option<String>,
+    /// URL that iPXE clients of this profile's hosts load instead of
+    /// [`IpxeSettings::script`].
+    pub chain: Option<String>,
+    /// Conditional changes to the boot answer and options, applied in order
+    /// ([`Profile::boot_for`]).
+    pub rules: Vec<Rule>,
 }
 
 /// The first file each kind of firmware is told to fetch.
@@ -133,6 +222,54 @@ impl Host {
     }
 }
 
+/// What the agent does with requests from MACs that are not in the
+/// inventory.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Discovery {
+    pub policy: DiscoveryPolicy,
+    /// Index into [`Inventory::profiles`]: what unknown machines boot. Set
+    /// whenever `policy` is [`DiscoveryPolicy::Inspect`].
+    pub profile: Option<usize>,
+    /// Seconds; `None`: the lease time of the pool's subnet.
+    pub lease_time: Option<u32>,
+}
+
+impl Discovery {
+    /// Lease time for an unknown machine given an address in `subnet`.
+    pub fn lease_time_in(&self, subnet: &Subnet) -> u32 {
+        self.lease_time.unwrap_or(subnet.lease_time)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DiscoveryPolicy {
+    /// Leave unknown machines to the rest of the network.
+    #[default]
+    Ignore,
+    /// Lease them an address from a subnet's pool and answer them with the
+    /// discovery profile, so they boot an inspection image and can be
+    /// adopted into the inventory.
+    Inspect,
+}
+
+/// How iPXE clients are recognised and which script they load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpxeSettings {
+    /// A client whose user class option (77) has this entry is iPXE.
+    pub user_class: String,
+    /// URL of the iPXE script, with `{server}` and `{mac}` as written.
+    pub script: String,
+}
+
+impl Default for IpxeSettings {
+    fn default() -> IpxeSettings {
+        IpxeSettings {
+            user_class: DEFAULT_IPXE_USER_CLASS.to_owned(),
+            script: DEFAULT_IPXE_SCRIPT.to_owned(),
+        }
+    }
+}
+
 impl Inventory {
     /// Reads, parses and validates the inventory at `path`.
     pub fn load(path: &Path) -> Result<Inventory, LoadError> {
@@ -144,21 +281,38 @@ impl Inventory {
         let raw: raw::RawInventory = serde_yaml::from_str(text).map_err(|e| {
             let mut message = e.to_string();
             // Inside [...] and {...} YAML reads an unquoted `{server}` as a
-            // mapping, which the parser reports as a bare type mismatch.
-            if message.contains("invalid type: map, expected a string")
-                && text.contains(SERVER_PLACEHOLDER)
+            // mapping, which the parser reports as a bare type mismatch, or,
+            // after other text, as a flow collection that does not close.
+            if (message.contains("invalid type: map, expected a string")
+                || message.contains("while parsing a flow"))
+                && (text.contains(SERVER_PLACEHOLDER) || text.contains(MAC_PLACEHOLDER))
             {
-                message.push_str(" (quote values that contain {server} inside [...] or {...})");
+                message.push_str(
+                    " (quote values that contain {server} or {mac} inside [...] or {...})",
+                );
             }
             LoadError::Syntax {
                 path: PathBuf::from(path),
                 message,
             }
         })?;
-        validate::validate(raw).map_err(|problems| LoadError::Invalid {
+        let mut inventory = validate::validate(raw).map_err(|problems| LoadError::Invalid {
             path: PathBuf::from(path),
             problems,
-        })
+        })?;
+        inventory.reindex();
+        Ok(inventory)
+    }
+
+    /// Rebuilds the index behind [`Inventory::host_by_mac`] after `hosts`
+    /// changed. With duplicate MACs (which validation refuses) the first
+    /// host wins, as a scan would find it.
+    pub fn reindex(&mut self) {
+        let mut index = HashMap::with_capacity(self.hosts.len());
+        for (at, host) in self.hosts.iter().enumerate() {
+            index.entry(host.mac).or_insert(at);
+        }
+        self.mac_index = MacIndex(index);
     }
 
     /// # Panics
@@ -175,10 +329,35 @@ impl Inventory {
         &self.profiles[host.profile]
     }
 
-    /// Linear scan: this serves the slow path only; the XDP fast path has its
-    /// own map keyed by MAC.
+    /// The host with `mac`, in O(1) through the index: the slow path looks
+    /// up every packet, and fleets have tens of thousands of hosts. When
+    /// the index is visibly stale (a hit that names another MAC, or a
+    /// different host count) this scans instead; see [`Inventory`].
     pub fn host_by_mac(&self, mac: MacAddr) -> Option<&Host> {
+        let index = &self.mac_index.0;
+        if let Some(host) = index
+            .get(&mac)
+            .and_then(|&at| self.hosts.get(at))
+            .filter(|host| host.mac == mac)
+        {
+            return Some(host);
+        }
+        if index.len() == self.hosts.len() && !index.contains_key(&mac) {
+            return None;
+        }
         self.hosts.iter().find(|host| host.mac == mac)
+    }
+
+    /// The profile unknown machines get, when discovery names one.
+    pub fn discovery_profile(&self) -> Option<&Profile> {
+        self.discovery.profile.and_then(|at| self.profiles.get(at))
+    }
+
+    /// The subnets that have a discovery pool, with the pool.
+    pub fn pools(&self) -> impl Iterator<Item = (&Subnet, &Range)> {
+        self.subnets
+            .iter()
+            .filter_map(|subnet| subnet.pool.as_ref().map(|pool| (subnet, pool)))
     }
 }
 
@@ -259,6 +438,7 @@ hosts:
                 dns: vec![Ipv4Addr::new(10, 66, 0, 1)],
                 domain: Some("lab.example".into()),
                 lease_time: 7200,
+                pool: None,
             }]
         );
         assert_eq!(
@@ -274,6 +454,8 @@ hosts:
                 kernel: Some("http://{server}:8080/artifacts/vmlinuz".into()),
                 initrd: vec!["http://{server}:8080/artifacts/initrd.img".into()],
                 cmdline: Some("console=ttyS0".into()),
+                chain: None,
+                rules: vec![],
             }]
         );
         let labels = BTreeMap::from([
@@ -300,7 +482,25 @@ hosts:
         assert_eq!(inventory.subnets.len(), 1);
         assert_eq!(inventory.subnets[0].to_string(), "10.66.0.0/16");
         let names: Vec<_> = inventory.profiles.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["worker", "bare"]);
+        assert_eq!(names, ["worker", "bare", "inspector"]);
+        let pool = inventory.subnets[0].pool.expect("the example has a pool");
+        assert_eq!(pool.to_string(), "10.66.200.1-10.66.200.250");
+        assert_eq!(inventory.discovery.policy, DiscoveryPolicy::Inspect);
+        let inspector = inventory.discovery_profile().expect("discovery profile");
+        assert_eq!(inspector.name, "inspector");
+        assert!(inspector.boot.is_some() && inspector.kernel.is_some());
+        let node2 = inventory
+            .host_by_mac("52:54:00:12:34:57".parse().expect("mac"))
+            .expect("node-2");
+        let (boot, _) = inventory
+            .profile_of(node2)
+            .boot_for_arches(&node2.labels, &[Some(7), Some(9)])
+            .expect("a label rule is decided without the request");
+        assert_eq!(
+            boot.and_then(|b| b.uefi).as_deref(),
+            Some("snponly.efi"),
+            "the example's rule applies to node-2 in rack r2"
+        );
         let node3 = inventory
             .host_by_mac("52:54:00:12:34:58".parse().expect("mac"))
             .expect("node-3");
@@ -795,6 +995,7 @@ hosts:
             dns: vec![],
             domain: None,
             lease_time: DEFAULT_LEASE_TIME,
+            pool: None,
         };
         let lab = subnet([10, 66, 0, 0], 16);
         assert_eq!(lab.netmask(), Ipv4Addr::new(255, 255, 0, 0));
@@ -808,5 +1009,571 @@ hosts:
         assert_eq!(single.netmask(), Ipv4Addr::BROADCAST);
         assert!(single.contains(Ipv4Addr::new(192, 0, 2, 7)));
         assert!(!single.contains(Ipv4Addr::new(192, 0, 2, 8)));
+    }
+
+    /// [`FULL`] plus every key added for discovery, iPXE and rules.
+    const EXTENDED: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+    router: 10.66.0.1
+    pool: {start: 10.66.200.1, end: 10.66.200.250}
+  - cidr: 10.67.0.0/24
+discovery: {policy: inspect, profile: inspector, lease_time: 600}
+ipxe:
+  user_class: iPXE-lab
+  script: "https://{server}/boot/{mac}.ipxe"
+profiles:
+  - name: worker
+    boot: {bios: undionly.kpxe, uefi: ipxe.efi}
+    chain: "http://installer.example/boot.ipxe"
+    rules:
+      - match:
+          arch: [7, 9]
+          vendor_class: "PXEClient:Arch:00007"
+          user_class: iPXE
+          circuit_id: rack1-sw1-port3
+          labels: {rack: r1}
+        boot: {uefi: snponly.efi}
+        options: {66: 10.66.0.1}
+      - match: {labels: {rack: r2}}
+        options: {224: hex:0102}
+  - name: inspector
+    boot: {bios: undionly.kpxe}
+hosts:
+  - {mac: "52:54:00:12:34:56", ip: 10.66.1.10, profile: worker, labels: {rack: r1}}
+"#;
+
+    #[test]
+    fn new_keys_parse_into_the_model() {
+        let inventory = parse(EXTENDED).expect("valid");
+        assert_eq!(
+            inventory.subnets[0].pool,
+            Some(Range {
+                start: Ipv4Addr::new(10, 66, 200, 1),
+                end: Ipv4Addr::new(10, 66, 200, 250),
+            })
+        );
+        assert_eq!(inventory.subnets[1].pool, None);
+        assert_eq!(
+            inventory.discovery,
+            Discovery {
+                policy: DiscoveryPolicy::Inspect,
+                profile: Some(1),
+                lease_time: Some(600),
+            }
+        );
+        assert_eq!(
+            inventory.ipxe,
+            IpxeSettings {
+                user_class: "iPXE-lab".into(),
+                script: "https://{server}/boot/{mac}.ipxe".into(),
+            }
+        );
+        let worker = &inventory.profiles[0];
+        assert_eq!(
+            worker.chain.as_deref(),
+            Some("http://installer.example/boot.ipxe")
+        );
+        assert_eq!(
+            worker.rules,
+            vec![
+                Rule {
+                    when: Match {
+                        arch: vec![7, 9],
+                        vendor_class: Some("PXEClient:Arch:00007".into()),
+                        user_class: Some("iPXE".into()),
+                        circuit_id: Some("rack1-sw1-port3".into()),
+                        labels: BTreeMap::from([("rack".into(), "r1".into())]),
+                    },
+                    boot: BootFiles {
+                        uefi: Some("snponly.efi".into()),
+                        ..BootFiles::default()
+                    },
+                    options: BTreeMap::from([(66, vec![10, 66, 0, 1])]),
+                },
+                Rule {
+                    when: Match {
+                        labels: BTreeMap::from([("rack".into(), "r2".into())]),
+                        ..Match::default()
+                    },
+                    boot: BootFiles::default(),
+                    options: BTreeMap::from([(224, vec![1, 2])]),
+                },
+            ]
+        );
+        assert_eq!(inventory.profiles[1].chain, None);
+        assert!(inventory.profiles[1].rules.is_empty());
+    }
+
+    #[test]
+    fn new_keys_default_when_absent() {
+        let inventory = parse(FULL).expect("valid");
+        assert_eq!(inventory.subnets[0].pool, None);
+        assert_eq!(inventory.discovery, Discovery::default());
+        assert_eq!(inventory.discovery.policy, DiscoveryPolicy::Ignore);
+        assert_eq!(inventory.discovery_profile(), None);
+        assert_eq!(inventory.ipxe.user_class, "iPXE");
+        assert_eq!(
+            inventory.ipxe.script,
+            "http://{server}:8080/boot/{mac}.ipxe"
+        );
+        assert_eq!(inventory.pools().count(), 0);
+        let partial = parse(&EXTENDED.replace("  user_class: iPXE-lab\n", "")).expect("valid");
+        assert_eq!(partial.ipxe.user_class, DEFAULT_IPXE_USER_CLASS);
+        assert_eq!(partial.ipxe.script, "https://{server}/boot/{mac}.ipxe");
+    }
+
+    #[test]
+    fn unknown_keys_in_new_blocks_are_refused() {
+        for (from, to, key) in [
+            ("pool: {start:", "pool: {first:", "first"),
+            ("lease_time: 600}", "lease: 600}", "lease"),
+            ("  script:", "  scrpt:", "scrpt"),
+            ("vendor_class:", "vendor:", "vendor"),
+            ("        options: {66", "        option: {66", "option"),
+        ] {
+            let err = parse(&EXTENDED.replacen(from, to, 1)).expect_err(key);
+            let message = err.to_string();
+            assert!(
+                matches!(err, LoadError::Syntax { .. })
+                    && message.contains(&format!("unknown field `{key}`")),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn discovery_lease_time_defaults_to_the_subnet() {
+        let inventory = parse(EXTENDED).expect("valid");
+        let subnet = &inventory.subnets[0];
+        assert_eq!(inventory.discovery.lease_time_in(subnet), 600);
+        let defaulted = parse(&EXTENDED.replace(", lease_time: 600", "")).expect("valid");
+        assert_eq!(
+            defaulted.discovery.lease_time_in(subnet),
+            DEFAULT_LEASE_TIME
+        );
+    }
+
+    /// One /16 subnet with `pool` (written as YAML), no profiles or hosts.
+    fn with_pool(pool: &str) -> String {
+        format!(
+            "subnets: [{{cidr: 10.66.0.0/16, router: 10.66.0.1, pool: {pool}}}]\n\
+             profiles: []\nhosts: []\n"
+        )
+    }
+
+    #[test]
+    fn pool_outside_its_subnet_is_refused() {
+        let problem = one_problem(&with_pool("{start: 10.66.200.1, end: 10.67.0.9}"));
+        assert_eq!(problem.field, "subnets[0].pool.end");
+        assert_eq!(problem.message, "10.67.0.9 is outside 10.66.0.0/16");
+        let problem = one_problem(&with_pool("{start: 10.65.0.1, end: 10.66.0.9}"));
+        assert_eq!(problem.field, "subnets[0].pool.start");
+    }
+
+    #[test]
+    fn pool_with_start_after_end_is_refused() {
+        let problem = one_problem(&with_pool("{start: 10.66.200.250, end: 10.66.200.1}"));
+        assert_eq!(problem.field, "subnets[0].pool");
+        assert_eq!(
+            problem.message,
+            "start 10.66.200.250 is after end 10.66.200.1"
+        );
+    }
+
+    #[test]
+    fn pool_covering_network_broadcast_or_router_is_refused() {
+        for (pool, covered) in [
+            (
+                "{start: 10.66.0.0, end: 10.66.0.0}",
+                "10.66.0.0, the network",
+            ),
+            (
+                "{start: 10.66.255.0, end: 10.66.255.255}",
+                "10.66.255.255, the broadcast",
+            ),
+            (
+                "{start: 10.66.0.1, end: 10.66.0.20}",
+                "10.66.0.1, the router",
+            ),
+        ] {
+            let problem = one_problem(&with_pool(pool));
+            assert_eq!(problem.field, "subnets[0].pool", "{pool}");
+            assert!(problem.message.contains(covered), "{pool}: {problem}");
+        }
+        let all = problems(&with_pool("{start: 10.66.0.0, end: 10.66.255.255}"));
+        assert_eq!(all.len(), 3, "{all:#?}");
+    }
+
+    #[test]
+    fn malformed_pool_addresses_are_refused_together() {
+        let found = problems(&with_pool("{start: 10.66.200, end: pool-end}"));
+        let fields: Vec<_> = found.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["subnets[0].pool.start", "subnets[0].pool.end"]);
+        assert!(
+            found[0].message.contains("not an ipv4 address"),
+            "{found:#?}"
+        );
+    }
+
+    #[test]
+    fn reservation_inside_a_pool_is_refused() {
+        let text = EXTENDED.replace("ip: 10.66.1.10", "ip: 10.66.200.7");
+        let problem = one_problem(&text);
+        assert_eq!(problem.host.as_deref(), Some("52:54:00:12:34:56"));
+        assert_eq!(problem.field, "ip");
+        assert!(
+            problem
+                .message
+                .contains("inside the discovery pool 10.66.200.1-10.66.200.250 of subnets[0]"),
+            "{problem}"
+        );
+        // Just outside both ends is fine.
+        for ip in ["10.66.200.0", "10.66.200.251"] {
+            parse(&EXTENDED.replace("ip: 10.66.1.10", &format!("ip: {ip}"))).expect(ip);
+        }
+    }
+
+    #[test]
+    fn inspect_without_a_pool_is_refused() {
+        let text = EXTENDED.replace("    pool: {start: 10.66.200.1, end: 10.66.200.250}\n", "");
+        let problem = one_problem(&text);
+        assert_eq!(problem.field, "discovery.policy");
+        assert!(
+            problem.message.contains("no subnet has a pool"),
+            "{problem}"
+        );
+    }
+
+    #[test]
+    fn inspect_without_a_profile_is_refused() {
+        let text = EXTENDED.replace(" profile: inspector,", "");
+        let problem = one_problem(&text);
+        assert_eq!(problem.field, "discovery.profile");
+        assert!(problem.message.contains("required"), "{problem}");
+        let text = EXTENDED.replace("profile: inspector", "profile: inspecter");
+        let problem = one_problem(&text);
+        assert_eq!(problem.field, "discovery.profile");
+        assert_eq!(
+            problem.message,
+            "unknown profile \"inspecter\" (known: worker, inspector)"
+        );
+    }
+
+    #[test]
+    fn discovery_policy_and_lease_time_are_checked() {
+        let text = EXTENDED.replace("policy: inspect", "policy: inspekt");
+        let problem = one_problem(&text);
+        assert_eq!(problem.field, "discovery.policy");
+        assert!(problem.message.contains("\"inspekt\""), "{problem}");
+        let problem = one_problem(&EXTENDED.replace("lease_time: 600", "lease_time: 0"));
+        assert_eq!(problem.field, "discovery.lease_time");
+    }
+
+    #[test]
+    fn ignore_policy_needs_neither_pool_nor_profile() {
+        let inventory =
+            parse("subnets: []\nprofiles: []\nhosts: []\ndiscovery: {policy: ignore}\n")
+                .expect("valid");
+        assert_eq!(inventory.discovery, Discovery::default());
+        let err = parse("subnets: []\nprofiles: []\nhosts: []\ndiscovery: {profile: x}\n")
+            .expect_err("policy is required in the block");
+        assert!(err.to_string().contains("missing field `policy`"), "{err}");
+    }
+
+    #[test]
+    fn ipxe_user_class_must_fit_an_option() {
+        let problem = one_problem(&EXTENDED.replace("user_class: iPXE-lab", "user_class: ''"));
+        assert_eq!(problem.field, "ipxe.user_class");
+        let long = "u".repeat(256);
+        let problem = one_problem(&EXTENDED.replace("iPXE-lab", &long));
+        assert_eq!(problem.field, "ipxe.user_class");
+        assert!(problem.message.contains("255"), "{problem}");
+    }
+
+    #[test]
+    fn ipxe_script_must_be_an_http_url() {
+        let problem = one_problem(&EXTENDED.replace(
+            "script: \"https://{server}/boot/{mac}.ipxe\"",
+            "script: boot.ipxe",
+        ));
+        assert_eq!(problem.field, "ipxe.script");
+        assert!(problem.message.contains("http://"), "{problem}");
+    }
+
+    #[test]
+    fn ipxe_script_length_counts_server_and_mac_placeholders() {
+        // "http://{server}/{mac}" is 21 bytes as written and 7 + 15 + 1 + 17
+        // = 40 once expanded, so 215 more fit and 216 do not.
+        let script = |pad: usize| {
+            EXTENDED.replace(
+                "\"https://{server}/boot/{mac}.ipxe\"",
+                &format!("'http://{{server}}/{{mac}}{}'", "x".repeat(pad)),
+            )
+        };
+        parse(&script(215)).expect("255 bytes once expanded");
+        let problem = one_problem(&script(216));
+        assert_eq!(problem.field, "ipxe.script");
+        assert!(
+            problem
+                .message
+                .contains("up to 256 once {server} and {mac}"),
+            "{problem}"
+        );
+    }
+
+    #[test]
+    fn profile_chain_must_be_a_short_http_url() {
+        let text = EXTENDED.replace("http://installer.example/boot.ipxe", "boot.ipxe");
+        let problem = one_problem(&text);
+        assert_eq!(problem.field, "profiles[worker].chain");
+        let long = format!("http://installer.example/{}", "c".repeat(231));
+        let problem = one_problem(&EXTENDED.replace("http://installer.example/boot.ipxe", &long));
+        assert_eq!(problem.field, "profiles[worker].chain");
+        assert!(problem.message.contains("255"), "{problem}");
+    }
+
+    /// A profile `worker` whose only rule is `rule` (flow YAML).
+    fn with_rule(rule: &str) -> String {
+        format!("subnets: []\nprofiles:\n  - name: worker\n    rules: [{rule}]\nhosts: []\n")
+    }
+
+    #[test]
+    fn rule_without_match_keys_is_refused() {
+        for rule in [
+            "{match: {}, options: {66: x}}",
+            "{match: {arch: [], labels: {}}, options: {66: x}}",
+            "{options: {66: x}}",
+        ] {
+            let problem = one_problem(&with_rule(rule));
+            assert_eq!(problem.field, "profiles[worker].rules[0].match", "{rule}");
+            assert!(
+                problem.message.contains("matches every request"),
+                "{problem}"
+            );
+        }
+    }
+
+    #[test]
+    fn rule_without_boot_or_options_is_refused() {
+        for rule in ["{match: {arch: [7]}}", "{match: {arch: [7]}, boot: {}}"] {
+            let problem = one_problem(&with_rule(rule));
+            assert_eq!(problem.field, "profiles[worker].rules[0]", "{rule}");
+            assert!(problem.message.contains("changes nothing"), "{problem}");
+        }
+    }
+
+    #[test]
+    fn rule_match_strings_must_be_non_empty_and_fit_an_option() {
+        let long = "v".repeat(256);
+        let found = problems(&with_rule(&format!(
+            "{{match: {{vendor_class: '', user_class: {long}, circuit_id: ''}}, options: {{66: x}}}}"
+        )));
+        let fields: Vec<_> = found.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "profiles[worker].rules[0].match.vendor_class",
+                "profiles[worker].rules[0].match.user_class",
+                "profiles[worker].rules[0].match.circuit_id",
+            ]
+        );
+    }
+
+    #[test]
+    fn rule_arch_outside_u16_is_a_syntax_error() {
+        let err =
+            parse(&with_rule("{match: {arch: [65536]}, options: {66: x}}")).expect_err("too large");
+        assert!(matches!(err, LoadError::Syntax { .. }), "{err}");
+    }
+
+    #[test]
+    fn rule_options_and_boot_are_checked_like_hosts_and_profiles() {
+        let long = "f".repeat(128);
+        let found = problems(&with_rule(&format!(
+            "{{match: {{arch: [7]}}, boot: {{uefi: {long}, http: tftp://x}}, options: {{53: 1, 42: [nope], 66: ok}}}}"
+        )));
+        let fields: Vec<_> = found.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "profiles[worker].rules[0].boot.uefi",
+                "profiles[worker].rules[0].boot.http",
+                "profiles[worker].rules[0].options.53",
+                "profiles[worker].rules[0].options.42",
+            ],
+            "{found:#?}"
+        );
+        assert!(found[2].message.contains("message type"), "{found:#?}");
+    }
+
+    #[test]
+    fn rules_apply_through_boot_for_after_parsing() {
+        let inventory = parse(EXTENDED).expect("valid");
+        let host = inventory.host_by_mac(MAC1).expect("host");
+        let profile = inventory.profile_of(host);
+        let ipxe = parse_user_classes(b"\x04iPXE");
+        let option82 = b"\x01\x0frack1-sw1-port3\x02\x04\x0a\x0b\x0c\x0d";
+        let traits = Traits {
+            arch: Some(7),
+            vendor_class: Some(b"PXEClient:Arch:00007:UNDI:003016"),
+            user_classes: &ipxe,
+            circuit_id: circuit_id(option82),
+        };
+        let (boot, options) = profile.boot_for(&host.labels, &traits);
+        assert_eq!(boot.expect("boot").uefi.as_deref(), Some("snponly.efi"));
+        assert_eq!(options, BTreeMap::from([(66, vec![10, 66, 0, 1])]));
+        let bios = Traits {
+            arch: Some(0),
+            ..traits
+        };
+        let (boot, options) = profile.boot_for(&host.labels, &bios);
+        assert_eq!(boot, profile.boot);
+        assert!(options.is_empty());
+    }
+
+    #[test]
+    fn new_problems_are_reported_together_in_order() {
+        let text = "subnets:\n  - {cidr: 10.66.0.0/16, pool: {start: 10.66.9.9, end: 10.66.0.1}}\n\
+                    profiles:\n  - {name: w, chain: ftp://x, rules: [{match: {}}]}\n\
+                    hosts: [{mac: 52:54:00:12:34:56, ip: 10.66.5.5, profile: w}]\n\
+                    discovery: {policy: inspect, lease_time: 0}\n\
+                    ipxe: {user_class: '', script: tftp://x}\n";
+        let found = problems(text);
+        let fields: Vec<_> = found
+            .iter()
+            .map(|p| (p.host.as_deref(), p.field.as_str()))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                (None, "subnets[0].pool"),
+                (None, "profiles[w].chain"),
+                (None, "profiles[w].rules[0].match"),
+                (None, "profiles[w].rules[0]"),
+                (None, "discovery.profile"),
+                (None, "discovery.lease_time"),
+                (None, "ipxe.user_class"),
+                (None, "ipxe.script"),
+            ],
+            "{found:#?}"
+        );
+    }
+
+    #[test]
+    fn unquoted_mac_placeholder_gets_a_quoting_hint() {
+        for text in [
+            "subnets: []\nprofiles: []\nhosts: []\nipxe: {script: http://x/{mac}.ipxe}\n",
+            "subnets: []\nprofiles: [{name: w, chain: http://{server}/c}]\nhosts: []\n",
+        ] {
+            let err = parse(text).expect_err("a flow mapping cannot hold {mac} unquoted");
+            let message = err.to_string();
+            assert!(
+                message.contains("line") && message.contains("quote values"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn range_contains_len_and_display() {
+        let pool = Range {
+            start: Ipv4Addr::new(10, 66, 200, 1),
+            end: Ipv4Addr::new(10, 66, 200, 250),
+        };
+        assert_eq!(pool.len(), 250);
+        assert!(!pool.is_empty());
+        assert!(pool.contains(Ipv4Addr::new(10, 66, 200, 1)));
+        assert!(pool.contains(Ipv4Addr::new(10, 66, 200, 250)));
+        assert!(!pool.contains(Ipv4Addr::new(10, 66, 200, 251)));
+        assert!(!pool.contains(Ipv4Addr::new(10, 66, 200, 0)));
+        assert_eq!(pool.to_string(), "10.66.200.1-10.66.200.250");
+        assert_eq!(pool.addresses().count(), 250);
+        assert_eq!(pool.addresses().last(), Some(pool.end));
+        let single = Range {
+            start: pool.start,
+            end: pool.start,
+        };
+        assert_eq!(single.len(), 1);
+        let everything = Range {
+            start: Ipv4Addr::UNSPECIFIED,
+            end: Ipv4Addr::BROADCAST,
+        };
+        assert_eq!(everything.len(), 1 << 32);
+        let backwards = Range {
+            start: pool.end,
+            end: pool.start,
+        };
+        assert!(backwards.is_empty());
+        assert_eq!(backwards.len(), 0);
+        assert_eq!(backwards.addresses().count(), 0);
+    }
+
+    fn fleet(count: u32) -> Inventory {
+        let mut inventory = parse(FULL).expect("valid");
+        let template = inventory.hosts[0].clone();
+        inventory.hosts = (0..count)
+            .map(|n| {
+                let [_, a, b, c] = n.to_be_bytes();
+                Host {
+                    mac: MacAddr([0x52, 0x54, 0x00, a, b, c]),
+                    ip: Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 66, 0, 2)) + n),
+                    ..template.clone()
+                }
+            })
+            .collect();
+        inventory
+    }
+
+    #[test]
+    fn host_by_mac_uses_the_index_built_by_reindex() {
+        let mut inventory = fleet(50_000);
+        inventory.reindex();
+        assert_eq!(inventory.mac_index.0.len(), 50_000);
+        for n in [0u32, 1, 31_337, 49_999] {
+            let [_, a, b, c] = n.to_be_bytes();
+            let host = inventory
+                .host_by_mac(MacAddr([0x52, 0x54, 0x00, a, b, c]))
+                .expect("known");
+            assert_eq!(
+                host.ip,
+                Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 66, 0, 2)) + n)
+            );
+        }
+        assert!(
+            inventory
+                .host_by_mac(MacAddr([0x52, 0x54, 1, 0, 0, 0]))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn host_by_mac_survives_hosts_changed_after_parse() {
+        let mut inventory = parse(FULL).expect("valid");
+        assert_eq!(inventory.mac_index.0.len(), 1, "parse builds the index");
+        let added = MacAddr([0x52, 0x54, 0, 0, 0, 9]);
+        let mut host = inventory.hosts[0].clone();
+        host.mac = added;
+        inventory.hosts.insert(0, host);
+        // Stale index: node-1 moved to position 1 and `added` is unknown to it.
+        assert_eq!(inventory.host_by_mac(MAC1).map(|h| h.mac), Some(MAC1));
+        assert_eq!(inventory.host_by_mac(added).map(|h| h.mac), Some(added));
+        inventory.hosts.remove(1);
+        assert!(inventory.host_by_mac(MAC1).is_none());
+        inventory.reindex();
+        assert_eq!(inventory.host_by_mac(added).map(|h| h.mac), Some(added));
+        assert!(inventory.host_by_mac(MAC1).is_none());
+    }
+
+    #[test]
+    fn equality_ignores_how_the_index_was_built() {
+        let parsed = parse(FULL).expect("valid");
+        let mut rebuilt = Inventory {
+            mac_index: MacIndex::default(),
+            ..parsed.clone()
+        };
+        assert_eq!(parsed, rebuilt);
+        rebuilt.reindex();
+        assert_eq!(parsed, rebuilt);
     }
 }

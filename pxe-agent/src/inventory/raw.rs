@@ -13,6 +13,25 @@ pub(super) struct RawInventory {
     pub subnets: Vec<RawSubnet>,
     pub profiles: Vec<RawProfile>,
     pub hosts: Vec<RawHost>,
+    pub discovery: Option<RawDiscovery>,
+    pub ipxe: Option<RawIpxe>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDiscovery {
+    /// `inspect` or `ignore`; text so that a typo is reported with the rest.
+    pub policy: String,
+    pub profile: Option<String>,
+    /// Seconds; `None` means the pool's subnet's.
+    pub lease_time: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIpxe {
+    pub user_class: Option<String>,
+    pub script: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -25,6 +44,14 @@ pub(super) struct RawSubnet {
     pub domain: Option<String>,
     /// Seconds; `None` means the default.
     pub lease_time: Option<u32>,
+    pub pool: Option<RawRange>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRange {
+    pub start: String,
+    pub end: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -36,6 +63,33 @@ pub(super) struct RawProfile {
     #[serde(default)]
     pub initrd: Vec<String>,
     pub cmdline: Option<String>,
+    pub chain: Option<String>,
+    #[serde(default)]
+    pub rules: Vec<RawRule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRule {
+    /// Missing is reported by validation, as an empty match would be.
+    #[serde(rename = "match", default)]
+    pub when: RawMatch,
+    pub boot: Option<RawBoot>,
+    /// As [`RawHost::options`].
+    #[serde(default)]
+    pub options: serde_yaml::Mapping,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMatch {
+    #[serde(default)]
+    pub arch: Vec<u16>,
+    pub vendor_class: Option<String>,
+    pub user_class: Option<String>,
+    pub circuit_id: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]

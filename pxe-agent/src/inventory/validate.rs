@@ -9,9 +9,13 @@ use std::{
 };
 
 use super::{
-    BootFiles, DEFAULT_LEASE_TIME, Host, Inventory, MacAddr, Problem, Profile, SERVER_PLACEHOLDER,
-    Subnet, option,
-    raw::{RawBoot, RawHost, RawInventory, RawProfile, RawSubnet},
+    BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Inventory, IpxeSettings,
+    MAC_PLACEHOLDER, MacAddr, Match, Problem, Profile, Range, Rule, SERVER_PLACEHOLDER, Subnet,
+    option,
+    raw::{
+        RawBoot, RawDiscovery, RawHost, RawInventory, RawIpxe, RawMatch, RawProfile, RawRange,
+        RawRule, RawSubnet,
+    },
 };
 
 /// The BOOTP `file` field is 128 bytes and must end in a NUL (RFC 951).
@@ -24,6 +28,11 @@ const MAX_HOSTNAME_LEN: usize = 63;
 const MAX_DOMAIN_LEN: usize = 253;
 /// Length of the longest dotted-quad address, `255.255.255.255`.
 const LONGEST_IPV4: usize = 15;
+/// Length of a MAC in colon form, `52:54:00:12:34:56`.
+const MAC_TEXT_LEN: usize = 17;
+/// Option 77 entries, option 60 and option 82 sub-options are all bounded
+/// by one length octet.
+const MAX_CLASS_LEN: usize = 255;
 
 /// Checks `raw` and builds the inventory, or returns every problem found.
 pub(super) fn validate(raw: RawInventory) -> Result<Inventory, Vec<Problem>> {
@@ -31,6 +40,13 @@ pub(super) fn validate(raw: RawInventory) -> Result<Inventory, Vec<Problem>> {
     let subnets = subnets(&raw.subnets, &mut problems);
     let profiles = profiles(&raw.profiles, &mut problems);
     let hosts = hosts(&raw.hosts, &subnets, &profiles, &mut problems);
+    let discovery = discovery(
+        raw.discovery.as_ref(),
+        &raw.subnets,
+        &profiles,
+        &mut problems,
+    );
+    let ipxe = ipxe(raw.ipxe.as_ref(), &mut problems);
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -40,6 +56,9 @@ pub(super) fn validate(raw: RawInventory) -> Result<Inventory, Vec<Problem>> {
         subnets: subnets.into_iter().flatten().collect(),
         profiles,
         hosts: hosts.into_iter().flatten().collect(),
+        discovery,
+        ipxe,
+        mac_index: Default::default(),
     })
 }
 
@@ -65,6 +84,7 @@ fn subnets(raw: &[RawSubnet], problems: &mut Vec<Problem>) -> Vec<Option<Subnet>
                     dns: Vec::new(),
                     domain: entry.domain.clone(),
                     lease_time: entry.lease_time.unwrap_or(DEFAULT_LEASE_TIME),
+                    pool: None,
                 };
                 subnet.network = Ipv4Addr::from(u32::from(address) & u32::from(subnet.netmask()));
                 if subnet.network != address {
@@ -132,13 +152,75 @@ fn subnets(raw: &[RawSubnet], problems: &mut Vec<Problem>) -> Vec<Option<Subnet>
             report("lease_time", "must be at least 1 second".to_owned());
         }
 
+        let pool = entry
+            .pool
+            .as_ref()
+            .and_then(|pool| check_pool(pool, subnet.as_ref(), router, &mut report));
+
         out.push(subnet.map(|subnet| Subnet {
             router,
             dns,
+            pool,
             ..subnet
         }));
     }
     out
+}
+
+/// The pool, if its ends are addresses in order (so that hosts can still be
+/// checked against it); problems with it are reported either way.
+fn check_pool(
+    raw: &RawRange,
+    subnet: Option<&Subnet>,
+    router: Option<Ipv4Addr>,
+    report: &mut impl FnMut(&str, String),
+) -> Option<Range> {
+    let mut end_point = |key: &str, text: &str| match text.parse::<Ipv4Addr>() {
+        Ok(address) => {
+            if let Some(subnet) = subnet
+                && !subnet.contains(address)
+            {
+                report(key, format!("{address} is outside {subnet}"));
+            }
+            Some(address)
+        }
+        Err(_) => {
+            report(key, not_an_address(text));
+            None
+        }
+    };
+    let start = end_point("pool.start", &raw.start);
+    let end = end_point("pool.end", &raw.end);
+    let pool = Range {
+        start: start?,
+        end: end?,
+    };
+    if pool.is_empty() {
+        report(
+            "pool",
+            format!("start {} is after end {}", pool.start, pool.end),
+        );
+        return None;
+    }
+    if let Some(subnet) = subnet
+        && subnet.contains(pool.start)
+        && subnet.contains(pool.end)
+    {
+        let reserved = [
+            (Some(subnet.network), "network"),
+            (Some(subnet.broadcast()), "broadcast"),
+            (router, "router"),
+        ];
+        for (address, what) in reserved {
+            if let Some(address) = address.filter(|a| pool.contains(*a)) {
+                report(
+                    "pool",
+                    format!("{pool} covers {address}, the {what} address of {subnet}"),
+                );
+            }
+        }
+    }
+    Some(pool)
 }
 
 /// `address/prefix`; host bits are checked by the caller.
@@ -233,6 +315,26 @@ fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<Profile> {
         if let Some(boot) = &entry.boot {
             check_boot(boot, &mut report);
         }
+        if let Some(url) = &entry.chain
+            && let Some(message) = url_problem(url, MAX_BOOT_URL_LEN, "dhcp option 67")
+        {
+            report("chain", message);
+        }
+        let rules: Vec<Rule> = entry
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(position, rule)| {
+                check_rule(rule, &mut |key: &str, message| {
+                    let field = if key.is_empty() {
+                        format!("rules[{position}]")
+                    } else {
+                        format!("rules[{position}].{key}")
+                    };
+                    report(&field, message);
+                })
+            })
+            .collect();
         if entry.kernel.as_deref() == Some("") {
             report("kernel", "must not be empty".to_owned());
         }
@@ -262,18 +364,96 @@ fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<Profile> {
 
         out.push(Profile {
             name: entry.name.clone(),
-            boot: entry.boot.as_ref().map(|boot| BootFiles {
-                bios: boot.bios.clone(),
-                uefi: boot.uefi.clone(),
-                uefi_arm64: boot.uefi_arm64.clone(),
-                http: boot.http.clone(),
-            }),
+            boot: entry.boot.as_ref().map(boot_files),
             kernel: entry.kernel.clone(),
             initrd: entry.initrd.clone(),
             cmdline: entry.cmdline.clone(),
+            chain: entry.chain.clone(),
+            rules,
         });
     }
     out
+}
+
+fn boot_files(boot: &RawBoot) -> BootFiles {
+    BootFiles {
+        bios: boot.bios.clone(),
+        uefi: boot.uefi.clone(),
+        uefi_arm64: boot.uefi_arm64.clone(),
+        http: boot.http.clone(),
+    }
+}
+
+/// Checks one rule of a profile; `report` gets keys relative to the rule,
+/// the empty key meaning the rule as a whole.
+fn check_rule(raw: &RawRule, report: &mut impl FnMut(&str, String)) -> Rule {
+    let RawMatch {
+        arch,
+        vendor_class,
+        user_class,
+        circuit_id,
+        labels,
+    } = &raw.when;
+    let when = Match {
+        arch: arch.clone(),
+        vendor_class: vendor_class.clone(),
+        user_class: user_class.clone(),
+        circuit_id: circuit_id.clone(),
+        labels: labels.clone(),
+    };
+    if when.is_empty() {
+        report(
+            "match",
+            "matches every request; set at least one of arch, vendor_class, user_class, \
+             circuit_id or labels (or change the profile itself)"
+                .to_owned(),
+        );
+    }
+    for (key, text) in [
+        ("match.vendor_class", vendor_class),
+        ("match.user_class", user_class),
+        ("match.circuit_id", circuit_id),
+    ] {
+        if let Some(text) = text
+            && let Some(message) = class_problem(text)
+        {
+            report(key, message);
+        }
+    }
+
+    let boot = raw.boot.as_ref().map(boot_files).unwrap_or_default();
+    if let Some(raw_boot) = &raw.boot {
+        check_boot(raw_boot, report);
+    }
+    let options = options(&raw.options, &mut |field, message| {
+        report(&format!("options.{field}"), message)
+    });
+    if boot.is_empty() && raw.options.is_empty() {
+        report(
+            "",
+            "changes nothing; give it a boot entry or options".to_owned(),
+        );
+    }
+    Rule {
+        when,
+        boot,
+        options,
+    }
+}
+
+/// Option 60 prefixes, option 77 entries and circuit ids: non-empty text
+/// that fits one length octet.
+fn class_problem(text: &str) -> Option<String> {
+    if text.is_empty() {
+        Some("must not be empty".to_owned())
+    } else if text.len() > MAX_CLASS_LEN {
+        Some(format!(
+            "is {} bytes; a dhcp option holds at most {MAX_CLASS_LEN}",
+            text.len()
+        ))
+    } else {
+        None
+    }
 }
 
 fn check_boot(boot: &RawBoot, report: &mut impl FnMut(&str, String)) {
@@ -290,37 +470,50 @@ fn check_boot(boot: &RawBoot, report: &mut impl FnMut(&str, String)) {
             report(key, message);
         }
     }
-    if let Some(url) = &boot.http {
-        let lower = url.to_ascii_lowercase();
-        if !(lower.starts_with("http://") || lower.starts_with("https://")) {
-            report(
-                "boot.http",
-                format!("{url:?} is not an http:// or https:// url"),
-            );
-        } else if let Some(message) = too_long(url, MAX_BOOT_URL_LEN, "dhcp option 67") {
-            report("boot.http", message);
-        }
+    if let Some(url) = &boot.http
+        && let Some(message) = url_problem(url, MAX_BOOT_URL_LEN, "dhcp option 67")
+    {
+        report("boot.http", message);
+    }
+}
+
+/// Why `url` is not an `http://` or `https://` URL of at most `limit` bytes
+/// once its placeholders are replaced, if it is not.
+fn url_problem(url: &str, limit: usize, container: &str) -> Option<String> {
+    let lower = url.to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+        Some(format!("{url:?} is not an http:// or https:// url"))
+    } else {
+        too_long(url, limit, container)
     }
 }
 
 /// Length check that counts each `{server}` as the longest address it may
-/// become, so a file that fits now still fits on any server.
+/// become and each `{mac}` as a MAC in colon form, so a file that fits now
+/// still fits on any server and for any client.
 fn too_long(text: &str, limit: usize, container: &str) -> Option<String> {
-    let placeholders = text.matches(SERVER_PLACEHOLDER).count();
-    let longest = text.len() + placeholders * (LONGEST_IPV4 - SERVER_PLACEHOLDER.len());
+    let servers = text.matches(SERVER_PLACEHOLDER).count();
+    let macs = text.matches(MAC_PLACEHOLDER).count();
+    let longest = text.len()
+        + servers * (LONGEST_IPV4 - SERVER_PLACEHOLDER.len())
+        + macs * (MAC_TEXT_LEN - MAC_PLACEHOLDER.len());
     if longest <= limit {
-        None
-    } else if placeholders == 0 {
-        Some(format!(
-            "is {longest} bytes; {container} holds at most {limit}"
-        ))
-    } else {
-        Some(format!(
-            "is {} bytes, up to {longest} once {SERVER_PLACEHOLDER} is replaced by an address; \
-             {container} holds at most {limit}",
-            text.len()
-        ))
+        return None;
     }
+    let replaced = match (servers, macs) {
+        (0, 0) => {
+            return Some(format!(
+                "is {longest} bytes; {container} holds at most {limit}"
+            ));
+        }
+        (_, 0) => format!("{SERVER_PLACEHOLDER} is replaced by an address"),
+        (0, _) => format!("{MAC_PLACEHOLDER} is replaced by a mac"),
+        _ => format!("{SERVER_PLACEHOLDER} and {MAC_PLACEHOLDER} are replaced"),
+    };
+    Some(format!(
+        "is {} bytes, up to {longest} once {replaced}; {container} holds at most {limit}",
+        text.len()
+    ))
 }
 
 /// One entry per raw host, `None` where the host has any problem.
@@ -405,6 +598,15 @@ fn hosts(
                 report("ip", message);
             } else if subnet.router == Some(ip) {
                 report("ip", format!("{ip} is the router address of {subnet}"));
+            } else if let Some(pool) = subnet.pool.filter(|pool| pool.contains(ip)) {
+                // A discovered machine could be leased the same address.
+                report(
+                    "ip",
+                    format!(
+                        "{ip} is inside the discovery pool {pool} of subnets[{at}] ({subnet}); \
+                         reserve addresses outside it"
+                    ),
+                );
             }
             Some(at)
         });
@@ -421,43 +623,12 @@ fn hosts(
 
         let profile = profiles.iter().position(|p| p.name == entry.profile);
         if profile.is_none() {
-            let known: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
-            let known = if known.is_empty() {
-                "no profiles are defined".to_owned()
-            } else {
-                format!("known: {}", known.join(", "))
-            };
-            report(
-                "profile",
-                format!("unknown profile {:?} ({known})", entry.profile),
-            );
+            report("profile", unknown_profile(&entry.profile, profiles));
         }
 
-        let mut options = BTreeMap::new();
-        for (key, value) in &entry.options {
-            let field = format!("options.{}", option_key_text(key));
-            let code = key.as_u64().and_then(|code| u8::try_from(code).ok());
-            let Some(code) = code else {
-                report(
-                    &field,
-                    format!(
-                        "option code {} is not an integer in 1..=254",
-                        option::show(key)
-                    ),
-                );
-                continue;
-            };
-            if let Some(reason) = option::refusal(code) {
-                report(&field, reason.to_owned());
-                continue;
-            }
-            match option::encode(code, value) {
-                Ok(bytes) => {
-                    options.insert(code, bytes);
-                }
-                Err(message) => report(&field, message),
-            }
-        }
+        let options = options(&entry.options, &mut |key, message| {
+            report(&format!("options.{key}"), message)
+        });
 
         let host = match (mac, ip, subnet, profile) {
             (Some(mac), Some(ip), Some(subnet), Some(profile)) if problems.len() == before => {
@@ -476,6 +647,133 @@ fn hosts(
         out.push(host);
     }
     out
+}
+
+/// Encodes a host's or rule's `options`; `report` gets the key as written.
+fn options(
+    raw: &serde_yaml::Mapping,
+    report: &mut impl FnMut(&str, String),
+) -> BTreeMap<u8, Vec<u8>> {
+    let mut options = BTreeMap::new();
+    for (key, value) in raw {
+        let field = option_key_text(key);
+        let code = key.as_u64().and_then(|code| u8::try_from(code).ok());
+        let Some(code) = code else {
+            report(
+                &field,
+                format!(
+                    "option code {} is not an integer in 1..=254",
+                    option::show(key)
+                ),
+            );
+            continue;
+        };
+        if let Some(reason) = option::refusal(code) {
+            report(&field, reason.to_owned());
+            continue;
+        }
+        match option::encode(code, value) {
+            Ok(bytes) => {
+                options.insert(code, bytes);
+            }
+            Err(message) => report(&field, message),
+        }
+    }
+    options
+}
+
+/// The `discovery` block; problems are named `discovery.<key>`.
+fn discovery(
+    raw: Option<&RawDiscovery>,
+    subnets: &[RawSubnet],
+    profiles: &[Profile],
+    problems: &mut Vec<Problem>,
+) -> Discovery {
+    let Some(raw) = raw else {
+        return Discovery::default();
+    };
+    let mut report = |key: &str, message: String| {
+        problems.push(Problem::new(None, format!("discovery.{key}"), message));
+    };
+    let policy = match raw.policy.as_str() {
+        "ignore" => Some(DiscoveryPolicy::Ignore),
+        "inspect" => Some(DiscoveryPolicy::Inspect),
+        other => {
+            report(
+                "policy",
+                format!("unknown policy {other:?} (expected inspect or ignore)"),
+            );
+            None
+        }
+    };
+    let profile = match &raw.profile {
+        Some(name) => {
+            let found = profiles.iter().position(|p| &p.name == name);
+            if found.is_none() {
+                report("profile", unknown_profile(name, profiles));
+            }
+            found
+        }
+        None => {
+            if policy == Some(DiscoveryPolicy::Inspect) {
+                report(
+                    "profile",
+                    "is required with policy inspect: it is what unknown machines boot".to_owned(),
+                );
+            }
+            None
+        }
+    };
+    // Looks at the pools as written: a pool with problems of its own was
+    // still meant to be one, and is reported as such.
+    if policy == Some(DiscoveryPolicy::Inspect) && !subnets.iter().any(|s| s.pool.is_some()) {
+        report(
+            "policy",
+            "inspect needs addresses to lease: no subnet has a pool".to_owned(),
+        );
+    }
+    if raw.lease_time == Some(0) {
+        report("lease_time", "must be at least 1 second".to_owned());
+    }
+    Discovery {
+        policy: policy.unwrap_or_default(),
+        profile,
+        lease_time: raw.lease_time,
+    }
+}
+
+/// The `ipxe` block; problems are named `ipxe.<key>`.
+fn ipxe(raw: Option<&RawIpxe>, problems: &mut Vec<Problem>) -> IpxeSettings {
+    let mut settings = IpxeSettings::default();
+    let Some(raw) = raw else {
+        return settings;
+    };
+    let mut report = |key: &str, message: String| {
+        problems.push(Problem::new(None, format!("ipxe.{key}"), message));
+    };
+    if let Some(user_class) = &raw.user_class {
+        if let Some(message) = class_problem(user_class) {
+            report("user_class", message);
+        }
+        settings.user_class.clone_from(user_class);
+    }
+    if let Some(script) = &raw.script {
+        if let Some(message) = url_problem(script, MAX_BOOT_URL_LEN, "dhcp option 67") {
+            report("script", message);
+        }
+        settings.script.clone_from(script);
+    }
+    settings
+}
+
+fn unknown_profile(name: &str, profiles: &[Profile]) -> String {
+    let known: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
+    let known = if known.is_empty() {
+        "no profiles are defined".to_owned()
+    } else {
+        format!("known: {}", known.join(", "))
+    };
+    format!("unknown profile {name:?} ({known})")
 }
 
 /// The option key as the operator wrote it, for the `options.<key>` field.

@@ -1,0 +1,444 @@
+//! The slow path: userspace DHCP for everything the XDP program passes to the
+//! kernel (iPXE clients, unknown MACs, relayed requests with option 82, ...).
+//!
+//! One thread owns the port-67 socket, reads requests in batches, applies
+//! `decide`, settles pool leases for a whole batch in one durable commit, and
+//! sends each reply where RFC 2131 section 4.1 says: to the relay, to
+//! ciaddr, or as a raw frame to a client that has no address yet. It owns
+//! delivery, rate limiting and the slow path's counters; policy stays in
+//! `decide`.
+
+use std::{
+    io,
+    net::{Ipv4Addr, SocketAddr, UdpSocket},
+    sync::{
+        Arc, Mutex, PoisonError, RwLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use pxe_ebpf_common::{Counter, ReplyDestination, bootp, reply_destination};
+use tracing::{debug, warn};
+
+use super::{Answer, PoolAsk, Reply, ReplyKind, Request, Server, decide, encode, nak, pool_reply};
+use crate::{
+    discovered::{Registry, Sighting},
+    inventory::Inventory,
+    lease::{LeaseRequest, LeaseStore, NakReason, Pool, RequestOutcome},
+    ratelimit::{Limited, Limiter, Rate},
+    rawsock::RawSocket,
+    wire::{Endpoint, udp_frame},
+};
+
+/// Requests read before their pool leases are committed together.
+const BATCH: usize = 64;
+/// How long a declined address is kept from every client, in seconds.
+const QUARANTINE: u64 = 600;
+/// How often expired leases are swept.
+const EXPIRE_EVERY: Duration = Duration::from_secs(10);
+
+/// State the slow path shares with the rest of the agent.
+pub struct Shared {
+    /// The serving inventory; the reload loop swaps it.
+    pub inventory: RwLock<Arc<Inventory>>,
+    pub leases: Mutex<LeaseStore>,
+    pub discovered: Mutex<Registry>,
+    pub stats: Stats,
+}
+
+/// Counters of the slow path, exported on /metrics.
+#[derive(Default)]
+pub struct Stats {
+    pub rx: AtomicU64,
+    pub offers: AtomicU64,
+    pub acks: AtomicU64,
+    pub naks: AtomicU64,
+    /// Requests not answered, by reason (indexed by `Counter`).
+    pub ignored: [AtomicU64; Counter::Count as usize],
+    pub limited_mac: AtomicU64,
+    pub limited_unknown: AtomicU64,
+    pub limited_table: AtomicU64,
+    pub malformed: AtomicU64,
+    pub pool_exhausted: AtomicU64,
+    pub lease_errors: AtomicU64,
+    pub send_errors: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Rates of the storm guard.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub per_mac: Rate,
+    pub unknown: Rate,
+    pub tracked_macs: usize,
+}
+
+/// Serves until `stop` is set; `sock` is bound to port 67 on the interface,
+/// `raw` sends frames on it.
+pub fn serve(
+    sock: UdpSocket,
+    raw: RawSocket,
+    server: Server,
+    shared: Arc<Shared>,
+    limits: Limits,
+    stop: Arc<AtomicBool>,
+) {
+    let mut path = SlowPath {
+        sock,
+        raw,
+        server,
+        limiter: Limiter::new(limits.per_mac, limits.unknown, limits.tracked_macs),
+        started: Instant::now(),
+        last_expire: Instant::now(),
+        shared,
+    };
+    let mut buf = vec![[0u8; 1500]; BATCH];
+    while !stop.load(Ordering::Relaxed) {
+        let received = path.receive(&mut buf);
+        path.handle_batch(&buf, &received);
+        path.expire_leases();
+    }
+}
+
+struct SlowPath {
+    sock: UdpSocket,
+    raw: RawSocket,
+    server: Server,
+    limiter: Limiter,
+    started: Instant,
+    last_expire: Instant,
+    shared: Arc<Shared>,
+}
+
+/// A request waiting for its lease to be committed with the batch.
+struct PendingAck {
+    req: Request,
+    ask: PoolAsk,
+    ip: Ipv4Addr,
+    pool: Pool,
+}
+
+impl SlowPath {
+    /// Waits for a datagram (up to the socket's read timeout), then takes
+    /// what else is already queued, up to a batch.
+    fn receive(&self, buf: &mut [[u8; 1500]]) -> Vec<(usize, SocketAddr)> {
+        let mut got = Vec::new();
+        for (i, slot) in buf.iter_mut().enumerate() {
+            if i == 1 && self.sock.set_nonblocking(true).is_err() {
+                break;
+            }
+            match self.sock.recv_from(slot) {
+                Ok(r) => got.push(r),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break;
+                }
+                Err(e) => {
+                    warn!(error = %e, "slow path receive failed");
+                    break;
+                }
+            }
+        }
+        let _ = self.sock.set_nonblocking(false);
+        got
+    }
+
+    fn handle_batch(&mut self, buf: &[[u8; 1500]], received: &[(usize, SocketAddr)]) {
+        if received.is_empty() {
+            return;
+        }
+        let inv = self
+            .shared
+            .inventory
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let (now, mono) = (unix_now(), self.started.elapsed().as_secs_f64());
+        let mut pending = Vec::new();
+        for (slot, (len, _from)) in buf.iter().zip(received) {
+            bump(&self.shared.stats.rx);
+            let Ok(req) = Request::parse(&slot[..*len]) else {
+                bump(&self.shared.stats.malformed);
+                continue;
+            };
+            let known = inv.host_by_mac(req.chaddr).is_some();
+            if let Err(limited) = self.limiter.admit(req.chaddr, known, mono) {
+                let stats = &self.shared.stats;
+                bump(match limited {
+                    Limited::Mac => &stats.limited_mac,
+                    Limited::Unknown => &stats.limited_unknown,
+                    Limited::Table => &stats.limited_table,
+                });
+                continue;
+            }
+            if !known {
+                self.discovered().record(req.chaddr, sighting(&req), now);
+            }
+            if let Some(ack) = self.answer(&inv, req, now) {
+                pending.push(ack);
+            }
+        }
+        self.commit(&inv, pending, now);
+    }
+
+    /// Answers one request, or returns it when its lease must be committed.
+    fn answer(&mut self, inv: &Inventory, req: Request, now: u64) -> Option<PendingAck> {
+        match decide(&req, inv, &self.server) {
+            Answer::Reply(reply) => self.send(&req, &reply),
+            Answer::Ignore(reason) => bump(&self.shared.stats.ignored[reason as usize]),
+            Answer::Pool(ask) => {
+                let pool = pool_of(inv, &ask);
+                match ask.kind {
+                    ReplyKind::Offer => self.offer(inv, &req, &ask, &pool, now),
+                    _ => {
+                        return Some(PendingAck {
+                            ip: ask.wanted?,
+                            req,
+                            ask,
+                            pool,
+                        });
+                    }
+                }
+            }
+            Answer::Release { ip } => {
+                if let Err(e) = self.leases().release(req.chaddr.0, ip, now) {
+                    self.lease_error(&e);
+                }
+            }
+            Answer::Decline { ip } => {
+                match self.leases().decline(req.chaddr.0, ip, now, QUARANTINE) {
+                    Ok(true) => {
+                        warn!(mac = %req.chaddr, %ip, "address declined by its client: quarantined")
+                    }
+                    Ok(false) => {}
+                    Err(e) => self.lease_error(&e),
+                }
+            }
+        }
+        None
+    }
+
+    fn offer(&mut self, inv: &Inventory, req: &Request, ask: &PoolAsk, pool: &Pool, now: u64) {
+        let offered = self.leases().offer(req.chaddr.0, pool, ask.wanted, now);
+        match offered {
+            Ok(Some(ip)) => {
+                self.discovered().assign(req.chaddr, ip);
+                self.send(req, &pool_reply(req, inv, &self.server, ask, ip));
+            }
+            Ok(None) => {
+                bump(&self.shared.stats.pool_exhausted);
+                warn!(pool = %pool, "discovery pool exhausted");
+            }
+            Err(e) => self.lease_error(&e),
+        }
+    }
+
+    /// Binds the batch's pool REQUESTs in one commit, then answers them: the
+    /// ACKs go out only once their leases are on disk.
+    fn commit(&mut self, inv: &Inventory, pending: Vec<PendingAck>, now: u64) {
+        if pending.is_empty() {
+            return;
+        }
+        let requests: Vec<LeaseRequest<'_>> = pending
+            .iter()
+            .map(|p| LeaseRequest {
+                mac: p.req.chaddr.0,
+                pool: &p.pool,
+                ip: p.ip,
+                hostname: p.req.more.hostname.as_deref(),
+            })
+            .collect();
+        let outcomes = self.leases().request_batch(&requests, now);
+        let outcomes = match outcomes {
+            Ok(o) => o,
+            Err(e) => return self.lease_error(&e),
+        };
+        for (p, outcome) in pending.iter().zip(outcomes) {
+            match outcome {
+                RequestOutcome::Ack(lease) => {
+                    self.discovered().assign(p.req.chaddr, lease.ip);
+                    self.send(
+                        &p.req,
+                        &pool_reply(&p.req, inv, &self.server, &p.ask, lease.ip),
+                    );
+                }
+                // RFC 2131 4.3.2: NAK an address that is wrong for the client,
+                // but stay silent about addresses that may be another
+                // server's to judge.
+                RequestOutcome::Nak(NakReason::OutsidePool) if p.req.server_id.is_none() => {
+                    bump(&self.shared.stats.ignored[Counter::PassRequestMismatch as usize]);
+                }
+                RequestOutcome::Nak(_) => {
+                    self.send(&p.req, &nak(&self.server, "address not available"))
+                }
+            }
+        }
+    }
+
+    /// Encodes `reply` and sends it where RFC 2131 4.1 says.
+    fn send(&self, req: &Request, reply: &Reply) {
+        let stats = &self.shared.stats;
+        let mut req_fields = req.clone();
+        if reply.kind == ReplyKind::Nak && !req.giaddr.is_unspecified() {
+            // A relay broadcasts a NAK to its segment when asked to.
+            req_fields.flags |= bootp::FLAG_BROADCAST;
+        }
+        let bytes = match encode(reply, &req_fields) {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(mac = %req.chaddr, error = %e, "failed to encode reply");
+                return bump(&stats.send_errors);
+            }
+        };
+        let dest = if reply.kind == ReplyKind::Nak && req.giaddr.is_unspecified() {
+            ReplyDestination::Broadcast
+        } else {
+            reply_destination(
+                req_fields.flags,
+                u32::from(req.ciaddr),
+                u32::from(req.giaddr),
+            )
+        };
+        let sent = match dest {
+            ReplyDestination::Relay => self
+                .sock
+                .send_to(&bytes, (req.giaddr, bootp::SERVER_PORT))
+                .map(drop),
+            ReplyDestination::Ciaddr if reply.kind != ReplyKind::Nak => self
+                .sock
+                .send_to(&bytes, (req.ciaddr, bootp::CLIENT_PORT))
+                .map(drop),
+            ReplyDestination::Yiaddr => self.frame(&bytes, req.chaddr.0, reply.yiaddr),
+            ReplyDestination::Ciaddr | ReplyDestination::Broadcast => {
+                self.frame(&bytes, [0xff; 6], Ipv4Addr::BROADCAST)
+            }
+        };
+        match sent {
+            Ok(()) => bump(match reply.kind {
+                ReplyKind::Offer => &stats.offers,
+                ReplyKind::Ack => &stats.acks,
+                ReplyKind::Nak => &stats.naks,
+            }),
+            Err(e) => {
+                debug!(mac = %req.chaddr, error = %e, "failed to send reply");
+                bump(&stats.send_errors);
+            }
+        }
+    }
+
+    /// A raw frame to a client without an address (it cannot answer ARP).
+    fn frame(&self, payload: &[u8], mac: [u8; 6], ip: Ipv4Addr) -> io::Result<()> {
+        let src = Endpoint {
+            mac: self.server.mac,
+            ip: self.server.ip,
+            port: bootp::SERVER_PORT,
+        };
+        let dst = Endpoint {
+            mac,
+            ip,
+            port: bootp::CLIENT_PORT,
+        };
+        self.raw.send(&udp_frame(src, dst, payload))
+    }
+
+    fn expire_leases(&mut self) {
+        if self.last_expire.elapsed() < EXPIRE_EVERY {
+            return;
+        }
+        self.last_expire = Instant::now();
+        if let Err(e) = self.leases().expire(unix_now()) {
+            self.lease_error(&e);
+        }
+    }
+
+    fn leases(&self) -> std::sync::MutexGuard<'_, LeaseStore> {
+        self.shared
+            .leases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn discovered(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.shared
+            .discovered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lease_error(&self, e: &crate::lease::LeaseError) {
+        warn!(error = %e, "lease store failed");
+        bump(&self.shared.stats.lease_errors);
+    }
+}
+
+/// The lease pool of the subnet `decide` picked.
+fn pool_of(inv: &Inventory, ask: &PoolAsk) -> Pool {
+    let subnet = &inv.subnets[ask.subnet];
+    let range = subnet.pool.expect("decide picks a subnet with a pool");
+    Pool {
+        subnet: subnet.network,
+        prefix: subnet.prefix,
+        start: range.start,
+        end: range.end,
+        lease_time: inv.discovery.lease_time_in(subnet),
+    }
+}
+
+fn sighting(req: &Request) -> Sighting {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let traits = req.traits();
+    Sighting {
+        arch: req.arch,
+        vendor_class: req.more.vendor_class.as_deref().map(text),
+        user_class: req.more.user_classes.first().map(|c| text(c)),
+        relay: (!req.giaddr.is_unspecified()).then_some(req.giaddr),
+        circuit_id: traits.circuit_id.map(text),
+        hostname: req.more.hostname.clone(),
+    }
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Shared {
+    pub fn new(
+        inventory: Arc<Inventory>,
+        leases: LeaseStore,
+        discovered_capacity: usize,
+    ) -> Shared {
+        Shared {
+            inventory: RwLock::new(inventory),
+            leases: Mutex::new(leases),
+            discovered: Mutex::new(Registry::new(discovered_capacity)),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Swaps in a new inventory; MACs it now lists leave the discovered set.
+    pub fn replace_inventory(&self, inv: Arc<Inventory>) {
+        {
+            let mut reg = self
+                .discovered
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for host in &inv.hosts {
+                reg.adopt(host.mac);
+            }
+        }
+        *self
+            .inventory
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = inv;
+    }
+}

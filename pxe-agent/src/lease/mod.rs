@@ -1,0 +1,189 @@
+//! Dynamic leases for discovery pools: the addresses handed to machines the
+//! inventory does not know yet. Owns choosing a free address in a pool for a
+//! DHCPDISCOVER, binding it for a DHCPREQUEST, release, decline (quarantine)
+//! and expiry, and keeping every binding durable in an embedded database
+//! (redb) so that a crash never lets one address go to two clients. It does
+//! not decide DHCP policy (whether to answer, with which options), parse or
+//! build packets, touch sockets, or read the clock: callers pass the time in,
+//! as unix seconds.
+//!
+//! The database file is the truth; [`LeaseStore`] keeps an index of it in
+//! memory, rebuilt on [`LeaseStore::open`], and changes the index only after
+//! the change is committed. Offers are held in memory only: losing one in a
+//! crash costs the client a retry, never a duplicate address, because the
+//! REQUEST that follows is checked against the durable bindings.
+
+mod record;
+mod store;
+#[cfg(test)]
+mod tests;
+
+use std::{fmt, net::Ipv4Addr, path::PathBuf};
+
+pub use store::{DEFAULT_OFFER_HOLD, LeaseStore};
+
+/// A range of addresses handed out dynamically, inside one subnet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Pool {
+    /// The subnet's network address (no host bits set).
+    pub subnet: Ipv4Addr,
+    /// The subnet's prefix length, 0 to 32.
+    pub prefix: u8,
+    /// First address handed out.
+    pub start: Ipv4Addr,
+    /// Last address handed out (inclusive).
+    pub end: Ipv4Addr,
+    /// Lease time given to bindings, in seconds; `u32::MAX` is infinite
+    /// (RFC 2131 section 3.3).
+    pub lease_time: u32,
+}
+
+impl Pool {
+    /// Whether `ip` lies between `start` and `end`, inclusive.
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        (self.start..=self.end).contains(&ip)
+    }
+
+    /// Checks that the range lies inside the subnet and leaves out its
+    /// network and broadcast addresses, and that the lease time is not zero.
+    pub fn validate(&self) -> Result<(), LeaseError> {
+        let invalid = |reason| {
+            Err(LeaseError::InvalidPool {
+                pool: *self,
+                reason,
+            })
+        };
+        if self.prefix > 32 {
+            return invalid("prefix is longer than 32 bits");
+        }
+        let mask = u32::MAX
+            .checked_shl(32 - u32::from(self.prefix))
+            .unwrap_or(0);
+        let network = u32::from(self.subnet);
+        if network & !mask != 0 {
+            return invalid("subnet address has host bits set");
+        }
+        let (start, end) = (u32::from(self.start), u32::from(self.end));
+        if start > end {
+            return invalid("start is after end");
+        }
+        if start & mask != network || end & mask != network {
+            return invalid("range is not inside the subnet");
+        }
+        // A /31 has no network or broadcast address (RFC 3021), a /32 is one host.
+        if self.prefix <= 30 && (start == network || end == network | !mask) {
+            return invalid("range includes the subnet's network or broadcast address");
+        }
+        if self.lease_time == 0 {
+            return invalid("lease time is zero");
+        }
+        Ok(())
+    }
+
+    /// When a binding made at `now` ends.
+    fn expiry(&self, now: u64) -> u64 {
+        if self.lease_time == u32::MAX {
+            u64::MAX
+        } else {
+            now.saturating_add(u64::from(self.lease_time))
+        }
+    }
+}
+
+impl fmt::Display for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}-{} in {}/{}",
+            self.start, self.end, self.subnet, self.prefix
+        )
+    }
+}
+
+/// What an address is doing for the MAC a [`Lease`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseState {
+    /// Offered to the MAC and held for it for a short while; in memory only.
+    Offered,
+    /// Bound to the MAC until `expires` (committed to disk).
+    Bound,
+    /// Quarantined until `expires`: the MAC sent DHCPDECLINE, saying the
+    /// address is already in use on the link; offered to no one meanwhile.
+    Declined,
+    /// Released by the MAC: free for anyone, and remembered as the MAC's
+    /// previous address until someone else takes it.
+    Released,
+}
+
+/// One address and the MAC it is (or was) leased to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The client's hardware address (`chaddr`).
+    pub mac: [u8; 6],
+    pub ip: Ipv4Addr,
+    pub state: LeaseState,
+    /// Unix seconds when the state ends: the binding expires, the offer or
+    /// the quarantine lapses. For `Released`, when it was released.
+    /// `u64::MAX` for an infinite lease.
+    pub expires: u64,
+    /// The client's host name (option 12), as it last sent it.
+    pub hostname: Option<String>,
+}
+
+/// One DHCPREQUEST for [`LeaseStore::request_batch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRequest<'a> {
+    pub mac: [u8; 6],
+    pub pool: &'a Pool,
+    /// The address asked for (option 50, or `ciaddr` when renewing).
+    pub ip: Ipv4Addr,
+    pub hostname: Option<&'a str>,
+}
+
+/// The answer to a DHCPREQUEST.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestOutcome {
+    /// The binding, already committed to disk.
+    Ack(Lease),
+    /// Refused; the caller answers DHCPNAK (RFC 2131 section 4.3.2).
+    Nak(NakReason),
+}
+
+/// Why a DHCPREQUEST was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NakReason {
+    /// The address is not in the pool.
+    OutsidePool,
+    /// Another MAC holds the address, or has a pending offer for it.
+    InUse,
+    /// The address is quarantined after a DHCPDECLINE.
+    Quarantined,
+}
+
+/// Failures of the lease store. Each says which database and what it was
+/// doing; a failed change leaves both the file and the in-memory index as
+/// they were.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("failed to open lease database {}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: Box<redb::Error>,
+    },
+    #[error("lease database {}: failed to {operation}", path.display())]
+    Storage {
+        path: PathBuf,
+        operation: &'static str,
+        #[source]
+        source: Box<redb::Error>,
+    },
+    #[error("lease database {}: unreadable record for {ip}: {reason}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        ip: Ipv4Addr,
+        reason: &'static str,
+    },
+    #[error("invalid pool {pool}: {reason}")]
+    InvalidPool { pool: Pool, reason: &'static str },
+}

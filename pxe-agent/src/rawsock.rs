@@ -1,0 +1,90 @@
+//! An `AF_PACKET` socket bound to one interface: how the slow path reaches
+//! clients that have no address yet, and how tests and the load generator
+//! put frames on a link exactly as firmware does.
+
+use std::{
+    ffi::CString,
+    io,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    time::Duration,
+};
+
+const ETH_P_ALL: u16 = 0x0003;
+
+pub struct RawSocket {
+    fd: OwnedFd,
+}
+
+impl RawSocket {
+    /// Opens a socket on `iface` in the calling thread's network namespace.
+    /// `receive`: false binds to no protocol, so nothing is queued for
+    /// reading (a send-only socket costs nothing per received frame).
+    pub fn open(iface: &str, receive: bool) -> io::Result<RawSocket> {
+        let proto = if receive { ETH_P_ALL.to_be() } else { 0 };
+        // SAFETY: plain socket(2); the fd is owned below.
+        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto)) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let name = CString::new(iface).map_err(io::Error::other)?;
+        // SAFETY: name is NUL-terminated.
+        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        if ifindex == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: an all-zero sockaddr_ll is valid; fields are set below.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = proto;
+        addr.sll_ifindex = ifindex as i32;
+        // SAFETY: addr is a valid sockaddr_ll of the size given.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&raw const addr).cast(),
+                size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(RawSocket { fd })
+    }
+
+    pub fn send(&self, frame: &[u8]) -> io::Result<()> {
+        // SAFETY: frame is a valid buffer of its length.
+        let n = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Receives one frame, or `None` after `timeout`.
+    pub fn recv(&self, timeout: Duration) -> io::Result<Option<Vec<u8>>> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if rc == 0 {
+            return Ok(None);
+        }
+        let mut buf = vec![0u8; 2048];
+        // SAFETY: buf is writable for its length.
+        let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(n as usize);
+        Ok(Some(buf))
+    }
+}
