@@ -75,7 +75,7 @@ fn udhcpc(served: &Served, extra: &[&str]) -> BTreeMap<String, String> {
     vars(&text)
 }
 
-fn vars(text: &str) -> BTreeMap<String, String> {
+pub fn vars(text: &str) -> BTreeMap<String, String> {
     text.split_whitespace()
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))

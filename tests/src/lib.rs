@@ -5,9 +5,12 @@
 pub mod agent;
 pub mod fixture;
 pub mod frame;
+pub mod loadgen;
 pub mod raw;
 
 #[cfg(test)]
 mod e2e;
+#[cfg(test)]
+mod slow_path;
 #[cfg(test)]
 mod xdp_program;

@@ -1,0 +1,111 @@
+//! `dhcp-loadgen`: the DHCP load generator `cargo xtask bench dhcp` runs
+//! inside a client namespace, and the `BPF_PROG_TEST_RUN` timer.
+//!
+//! ```text
+//! dhcp-loadgen run --interface IF --macs FILE [--rate N|max] [--duration S] [--drain S]
+//! dhcp-loadgen prog-test-run [--runs N]
+//! ```
+//!
+//! Each prints one machine-readable line of `key=value` fields. Only the
+//! command line lives here; the work is in [`pxe_tests::loadgen`].
+
+use std::{process::ExitCode, time::Duration};
+
+use pxe_tests::loadgen::{self, Options};
+
+const USAGE: &str = "usage:
+  dhcp-loadgen run --interface IF --macs FILE [--rate N|max] [--duration SECS] [--drain SECS]
+  dhcp-loadgen prog-test-run [--runs N]";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.split_first() {
+        Some((cmd, rest)) if cmd == "run" => run(rest),
+        Some((cmd, rest)) if cmd == "prog-test-run" => prog_test_run(rest),
+        _ => Err(USAGE.to_owned()),
+    };
+    match result {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("dhcp-loadgen: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<String, String> {
+    let flags = Flags::parse(args, &["interface", "macs", "rate", "duration", "drain"])?;
+    let macs_path = flags.required("macs")?;
+    let text = std::fs::read_to_string(macs_path)
+        .map_err(|err| format!("failed to read {macs_path}: {err}"))?;
+    let opts = Options {
+        iface: flags.required("interface")?.to_owned(),
+        macs: loadgen::parse_macs(&text).map_err(|err| format!("{macs_path}: {err}"))?,
+        rate: match flags.get("rate").unwrap_or("max") {
+            "max" => None,
+            n => Some(parse_number(n, "rate")?),
+        },
+        duration: seconds(flags.get("duration").unwrap_or("3"), "duration")?,
+        drain: seconds(flags.get("drain").unwrap_or("1"), "drain")?,
+    };
+    let report =
+        loadgen::run(&opts).map_err(|err| format!("load on {} failed: {err}", opts.iface))?;
+    Ok(report.line())
+}
+
+fn prog_test_run(args: &[String]) -> Result<String, String> {
+    let flags = Flags::parse(args, &["runs"])?;
+    let runs = parse_number(flags.get("runs").unwrap_or("100000"), "runs")?;
+    if runs == 0 {
+        return Err("--runs must be at least 1".to_owned());
+    }
+    Ok(loadgen::kernel_time_per_reply(runs).line())
+}
+
+/// `--name value` pairs, each name from a fixed list.
+struct Flags(Vec<(String, String)>);
+
+impl Flags {
+    fn parse(args: &[String], known: &[&str]) -> Result<Flags, String> {
+        let mut pairs = Vec::new();
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let name = arg
+                .strip_prefix("--")
+                .filter(|name| known.contains(name))
+                .ok_or_else(|| format!("unexpected argument {arg:?}\n{USAGE}"))?;
+            let value = it.next().ok_or_else(|| format!("--{name} needs a value"))?;
+            pairs.push((name.to_owned(), value.clone()));
+        }
+        Ok(Flags(pairs))
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn required(&self, name: &str) -> Result<&str, String> {
+        self.get(name)
+            .ok_or_else(|| format!("--{name} is required\n{USAGE}"))
+    }
+}
+
+fn parse_number(text: &str, name: &str) -> Result<u32, String> {
+    text.parse()
+        .map_err(|_| format!("--{name}: {text:?} is not a whole number"))
+}
+
+fn seconds(text: &str, name: &str) -> Result<Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("--{name}: {text:?} is not a number of seconds"))
+}

@@ -1,0 +1,848 @@
+//! The DHCP load generator behind the `dhcp-loadgen` binary: full
+//! DISCOVER/OFFER/REQUEST/ACK exchanges sent as PXE clients would send them
+//! (broadcast, giaddr 0, vendor class and option 93), from many MACs, at a
+//! fixed rate or as fast as one core allows, for a bounded time.
+//!
+//! It owns the generator's loop, its exchange table and its result line; the
+//! request frames come from [`crate::frame`]. It does not start servers or
+//! namespaces: run it inside the client namespace (`ip netns exec`).
+//!
+//! The socket is its own rather than [`crate::raw::RawSocket`]: a load
+//! generator needs non-blocking batch receives into one reused buffer, a
+//! large receive buffer and the kernel's own filter for outgoing frames.
+
+use std::{
+    ffi::CString,
+    io,
+    net::Ipv4Addr,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    time::{Duration, Instant},
+};
+
+use crate::frame::Req;
+
+const ETH_P_ALL: u16 = 0x0003;
+/// `PACKET_IGNORE_OUTGOING` (Linux 4.20): the socket skips frames it sent.
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+const RECV_BUFFER: libc::c_int = 16 << 20;
+const ETH_HLEN: usize = 14;
+/// BOOTP offsets (RFC 2131 section 2), from the start of the message.
+const BOOTP_XID: usize = 4;
+const BOOTP_YIADDR: usize = 16;
+const BOOTP_CHADDR: usize = 28;
+const BOOTP_OPTIONS: usize = 240;
+const DHCPOFFER: u8 = 2;
+const DHCPACK: u8 = 5;
+/// Offset of the BOOTP message in the frames this generator sends.
+const PAYLOAD: usize = 42;
+
+/// What one run does.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The interface to send on and listen to.
+    pub iface: String,
+    /// The client MACs, cycled over in order.
+    pub macs: Vec<[u8; 6]>,
+    /// New exchanges per second; `None` sends as fast as it can.
+    pub rate: Option<u32>,
+    /// How long new exchanges are started.
+    pub duration: Duration,
+    /// How long to wait afterwards for the answers still outstanding.
+    pub drain: Duration,
+}
+
+/// What one run counted. An exchange is complete when its ACK arrives;
+/// latency runs from its DISCOVER to its ACK.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    pub discovers: u64,
+    pub requests: u64,
+    pub offers: u64,
+    pub acks: u64,
+    /// The send phase, which rates are measured over.
+    pub duration: Duration,
+    pub latency_sum: Duration,
+    pub latency_max: Duration,
+    /// This process's own CPU time (user + system).
+    pub cpu: Duration,
+}
+
+impl Report {
+    pub fn exchanges_per_s(&self) -> f64 {
+        self.acks as f64 / self.duration.as_secs_f64().max(1e-9)
+    }
+
+    pub fn discovers_per_s(&self) -> f64 {
+        self.discovers as f64 / self.duration.as_secs_f64().max(1e-9)
+    }
+
+    /// Exchanges started but not completed, in percent of those started.
+    pub fn drop_pct(&self) -> f64 {
+        if self.discovers == 0 {
+            return 0.0;
+        }
+        100.0 * self.discovers.saturating_sub(self.acks) as f64 / self.discovers as f64
+    }
+
+    pub fn avg_latency(&self) -> Duration {
+        match u32::try_from(self.acks) {
+            Ok(0) => Duration::ZERO,
+            Ok(n) => self.latency_sum / n,
+            Err(_) => Duration::from_secs_f64(self.latency_sum.as_secs_f64() / self.acks as f64),
+        }
+    }
+
+    /// The one machine-readable line `dhcp-loadgen run` prints.
+    pub fn line(&self) -> String {
+        format!(
+            "dhcp-loadgen discovers={} requests={} offers={} acks={} duration_s={:.3} \
+             discovers_per_s={:.1} exchanges_per_s={:.1} drop_pct={:.3} avg_us={:.1} \
+             max_us={:.1} cpu_s={:.3}",
+            self.discovers,
+            self.requests,
+            self.offers,
+            self.acks,
+            self.duration.as_secs_f64(),
+            self.discovers_per_s(),
+            self.exchanges_per_s(),
+            self.drop_pct(),
+            self.avg_latency().as_secs_f64() * 1e6,
+            self.latency_max.as_secs_f64() * 1e6,
+            self.cpu.as_secs_f64(),
+        )
+    }
+}
+
+/// Reads a MAC list: one `aa:bb:cc:dd:ee:ff` a line, blank lines ignored
+/// (the format perfdhcp's `-M` takes as well).
+pub fn parse_macs(text: &str) -> Result<Vec<[u8; 6]>, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .map(|line| parse_mac(line).ok_or_else(|| format!("invalid MAC {line:?}")))
+        .collect()
+}
+
+fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = text.split([':', '-']);
+    for byte in &mut mac {
+        let part = parts.next()?;
+        if part.len() != 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+/// Runs the exchanges `opts` describes and reports what came back.
+pub fn run(opts: &Options) -> io::Result<Report> {
+    if opts.macs.is_empty() {
+        return Err(io::Error::other("no MACs to send from"));
+    }
+    let socket = PacketSocket::open(&opts.iface)?;
+    let frames = Frames::new();
+    let mut generator = Generator::new(opts, &socket, &frames);
+    generator.run()?;
+    let mut report = generator.report;
+    report.cpu = own_cpu_time();
+    Ok(report)
+}
+
+/// Kernel time of the XDP program per reply, from `BPF_PROG_TEST_RUN`.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelTime {
+    pub runs: u32,
+    /// A BIOS PXE DISCOVER answered with an OFFER.
+    pub offer: Duration,
+    /// The matching SELECTING REQUEST answered with an ACK.
+    pub ack: Duration,
+}
+
+impl KernelTime {
+    /// The one machine-readable line `dhcp-loadgen prog-test-run` prints.
+    pub fn line(&self) -> String {
+        format!(
+            "prog-test-run runs={} offer_ns={} ack_ns={} per_reply_ns={}",
+            self.runs,
+            self.offer.as_nanos(),
+            self.ack.as_nanos(),
+            ((self.offer + self.ack) / 2).as_nanos(),
+        )
+    }
+}
+
+/// Loads the XDP program with the test inventory and times `runs` runs each
+/// of a PXE DISCOVER and REQUEST the program answers.
+///
+/// [`Fixture::time_per_run`](crate::fixture::Fixture::time_per_run) makes
+/// one `BPF_PROG_TEST_RUN` call per run with repeat 1: with a larger repeat
+/// the kernel reruns the program on the frame it already rewrote into a
+/// reply, which times a reply being passed over, not a request answered.
+pub fn kernel_time_per_reply(runs: u32) -> KernelTime {
+    use crate::fixture::{Fixture, WORKER_MAC};
+    let fixture = Fixture::new();
+    let host = fixture
+        .inv
+        .hosts
+        .iter()
+        .find(|host| host.mac.0 == WORKER_MAC)
+        .expect("test inventory has the worker host")
+        .ip;
+    let mut req = Req::discover(WORKER_MAC).pxe(0);
+    req.broadcast = true;
+    let offer = fixture.time_per_run(&req.frame(), runs);
+    req = req.request();
+    req.requested_ip = Some(host);
+    req.server_id = Some(fixture.server.ip);
+    let ack = fixture.time_per_run(&req.frame(), runs);
+    KernelTime { runs, offer, ack }
+}
+
+/// DISCOVER and REQUEST frames with the per-exchange fields patched in.
+struct Frames {
+    discover: Vec<u8>,
+    request: Vec<u8>,
+    /// Offsets of the values of options 50 and 54 in `request`.
+    requested_ip: usize,
+    server_id: usize,
+}
+
+impl Frames {
+    /// A BIOS PXE client (option 93 = 0, "PXEClient" vendor class) that asks
+    /// for broadcast replies.
+    fn new() -> Frames {
+        let mut req = Req::discover([0; 6]).pxe(0);
+        req.broadcast = true;
+        let discover = req.frame();
+        req = req.request();
+        req.requested_ip = Some(Ipv4Addr::UNSPECIFIED);
+        req.server_id = Some(Ipv4Addr::UNSPECIFIED);
+        let request = req.frame();
+        let options = &request[PAYLOAD..];
+        let requested_ip = PAYLOAD + option_value(options, 50).expect("REQUEST carries option 50");
+        let server_id = PAYLOAD + option_value(options, 54).expect("REQUEST carries option 54");
+        Frames {
+            discover,
+            request,
+            requested_ip,
+            server_id,
+        }
+    }
+
+    fn fill_discover<'b>(&self, buf: &'b mut Vec<u8>, mac: [u8; 6], xid: u32) -> &'b [u8] {
+        buf.clear();
+        buf.extend_from_slice(&self.discover);
+        patch_client(buf, mac, xid);
+        buf
+    }
+
+    fn fill_request<'b>(&self, buf: &'b mut Vec<u8>, mac: [u8; 6], offer: &Answer) -> &'b [u8] {
+        buf.clear();
+        buf.extend_from_slice(&self.request);
+        patch_client(buf, mac, offer.xid);
+        buf[self.requested_ip..self.requested_ip + 4].copy_from_slice(&offer.yiaddr.octets());
+        buf[self.server_id..self.server_id + 4].copy_from_slice(&offer.server_id.octets());
+        buf
+    }
+}
+
+/// The Ethernet source, xid and chaddr: what differs between clients.
+fn patch_client(frame: &mut [u8], mac: [u8; 6], xid: u32) {
+    frame[6..12].copy_from_slice(&mac);
+    frame[PAYLOAD + BOOTP_XID..PAYLOAD + BOOTP_XID + 4].copy_from_slice(&xid.to_be_bytes());
+    frame[PAYLOAD + BOOTP_CHADDR..PAYLOAD + BOOTP_CHADDR + 6].copy_from_slice(&mac);
+}
+
+/// The offset, within a BOOTP message, of the value of option `code`.
+fn option_value(bootp: &[u8], code: u8) -> Option<usize> {
+    let mut off = BOOTP_OPTIONS;
+    while off < bootp.len() {
+        match bootp[off] {
+            0 => off += 1,
+            255 => return None,
+            c => {
+                let len = usize::from(*bootp.get(off + 1)?);
+                if c == code && off + 2 + len <= bootp.len() {
+                    return Some(off + 2);
+                }
+                off += 2 + len;
+            }
+        }
+    }
+    None
+}
+
+/// A server's answer as the generator needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Answer {
+    msg_type: u8,
+    xid: u32,
+    yiaddr: Ipv4Addr,
+    server_id: Ipv4Addr,
+}
+
+/// Takes apart an IPv4/UDP frame to the DHCP client port, whatever its
+/// destination (broadcast or unicast to chaddr); `None` for anything else.
+fn parse_answer(frame: &[u8]) -> Option<Answer> {
+    if frame.len() < ETH_HLEN + 20 || frame[12..14] != [0x08, 0x00] {
+        return None;
+    }
+    let ip = &frame[ETH_HLEN..];
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    if ip[0] >> 4 != 4 || ihl < 20 || ip[9] != 17 {
+        return None;
+    }
+    let udp = ip.get(ihl..)?;
+    if udp.len() < 8 || udp[2..4] != [0, 68] {
+        return None;
+    }
+    let bootp = &udp[8..];
+    if bootp.len() < BOOTP_OPTIONS || bootp[0] != 2 {
+        return None;
+    }
+    let msg_type = *bootp.get(option_value(bootp, 53)?)?;
+    let server_id = match option_value(bootp, 54) {
+        Some(off) => ipv4_at(bootp, off)?,
+        None => ipv4_at(ip, 12)?,
+    };
+    Some(Answer {
+        msg_type,
+        xid: u32::from_be_bytes(bootp[BOOTP_XID..BOOTP_XID + 4].try_into().ok()?),
+        yiaddr: ipv4_at(bootp, BOOTP_YIADDR)?,
+        server_id,
+    })
+}
+
+fn ipv4_at(bytes: &[u8], off: usize) -> Option<Ipv4Addr> {
+    let octets: [u8; 4] = bytes.get(off..off + 4)?.try_into().ok()?;
+    Some(Ipv4Addr::from(octets))
+}
+
+/// Where an exchange stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Stage {
+    #[default]
+    Free,
+    AwaitOffer,
+    AwaitAck,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    xid: u32,
+    stage: Stage,
+    mac: u32,
+    started: Option<Instant>,
+}
+
+/// Outstanding exchanges, indexed by the low bits of their xid: xids are
+/// handed out in sequence, so a slot is only reused after `SLOTS` newer
+/// exchanges, long after its answer would count as lost.
+struct Table {
+    slots: Vec<Slot>,
+    next_xid: u32,
+    outstanding: usize,
+}
+
+const SLOTS: usize = 1 << 20;
+
+impl Table {
+    fn new(first_xid: u32) -> Table {
+        Table {
+            slots: vec![Slot::default(); SLOTS],
+            next_xid: first_xid,
+            outstanding: 0,
+        }
+    }
+
+    fn index(xid: u32) -> usize {
+        xid as usize & (SLOTS - 1)
+    }
+
+    fn start(&mut self, mac: u32, now: Instant) -> u32 {
+        let xid = self.next_xid;
+        self.next_xid = xid.wrapping_add(1);
+        let slot = &mut self.slots[Self::index(xid)];
+        if slot.stage == Stage::Free {
+            self.outstanding += 1;
+        }
+        *slot = Slot {
+            xid,
+            stage: Stage::AwaitOffer,
+            mac,
+            started: Some(now),
+        };
+        xid
+    }
+
+    /// The exchange `xid` if it is at `stage`.
+    fn get(&mut self, xid: u32, stage: Stage) -> Option<&mut Slot> {
+        let slot = &mut self.slots[Self::index(xid)];
+        (slot.xid == xid && slot.stage == stage).then_some(slot)
+    }
+
+    fn finish(&mut self, xid: u32) {
+        self.slots[Self::index(xid)].stage = Stage::Free;
+        self.outstanding -= 1;
+    }
+}
+
+/// A token bucket of new exchanges; holds at most a few milliseconds' worth
+/// so that a generator that falls behind shows a lower rate, not a burst.
+struct Bucket {
+    rate: Option<f64>,
+    tokens: f64,
+    cap: f64,
+    last: Instant,
+}
+
+/// New exchanges started per loop turn when sending without a rate.
+const FLOOD_BURST: u32 = 32;
+
+impl Bucket {
+    fn new(rate: Option<u32>, now: Instant) -> Bucket {
+        let rate = rate.map(f64::from);
+        let cap = rate.map_or(0.0, |r| (r / 200.0).max(8.0));
+        Bucket {
+            rate,
+            tokens: 1.0,
+            cap,
+            last: now,
+        }
+    }
+
+    /// How many exchanges may start now.
+    fn take(&mut self, now: Instant) -> u32 {
+        let Some(rate) = self.rate else {
+            return FLOOD_BURST;
+        };
+        let dt = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + rate * dt).min(self.cap);
+        let n = self.tokens.floor();
+        self.tokens -= n;
+        n as u32
+    }
+
+    /// How long until the next token, or zero when flooding.
+    fn wait(&self) -> Duration {
+        match self.rate {
+            Some(rate) => Duration::from_secs_f64(((1.0 - self.tokens) / rate).max(0.0)),
+            None => Duration::ZERO,
+        }
+    }
+}
+
+struct Generator<'a> {
+    opts: &'a Options,
+    socket: &'a PacketSocket,
+    frames: &'a Frames,
+    table: Table,
+    report: Report,
+    next_mac: usize,
+    out: Vec<u8>,
+    rx: Vec<u8>,
+}
+
+/// Frames received per loop turn at most, so sending keeps its pace.
+const RX_BATCH: usize = 256;
+
+impl<'a> Generator<'a> {
+    fn new(opts: &'a Options, socket: &'a PacketSocket, frames: &'a Frames) -> Generator<'a> {
+        Generator {
+            opts,
+            socket,
+            frames,
+            table: Table::new(first_xid()),
+            report: Report::default(),
+            next_mac: 0,
+            out: Vec::with_capacity(1024),
+            rx: vec![0; 2048],
+        }
+    }
+
+    fn run(&mut self) -> io::Result<()> {
+        let start = Instant::now();
+        let stop_sending = start + self.opts.duration;
+        let mut bucket = Bucket::new(self.opts.rate, start);
+        loop {
+            let now = Instant::now();
+            if now >= stop_sending {
+                break;
+            }
+            let received = self.receive()?;
+            let mut sent = 0;
+            for _ in 0..bucket.take(now) {
+                self.discover(now)?;
+                sent += 1;
+            }
+            if received == 0 && sent == 0 {
+                let wait = bucket.wait().min(stop_sending - now);
+                self.socket.wait(wait)?;
+            }
+        }
+        self.report.duration = start.elapsed();
+        self.drain(Instant::now() + self.opts.drain)
+    }
+
+    /// Collects answers until none are outstanding or `deadline` passes.
+    fn drain(&mut self, deadline: Instant) -> io::Result<()> {
+        while self.table.outstanding > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            if self.receive()? == 0 {
+                self.socket
+                    .wait((deadline - now).min(Duration::from_millis(10)))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn discover(&mut self, now: Instant) -> io::Result<()> {
+        let mac_idx = self.next_mac;
+        self.next_mac = (self.next_mac + 1) % self.opts.macs.len();
+        let xid = self.table.start(mac_idx as u32, now);
+        let frame = self
+            .frames
+            .fill_discover(&mut self.out, self.opts.macs[mac_idx], xid);
+        send_or_count(self.socket, frame)?;
+        self.report.discovers += 1;
+        Ok(())
+    }
+
+    /// Handles every frame already queued, up to [`RX_BATCH`]; returns how many.
+    fn receive(&mut self) -> io::Result<usize> {
+        let mut n = 0;
+        while n < RX_BATCH {
+            let Some(len) = self.socket.try_recv(&mut self.rx)? else {
+                break;
+            };
+            n += 1;
+            if let Some(answer) = parse_answer(&self.rx[..len]) {
+                self.answer(&answer)?;
+            }
+        }
+        Ok(n)
+    }
+
+    fn answer(&mut self, answer: &Answer) -> io::Result<()> {
+        match answer.msg_type {
+            DHCPOFFER => self.offer(answer),
+            DHCPACK => {
+                self.ack(answer.xid);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// RFC 2131 4.3.2, SELECTING: the REQUEST names the offering server
+    /// (option 54) and asks for the offered address (option 50).
+    fn offer(&mut self, offer: &Answer) -> io::Result<()> {
+        let Some(slot) = self.table.get(offer.xid, Stage::AwaitOffer) else {
+            return Ok(());
+        };
+        slot.stage = Stage::AwaitAck;
+        let mac = self.opts.macs[slot.mac as usize];
+        self.report.offers += 1;
+        let frame = self.frames.fill_request(&mut self.out, mac, offer);
+        send_or_count(self.socket, frame)?;
+        self.report.requests += 1;
+        Ok(())
+    }
+
+    fn ack(&mut self, xid: u32) {
+        let Some(slot) = self.table.get(xid, Stage::AwaitAck) else {
+            return;
+        };
+        let latency = slot.started.map(|t| t.elapsed()).unwrap_or_default();
+        self.table.finish(xid);
+        self.report.acks += 1;
+        self.report.latency_sum += latency;
+        self.report.latency_max = self.report.latency_max.max(latency);
+    }
+}
+
+/// A full transmit queue loses the frame like a busy wire would; the
+/// exchange then counts as dropped.
+fn send_or_count(socket: &PacketSocket, frame: &[u8]) -> io::Result<()> {
+    match socket.send(frame) {
+        Err(err) if is_congestion(&err) => Ok(()),
+        other => other,
+    }
+}
+
+fn is_congestion(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::ENOBUFS | libc::EAGAIN | libc::ENOMEM)
+    )
+}
+
+/// A different xid range per run, so late answers to an earlier run on the
+/// same link never match this one.
+fn first_xid() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32).rotate_left(16))
+        .unwrap_or(0);
+    nanos ^ std::process::id().rotate_left(8)
+}
+
+/// This process's user + system CPU time so far.
+pub fn own_cpu_time() -> Duration {
+    // SAFETY: getrusage fills the zeroed struct we pass.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// A non-blocking `AF_PACKET` socket on one interface of the calling
+/// thread's namespace that does not see its own outgoing frames.
+struct PacketSocket {
+    fd: OwnedFd,
+}
+
+impl PacketSocket {
+    fn open(iface: &str) -> io::Result<PacketSocket> {
+        // SAFETY: plain socket(2); the fd is owned below.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                i32::from(ETH_P_ALL.to_be()),
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor nobody else owns.
+        let socket = PacketSocket {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        };
+        socket.set_option(libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
+        // SO_RCVBUFFORCE goes past rmem_max (CAP_NET_ADMIN); a short burst
+        // of answers must not be lost in the generator's own buffer.
+        socket
+            .set_option(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, RECV_BUFFER)
+            .or_else(|_| socket.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, RECV_BUFFER))?;
+        socket.bind(iface)?;
+        Ok(socket)
+    }
+
+    fn set_option(
+        &self,
+        level: libc::c_int,
+        name: libc::c_int,
+        value: libc::c_int,
+    ) -> io::Result<()> {
+        // SAFETY: value is a c_int of the size passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                level,
+                name,
+                (&value as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    fn bind(&self, iface: &str) -> io::Result<()> {
+        let name = CString::new(iface).map_err(io::Error::other)?;
+        // SAFETY: name is NUL-terminated.
+        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        if ifindex == 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a zeroed sockaddr_ll is valid; fields set below.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = ETH_P_ALL.to_be();
+        addr.sll_ifindex = ifindex as i32;
+        // SAFETY: addr is a valid sockaddr_ll of the given size.
+        let rc = unsafe {
+            libc::bind(
+                self.fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_ll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    fn send(&self, frame: &[u8]) -> io::Result<()> {
+        // SAFETY: frame is a valid buffer of its length.
+        let n = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// One queued frame into `buf`, or `None` when none is queued.
+    fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        // SAFETY: buf is writable for its length.
+        let n = unsafe {
+            libc::recv(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            return Ok(Some(n as usize));
+        }
+        let err = io::Error::last_os_error();
+        match err.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(err),
+        }
+    }
+
+    /// Sleeps until a frame is queued or `timeout` passes (to the nanosecond).
+    fn wait(&self, timeout: Duration) -> io::Result<()> {
+        if timeout.is_zero() {
+            return Ok(());
+        }
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        };
+        // SAFETY: one valid pollfd and a valid timespec; no signal mask.
+        let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        if rc < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{SERVER_IP, parse_reply, udp_frame};
+
+    #[test]
+    fn macs_parse_one_a_line() {
+        let macs = parse_macs("52:54:00:00:00:01\n\n52-54-00-00-01-ff\n").unwrap();
+        assert_eq!(
+            macs,
+            [[0x52, 0x54, 0, 0, 0, 1], [0x52, 0x54, 0, 0, 1, 0xff]]
+        );
+        assert!(parse_macs("52:54:00:00:00\n").is_err());
+        assert!(parse_macs("52:54:00:00:00:01:02\n").is_err());
+    }
+
+    #[test]
+    fn request_carries_the_offer_and_the_client() {
+        let frames = Frames::new();
+        let mac = [0x52, 0x54, 0, 1, 2, 3];
+        let offer = Answer {
+            msg_type: DHCPOFFER,
+            xid: 0xdead_beef,
+            yiaddr: Ipv4Addr::new(10, 66, 1, 2),
+            server_id: SERVER_IP,
+        };
+        let mut buf = Vec::new();
+        let frame = frames.fill_request(&mut buf, mac, &offer).to_vec();
+        let bootp = &frame[PAYLOAD..];
+        assert_eq!(&frame[6..12], &mac);
+        assert_eq!(&bootp[BOOTP_CHADDR..BOOTP_CHADDR + 6], &mac);
+        assert_eq!(
+            &bootp[BOOTP_XID..BOOTP_XID + 4],
+            &0xdead_beef_u32.to_be_bytes()
+        );
+        let requested = option_value(bootp, 50).unwrap();
+        assert_eq!(&bootp[requested..requested + 4], &[10, 66, 1, 2]);
+        let sid = option_value(bootp, 54).unwrap();
+        assert_eq!(&bootp[sid..sid + 4], &SERVER_IP.octets());
+        assert_eq!(bootp[option_value(bootp, 53).unwrap()], 3, "DHCPREQUEST");
+        assert_eq!(bootp[10] & 0x80, 0x80, "broadcast flag");
+        assert!(parse_reply(&frame).ip_csum_ok);
+    }
+
+    #[test]
+    fn answers_are_read_from_client_port_frames_only() {
+        let mut bootp = vec![0u8; 300];
+        bootp[0] = 2;
+        bootp[BOOTP_XID..BOOTP_XID + 4].copy_from_slice(&7u32.to_be_bytes());
+        bootp[BOOTP_YIADDR..BOOTP_YIADDR + 4].copy_from_slice(&[10, 66, 1, 1]);
+        bootp[236..240].copy_from_slice(&[99, 130, 83, 99]);
+        bootp[240..246].copy_from_slice(&[53, 1, DHCPACK, 54, 4, 10]);
+        bootp[246..250].copy_from_slice(&[66, 0, 1, 255]);
+        let frame = udp_frame(
+            [2; 6],
+            [0xff; 6],
+            SERVER_IP,
+            Ipv4Addr::BROADCAST,
+            67,
+            68,
+            &bootp,
+        );
+        let answer = parse_answer(&frame).unwrap();
+        assert_eq!(
+            answer,
+            Answer {
+                msg_type: DHCPACK,
+                xid: 7,
+                yiaddr: Ipv4Addr::new(10, 66, 1, 1),
+                server_id: SERVER_IP,
+            }
+        );
+        let to_server = udp_frame([2; 6], [0xff; 6], SERVER_IP, SERVER_IP, 68, 67, &bootp);
+        assert_eq!(parse_answer(&to_server), None);
+    }
+
+    #[test]
+    fn bucket_limits_bursts_to_a_few_milliseconds() {
+        let t0 = Instant::now();
+        let mut bucket = Bucket::new(Some(10_000), t0);
+        assert_eq!(bucket.take(t0), 1);
+        // One second idle refills 50 ms' worth at most, not 10,000.
+        assert_eq!(bucket.take(t0 + Duration::from_secs(1)), 50);
+        let mut flood = Bucket::new(None, t0);
+        assert_eq!(flood.take(t0), FLOOD_BURST);
+    }
+
+    #[test]
+    fn report_rates_and_drops() {
+        let report = Report {
+            discovers: 1000,
+            acks: 990,
+            duration: Duration::from_secs(2),
+            latency_sum: Duration::from_millis(99),
+            ..Report::default()
+        };
+        assert_eq!(report.exchanges_per_s(), 495.0);
+        assert!((report.drop_pct() - 1.0).abs() < 1e-9);
+        assert_eq!(report.avg_latency(), Duration::from_micros(100));
+    }
+}

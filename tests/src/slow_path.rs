@@ -1,0 +1,155 @@
+//! End to end through the slow path: what the XDP program passes up (iPXE,
+//! unknown MACs) answered by the agent's userspace DHCP server, to real
+//! clients on a veth pair.
+
+use std::collections::BTreeMap;
+
+use crate::{
+    agent::{Served, agent_bin, script},
+    e2e::vars,
+};
+
+pub const INVENTORY: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+    router: 10.66.0.1
+    dns: [10.66.0.1]
+    lease_time: 3600
+    pool: {start: 10.66.200.1, end: 10.66.200.20}
+discovery: {policy: inspect, profile: inspector, lease_time: 600}
+profiles:
+  - name: worker
+    boot:
+      bios: undionly.kpxe
+      uefi: ipxe.efi
+  - name: inspector
+    boot:
+      bios: undionly.kpxe
+      uefi: ipxe.efi
+hosts:
+  - mac: "52:54:00:12:34:56"
+    ip: 10.66.1.10
+    hostname: node-1
+    profile: worker
+"#;
+
+/// Runs busybox udhcpc once; the variables its script saw on `bound`.
+pub fn udhcpc(served: &Served, extra: &[&str]) -> BTreeMap<String, String> {
+    let hook = script(
+        &served.dir.0,
+        "udhcpc.sh",
+        r#"[ "$1" = bound ] && echo "ip=$ip siaddr=$siaddr boot_file=$boot_file bootfile=$bootfile serverid=$serverid lease=$lease""#,
+    );
+    let out = served
+        .client_cmd("busybox")
+        .args([
+            "udhcpc",
+            "-f",
+            "-q",
+            "-n",
+            "-t",
+            "5",
+            "-T",
+            "1",
+            "-i",
+            served.lab.client_if(),
+            "-s",
+        ])
+        .arg(&hook)
+        .args(extra)
+        .output()
+        .expect("run udhcpc");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "udhcpc failed: {text}{}\nagent log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        served.log()
+    );
+    vars(&text)
+}
+
+fn slow(served: &Served, name: &str) -> u64 {
+    served.stats().get(name).copied().unwrap_or(0)
+}
+
+#[test]
+fn ipxe_client_of_known_host_chains_to_its_script() {
+    let served = Served::start("pxipxe", INVENTORY);
+    served.set_client_mac("52:54:00:12:34:56");
+    let passed = served.counter("pass_ipxe");
+    // User class "iPXE" as iPXE sends it (RFC 3004: length-prefixed).
+    let lease = udhcpc(
+        &served,
+        &[
+            "-V",
+            "PXEClient",
+            "-x",
+            "0x5d:0000",
+            "-x",
+            "0x4d:0469505845",
+        ],
+    );
+    assert_eq!(lease["ip"], "10.66.1.10");
+    assert_eq!(
+        lease["bootfile"],
+        "http://10.66.0.1:8080/boot/52:54:00:12:34:56.ipxe"
+    );
+    assert!(
+        served.counter("pass_ipxe") >= passed + 2,
+        "XDP did not pass the iPXE requests up"
+    );
+    assert!(
+        slow(&served, "pxe_slow_replies_total{type=\"ack\"}") >= 1,
+        "slow path sent no ACK"
+    );
+}
+
+#[test]
+fn unknown_mac_gets_pool_lease_and_is_listed_for_adoption() {
+    let served = Served::start("pxdisc", INVENTORY);
+    served.set_client_mac("52:54:00:aa:bb:01");
+    let lease = udhcpc(
+        &served,
+        &[
+            "-V",
+            "PXEClient:Arch:00007",
+            "-x",
+            "0x5d:0007",
+            "-x",
+            "hostname:spare-1",
+        ],
+    );
+    assert_eq!(lease["ip"], "10.66.200.1");
+    assert_eq!(lease["boot_file"], "ipxe.efi");
+    assert_eq!(lease["lease"], "600");
+    let out = served
+        .lab
+        .cmd_in(served.lab.server_ns(), agent_bin())
+        .args(["hosts", "--discovered"])
+        .output()
+        .expect("hosts");
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("52:54:00:aa:bb:01"))
+        .unwrap_or_else(|| panic!("not listed: {table}"));
+    assert!(
+        row.contains("10.66.200.1") && row.contains("PXEClient:Arch:00007") && row.contains("   7"),
+        "{row}"
+    );
+    let out = served
+        .lab
+        .cmd_in(served.lab.server_ns(), agent_bin())
+        .arg("leases")
+        .output()
+        .expect("leases");
+    let leases = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        leases.lines().any(|l| l.starts_with("52:54:00:aa:bb:01")
+            && l.contains("10.66.200.1")
+            && l.contains("bound")
+            && l.contains("spare-1")),
+        "{leases}"
+    );
+}
