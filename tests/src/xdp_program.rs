@@ -463,3 +463,38 @@ fn reply_cost_in_kernel_is_reported() {
         per_run.as_nanos()
     );
 }
+
+#[test]
+fn rule_the_fast_path_cannot_express_sends_the_class_to_the_slow_path() {
+    let fx = Fixture::with_inventory(
+        r#"
+subnets:
+  - {cidr: 10.66.0.0/16, router: 10.66.0.1, lease_time: 3600}
+profiles:
+  - name: worker
+    boot: {bios: undionly.kpxe, uefi: ipxe.efi}
+    rules:
+      - match: {labels: {rack: r1}}
+        boot: {bios: rack1.kpxe}
+      # The arch list keeps this rule off the BIOS class, which stays fast.
+      - match: {arch: [7, 9], vendor_class: "PXEClient:Arch:00007:UNDI:003016"}
+        boot: {uefi: vendor.efi}
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, profile: worker, labels: {rack: r1}}
+"#,
+    );
+    // The label rule is compiled in: BIOS is answered in the kernel.
+    let (_, msg) = expect_reply(&fx, &Req::discover(WORKER_MAC).pxe(0), Counter::TxOffer);
+    assert_eq!(file(&msg), Some("rack1.kpxe"));
+    // The vendor-class rule needs the request: UEFI goes up, and the slow
+    // path answers with the rule's file.
+    let req = Req::discover(WORKER_MAC).pxe(7);
+    expect_verdict(&fx, &req.frame(), XDP_PASS, Counter::PassUnknownHost);
+    let parsed = Request::parse(&req.payload()).expect("parses");
+    let pxe_agent::dhcp::Answer::Reply(reply) =
+        pxe_agent::dhcp::decide(&parsed, &fx.inv, &fx.server)
+    else {
+        panic!("slow path did not answer")
+    };
+    assert_eq!(reply.file.as_deref(), Some("vendor.efi"));
+}

@@ -68,7 +68,10 @@ fn serve_one_client(agent: &Path, scratch: &Path) -> anyhow::Result<Option<Strin
     cmd.current_dir(workspace_root())
         .args(["run", "--interface", lab.server_if(), "--inventory"])
         .arg(&inventory)
-        .args(["--metrics-addr", METRICS_ADDR]);
+        .args(["--metrics-addr", METRICS_ADDR])
+        // A throw-away lab keeps its lease database in its scratch directory.
+        .arg("--state-dir")
+        .arg(scratch.join("state"));
     // The guards are declared after `lab` so they drop first, and stopped
     // explicitly below: SIGTERM lets the agent detach XDP before the
     // namespaces go away.

@@ -7,14 +7,17 @@
 //! iPXE chainloading and unknown hosts (which need the lease store, so
 //! `decide` hands those back as [`Answer::Pool`]).
 
-use std::{collections::BTreeMap, net::Ipv4Addr};
+use std::{borrow::Cow, collections::BTreeMap, net::Ipv4Addr};
 
 use dhcproto::v4::{DhcpOption, DhcpOptions, MessageType, OptionCode, UnknownOption};
-use pxe_ebpf_common::{BootClass, Counter, boot_class, bootp::HTTP_CLIENT};
+use pxe_ebpf_common::{
+    BootClass, Counter, boot_class,
+    bootp::{HTTP_CLIENT, PXE_CLIENT},
+};
 
 use super::Request;
 use crate::inventory::{
-    BootFiles, DiscoveryPolicy, Host, Inventory, MAC_PLACEHOLDER, MacAddr, Profile,
+    BootFiles, DiscoveryPolicy, Host, Inventory, MAC_PLACEHOLDER, MacAddr, Profile, Rule,
     SERVER_PLACEHOLDER, Subnet,
 };
 
@@ -137,11 +140,45 @@ pub fn reply_for(
     kind: ReplyKind,
     server: &Server,
 ) -> Option<Reply> {
-    let profile = inv.profile_of(host);
+    let profile = fast_path_rules(inv.profile_of(host), class);
     let (boot, rule_options) = profile.boot_for_arches(&host.labels, class.arches())?;
+    let profile = profile.as_ref();
     let subject = Subject::host(inv, host);
     let boot = boot_answer(profile, boot.as_ref(), class, None, host.mac, server)?;
     Some(build(&subject, kind, boot, &rule_options, server))
+}
+
+/// The profile with only the rules that can apply to a request the fast
+/// path sees in `class`: requests with a user class (77) or relay
+/// information (82) never reach it, and a vendor-class prefix that cannot
+/// start the class's option 60 never matches there. What is left and still
+/// reads the request makes `boot_for_arches` decline the class.
+fn fast_path_rules(profile: &Profile, class: BootClass) -> Cow<'_, Profile> {
+    let possible = |rule: &Rule| {
+        rule.when.user_class.is_none()
+            && rule.when.circuit_id.is_none()
+            && rule
+                .when
+                .vendor_class
+                .as_deref()
+                .is_none_or(|p| vendor_prefix_fits(p.as_bytes(), class))
+    };
+    if profile.rules.iter().all(possible) {
+        return Cow::Borrowed(profile);
+    }
+    let mut only = profile.clone();
+    only.rules.retain(possible);
+    Cow::Owned(only)
+}
+
+/// Whether an option 60 value starting with `prefix` can belong to `class`.
+fn vendor_prefix_fits(prefix: &[u8], class: BootClass) -> bool {
+    let compatible = |required: &[u8]| prefix.starts_with(required) || required.starts_with(prefix);
+    match class {
+        BootClass::Http => compatible(HTTP_CLIENT),
+        BootClass::Bios | BootClass::UefiX64 | BootClass::UefiArm64 => compatible(PXE_CLIENT),
+        BootClass::Plain => !prefix.starts_with(PXE_CLIENT) && !prefix.starts_with(HTTP_CLIENT),
+    }
 }
 
 /// Whom a reply is for: a reserved host, or a client leasing from a pool.
@@ -488,7 +525,6 @@ mod tests {
     use pxe_ebpf_common::VendorClass;
 
     use super::*;
-    use crate::inventory::MacAddr;
 
     const INV: &str = r#"
 subnets:
@@ -743,6 +779,288 @@ hosts:
         assert_eq!(
             r.options.get(OptionCode::MessageType),
             Some(&DhcpOption::MessageType(MessageType::Offer))
+        );
+    }
+
+    const SLOW_INV: &str = r#"
+subnets:
+  - {cidr: 10.66.0.0/16, router: 10.66.0.1, pool: {start: 10.66.200.1, end: 10.66.200.9}}
+  - {cidr: 10.77.0.0/24, router: 10.77.0.1, pool: {start: 10.77.0.100, end: 10.77.0.120}}
+  - {cidr: 10.88.0.0/24, router: 10.88.0.1}
+discovery: {policy: inspect, profile: inspector}
+profiles:
+  - name: worker
+    boot: {bios: undionly.kpxe, uefi: ipxe.efi}
+    rules:
+      - match: {vendor_class: "PXEClient:Arch:00007:UNDI:003016"}
+        boot: {uefi: vendor.efi}
+  - name: installer
+    chain: "http://installer.example/{mac}.ipxe"
+  - name: inspector
+    boot: {bios: inspect.kpxe, uefi: inspect.efi}
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, profile: worker}
+  - {mac: "52:54:00:00:00:03", ip: 10.66.1.12, profile: installer}
+"#;
+
+    /// An answer reduced to what a table row checks.
+    #[derive(Debug, PartialEq)]
+    enum Slow {
+        Offer {
+            ip: Ipv4Addr,
+            file: Option<String>,
+            url: Option<String>,
+        },
+        Ack,
+        Nak,
+        Pool {
+            subnet: usize,
+            ack: bool,
+            wanted: Option<Ipv4Addr>,
+        },
+        Ignore(Counter),
+        Release(Ipv4Addr),
+    }
+
+    fn slow(a: Answer) -> Slow {
+        match a {
+            Answer::Reply(r) if r.kind == ReplyKind::Nak => Slow::Nak,
+            Answer::Reply(r) if r.kind == ReplyKind::Ack => Slow::Ack,
+            Answer::Reply(r) => Slow::Offer {
+                ip: r.yiaddr,
+                file: r.file,
+                url: match r.options.get(OptionCode::BootfileName) {
+                    Some(DhcpOption::BootfileName(u)) => {
+                        Some(String::from_utf8_lossy(u).into_owned())
+                    }
+                    _ => None,
+                },
+            },
+            Answer::Pool(p) => Slow::Pool {
+                subnet: p.subnet,
+                ack: p.kind == ReplyKind::Ack,
+                wanted: p.wanted,
+            },
+            Answer::Ignore(c) => Slow::Ignore(c),
+            Answer::Release { ip } => Slow::Release(ip),
+            Answer::Decline { .. } => panic!("unexpected decline"),
+        }
+    }
+
+    fn ipxe(mut r: Request) -> Request {
+        r.ipxe = true;
+        r.more.user_classes = vec![b"iPXE".to_vec()];
+        r
+    }
+
+    fn vendor(mut r: Request, v: &[u8]) -> Request {
+        r.more.vendor_class = Some(v.to_vec());
+        r
+    }
+
+    fn relayed(mut r: Request, giaddr: [u8; 4], option82: bool) -> Request {
+        r.giaddr = giaddr.into();
+        if option82 {
+            r.relay_info = true;
+            r.more.relay_agent_info = Some(vec![1, 4, b'p', b'o', b'r', b't']);
+        }
+        r
+    }
+
+    #[test]
+    fn slow_path_decisions_by_firmware_user_class_host_and_relay() {
+        let inv = Inventory::parse(Path::new("t.yaml"), SLOW_INV).expect("valid");
+        let unknown = MacAddr([0x52, 0x54, 0, 0, 0, 0x7f]);
+        let installer = MacAddr([0x52, 0x54, 0, 0, 0, 3]);
+        let offer = |ip: [u8; 4], file: Option<&str>, url: Option<&str>| Slow::Offer {
+            ip: ip.into(),
+            file: file.map(Into::into),
+            url: url.map(Into::into),
+        };
+        let cases: Vec<(&str, Request, Slow)> = vec![
+            (
+                "known bios pxe",
+                pxe(discover(WORKER), 0),
+                offer([10, 66, 1, 10], Some("undionly.kpxe"), None),
+            ),
+            (
+                "known ipxe chains to its script",
+                ipxe(pxe(discover(WORKER), 0)),
+                offer(
+                    [10, 66, 1, 10],
+                    None,
+                    Some("http://10.66.0.1:8080/boot/52:54:00:00:00:01.ipxe"),
+                ),
+            ),
+            (
+                "profile chain overrides the script",
+                ipxe(discover(installer)),
+                offer(
+                    [10, 66, 1, 12],
+                    None,
+                    Some("http://installer.example/52:54:00:00:00:03.ipxe"),
+                ),
+            ),
+            (
+                "vendor class rule picks its file",
+                vendor(
+                    pxe(discover(WORKER), 7),
+                    b"PXEClient:Arch:00007:UNDI:003016",
+                ),
+                offer([10, 66, 1, 10], Some("vendor.efi"), None),
+            ),
+            (
+                "other vendor class keeps the profile's file",
+                vendor(
+                    pxe(discover(WORKER), 7),
+                    b"PXEClient:Arch:00007:UNDI:003000",
+                ),
+                offer([10, 66, 1, 10], Some("ipxe.efi"), None),
+            ),
+            (
+                "unsupported firmware still gets its address",
+                pxe(discover(WORKER), 6),
+                offer([10, 66, 1, 10], None, None),
+            ),
+            (
+                "relayed with option 82 in its subnet",
+                relayed(pxe(discover(WORKER), 0), [10, 66, 9, 1], true),
+                offer([10, 66, 1, 10], Some("undionly.kpxe"), None),
+            ),
+            (
+                "relayed from another segment",
+                relayed(discover(WORKER), [10, 77, 0, 1], true),
+                Slow::Ignore(Counter::PassRelay),
+            ),
+            (
+                "wrong address gets a nak",
+                Request {
+                    requested_ip: Some(Ipv4Addr::new(10, 66, 1, 99)),
+                    ..request(discover(WORKER))
+                },
+                Slow::Nak,
+            ),
+            (
+                "request for another server is ignored",
+                Request {
+                    server_id: Some(Ipv4Addr::new(10, 66, 0, 2)),
+                    requested_ip: Some(Ipv4Addr::new(10, 66, 1, 99)),
+                    ..request(discover(WORKER))
+                },
+                Slow::Ignore(Counter::DropOtherServer),
+            ),
+            (
+                "reservation renewal",
+                Request {
+                    ciaddr: RESERVED,
+                    ..request(discover(WORKER))
+                },
+                Slow::Ack,
+            ),
+            (
+                "unknown direct",
+                pxe(discover(unknown), 7),
+                Slow::Pool {
+                    subnet: 0,
+                    ack: false,
+                    wanted: None,
+                },
+            ),
+            (
+                "unknown selecting us",
+                Request {
+                    server_id: Some(SERVER.ip),
+                    requested_ip: Some(Ipv4Addr::new(10, 66, 200, 1)),
+                    ..request(discover(unknown))
+                },
+                Slow::Pool {
+                    subnet: 0,
+                    ack: true,
+                    wanted: Some(Ipv4Addr::new(10, 66, 200, 1)),
+                },
+            ),
+            (
+                "unknown relayed: subnet by giaddr",
+                relayed(discover(unknown), [10, 77, 0, 1], true),
+                Slow::Pool {
+                    subnet: 1,
+                    ack: false,
+                    wanted: None,
+                },
+            ),
+            (
+                "unknown relayed from a subnet without a pool",
+                relayed(discover(unknown), [10, 88, 0, 1], false),
+                Slow::Ignore(Counter::PassUnknownHost),
+            ),
+            (
+                "unknown release",
+                Request {
+                    msg_type: Some(MessageType::Release),
+                    ciaddr: Ipv4Addr::new(10, 66, 200, 1),
+                    ..discover(unknown)
+                },
+                Slow::Release(Ipv4Addr::new(10, 66, 200, 1)),
+            ),
+        ];
+        for (name, req, want) in cases {
+            assert_eq!(slow(decide(&req, &inv, &SERVER)), want, "{name}");
+        }
+        let mut ignoring = inv.clone();
+        ignoring.discovery.policy = DiscoveryPolicy::Ignore;
+        assert_eq!(
+            slow(decide(&discover(unknown), &ignoring, &SERVER)),
+            Slow::Ignore(Counter::PassUnknownHost)
+        );
+    }
+
+    #[test]
+    fn ipxe_answer_disables_proxydhcp_wait_and_echoes_option_82() {
+        let inv = Inventory::parse(Path::new("t.yaml"), SLOW_INV).expect("valid");
+        let req = relayed(ipxe(discover(WORKER)), [10, 66, 9, 1], true);
+        let Answer::Reply(r) = decide(&req, &inv, &SERVER) else {
+            panic!("no reply")
+        };
+        let encap = r.options.get(OptionCode::from(175)).expect("option 175");
+        assert_eq!(
+            encap,
+            &DhcpOption::Unknown(UnknownOption::new(OptionCode::from(175), vec![176, 1, 1]))
+        );
+        let echoed = r
+            .options
+            .get(OptionCode::RelayAgentInformation)
+            .expect("option 82");
+        let mut bytes = Vec::new();
+        dhcproto::Encodable::encode(echoed, &mut dhcproto::Encoder::new(&mut bytes))
+            .expect("encodes");
+        assert_eq!(bytes, [82, 6, 1, 4, b'p', b'o', b'r', b't']);
+    }
+
+    #[test]
+    fn configured_user_class_marks_ipxe_clients() {
+        let yaml = format!(
+            "{SLOW_INV}ipxe: {{user_class: corp-ipxe, script: \"http://{{server}}/s/{{mac}}\"}}\n"
+        );
+        let inv = Inventory::parse(Path::new("t.yaml"), &yaml).expect("valid");
+        let stock = ipxe(discover(WORKER));
+        let Answer::Reply(r) = decide(&stock, &inv, &SERVER) else {
+            panic!("no reply")
+        };
+        assert_eq!(
+            r.options.get(OptionCode::from(175)),
+            None,
+            "stock iPXE user class is not the configured one"
+        );
+        let mut custom = stock.clone();
+        custom.more.user_classes = vec![b"corp-ipxe".to_vec()];
+        let Answer::Reply(r) = decide(&custom, &inv, &SERVER) else {
+            panic!("no reply")
+        };
+        assert_eq!(
+            r.options.get(OptionCode::BootfileName),
+            Some(&DhcpOption::BootfileName(
+                b"http://10.66.0.1/s/52:54:00:00:00:01".to_vec()
+            ))
         );
     }
 }

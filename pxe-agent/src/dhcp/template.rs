@@ -234,4 +234,50 @@ hosts:
         assert_eq!(sum16(&[0xff, 0xff, 0x00, 0x01]), 0x0001);
         assert_eq!(sum16(&[0x12]), 0x1200);
     }
+
+    const RULES: &str = r#"
+subnets:
+  - {cidr: 10.66.0.0/16}
+profiles:
+  - name: worker
+    boot: {bios: undionly.kpxe, uefi: ipxe.efi, http: "http://{server}/ipxe.efi"}
+    rules:
+      - match: {labels: {rack: r1}}
+        boot: {bios: rack1.kpxe}
+        options: {66: tftp-r1}
+      - match: {arch: [7]}
+        boot: {uefi: seven.efi}
+      - match: {vendor_class: "HTTPClient:Arch:00019"}
+        boot: {http: "http://{server}/arm.efi"}
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, profile: worker, labels: {rack: r1}}
+  - {mac: "52:54:00:00:00:02", ip: 10.66.1.11, profile: worker, labels: {rack: r2}}
+"#;
+
+    #[test]
+    fn label_rules_are_compiled_and_request_dependent_ones_leave_the_class_to_the_slow_path() {
+        let inv = Inventory::parse(Path::new("t.yaml"), RULES).expect("valid");
+        let t = compile(&inv, &SERVER).expect("compiles");
+        let file = |mac: u8, class: BootClass| {
+            t.get(&HostKey::new([0x52, 0x54, 0, 0, 0, mac], class))
+                .map(|t| {
+                    let f = &t.payload[bootp::OFF_FILE..bootp::OFF_FILE + 128];
+                    String::from_utf8_lossy(&f[..f.iter().position(|b| *b == 0).unwrap_or(128)])
+                        .into_owned()
+                })
+        };
+        // Labels are known ahead of time: compiled per host.
+        assert_eq!(file(1, BootClass::Bios).as_deref(), Some("rack1.kpxe"));
+        assert_eq!(file(2, BootClass::Bios).as_deref(), Some("undionly.kpxe"));
+        let opt66 = |mac: u8| {
+            let t = &t[&HostKey::new([0x52, 0x54, 0, 0, 0, mac], BootClass::Plain)];
+            find_option(&t.payload[..t.len as usize], 66).is_some()
+        };
+        assert!(opt66(1) && !opt66(2));
+        // arch [7] splits the UEFI x64 class (7 and 9): only a request can tell.
+        assert_eq!(file(1, BootClass::UefiX64), None);
+        // A vendor-class rule that may apply to HTTP boot: that class too.
+        assert_eq!(file(1, BootClass::Http), None);
+        assert!(t.contains_key(&HostKey::new([0x52, 0x54, 0, 0, 0, 1], BootClass::Plain)));
+    }
 }
