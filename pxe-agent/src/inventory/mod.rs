@@ -178,6 +178,10 @@ pub struct Profile {
     /// URL that iPXE clients of this profile's hosts load instead of
     /// [`IpxeSettings::script`].
     pub chain: Option<String>,
+    /// The iPXE script boots the local disk (exits to the next boot device)
+    /// instead of a kernel: for installed hosts whose BMC may ignore a
+    /// boot-device change.
+    pub local_disk: bool,
     /// Conditional changes to the boot answer and options, applied in order
     /// ([`Profile::boot_for`]).
     pub rules: Vec<Rule>,
@@ -455,6 +459,7 @@ hosts:
                 initrd: vec!["http://{server}:8080/artifacts/initrd.img".into()],
                 cmdline: Some("console=ttyS0".into()),
                 chain: None,
+                local_disk: false,
                 rules: vec![],
             }]
         );

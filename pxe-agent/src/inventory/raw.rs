@@ -65,6 +65,8 @@ pub(super) struct RawProfile {
     pub cmdline: Option<String>,
     pub chain: Option<String>,
     #[serde(default)]
+    pub local_disk: bool,
+    #[serde(default)]
     pub rules: Vec<RawRule>,
 }
 

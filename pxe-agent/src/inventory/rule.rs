@@ -494,6 +494,7 @@ mod tests {
             initrd: vec![],
             cmdline: None,
             chain: None,
+            local_disk: false,
             rules: vec![
                 Rule {
                     when: Match {

@@ -369,6 +369,7 @@ fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<Profile> {
             initrd: entry.initrd.clone(),
             cmdline: entry.cmdline.clone(),
             chain: entry.chain.clone(),
+            local_disk: entry.local_disk,
             rules,
         });
     }
