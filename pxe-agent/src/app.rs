@@ -13,7 +13,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
+use axum::Router;
 use tokio::{net::TcpListener, sync::watch};
 use tracing::{error, info, warn};
 
@@ -23,13 +23,18 @@ use crate::{
         server::{self, Limits},
         template,
     },
-    discovered::Discovered,
-    inventory::{Inventory, LoadError, MacAddr},
-    lease::{Lease, LeaseStore},
-    metrics::{self, AgentGauges},
+    http::{
+        BootState,
+        admin::{self, AdminState},
+        boot,
+    },
+    inventory::{Inventory, LoadError},
+    lease::LeaseStore,
+    metrics::AgentGauges,
     netdev,
+    progress::Progress,
     rawsock::RawSocket,
-    xdp::{AttachMode, FastPath, Stats},
+    xdp::{AttachMode, FastPath},
 };
 
 /// Everything `pxe-agent run` needs.
@@ -47,13 +52,12 @@ pub struct RunConfig {
     pub state_dir: PathBuf,
     /// The slow path's storm guard.
     pub limits: Limits,
-}
-
-/// State shared by the reload loop and the HTTP handlers.
-struct Shared {
-    fast: Mutex<FastPath>,
-    gauges: Mutex<AgentGauges>,
-    slow: Arc<server::Shared>,
+    /// Where scripts, boot files and artifacts are served.
+    pub http_addr: SocketAddr,
+    /// Served over HTTP at `/` (and TFTP): iPXE binaries.
+    pub boot_root: Option<PathBuf>,
+    /// Served over HTTP at `/artifacts/`.
+    pub artifacts: Option<PathBuf>,
 }
 
 /// Clients recorded by the slow path, kept for adoption.
@@ -102,62 +106,92 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         "inventory loaded"
     );
 
-    let slow = Arc::new(server::Shared::new(
+    let dhcp = Arc::new(server::Shared::new(
         Arc::new(inv.clone()),
         leases,
         DISCOVERED_CAPACITY,
     ));
     let stop = Arc::new(AtomicBool::new(false));
-    let slow_thread = start_slow_path(&cfg, server, slow.clone(), stop.clone())?;
-    let shared = Arc::new(Shared {
+    let slow_thread = start_slow_path(&cfg, server, dhcp.clone(), stop.clone())?;
+    let progress = Arc::new(Progress::default());
+    let admin = Arc::new(AdminState {
         fast: Mutex::new(fast),
         gauges: Mutex::new(AgentGauges {
             hosts: inv.hosts.len(),
             templates: count,
             ..Default::default()
         }),
-        slow,
+        dhcp: dhcp.clone(),
+        progress: progress.clone(),
+    });
+    let boot = Arc::new(BootState {
+        dhcp,
+        server,
+        boot_root: cfg.boot_root.clone(),
+        artifacts: cfg.artifacts.clone(),
+        progress,
     });
 
-    let listener = TcpListener::bind(cfg.metrics_addr)
+    let mut servers = Vec::new();
+    let boot_listener = TcpListener::bind(cfg.http_addr)
+        .await
+        .with_context(|| format!("failed to bind the boot HTTP address {}", cfg.http_addr))?;
+    info!(addr = %cfg.http_addr, "serving iPXE scripts, boot files and artifacts");
+    servers.push(serve_http(
+        boot_listener,
+        boot::router(boot),
+        shutdown.clone(),
+    ));
+    let admin_listener = TcpListener::bind(cfg.metrics_addr)
         .await
         .with_context(|| format!("failed to bind the metrics address {}", cfg.metrics_addr))?;
-    info!(addr = %cfg.metrics_addr, "serving /metrics and /healthz");
-    let router = Router::new()
-        .route("/metrics", get(metrics_page))
-        .route("/healthz", get(healthz))
-        .route("/api/v1/discovered", get(discovered_api))
-        .route("/api/v1/leases", get(leases_api))
-        .with_state(shared.clone());
-    let mut http_shutdown = shutdown.clone();
-    let http = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = http_shutdown.wait_for(|stop| *stop).await;
-            })
-            .await
-    });
+    info!(addr = %cfg.metrics_addr, "serving /metrics, /healthz and /api/v1");
+    servers.push(serve_http(
+        admin_listener,
+        admin::router(admin.clone()),
+        shutdown.clone(),
+    ));
 
     let watcher = tokio::spawn(watch_inventory(
         cfg.clone(),
         server,
-        shared.clone(),
+        admin.clone(),
         shutdown.clone(),
     ));
     let _ = shutdown.wait_for(|stop| *stop).await;
     info!("shutting down");
     watcher.await.context("inventory watcher panicked")?;
-    http.await
-        .context("http server panicked")?
-        .context("http server failed")?;
+    for http in servers {
+        http.await
+            .context("http server panicked")?
+            .context("http server failed")?;
+    }
     stop.store(true, Ordering::Relaxed);
     tokio::task::spawn_blocking(move || slow_thread.join())
         .await
         .context("slow path join failed")?
         .map_err(|_| anyhow::anyhow!("slow path thread panicked"))?;
     // Dropping the last handle detaches the program.
-    drop(shared);
+    drop(admin);
     Ok(())
+}
+
+/// Serves `router` on `listener` until shutdown, with peer addresses.
+fn serve_http(
+    listener: TcpListener,
+    router: Router,
+    mut shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await
+    })
 }
 
 /// Polls the inventory file and applies valid changes; refuses invalid ones
@@ -165,7 +199,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
 async fn watch_inventory(
     cfg: RunConfig,
     server: Server,
-    shared: Arc<Shared>,
+    shared: Arc<AdminState>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut seen = fingerprint(&cfg.inventory);
@@ -189,7 +223,7 @@ async fn watch_inventory(
                 let mut fast = shared.fast.lock().unwrap_or_else(PoisonError::into_inner);
                 match fast.sync(templates) {
                     Ok(report) => {
-                        shared.slow.replace_inventory(Arc::new(inv.clone()));
+                        shared.dhcp.replace_inventory(Arc::new(inv.clone()));
                         gauges.hosts = inv.hosts.len();
                         gauges.templates = count;
                         gauges.reloads_ok += 1;
@@ -224,94 +258,6 @@ fn fingerprint(path: &Path) -> Option<(SystemTime, u64, u64)> {
     Some((meta.modified().ok()?, meta.len(), meta.ino()))
 }
 
-async fn metrics_page(State(shared): State<Arc<Shared>>) -> Result<String, (StatusCode, String)> {
-    let internal = |what: &str, e: &dyn std::fmt::Display| {
-        (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("failed to read {what}: {e}"),
-        )
-    };
-    let fast = {
-        let fast = shared.fast.lock().unwrap_or_else(PoisonError::into_inner);
-        Stats::read(fast.counters()).map_err(|e| internal("counters", &e))?
-    };
-    let gauges = *shared.gauges.lock().unwrap_or_else(PoisonError::into_inner);
-    let leases = shared
-        .slow
-        .leases
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .list()
-        .map_err(|e| internal("leases", &e))?;
-    let discovered = shared
-        .slow
-        .discovered
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .len();
-    Ok(metrics::render(&metrics::Page {
-        fast: &fast,
-        gauges: &gauges,
-        slow: &shared.slow.stats,
-        discovered,
-        leases: &leases,
-    }))
-}
-
-/// `GET /api/v1/discovered`: unknown clients, most recently seen first.
-async fn discovered_api(State(shared): State<Arc<Shared>>) -> Json<Vec<Discovered>> {
-    Json(
-        shared
-            .slow
-            .discovered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .list(),
-    )
-}
-
-/// `GET /api/v1/leases`: pool leases, including quarantined addresses.
-async fn leases_api(
-    State(shared): State<Arc<Shared>>,
-) -> Result<Json<Vec<LeaseView>>, (StatusCode, String)> {
-    let list = shared
-        .slow
-        .leases
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .list();
-    let list = list.map_err(|e| {
-        (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("failed to read leases: {e}"),
-        )
-    })?;
-    Ok(Json(list.iter().map(LeaseView::from).collect()))
-}
-
-/// A lease as the API shows it.
-#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
-pub struct LeaseView {
-    pub mac: String,
-    pub ip: Ipv4Addr,
-    pub state: String,
-    /// Unix seconds.
-    pub expires: u64,
-    pub hostname: Option<String>,
-}
-
-impl From<&Lease> for LeaseView {
-    fn from(l: &Lease) -> LeaseView {
-        LeaseView {
-            mac: MacAddr(l.mac).to_string(),
-            ip: l.ip,
-            state: format!("{:?}", l.state).to_lowercase(),
-            expires: l.expires,
-            hostname: l.hostname.clone(),
-        }
-    }
-}
-
 /// Binds the slow path's sockets on the interface and starts its thread.
 fn start_slow_path(
     cfg: &RunConfig,
@@ -339,10 +285,4 @@ fn start_slow_path(
         .name("dhcp-slow-path".into())
         .spawn(move || server::serve(sock.into(), raw, server, shared, limits, stop))
         .context("failed to start the slow path thread")
-}
-
-/// Ready once the program is attached and the map is filled, which `run`
-/// does before binding this endpoint.
-async fn healthz() -> &'static str {
-    "ok\n"
 }

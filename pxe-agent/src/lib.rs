@@ -4,10 +4,12 @@
 pub mod app;
 pub mod dhcp;
 pub mod discovered;
+pub mod http;
 pub mod inventory;
 pub mod lease;
 pub mod metrics;
 pub mod netdev;
+pub mod progress;
 pub mod ratelimit;
 pub mod rawsock;
 pub mod wire;

@@ -11,9 +11,11 @@ use std::{
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use pxe_agent::{
-    app::{self, LeaseView, RunConfig},
+    app::{self, RunConfig},
     dhcp::{Server, server::Limits},
     discovered::Discovered,
+    http::admin::{HostView, LeaseView},
+    progress::Step,
     ratelimit::Rate,
     xdp::{AttachMode, VethPeer},
 };
@@ -65,6 +67,16 @@ enum Command {
         /// Slow-path requests per second all unknown MACs together may send.
         #[arg(long, default_value_t = 2000.0)]
         rate_unknown: f64,
+        /// Address of the boot HTTP server: iPXE scripts (/boot/<mac>.ipxe),
+        /// boot files (/), artifacts (/artifacts/) and the phone-home.
+        #[arg(long, default_value = "0.0.0.0:8080")]
+        http_addr: SocketAddr,
+        /// Directory of boot files (iPXE binaries), served over HTTP at /.
+        #[arg(long)]
+        boot_root: Option<PathBuf>,
+        /// Directory of kernels, initrds and images, served at /artifacts/.
+        #[arg(long)]
+        artifacts: Option<PathBuf>,
     },
     /// Validate an inventory file without running.
     Check {
@@ -86,8 +98,9 @@ enum Command {
         #[arg(long, default_value = DEFAULT_METRICS)]
         metrics_addr: SocketAddr,
     },
-    /// List hosts of the running agent: with --discovered, the unknown
-    /// clients that asked for DHCP (to adopt into the inventory).
+    /// List the running agent's hosts with their boot progress; with
+    /// --discovered, the unknown clients that asked for DHCP (to adopt into
+    /// the inventory).
     Hosts {
         #[arg(long)]
         discovered: bool,
@@ -129,6 +142,9 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             state_dir,
             rate_per_mac,
             rate_unknown,
+            http_addr,
+            boot_root,
+            artifacts,
         } => {
             anyhow::ensure!(
                 rate_per_mac > 0.0 && rate_unknown > 0.0,
@@ -153,6 +169,9 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     },
                     tracked_macs: 65_536,
                 },
+                http_addr,
+                boot_root,
+                artifacts,
             };
             run(cfg)?;
             Ok(ExitCode::SUCCESS)
@@ -188,10 +207,41 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Hosts {
-            discovered,
+            discovered: false,
             metrics_addr,
         } => {
-            anyhow::ensure!(discovered, "only `hosts --discovered` is available so far");
+            let list: Vec<HostView> =
+                serde_json::from_str(&http_get(metrics_addr, "/api/v1/hosts")?)
+                    .context("malformed /api/v1/hosts answer")?;
+            let step = |s: &Option<Step>| {
+                s.as_ref()
+                    .map_or("-".to_string(), |s| format!("{} {}", s.at, s.detail))
+            };
+            println!(
+                "{:<17}  {:<15}  {:<12}  {:<9}  {:<28}  {:<28}  booted",
+                "MAC", "IP", "HOSTNAME", "STAGE", "LAST DHCP", "LAST TFTP/SCRIPT"
+            );
+            for h in list {
+                let p = &h.progress;
+                let middle = p.script.as_ref().or(p.tftp.as_ref()).cloned();
+                println!(
+                    "{:<17}  {:<15}  {:<12}  {:<9}  {:<28}  {:<28}  {}",
+                    h.mac,
+                    h.ip,
+                    h.hostname.unwrap_or_default(),
+                    h.stage
+                        .map_or("-".to_string(), |s| format!("{s:?}").to_lowercase()),
+                    step(&p.dhcp),
+                    step(&middle),
+                    step(&p.booted),
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Hosts {
+            discovered: true,
+            metrics_addr,
+        } => {
             let list: Vec<Discovered> =
                 serde_json::from_str(&http_get(metrics_addr, "/api/v1/discovered")?)
                     .context("malformed /api/v1/discovered answer")?;

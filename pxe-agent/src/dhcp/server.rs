@@ -24,8 +24,8 @@ use tracing::{debug, warn};
 use super::{Answer, PoolAsk, Reply, ReplyKind, Request, Server, decide, encode, nak, pool_reply};
 use crate::{
     discovered::{Registry, Sighting},
-    inventory::Inventory,
-    lease::{LeaseRequest, LeaseStore, NakReason, Pool, RequestOutcome},
+    inventory::{Inventory, MacAddr},
+    lease::{LeaseRequest, LeaseState, LeaseStore, NakReason, Pool, RequestOutcome},
     ratelimit::{Limited, Limiter, Rate},
     rawsock::RawSocket,
     wire::{Endpoint, udp_frame},
@@ -423,6 +423,33 @@ impl Shared {
             discovered: Mutex::new(Registry::new(discovered_capacity)),
             stats: Stats::default(),
         }
+    }
+
+    /// The serving inventory.
+    pub fn inventory(&self) -> Arc<Inventory> {
+        self.inventory
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The pool address `mac` holds (bound or offered).
+    pub fn lease_of(&self, mac: MacAddr) -> Option<Ipv4Addr> {
+        let store = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        store
+            .lease_of(mac.0)
+            .filter(|l| matches!(l.state, LeaseState::Bound | LeaseState::Offered))
+            .map(|l| l.ip)
+    }
+
+    /// The MAC holding the pool lease of `ip`.
+    pub fn mac_with_lease(&self, ip: Ipv4Addr) -> Option<MacAddr> {
+        let store = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        let leases = store.list().ok()?;
+        leases
+            .into_iter()
+            .find(|l| l.ip == ip && l.state == LeaseState::Bound)
+            .map(|l| MacAddr(l.mac))
     }
 
     /// Swaps in a new inventory; MACs it now lists leave the discovered set.

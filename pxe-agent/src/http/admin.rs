@@ -1,0 +1,144 @@
+//! Routes of the admin listener: `/metrics`, `/healthz`, and the JSON API
+//! (`/api/v1/discovered`, `/api/v1/leases`, `/api/v1/hosts`).
+
+use std::{
+    net::Ipv4Addr,
+    sync::{Arc, Mutex, PoisonError},
+};
+
+use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    dhcp::server,
+    discovered::Discovered,
+    inventory::MacAddr,
+    lease::Lease,
+    metrics::{self, AgentGauges},
+    progress::{HostProgress, Progress, Stage},
+    xdp::{FastPath, Stats},
+};
+
+/// What the admin endpoints read.
+pub struct AdminState {
+    pub fast: Mutex<FastPath>,
+    pub gauges: Mutex<AgentGauges>,
+    pub dhcp: Arc<server::Shared>,
+    pub progress: Arc<Progress>,
+}
+
+pub fn router(state: Arc<AdminState>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_page))
+        .route("/healthz", get(healthz))
+        .route("/api/v1/discovered", get(discovered))
+        .route("/api/v1/leases", get(leases))
+        .route("/api/v1/hosts", get(hosts))
+        .with_state(state)
+}
+
+type ApiError = (StatusCode, String);
+
+fn internal(what: &str, e: impl std::fmt::Display) -> ApiError {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("failed to read {what}: {e}"),
+    )
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiError> {
+    let fast = Stats::read(lock(&s.fast).counters()).map_err(|e| internal("counters", e))?;
+    let gauges = *lock(&s.gauges);
+    let leases = lock(&s.dhcp.leases)
+        .list()
+        .map_err(|e| internal("leases", e))?;
+    let discovered = lock(&s.dhcp.discovered).len();
+    Ok(metrics::render(&metrics::Page {
+        fast: &fast,
+        gauges: &gauges,
+        slow: &s.dhcp.stats,
+        discovered,
+        leases: &leases,
+    }))
+}
+
+/// Ready once the program is attached, the map filled and the listeners
+/// bound, which `app::run` does before binding this endpoint.
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Unknown clients, most recently seen first.
+async fn discovered(State(s): State<Arc<AdminState>>) -> Json<Vec<Discovered>> {
+    Json(lock(&s.dhcp.discovered).list())
+}
+
+/// A lease as the API shows it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct LeaseView {
+    pub mac: String,
+    pub ip: Ipv4Addr,
+    pub state: String,
+    /// Unix seconds.
+    pub expires: u64,
+    pub hostname: Option<String>,
+}
+
+impl From<&Lease> for LeaseView {
+    fn from(l: &Lease) -> LeaseView {
+        LeaseView {
+            mac: MacAddr(l.mac).to_string(),
+            ip: l.ip,
+            state: format!("{:?}", l.state).to_lowercase(),
+            expires: l.expires,
+            hostname: l.hostname.clone(),
+        }
+    }
+}
+
+/// Pool leases, including quarantined addresses.
+async fn leases(State(s): State<Arc<AdminState>>) -> Result<Json<Vec<LeaseView>>, ApiError> {
+    let list = lock(&s.dhcp.leases)
+        .list()
+        .map_err(|e| internal("leases", e))?;
+    Ok(Json(list.iter().map(LeaseView::from).collect()))
+}
+
+/// An inventory host with its boot progress.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct HostView {
+    pub mac: String,
+    pub ip: Ipv4Addr,
+    pub hostname: Option<String>,
+    pub profile: String,
+    pub stage: Option<Stage>,
+    pub progress: HostProgress,
+}
+
+/// Every inventory host, with how far its current boot got.
+async fn hosts(State(s): State<Arc<AdminState>>) -> Json<Vec<HostView>> {
+    let inv = s.dhcp.inventory();
+    Json(
+        inv.hosts
+            .iter()
+            .map(|h| {
+                let progress = s.progress.get(h.mac).unwrap_or_else(|| HostProgress {
+                    mac: h.mac.to_string(),
+                    ..Default::default()
+                });
+                HostView {
+                    mac: h.mac.to_string(),
+                    ip: h.ip,
+                    hostname: h.hostname.clone(),
+                    profile: inv.profile_of(h).name.clone(),
+                    stage: progress.stage(),
+                    progress,
+                }
+            })
+            .collect(),
+    )
+}

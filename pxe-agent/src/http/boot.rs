@@ -1,0 +1,173 @@
+//! Routes of the boot listener: `/boot/<mac>.ipxe`, `/artifacts/...`, boot
+//! files at `/`, and `POST /api/v1/hosts/<mac>/booted`. Scripts and the
+//! phone-home are served only to the host's own address; anyone else gets 403.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use axum::{
+    Router,
+    extract::{ConnectInfo, Path, State},
+    http::{HeaderMap, Method, StatusCode},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use tracing::{debug, warn};
+
+use super::{BootState, artifacts, script};
+use crate::{dhcp::server::unix_now, inventory::MacAddr};
+
+pub fn router(state: Arc<BootState>) -> Router {
+    Router::new()
+        .route("/boot/{name}", get(boot_script))
+        .route("/api/v1/hosts/{mac}/booted", post(booted))
+        .route("/artifacts/{*path}", get(artifact).head(artifact))
+        .route("/{*path}", get(boot_file).head(boot_file))
+        .with_state(state)
+}
+
+fn client_ip(peer: SocketAddr) -> Option<std::net::Ipv4Addr> {
+    match peer.ip() {
+        std::net::IpAddr::V4(ip) => Some(ip),
+        std::net::IpAddr::V6(ip) => ip.to_ipv4_mapped(),
+    }
+}
+
+/// `GET /boot/<mac>.ipxe`.
+async fn boot_script(
+    State(state): State<Arc<BootState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(name): Path<String>,
+) -> Response {
+    let Some(mac) = name
+        .strip_suffix(".ipxe")
+        .and_then(|m| m.parse::<MacAddr>().ok())
+    else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let Some(ip) = state.address_of(mac) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    if client_ip(peer) != Some(ip) {
+        warn!(%mac, %peer, expected = %ip, "script refused: not the host's address");
+        return StatusCode::FORBIDDEN.into_response();
+    }
+    let inv = state.dhcp.inventory();
+    let host = inv.host_by_mac(mac);
+    let Some(profile) = host
+        .map(|h| inv.profile_of(h))
+        .or_else(|| inv.discovery_profile())
+    else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let no_labels = Default::default();
+    let target = script::Target {
+        mac,
+        ip,
+        hostname: host.and_then(|h| h.hostname.as_deref()),
+        labels: host.map_or(&no_labels, |h| &h.labels),
+    };
+    match script::render(profile, &target, state.server.ip) {
+        Ok(text) => {
+            state
+                .progress
+                .script(mac, unix_now(), format!("/boot/{name}"));
+            ([("content-type", "text/plain; charset=utf-8")], text).into_response()
+        }
+        Err(e) => {
+            warn!(error = %e, "script rendering failed");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+/// `POST /api/v1/hosts/<mac>/booted`: the booted system (or ramdisk) says so.
+async fn booted(
+    State(state): State<Arc<BootState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(mac): Path<String>,
+    body: String,
+) -> StatusCode {
+    let Ok(mac) = mac.parse::<MacAddr>() else {
+        return StatusCode::NOT_FOUND;
+    };
+    let Some(ip) = state.address_of(mac) else {
+        return StatusCode::NOT_FOUND;
+    };
+    if client_ip(peer) != Some(ip) {
+        warn!(%mac, %peer, "phone-home refused: not the host's address");
+        return StatusCode::FORBIDDEN;
+    }
+    let note: String = body.chars().take(200).filter(|c| !c.is_control()).collect();
+    state.progress.booted(
+        mac,
+        unix_now(),
+        if note.is_empty() {
+            "booted".into()
+        } else {
+            note
+        },
+    );
+    StatusCode::NO_CONTENT
+}
+
+async fn artifact(
+    State(state): State<Arc<BootState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    method: Method,
+    headers: HeaderMap,
+    Path(path): Path<String>,
+) -> Response {
+    serve_from(
+        &state,
+        state.artifacts.as_deref(),
+        &path,
+        peer,
+        &method,
+        &headers,
+    )
+    .await
+}
+
+async fn boot_file(
+    State(state): State<Arc<BootState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    method: Method,
+    headers: HeaderMap,
+    Path(path): Path<String>,
+) -> Response {
+    serve_from(
+        &state,
+        state.boot_root.as_deref(),
+        &path,
+        peer,
+        &method,
+        &headers,
+    )
+    .await
+}
+
+async fn serve_from(
+    state: &BootState,
+    root: Option<&std::path::Path>,
+    path: &str,
+    peer: SocketAddr,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Response {
+    let Some(root) = root else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let Some(file) = artifacts::resolve(root, path).await else {
+        debug!(%path, %peer, "not served");
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let response = artifacts::serve(&file, method, headers).await;
+    let fetched = response.status().is_success() && method == Method::GET;
+    if let Some(mac) = client_ip(peer)
+        .filter(|_| fetched)
+        .and_then(|ip| state.mac_at(ip))
+    {
+        state.progress.artifact(mac, unix_now(), path.to_string());
+    }
+    response
+}

@@ -1,0 +1,50 @@
+//! The boot HTTP server (axum): per-host iPXE scripts, boot files and
+//! artifacts, and the phone-home endpoint; plus the admin endpoints
+//! (metrics, health, discovered hosts, leases, boot progress) on their own
+//! listener.
+
+pub mod admin;
+pub mod artifacts;
+pub mod boot;
+pub mod script;
+
+use std::{net::Ipv4Addr, path::PathBuf, sync::Arc};
+
+use crate::{
+    dhcp::{Server, server},
+    inventory::MacAddr,
+    progress::Progress,
+};
+
+/// What the boot server needs to answer.
+pub struct BootState {
+    /// Inventory and leases, shared with the DHCP slow path.
+    pub dhcp: Arc<server::Shared>,
+    pub server: Server,
+    /// Served at `/`: the TFTP root (iPXE binaries), so the UEFI HTTP boot
+    /// URL of a DHCP answer resolves here too.
+    pub boot_root: Option<PathBuf>,
+    /// Served at `/artifacts/`: kernels, initrds, images.
+    pub artifacts: Option<PathBuf>,
+    pub progress: Arc<Progress>,
+}
+
+impl BootState {
+    /// The address `mac` may fetch its script from: its reservation, or the
+    /// pool address it leased.
+    pub fn address_of(&self, mac: MacAddr) -> Option<Ipv4Addr> {
+        if let Some(host) = self.dhcp.inventory().host_by_mac(mac) {
+            return Some(host.ip);
+        }
+        self.dhcp.lease_of(mac)
+    }
+
+    /// The MAC behind a client address, for recording progress.
+    pub fn mac_at(&self, ip: Ipv4Addr) -> Option<MacAddr> {
+        let inv = self.dhcp.inventory();
+        if let Some(host) = inv.hosts.iter().find(|h| h.ip == ip) {
+            return Some(host.mac);
+        }
+        self.dhcp.mac_with_lease(ip)
+    }
+}
