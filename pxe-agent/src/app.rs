@@ -34,7 +34,7 @@ use crate::{
     netdev,
     progress::Progress,
     rawsock::RawSocket,
-    xdp::{AttachMode, FastPath},
+    xdp::{AttachMode, FastPath, events},
 };
 
 /// Everything `pxe-agent run` needs.
@@ -106,14 +106,18 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         "inventory loaded"
     );
 
+    let progress = Arc::new(Progress::default());
     let dhcp = Arc::new(server::Shared::new(
         Arc::new(inv.clone()),
         leases,
         DISCOVERED_CAPACITY,
+        progress.clone(),
     ));
     let stop = Arc::new(AtomicBool::new(false));
     let slow_thread = start_slow_path(&cfg, server, dhcp.clone(), stop.clone())?;
-    let progress = Arc::new(Progress::default());
+    let events = fast
+        .take_events()
+        .map(|ring| tokio::spawn(events::stream(ring, progress.clone(), shutdown.clone())));
     let admin = Arc::new(AdminState {
         fast: Mutex::new(fast),
         gauges: Mutex::new(AgentGauges {
@@ -161,6 +165,9 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     let _ = shutdown.wait_for(|stop| *stop).await;
     info!("shutting down");
     watcher.await.context("inventory watcher panicked")?;
+    if let Some(events) = events {
+        events.await.context("event reader panicked")?;
+    }
     for http in servers {
         http.await
             .context("http server panicked")?

@@ -16,6 +16,10 @@ pub const COUNTERS_MAP: &str = "COUNTERS";
 pub const PROGRAM_NAME: &str = "pxe_xdp";
 /// Name of the pass-through program for veth peers in labs.
 pub const PASS_PROGRAM_NAME: &str = "pxe_pass";
+/// Name of the ring buffer of [`ServedEvent`]s.
+pub const EVENTS_MAP: &str = "EVENTS";
+/// Capacity of [`EVENTS_MAP`] in bytes.
+pub const EVENTS_BYTES: u32 = 256 * 1024;
 /// Capacity of [`HOSTS_MAP`]: hosts × boot classes.
 pub const MAX_TEMPLATES: u32 = 262_144;
 
@@ -260,6 +264,21 @@ impl ReplyTemplate {
     }
 }
 
+/// One reply the fast path sent, streamed to the agent for boot progress.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServedEvent {
+    /// The client's MAC (chaddr).
+    pub mac: [u8; 6],
+    /// `bootp::DHCPOFFER` or `bootp::DHCPACK`.
+    pub msg_type: u8,
+    /// A [`BootClass`] discriminant.
+    pub class: u8,
+    /// The address answered, network byte order.
+    pub yiaddr: [u8; 4],
+}
+const _: () = assert!(size_of::<ServedEvent>() == 12);
+
 /// Indices of the per-CPU counter array: one per exit of the XDP program.
 ///
 /// Keep the order; append new counters before `Count`.
@@ -296,6 +315,8 @@ pub enum Counter {
     DropOtherServer,
     /// A helper failed.
     Error,
+    /// The event ring buffer was full; the reply was still sent.
+    EventLost,
     Count,
 }
 
@@ -317,6 +338,7 @@ impl Counter {
         Counter::PassNoRoom,
         Counter::DropOtherServer,
         Counter::Error,
+        Counter::EventLost,
     ];
 
     /// Metric-friendly name.
@@ -338,6 +360,7 @@ impl Counter {
             Counter::PassNoRoom => "pass_no_room",
             Counter::DropOtherServer => "drop_other_server",
             Counter::Error => "error",
+            Counter::EventLost => "event_lost",
             Counter::Count => "count",
         }
     }

@@ -14,10 +14,10 @@ mod reply;
 use aya_ebpf::{
     bindings::xdp_action,
     macros::{map, xdp},
-    maps::{HashMap, PerCpuArray},
+    maps::{HashMap, PerCpuArray, RingBuf},
     programs::XdpContext,
 };
-use pxe_ebpf_common::{Counter, HostKey, MAX_TEMPLATES, ReplyTemplate};
+use pxe_ebpf_common::{Counter, EVENTS_BYTES, HostKey, MAX_TEMPLATES, ReplyTemplate, ServedEvent};
 
 /// `BPF_F_NO_PREALLOC`: templates are large, so memory follows the inventory
 /// rather than the map's capacity.
@@ -29,6 +29,18 @@ static HOSTS: HashMap<HostKey, ReplyTemplate> =
 
 #[map(name = "COUNTERS")]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::Count as u32, 0);
+
+/// Replies sent, for the agent's boot-progress view.
+#[map(name = "EVENTS")]
+static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
+
+/// Streams a sent reply; a full ring loses the event, not the reply.
+#[inline(always)]
+pub fn served(event: &ServedEvent) {
+    if EVENTS.output::<ServedEvent>(event, 0).is_err() {
+        count(Counter::EventLost);
+    }
+}
 
 #[inline(always)]
 fn count(counter: Counter) {

@@ -11,8 +11,8 @@ use aya_ebpf::{
 };
 use network_types::{eth::EthHdr, ip::Ipv4Hdr, udp::UdpHdr};
 use pxe_ebpf_common::{
-    BootClass, Counter, HostKey, ReplyDestination, ReplyTemplate, boot_class, bootp::*,
-    reply_destination,
+    BootClass, Counter, HostKey, ReplyDestination, ReplyTemplate, ServedEvent, boot_class,
+    bootp::*, reply_destination,
 };
 
 use crate::{
@@ -164,7 +164,7 @@ fn answer(ctx: &XdpContext, ip_len: usize) -> Result<Outcome, Counter> {
             return Err(Counter::PassRequestMismatch);
         }
     }
-    splice(ctx, t, &req, ack)
+    splice(ctx, t, &req, ack, class)
 }
 
 #[inline(always)]
@@ -195,6 +195,7 @@ fn splice(
     t: &ReplyTemplate,
     req: &Request,
     ack: bool,
+    class: BootClass,
 ) -> Result<Outcome, Counter> {
     let len = t.len as usize;
     let type_off = t.msg_type_off as usize;
@@ -317,6 +318,12 @@ fn splice(
     h[36..38].copy_from_slice(&dst_port.to_be_bytes());
     h[38..40].copy_from_slice(&udp_len.to_be_bytes());
     h[40..42].copy_from_slice(&csum::finish(sum).to_be_bytes());
+    crate::served(&ServedEvent {
+        mac: req.chaddr,
+        msg_type: if ack { DHCPACK } else { DHCPOFFER },
+        class: class as u8,
+        yiaddr: t.yiaddr,
+    });
     Ok(Outcome::Tx(if ack {
         Counter::TxAck
     } else {

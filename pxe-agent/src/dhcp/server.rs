@@ -26,6 +26,7 @@ use crate::{
     discovered::{Registry, Sighting},
     inventory::{Inventory, MacAddr},
     lease::{LeaseRequest, LeaseState, LeaseStore, NakReason, Pool, RequestOutcome},
+    progress::Progress,
     ratelimit::{Limited, Limiter, Rate},
     rawsock::RawSocket,
     wire::{Endpoint, udp_frame},
@@ -45,6 +46,8 @@ pub struct Shared {
     pub leases: Mutex<LeaseStore>,
     pub discovered: Mutex<Registry>,
     pub stats: Stats,
+    /// Where each host is in its boot; the slow path records its answers.
+    pub progress: Arc<Progress>,
 }
 
 /// Counters of the slow path, exported on /metrics.
@@ -322,11 +325,16 @@ impl SlowPath {
             }
         };
         match sent {
-            Ok(()) => bump(match reply.kind {
-                ReplyKind::Offer => &stats.offers,
-                ReplyKind::Ack => &stats.acks,
-                ReplyKind::Nak => &stats.naks,
-            }),
+            Ok(()) => {
+                let (counter, what) = match reply.kind {
+                    ReplyKind::Offer => (&stats.offers, "offer"),
+                    ReplyKind::Ack => (&stats.acks, "ack"),
+                    ReplyKind::Nak => (&stats.naks, "nak"),
+                };
+                bump(counter);
+                let detail = format!("{what} {} (slow path)", reply.yiaddr);
+                self.shared.progress.dhcp(req.chaddr, unix_now(), detail);
+            }
             Err(e) => {
                 debug!(mac = %req.chaddr, error = %e, "failed to send reply");
                 bump(&stats.send_errors);
@@ -416,12 +424,14 @@ impl Shared {
         inventory: Arc<Inventory>,
         leases: LeaseStore,
         discovered_capacity: usize,
+        progress: Arc<Progress>,
     ) -> Shared {
         Shared {
             inventory: RwLock::new(inventory),
             leases: Mutex::new(leases),
             discovered: Mutex::new(Registry::new(discovered_capacity)),
             stats: Stats::default(),
+            progress,
         }
     }
 

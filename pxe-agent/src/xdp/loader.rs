@@ -3,11 +3,11 @@
 
 use aya::{
     Ebpf, EbpfError,
-    maps::{HashMap, MapData, MapError, PerCpuArray},
+    maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
     programs::{ProgramError, Xdp, XdpMode, xdp::XdpLinkId},
 };
 use pxe_ebpf_common::{
-    COUNTERS_MAP, HOSTS_MAP, HostKey, PASS_PROGRAM_NAME, PROGRAM_NAME, ReplyTemplate,
+    COUNTERS_MAP, EVENTS_MAP, HOSTS_MAP, HostKey, PASS_PROGRAM_NAME, PROGRAM_NAME, ReplyTemplate,
 };
 use tracing::{info, warn};
 
@@ -54,6 +54,7 @@ pub struct FastPath {
     ebpf: Ebpf,
     hosts: HashMap<MapData, HostKey, ReplyTemplate>,
     counters: PerCpuArray<MapData, u64>,
+    events: Option<RingBuf<MapData>>,
     current: Templates,
     link: Option<XdpLinkId>,
 }
@@ -86,10 +87,18 @@ impl FastPath {
             name: COUNTERS_MAP,
             source,
         })?;
+        let events = ebpf
+            .take_map(EVENTS_MAP)
+            .ok_or(XdpError::Missing(EVENTS_MAP))?;
+        let events = RingBuf::try_from(events).map_err(|source| XdpError::Map {
+            name: EVENTS_MAP,
+            source,
+        })?;
         Ok(FastPath {
             ebpf,
             hosts,
             counters,
+            events: Some(events),
             current: Templates::new(),
             link: None,
         })
@@ -147,6 +156,11 @@ impl FastPath {
     /// Number of templates in the map.
     pub fn templates(&self) -> usize {
         self.current.len()
+    }
+
+    /// The stream of replies sent (once; the reader owns it).
+    pub fn take_events(&mut self) -> Option<RingBuf<MapData>> {
+        self.events.take()
     }
 
     pub fn counters(&self) -> &PerCpuArray<MapData, u64> {

@@ -1,6 +1,7 @@
 //! The fast path from userspace: loading and attaching the XDP program,
 //! writing compiled templates into its map, reading its counters.
 
+pub mod events;
 pub mod loader;
 pub mod maps;
 pub mod stats;
