@@ -12,5 +12,6 @@ pub mod netdev;
 pub mod progress;
 pub mod ratelimit;
 pub mod rawsock;
+pub mod tftp;
 pub mod wire;
 pub mod xdp;

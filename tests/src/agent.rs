@@ -209,3 +209,116 @@ pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod script");
     path
 }
+
+/// Spawns `pxe-agent run` on the lab's server end with the inventory at
+/// `inventory`, the state directory `<dir>/state` and `extra` arguments,
+/// appending its output to `<dir>/agent.log`.
+fn spawn_agent(lab: &Lab, dir: &Scratch, inventory: &Path, extra: &[&str]) -> ChildGuard {
+    let log = fs::File::options()
+        .create(true)
+        .append(true)
+        .open(dir.path("agent.log"))
+        .expect("agent log");
+    ChildGuard::spawn(
+        lab.cmd_in(lab.server_ns(), agent_bin())
+            .args([
+                "run",
+                "--interface",
+                lab.server_if(),
+                "--xdp-mode",
+                "native",
+                "--inventory",
+            ])
+            .arg(inventory)
+            .arg("--state-dir")
+            .arg(dir.path("state"))
+            .args(extra)
+            .stderr(log.try_clone().expect("log fd"))
+            .stdout(log),
+    )
+    .expect("spawn agent")
+}
+
+impl Served {
+    /// Like [`Served::start`], with `extra` arguments to `pxe-agent run`
+    /// (`["--rate-unknown", "500"]`).
+    pub fn start_with(name: &str, inventory: &str, extra: &[&str]) -> Served {
+        crate::fixture::assert_root();
+        let lab = Lab::new(name).expect("lab");
+        let dir = Scratch::new(name);
+        let path = dir.path("inventory.yaml");
+        fs::write(&path, inventory).expect("write inventory");
+        let agent = spawn_agent(&lab, &dir, &path, extra);
+        let peer = ChildGuard::spawn(
+            lab.cmd_in(lab.client_ns(), agent_bin())
+                .args(["veth-peer", "--interface", lab.client_if()])
+                .stderr(std::process::Stdio::null()),
+        )
+        .expect("spawn veth peer");
+        let served = Served {
+            agent,
+            peer,
+            lab,
+            dir,
+            inventory: path,
+        };
+        served.wait_ready();
+        served
+    }
+
+    /// The agent's PID (`ip netns exec` runs it in place of itself).
+    pub fn agent_pid(&self) -> u32 {
+        self.agent.id()
+    }
+
+    /// Sends `signal` to the agent, by its PID, and waits until it exits.
+    pub fn signal_agent(&mut self, signal: libc::c_int) -> std::process::ExitStatus {
+        let pid = libc::pid_t::try_from(self.agent.id()).expect("pid fits pid_t");
+        // SAFETY: kill(2) on our own child, not yet reaped, so the PID is
+        // still the agent's.
+        unsafe { libc::kill(pid, signal) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.agent.try_wait().expect("poll agent") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "agent still running 10 s after signal {signal}; log:\n{}",
+                self.log()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the agent again, after [`Served::signal_agent`] stopped it, on
+    /// the same interface, inventory and state directory, with `extra`
+    /// arguments, and waits until it serves.
+    pub fn restart(&mut self, extra: &[&str]) {
+        assert!(
+            self.agent.try_wait().expect("poll agent").is_some(),
+            "restart: the previous agent is still running"
+        );
+        self.agent = spawn_agent(&self.lab, &self.dir, &self.inventory, extra);
+        self.wait_ready();
+    }
+
+    /// Runs a `pxe-agent` subcommand against the running agent (inside the
+    /// server namespace) and returns its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = self
+            .lab
+            .cmd_in(self.lab.server_ns(), agent_bin())
+            .args(args)
+            .output()
+            .expect("run pxe-agent");
+        assert!(
+            out.status.success(),
+            "`pxe-agent {}` failed: {}\nagent log:\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}

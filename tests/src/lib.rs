@@ -11,6 +11,16 @@ pub mod raw;
 #[cfg(test)]
 mod e2e;
 #[cfg(test)]
+mod flood;
+#[cfg(test)]
+mod http_boot;
+#[cfg(test)]
+mod persistence;
+#[cfg(test)]
+mod relay;
+#[cfg(test)]
 mod slow_path;
+#[cfg(test)]
+mod tftp;
 #[cfg(test)]
 mod xdp_program;

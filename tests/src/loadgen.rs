@@ -49,6 +49,12 @@ pub struct Options {
     pub duration: Duration,
     /// How long to wait afterwards for the answers still outstanding.
     pub drain: Duration,
+    /// An exchange not completed this long after its DISCOVER is lost.
+    pub timeout: Duration,
+    /// Exchanges outstanding at most; when full, a new exchange starts as
+    /// soon as one completes or is lost. Bounds a flood to what keeps the
+    /// server saturated instead of burying its answers' REQUESTs.
+    pub window: usize,
 }
 
 /// What one run counted. An exchange is complete when its ACK arrives;
@@ -343,6 +349,8 @@ struct Slot {
 struct Table {
     slots: Vec<Slot>,
     next_xid: u32,
+    /// No exchange older than this xid is outstanding.
+    oldest_xid: u32,
     outstanding: usize,
 }
 
@@ -353,6 +361,7 @@ impl Table {
         Table {
             slots: vec![Slot::default(); SLOTS],
             next_xid: first_xid,
+            oldest_xid: first_xid,
             outstanding: 0,
         }
     }
@@ -386,6 +395,36 @@ impl Table {
     fn finish(&mut self, xid: u32) {
         self.slots[Self::index(xid)].stage = Stage::Free;
         self.outstanding -= 1;
+    }
+
+    /// The oldest exchange still outstanding, if any; skips finished ones.
+    fn oldest(&mut self) -> Option<Slot> {
+        while self.oldest_xid != self.next_xid {
+            let slot = self.slots[Self::index(self.oldest_xid)];
+            if slot.xid == self.oldest_xid && slot.stage != Stage::Free {
+                return Some(slot);
+            }
+            self.oldest_xid = self.oldest_xid.wrapping_add(1);
+        }
+        None
+    }
+
+    /// Gives up on exchanges started `timeout` or longer before `now`.
+    fn expire(&mut self, now: Instant, timeout: Duration) {
+        while let Some(slot) = self.oldest() {
+            if slot
+                .started
+                .is_some_and(|t| now.saturating_duration_since(t) < timeout)
+            {
+                break;
+            }
+            self.finish(slot.xid);
+        }
+    }
+
+    /// When the oldest outstanding exchange will be given up on.
+    fn next_expiry(&mut self, timeout: Duration) -> Option<Instant> {
+        self.oldest()?.started.map(|t| t + timeout)
     }
 }
 
@@ -472,26 +511,38 @@ impl<'a> Generator<'a> {
             if now >= stop_sending {
                 break;
             }
+            self.table.expire(now, self.opts.timeout);
             let received = self.receive()?;
-            let mut sent = 0;
-            for _ in 0..bucket.take(now) {
+            let room = self.opts.window.saturating_sub(self.table.outstanding);
+            let sent = bucket.take(now).min(room as u32);
+            for _ in 0..sent {
                 self.discover(now)?;
-                sent += 1;
             }
             if received == 0 && sent == 0 {
-                let wait = bucket.wait().min(stop_sending - now);
-                self.socket.wait(wait)?;
+                let wait = if room == 0 {
+                    self.until_expiry(now)
+                } else {
+                    bucket.wait()
+                };
+                self.socket.wait(wait.min(stop_sending - now))?;
             }
         }
         self.report.duration = start.elapsed();
         self.drain(Instant::now() + self.opts.drain)
     }
 
+    fn until_expiry(&mut self, now: Instant) -> Duration {
+        self.table
+            .next_expiry(self.opts.timeout)
+            .map_or(Duration::ZERO, |t| t.saturating_duration_since(now))
+    }
+
     /// Collects answers until none are outstanding or `deadline` passes.
     fn drain(&mut self, deadline: Instant) -> io::Result<()> {
-        while self.table.outstanding > 0 {
+        loop {
             let now = Instant::now();
-            if now >= deadline {
+            self.table.expire(now, self.opts.timeout);
+            if self.table.outstanding == 0 || now >= deadline {
                 break;
             }
             if self.receive()? == 0 {
@@ -830,6 +881,28 @@ mod tests {
         assert_eq!(bucket.take(t0 + Duration::from_secs(1)), 50);
         let mut flood = Bucket::new(None, t0);
         assert_eq!(flood.take(t0), FLOOD_BURST);
+    }
+
+    #[test]
+    fn lost_exchanges_expire_oldest_first() {
+        let t0 = Instant::now();
+        let timeout = Duration::from_secs(1);
+        let mut table = Table::new(u32::MAX - 1);
+        let a = table.start(0, t0);
+        let b = table.start(1, t0 + Duration::from_millis(500));
+        let c = table.start(2, t0 + Duration::from_millis(600));
+        table.finish(b);
+        assert_eq!(table.next_expiry(timeout), Some(t0 + timeout));
+        table.expire(t0 + Duration::from_millis(1550), timeout);
+        assert_eq!(table.outstanding, 1);
+        assert!(table.get(a, Stage::AwaitOffer).is_none());
+        assert!(table.get(c, Stage::AwaitOffer).is_some());
+        assert_eq!(
+            table.next_expiry(timeout),
+            Some(t0 + Duration::from_millis(1600))
+        );
+        table.expire(t0 + Duration::from_secs(2), timeout);
+        assert_eq!((table.outstanding, table.next_expiry(timeout)), (0, None));
     }
 
     #[test]

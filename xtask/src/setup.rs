@@ -25,6 +25,7 @@ pub const PACKAGES: &[&str] = &[
     "busybox",
     "udhcpc",
     "isc-dhcp-client",
+    "isc-dhcp-relay",
     "dhcpcd5",
     "kea-dhcp4-server",
     "kea-admin",
@@ -32,6 +33,10 @@ pub const PACKAGES: &[&str] = &[
     "tcpdump",
     "bpftool",
     "curl",
+    "tftp-hpa",
+    "atftp",
+    "ipxe",
+    "iptables",
 ];
 
 /// The bpf-linker release the eBPF build is known to work with.

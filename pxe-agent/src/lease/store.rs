@@ -47,6 +47,12 @@ pub struct LeaseStore {
     /// MAC -> address of its pending offer (at most one).
     offer_of: HashMap<[u8; 6], u32>,
     offer_hold: u64,
+    /// Where the search for a never-used address resumes: just past the
+    /// last one handed out, so a burst of new clients costs O(1) each
+    /// instead of a walk over every address already taken.
+    cursor: u32,
+    /// The second of the last sweep of lapsed offers.
+    swept: Option<u64>,
 }
 
 /// One change to a record: the address and the record it had before, so
@@ -74,6 +80,8 @@ impl LeaseStore {
             offers: BTreeMap::new(),
             offer_of: HashMap::new(),
             offer_hold: DEFAULT_OFFER_HOLD,
+            cursor: 0,
+            swept: None,
         };
         // Creates the table in a new file, so that reads never meet a
         // missing table.
@@ -93,7 +101,8 @@ impl LeaseStore {
     /// Picks an address in `pool` for `mac`'s DHCPDISCOVER, in the order of
     /// RFC 2131 section 4.3.1: the MAC's current or previous address if no
     /// one else has it, else `requested` if it is in the pool and free, else
-    /// the lowest address never used, else the lowest one free again
+    /// an address never used (the lowest after the last one handed out, then
+    /// the lowest from the start), else the lowest one free again
     /// (expired, released, or out of quarantine), so that addresses stay
     /// with their previous owners as long as the pool allows. The address is
     /// held for `mac` for the offer hold, so that a DISCOVER from another MAC
@@ -113,10 +122,14 @@ impl LeaseStore {
             .flatten()
             .copied()
             .find(|&ip| usable(ip));
-        let chosen = previous
-            .or_else(|| requested.map(u32::from).filter(|&ip| usable(ip)))
-            .or_else(|| self.lowest_unused(pool))
-            .or_else(|| self.lowest_reusable(mac, pool, now));
+        let mut chosen = previous.or_else(|| requested.map(u32::from).filter(|&ip| usable(ip)));
+        if chosen.is_none() {
+            chosen = self.lowest_unused(pool);
+            if let Some(ip) = chosen {
+                self.cursor = ip.saturating_add(1);
+            }
+        }
+        let chosen = chosen.or_else(|| self.lowest_reusable(mac, pool, now));
         if let Some(ip) = chosen {
             self.hold(mac, ip, now);
         }
@@ -331,13 +344,24 @@ impl LeaseStore {
         }
     }
 
-    /// The lowest address of `pool` with neither a record nor an offer.
+    /// An address of `pool` with neither a record nor an offer: the first
+    /// from the cursor to the end of the pool, else from its start.
     fn lowest_unused(&self, pool: &Pool) -> Option<u32> {
         let (start, end) = (u32::from(pool.start), u32::from(pool.end));
-        let mut records = self.leases.range(start..=end).map(|(&ip, _)| ip).peekable();
-        let mut offers = self.offers.range(start..=end).map(|(&ip, _)| ip).peekable();
-        // u64, so that a pool ending at 255.255.255.255 cannot overflow.
-        let mut next = u64::from(start);
+        let from = self.cursor.clamp(start, end);
+        self.first_unused(from, end)
+            .or_else(|| self.first_unused(start, from.checked_sub(1)?.max(start)))
+    }
+
+    /// The first address in `lo..=hi` with neither a record nor an offer.
+    fn first_unused(&self, lo: u32, hi: u32) -> Option<u32> {
+        if lo > hi {
+            return None;
+        }
+        let mut records = self.leases.range(lo..=hi).map(|(&ip, _)| ip).peekable();
+        let mut offers = self.offers.range(lo..=hi).map(|(&ip, _)| ip).peekable();
+        // u64, so that a range ending at 255.255.255.255 cannot overflow.
+        let mut next = u64::from(lo);
         loop {
             let taken = match (records.peek(), offers.peek()) {
                 (Some(&a), Some(&b)) => a.min(b),
@@ -352,7 +376,7 @@ impl LeaseStore {
             records.next_if_eq(&taken);
             offers.next_if_eq(&taken);
         }
-        u32::try_from(next).ok().filter(|&ip| ip <= end)
+        u32::try_from(next).ok().filter(|&ip| ip <= hi)
     }
 
     /// The lowest address of `pool` whose record no longer holds it.
@@ -380,6 +404,12 @@ impl LeaseStore {
     }
 
     fn drop_lapsed_offers(&mut self, now: u64) {
+        // Times are whole seconds: one sweep a second sees every lapse, and
+        // a burst of requests within a second does not rescan every offer.
+        if self.swept == Some(now) {
+            return;
+        }
+        self.swept = Some(now);
         self.offers.retain(|_, o| o.until > now);
         let offers = &self.offers;
         self.offer_of

@@ -107,9 +107,14 @@ enum Known {
 impl Known {
     /// Option names are case-insensitive (RFC 2347 section 2).
     fn from_name(name: &[u8]) -> Option<Known> {
-        [Known::Blksize, Known::Windowsize, Known::Tsize, Known::Timeout]
-            .into_iter()
-            .find(|k| name.eq_ignore_ascii_case(k.name().as_bytes()))
+        [
+            Known::Blksize,
+            Known::Windowsize,
+            Known::Tsize,
+            Known::Timeout,
+        ]
+        .into_iter()
+        .find(|k| name.eq_ignore_ascii_case(k.name().as_bytes()))
     }
 
     fn name(self) -> &'static str {
@@ -242,7 +247,11 @@ mod tests {
         );
         assert_eq!(oack(&n), [("blksize", "1024")]);
         assert_eq!(n.blksize, 1024);
-        let n = negotiate(&opts(&[("blksize", "x"), ("blksize", "600")]), LIMITS, Some(5));
+        let n = negotiate(
+            &opts(&[("blksize", "x"), ("blksize", "600")]),
+            LIMITS,
+            Some(5),
+        );
         assert!(n.oack.is_empty());
     }
 }

@@ -269,7 +269,7 @@ mod tests {
             })
         );
         let oack = oack(&[("blksize", "1428".into()), ("tsize", "0".into())]);
-        assert_eq!(oack, b"\0\x06blksize\01428\0tsize\00\0");
+        assert_eq!(oack, b"\0\x06blksize\x001428\x00tsize\x000\x00");
         assert_eq!(
             parse(&oack),
             Ok(Packet::Oack {
@@ -283,6 +283,12 @@ mod tests {
         assert_eq!(parse(&[0, 4, 1]), Err(ParseError::Ack));
         assert_eq!(parse(&[0, 3]), Err(ParseError::Data));
         assert_eq!(parse(&[0, 5, 0]), Err(ParseError::Error));
-        assert_eq!(parse(&[0, 3, 0, 1]), Ok(Packet::Data { block: 1, data: b"" }));
+        assert_eq!(
+            parse(&[0, 3, 0, 1]),
+            Ok(Packet::Data {
+                block: 1,
+                data: b""
+            })
+        );
     }
 }

@@ -249,7 +249,10 @@ mod tests {
             (b"/undionly.kpxe", "undionly.kpxe"),
             (b"//efi//./ipxe.efi", "efi/ipxe.efi"),
             (b"\\boot\\x64\\ipxe.efi", "boot/x64/ipxe.efi"),
-            (b"pxelinux.cfg/01-52-54-00-12-34-56", "pxelinux.cfg/01-52-54-00-12-34-56"),
+            (
+                b"pxelinux.cfg/01-52-54-00-12-34-56",
+                "pxelinux.cfg/01-52-54-00-12-34-56",
+            ),
             (b"a..b/..c", "a..b/..c"),
         ] {
             assert_eq!(sanitize(name).ok(), Some(PathBuf::from(want)), "{name:?}");
@@ -278,9 +281,18 @@ mod tests {
     #[test]
     fn refusals_map_to_rfc1350_codes() {
         let p = || PathBuf::from("x");
-        assert_eq!(PathError::NotFound { path: p() }.code(), ErrorCode::FileNotFound);
+        assert_eq!(
+            PathError::NotFound { path: p() }.code(),
+            ErrorCode::FileNotFound
+        );
         assert_eq!(PathError::Parent.code(), ErrorCode::AccessViolation);
-        assert_eq!(PathError::Outside { path: p() }.code(), ErrorCode::AccessViolation);
-        assert_eq!(PathError::NotRegular { path: p() }.code(), ErrorCode::AccessViolation);
+        assert_eq!(
+            PathError::Outside { path: p() }.code(),
+            ErrorCode::AccessViolation
+        );
+        assert_eq!(
+            PathError::NotRegular { path: p() }.code(),
+            ErrorCode::AccessViolation
+        );
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! dhcp-loadgen run --interface IF --macs FILE [--rate N|max] [--duration S] [--drain S]
+//!                  [--timeout S] [--window N]
 //! dhcp-loadgen prog-test-run [--runs N]
 //! ```
 //!
@@ -15,7 +16,13 @@ use pxe_tests::loadgen::{self, Options};
 
 const USAGE: &str = "usage:
   dhcp-loadgen run --interface IF --macs FILE [--rate N|max] [--duration SECS] [--drain SECS]
-  dhcp-loadgen prog-test-run [--runs N]";
+                   [--timeout SECS] [--window N]
+  dhcp-loadgen prog-test-run [--runs N]
+
+run: DORA exchanges at N new ones per second (max: as fast as the window
+of outstanding exchanges allows, default 1024) for --duration (3 s), then
+waits up to --drain (1 s) for late answers; an exchange is lost after
+--timeout (1 s).";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -37,20 +44,44 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &[String]) -> Result<String, String> {
-    let flags = Flags::parse(args, &["interface", "macs", "rate", "duration", "drain"])?;
+    let flags = Flags::parse(
+        args,
+        &[
+            "interface",
+            "macs",
+            "rate",
+            "duration",
+            "drain",
+            "timeout",
+            "window",
+        ],
+    )?;
     let macs_path = flags.required("macs")?;
     let text = std::fs::read_to_string(macs_path)
         .map_err(|err| format!("failed to read {macs_path}: {err}"))?;
+    let rate = match flags.get("rate").unwrap_or("max") {
+        "max" => None,
+        n => Some(parse_number(n, "rate")?),
+    };
+    // A rate needs no window: the bucket bounds it, and the table holds
+    // far more exchanges than a timeout's worth at any rate it can send.
+    let window = match (flags.get("window"), rate) {
+        (Some(n), _) => parse_number(n, "window")? as usize,
+        (None, None) => 1024,
+        (None, Some(_)) => usize::MAX,
+    };
     let opts = Options {
         iface: flags.required("interface")?.to_owned(),
         macs: loadgen::parse_macs(&text).map_err(|err| format!("{macs_path}: {err}"))?,
-        rate: match flags.get("rate").unwrap_or("max") {
-            "max" => None,
-            n => Some(parse_number(n, "rate")?),
-        },
+        rate,
         duration: seconds(flags.get("duration").unwrap_or("3"), "duration")?,
         drain: seconds(flags.get("drain").unwrap_or("1"), "drain")?,
+        timeout: seconds(flags.get("timeout").unwrap_or("1"), "timeout")?,
+        window,
     };
+    if opts.window == 0 {
+        return Err("--window must be at least 1".to_owned());
+    }
     let report =
         loadgen::run(&opts).map_err(|err| format!("load on {} failed: {err}", opts.iface))?;
     Ok(report.line())
