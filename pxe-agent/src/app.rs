@@ -6,7 +6,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc, Mutex, OnceLock, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
     time::{Duration, SystemTime},
@@ -34,6 +34,7 @@ use crate::{
     netdev,
     progress::Progress,
     rawsock::RawSocket,
+    tftp,
     xdp::{AttachMode, FastPath, events},
 };
 
@@ -118,6 +119,14 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     let events = fast
         .take_events()
         .map(|ring| tokio::spawn(events::stream(ring, progress.clone(), shutdown.clone())));
+    let boot = Arc::new(BootState {
+        dhcp: dhcp.clone(),
+        server,
+        boot_root: cfg.boot_root.clone(),
+        artifacts: cfg.artifacts.clone(),
+        progress,
+        tftp_stats: OnceLock::new(),
+    });
     let admin = Arc::new(AdminState {
         fast: Mutex::new(fast),
         gauges: Mutex::new(AgentGauges {
@@ -125,17 +134,13 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
             templates: count,
             ..Default::default()
         }),
-        dhcp: dhcp.clone(),
-        progress: progress.clone(),
-    });
-    let boot = Arc::new(BootState {
-        dhcp,
-        server,
-        boot_root: cfg.boot_root.clone(),
-        artifacts: cfg.artifacts.clone(),
-        progress,
+        boot: boot.clone(),
     });
 
+    let tftp = match &cfg.boot_root {
+        Some(root) => Some(start_tftp(&cfg, root, boot.clone(), shutdown.clone()).await?),
+        None => None,
+    };
     let mut servers = Vec::new();
     let boot_listener = TcpListener::bind(cfg.http_addr)
         .await
@@ -168,6 +173,11 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     if let Some(events) = events {
         events.await.context("event reader panicked")?;
     }
+    if let Some(tftp) = tftp {
+        tftp.await
+            .context("TFTP server panicked")?
+            .context("TFTP server failed")?;
+    }
     for http in servers {
         http.await
             .context("http server panicked")?
@@ -181,6 +191,56 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     // Dropping the last handle detaches the program.
     drop(admin);
     Ok(())
+}
+
+/// Binds UDP port 69 on the interface and serves `root` over TFTP, turning
+/// finished transfers into boot progress.
+async fn start_tftp(
+    cfg: &RunConfig,
+    root: &Path,
+    boot: Arc<BootState>,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<(), tftp::ServeError>>> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let mtu = netdev::mtu_of(&cfg.iface)?;
+    let tftp_cfg = tftp::TftpConfig {
+        max_blksize: tftp::TftpConfig::blksize_for_mtu(mtu),
+        ..tftp::TftpConfig::new(root)
+    };
+    let server = tftp::Server::new(tftp_cfg)
+        .with_context(|| format!("cannot serve {} over TFTP", root.display()))?;
+    boot.tftp_stats.set(server.stats()).ok();
+    let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
+        .context("failed to open the TFTP socket")?;
+    sock.set_reuse_address(true)?;
+    sock.bind_device(Some(cfg.iface.as_bytes()))
+        .with_context(|| format!("failed to bind the TFTP socket to {}", cfg.iface))?;
+    sock.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, 69)).into())
+        .context("failed to bind UDP port 69")?;
+    sock.set_nonblocking(true)?;
+    let sock = tokio::net::UdpSocket::from_std(sock.into())?;
+    info!(root = %root.display(), "serving TFTP on UDP port 69");
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<tftp::TransferEvent>(1024);
+    tokio::spawn(async move {
+        while let Some(event) = rx.recv().await {
+            let ip = match event.peer.ip() {
+                std::net::IpAddr::V4(ip) => ip,
+                std::net::IpAddr::V6(ip) => ip.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+            };
+            let Some(mac) = boot.mac_at(ip) else { continue };
+            let at = event
+                .finished
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let how = match &event.outcome {
+                tftp::Outcome::Done => "done".to_string(),
+                tftp::Outcome::Failed(e) => format!("failed: {e}"),
+            };
+            boot.progress
+                .tftp(mac, at, format!("{} {} B {how}", event.file, event.bytes));
+        }
+    });
+    Ok(tokio::spawn(server.serve(sock, Some(tx), shutdown)))
 }
 
 /// Serves `router` on `listener` until shutdown, with peer addresses.
@@ -230,7 +290,7 @@ async fn watch_inventory(
                 let mut fast = shared.fast.lock().unwrap_or_else(PoisonError::into_inner);
                 match fast.sync(templates) {
                     Ok(report) => {
-                        shared.dhcp.replace_inventory(Arc::new(inv.clone()));
+                        shared.boot.dhcp.replace_inventory(Arc::new(inv.clone()));
                         gauges.hosts = inv.hosts.len();
                         gauges.templates = count;
                         gauges.reloads_ok += 1;

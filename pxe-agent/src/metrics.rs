@@ -7,6 +7,7 @@ use pxe_ebpf_common::Counter;
 use crate::{
     dhcp::server,
     lease::{Lease, LeaseState},
+    tftp::StatsSnapshot,
     xdp::Stats,
 };
 
@@ -27,6 +28,10 @@ pub const SLOW_ERRORS: &str = "pxe_slow_errors_total";
 pub const SLOW_RX: &str = "pxe_slow_requests_total";
 pub const DISCOVERED: &str = "pxe_discovered_hosts";
 pub const LEASES: &str = "pxe_leases";
+pub const TFTP_TRANSFERS: &str = "pxe_tftp_transfers_total";
+pub const TFTP_BYTES: &str = "pxe_tftp_bytes_total";
+pub const TFTP_RETRANSMITS: &str = "pxe_tftp_retransmits_total";
+pub const TFTP_ACTIVE: &str = "pxe_tftp_active_transfers";
 pub const INVENTORY_HOSTS: &str = "pxe_inventory_hosts";
 pub const INVENTORY_TEMPLATES: &str = "pxe_inventory_templates";
 pub const INVENTORY_RELOADS: &str = "pxe_inventory_reloads_total";
@@ -38,6 +43,8 @@ pub struct Page<'a> {
     pub slow: &'a server::Stats,
     pub discovered: usize,
     pub leases: &'a [Lease],
+    /// Counters of the TFTP server, when it runs.
+    pub tftp: Option<StatsSnapshot>,
 }
 
 struct Out(String);
@@ -139,6 +146,31 @@ pub fn render(p: &Page) -> String {
             &format!("state=\"{name}\""),
             p.leases.iter().filter(|l| l.state == state).count(),
         );
+    }
+    if let Some(t) = p.tftp {
+        o.head(TFTP_TRANSFERS, "counter", "TFTP read requests, by outcome.");
+        for (outcome, v) in [
+            ("done", t.done),
+            ("failed", t.failed),
+            ("busy", t.busy),
+            ("refused", t.refused),
+        ] {
+            o.sample(TFTP_TRANSFERS, &format!("outcome=\"{outcome}\""), v);
+        }
+        o.head(
+            TFTP_BYTES,
+            "counter",
+            "Payload bytes acknowledged by TFTP clients.",
+        );
+        o.sample(TFTP_BYTES, "", t.bytes);
+        o.head(
+            TFTP_RETRANSMITS,
+            "counter",
+            "TFTP packets resent after a timeout.",
+        );
+        o.sample(TFTP_RETRANSMITS, "", t.retransmits);
+        o.head(TFTP_ACTIVE, "gauge", "TFTP transfers running.");
+        o.sample(TFTP_ACTIVE, "", t.active);
     }
     o.head(INVENTORY_HOSTS, "gauge", "Hosts in the serving inventory.");
     o.sample(INVENTORY_HOSTS, "", p.gauges.hosts);

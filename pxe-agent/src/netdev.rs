@@ -11,6 +11,8 @@ pub enum NetdevError {
     },
     #[error("interface {iface} has a malformed MAC address {value:?}")]
     BadMac { iface: String, value: String },
+    #[error("interface {iface} has a malformed MTU {value:?}")]
+    BadMtu { iface: String, value: String },
     #[error("interface {iface} has no IPv4 address: give --server-ip")]
     NoIpv4 { iface: String },
     #[error("failed to list interface addresses: {0}")]
@@ -39,6 +41,20 @@ pub fn mac_of(iface: &str) -> Result<[u8; 6], NetdevError> {
         return Err(bad());
     }
     Ok(mac)
+}
+
+/// The MTU of `iface`, from sysfs.
+pub fn mtu_of(iface: &str) -> Result<u32, NetdevError> {
+    let raw = fs::read_to_string(format!("/sys/class/net/{iface}/mtu")).map_err(|source| {
+        NetdevError::NotFound {
+            iface: iface.to_string(),
+            source,
+        }
+    })?;
+    raw.trim().parse().map_err(|_| NetdevError::BadMac {
+        iface: iface.to_string(),
+        value: raw.trim().to_string(),
+    })
 }
 
 /// The first IPv4 address of `iface`.

@@ -226,3 +226,59 @@ fn phone_home_completes_the_boot_progress() {
         "{row}"
     );
 }
+
+#[test]
+fn boot_root_is_served_over_tftp_and_http_and_recorded() {
+    let boot = Scratch::new("bootroot");
+    let payload: Vec<u8> = (0..70_000u32).map(|i| (i % 253) as u8).collect();
+    fs::write(boot.path("undionly.kpxe"), &payload).expect("boot file");
+    let root = boot.0.to_str().expect("utf-8 path").to_string();
+    let served = Served::start_with("pxtftp", &inventory(), &["--boot-root", &root]);
+    served.set_client_mac("52:54:00:12:34:56");
+    served
+        .lab
+        .run_in(
+            served.lab.client_ns(),
+            &[
+                "ip",
+                "addr",
+                "add",
+                "10.66.1.10/16",
+                "dev",
+                served.lab.client_if(),
+            ],
+        )
+        .expect("client address");
+    let out = served.dir.path("got.kpxe");
+    let get = served
+        .client_cmd("tftp")
+        .args(["-m", "binary", "10.66.0.1", "-c", "get", "undionly.kpxe"])
+        .arg(&out)
+        .output()
+        .expect("run tftp");
+    assert!(
+        get.status.success(),
+        "tftp: {}",
+        String::from_utf8_lossy(&get.stderr)
+    );
+    assert!(
+        fs::read(&out).expect("downloaded") == payload,
+        "TFTP download differs"
+    );
+    let http = curl(&served, &["http://10.66.0.1:8080/undionly.kpxe"]);
+    assert!(http.stdout == payload, "HTTP download differs");
+    let table = served
+        .lab
+        .cmd_in(served.lab.server_ns(), agent_bin())
+        .arg("hosts")
+        .output()
+        .expect("hosts");
+    let table = String::from_utf8_lossy(&table.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("52:54:00:12:34:56"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("undionly.kpxe 70000 B done"), "{row}");
+    let stats = served.stats();
+    assert_eq!(stats["pxe_tftp_transfers_total{outcome=\"done\"}"], 1);
+}

@@ -10,12 +10,12 @@ use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    dhcp::server,
     discovered::Discovered,
+    http::BootState,
     inventory::MacAddr,
     lease::Lease,
     metrics::{self, AgentGauges},
-    progress::{HostProgress, Progress, Stage},
+    progress::{HostProgress, Stage},
     xdp::{FastPath, Stats},
 };
 
@@ -23,8 +23,8 @@ use crate::{
 pub struct AdminState {
     pub fast: Mutex<FastPath>,
     pub gauges: Mutex<AgentGauges>,
-    pub dhcp: Arc<server::Shared>,
-    pub progress: Arc<Progress>,
+    /// Inventory, leases, progress and the TFTP counters.
+    pub boot: Arc<BootState>,
 }
 
 pub fn router(state: Arc<AdminState>) -> Router {
@@ -53,16 +53,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiError> {
     let fast = Stats::read(lock(&s.fast).counters()).map_err(|e| internal("counters", e))?;
     let gauges = *lock(&s.gauges);
-    let leases = lock(&s.dhcp.leases)
+    let leases = lock(&s.boot.dhcp.leases)
         .list()
         .map_err(|e| internal("leases", e))?;
-    let discovered = lock(&s.dhcp.discovered).len();
+    let discovered = lock(&s.boot.dhcp.discovered).len();
+    let tftp = s.boot.tftp_stats.get().map(|t| t.snapshot());
     Ok(metrics::render(&metrics::Page {
         fast: &fast,
         gauges: &gauges,
-        slow: &s.dhcp.stats,
+        slow: &s.boot.dhcp.stats,
         discovered,
         leases: &leases,
+        tftp,
     }))
 }
 
@@ -74,7 +76,7 @@ async fn healthz() -> &'static str {
 
 /// Unknown clients, most recently seen first.
 async fn discovered(State(s): State<Arc<AdminState>>) -> Json<Vec<Discovered>> {
-    Json(lock(&s.dhcp.discovered).list())
+    Json(lock(&s.boot.dhcp.discovered).list())
 }
 
 /// A lease as the API shows it.
@@ -102,7 +104,7 @@ impl From<&Lease> for LeaseView {
 
 /// Pool leases, including quarantined addresses.
 async fn leases(State(s): State<Arc<AdminState>>) -> Result<Json<Vec<LeaseView>>, ApiError> {
-    let list = lock(&s.dhcp.leases)
+    let list = lock(&s.boot.dhcp.leases)
         .list()
         .map_err(|e| internal("leases", e))?;
     Ok(Json(list.iter().map(LeaseView::from).collect()))
@@ -121,12 +123,12 @@ pub struct HostView {
 
 /// Every inventory host, with how far its current boot got.
 async fn hosts(State(s): State<Arc<AdminState>>) -> Json<Vec<HostView>> {
-    let inv = s.dhcp.inventory();
+    let inv = s.boot.dhcp.inventory();
     Json(
         inv.hosts
             .iter()
             .map(|h| {
-                let progress = s.progress.get(h.mac).unwrap_or_else(|| HostProgress {
+                let progress = s.boot.progress.get(h.mac).unwrap_or_else(|| HostProgress {
                     mac: h.mac.to_string(),
                     ..Default::default()
                 });

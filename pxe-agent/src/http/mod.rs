@@ -8,12 +8,17 @@ pub mod artifacts;
 pub mod boot;
 pub mod script;
 
-use std::{net::Ipv4Addr, path::PathBuf, sync::Arc};
+use std::{
+    net::Ipv4Addr,
+    path::PathBuf,
+    sync::{Arc, OnceLock},
+};
 
 use crate::{
     dhcp::{Server, server},
     inventory::MacAddr,
     progress::Progress,
+    tftp,
 };
 
 /// What the boot server needs to answer.
@@ -27,6 +32,8 @@ pub struct BootState {
     /// Served at `/artifacts/`: kernels, initrds, images.
     pub artifacts: Option<PathBuf>,
     pub progress: Arc<Progress>,
+    /// The TFTP server's counters, once it runs.
+    pub tftp_stats: OnceLock<Arc<tftp::Stats>>,
 }
 
 impl BootState {
