@@ -34,6 +34,9 @@ pub struct Negotiated {
     pub blksize: u16,
     pub windowsize: u16,
     pub timeout: Duration,
+    /// True when the client chose `timeout`: RFC 2349 makes it the
+    /// retransmission interval, so the transfer does not back off from it.
+    pub client_timeout: bool,
     /// Accepted options in the client's order, with the values sent back;
     /// empty means no OACK.
     pub oack: Vec<(&'static str, String)>,
@@ -48,6 +51,7 @@ pub fn negotiate(options: &[(&[u8], &[u8])], limits: Limits, size: Option<u64>) 
         blksize: DEFAULT_BLKSIZE,
         windowsize: 1,
         timeout: limits.timeout,
+        client_timeout: false,
         oack: Vec::new(),
     };
     let mut seen = Vec::with_capacity(4);
@@ -85,6 +89,7 @@ pub fn negotiate(options: &[(&[u8], &[u8])], limits: Limits, size: Option<u64>) 
             // RFC 2349 section 2: the value must be echoed unchanged.
             Known::Timeout if TIMEOUT_RANGE.contains(&value) => {
                 out.timeout = Duration::from_secs(value);
+                out.client_timeout = true;
                 Some(value.to_string())
             }
             Known::Blksize | Known::Windowsize | Known::Timeout => None,
@@ -161,6 +166,7 @@ mod tests {
         let n = negotiate(&[], LIMITS, Some(10));
         assert_eq!((n.blksize, n.windowsize), (512, 1));
         assert_eq!(n.timeout, Duration::from_secs(1));
+        assert!(!n.client_timeout);
         assert!(n.oack.is_empty());
     }
 
@@ -219,6 +225,7 @@ mod tests {
         );
         assert_eq!((n.blksize, n.windowsize), (1428, 8));
         assert_eq!(n.timeout, Duration::from_secs(3));
+        assert!(n.client_timeout);
         assert_eq!(
             oack(&n),
             [

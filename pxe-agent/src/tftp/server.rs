@@ -1,8 +1,15 @@
 //! The request loop: reads requests on the listening socket, refuses what
 //! is not a read request, enforces the bound on concurrent transfers, and
 //! runs each transfer as a task on its own ephemeral socket. It owns the
-//! transfer bound, the per-peer de-duplication, the counters and the
-//! events; the protocol of a transfer lives in `transfer`.
+//! transfer bound, the counters and the events; the protocol of a transfer
+//! lives in `transfer`.
+//!
+//! One task (and one slot of the bound) serves one peer (address and port)
+//! at a time. A read request from a peer that has a transfer running is
+//! handed to that transfer, which treats it as a retransmission of its own
+//! request or as a new request that replaces it; so a retransmitted
+//! request never starts a second transfer racing the first for the
+//! client's TID, and a client that moves on is never made to wait.
 //!
 //! Refusals made before a transfer starts (write requests, malformed
 //! packets, unknown modes, "server busy") are sent from the listening
@@ -10,7 +17,7 @@
 //! the transfer's own port.
 
 use std::{
-    collections::HashSet,
+    collections::HashMap,
     io,
     net::{IpAddr, SocketAddr},
     path::Path,
@@ -32,7 +39,7 @@ use super::{
     packet::{self, ErrorCode, Packet, Request},
     path::{PathError, Root},
     source::{Mode, Source},
-    transfer::{Transfer, TransferError},
+    transfer::{ReadRequest, Transfer, TransferError},
 };
 
 /// Largest request read; RFC 2347 keeps requests within 512 bytes.
@@ -132,6 +139,7 @@ impl Server {
             max_transfers: self.cfg.max_transfers,
             tasks: JoinSet::new(),
             busy_log: BusyLog::default(),
+            next_id: 0,
         };
         info!(%local, root = %listener.shared.root.dir().display(), "TFTP server listening");
         let mut buf = vec![0u8; REQUEST_BUF];
@@ -144,10 +152,16 @@ impl Server {
                         warn!("TFTP transfer task failed: {err}");
                     }
                 }
-                received = listener.socket.recv_from(&mut buf) => {
-                    let (len, peer) = received.map_err(ServeError::Recv)?;
-                    listener.handle(&buf[..len], peer).await;
-                }
+                received = listener.socket.recv_from(&mut buf) => match received {
+                    Ok((len, peer)) => listener.handle(&buf[..len], peer).await,
+                    // An ICMP error for an earlier reply, not a failure of
+                    // this socket.
+                    Err(err) if matches!(
+                        err.kind(),
+                        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset
+                    ) => debug!("TFTP request socket: {err}"),
+                    Err(err) => return Err(ServeError::Recv(err)),
+                },
             }
         }
         let abandoned = listener.tasks.len();
@@ -173,8 +187,15 @@ struct Shared {
     local_ip: IpAddr,
     device: Option<Vec<u8>>,
     events: Option<mpsc::Sender<TransferEvent>>,
-    /// Peers with a transfer running.
-    peers: Mutex<HashSet<SocketAddr>>,
+    /// Peers with a transfer running, and where to hand their new requests.
+    peers: Mutex<HashMap<SocketAddr, Mailbox>>,
+}
+
+/// The way to a running transfer's task.
+struct Mailbox {
+    /// Tells this task's entry from a later one for the same peer.
+    id: u64,
+    requests: mpsc::Sender<ReadRequest>,
 }
 
 impl Shared {
@@ -187,7 +208,7 @@ impl Shared {
         }
     }
 
-    fn peers(&self) -> std::sync::MutexGuard<'_, HashSet<SocketAddr>> {
+    fn peers(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Mailbox>> {
         self.peers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -199,6 +220,7 @@ struct Listener {
     max_transfers: usize,
     tasks: JoinSet<()>,
     busy_log: BusyLog,
+    next_id: u64,
 }
 
 impl Listener {
@@ -255,26 +277,7 @@ impl Listener {
             .await;
             return;
         };
-        // A retransmitted request while its transfer runs: the transfer's
-        // own retransmissions answer it; a second transfer would only race
-        // the first for the client's TID.
-        if self.shared.peers().contains(&peer) {
-            bump(&stats.duplicates);
-            debug!(%peer, %file, "ignoring repeated request");
-            return;
-        }
-        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-            self.busy(peer, file).await;
-            return;
-        };
-        self.shared.peers().insert(peer);
-        stats.active.fetch_add(1, Ordering::Relaxed);
-        let slot = Slot {
-            shared: self.shared.clone(),
-            peer,
-            _permit: permit,
-        };
-        let req = OwnedRequest {
+        let request = ReadRequest {
             filename: req.filename.to_vec(),
             file,
             mode,
@@ -284,7 +287,42 @@ impl Listener {
                 .map(|(n, v)| (n.to_vec(), v.to_vec()))
                 .collect(),
         };
-        self.tasks.spawn(run(slot, req));
+        if let Some(request) = self.hand_over(peer, request) {
+            self.spawn(peer, request).await;
+        }
+    }
+
+    /// Gives `request` to the peer's running transfer, if it has one;
+    /// otherwise hands it back.
+    fn hand_over(&self, peer: SocketAddr, request: ReadRequest) -> Option<ReadRequest> {
+        let peers = self.shared.peers();
+        let Some(mailbox) = peers.get(&peer) else {
+            return Some(request);
+        };
+        // One request waiting is enough: more are retransmissions.
+        if mailbox.requests.try_send(request).is_err() {
+            bump(&self.shared.stats.duplicates);
+        }
+        None
+    }
+
+    async fn spawn(&mut self, peer: SocketAddr, request: ReadRequest) {
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            self.busy(peer, request.file).await;
+            return;
+        };
+        let (requests, mailbox) = mpsc::channel(1);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.shared.peers().insert(peer, Mailbox { id, requests });
+        self.shared.stats.active.fetch_add(1, Ordering::Relaxed);
+        let slot = Slot {
+            shared: self.shared.clone(),
+            peer,
+            id,
+            _permit: permit,
+        };
+        self.tasks.spawn(run(slot, request, mailbox));
     }
 
     async fn busy(&mut self, peer: SocketAddr, file: String) {
@@ -343,49 +381,86 @@ impl BusyLog {
     }
 }
 
-/// A read request that outlives its datagram.
-struct OwnedRequest {
-    filename: Vec<u8>,
-    /// `filename` as lossy UTF-8, for logs and events.
-    file: String,
-    mode: Mode,
-    options: Vec<(Vec<u8>, Vec<u8>)>,
-}
-
-/// A running transfer's claim on the bound and on its peer; released on
-/// drop, including when the task is aborted at shutdown.
+/// A peer's claim on the bound and on its mailbox; released on drop,
+/// including when the task is aborted at shutdown.
 struct Slot {
     shared: Arc<Shared>,
     peer: SocketAddr,
+    id: u64,
     _permit: OwnedSemaphorePermit,
+}
+
+impl Slot {
+    /// The request that arrived while the last transfer ended, if any;
+    /// otherwise gives up the peer's mailbox. Both under the peers lock, so
+    /// a request is either taken here or finds no mailbox and starts a new
+    /// task.
+    fn take_pending(&self, mailbox: &mut mpsc::Receiver<ReadRequest>) -> Option<ReadRequest> {
+        let mut peers = self.shared.peers();
+        if let Ok(request) = mailbox.try_recv() {
+            return Some(request);
+        }
+        if peers.get(&self.peer).is_some_and(|m| m.id == self.id) {
+            peers.remove(&self.peer);
+        }
+        None
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.shared.peers().remove(&self.peer);
+        let mut peers = self.shared.peers();
+        if peers.get(&self.peer).is_some_and(|m| m.id == self.id) {
+            peers.remove(&self.peer);
+        }
+        drop(peers);
         self.shared.stats.active.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// One transfer task: runs it, counts and logs the outcome, emits the event.
-async fn run(slot: Slot, req: OwnedRequest) {
-    let started = SystemTime::now();
+/// One peer's task: runs its transfers one after the other (a new request
+/// from the peer supersedes the running one), counting, logging and
+/// emitting an event for each.
+async fn run(slot: Slot, first: ReadRequest, mut mailbox: mpsc::Receiver<ReadRequest>) {
     let shared = slot.shared.clone();
     let peer = slot.peer;
-    let mut bytes = 0;
-    let result = transfer(&shared, &req, peer, &mut bytes).await;
-    // Free the slot before anyone hears the transfer ended, so a client
-    // told it is done can start the next one at once.
-    drop(slot);
-    let file = &req.file;
+    let mut request = first;
+    loop {
+        let started = SystemTime::now();
+        let (result, bytes, next) = transfer(&shared, &request, peer, &mut mailbox).await;
+        match next.or_else(|| slot.take_pending(&mut mailbox)) {
+            Some(next) => {
+                record(&shared, peer, request, result, bytes, started);
+                request = next;
+            }
+            None => {
+                // Free the slot before anyone hears the transfer ended, so
+                // a client told it is done can start the next one at once.
+                drop(slot);
+                record(&shared, peer, request, result, bytes, started);
+                return;
+            }
+        }
+    }
+}
+
+fn record(
+    shared: &Shared,
+    peer: SocketAddr,
+    request: ReadRequest,
+    result: Result<(), TransferError>,
+    bytes: u64,
+    started: SystemTime,
+) {
+    let file = &request.file;
     match &result {
         Ok(()) => {
             bump(&shared.stats.done);
             info!(%peer, %file, bytes, "TFTP transfer done");
         }
-        Err(err @ TransferError::Path(_)) => {
+        Err(err @ (TransferError::Path(_) | TransferError::Superseded { .. })) => {
             bump(&shared.stats.failed);
-            debug!(%peer, %file, "TFTP request refused: {err}");
+            debug!(%peer, %file, "TFTP request ended: {err}");
         }
         Err(err) => {
             bump(&shared.stats.failed);
@@ -394,7 +469,7 @@ async fn run(slot: Slot, req: OwnedRequest) {
     }
     shared.emit(TransferEvent {
         peer,
-        file: req.file,
+        file: request.file,
         bytes,
         outcome: result.map_or_else(Outcome::Failed, |()| Outcome::Done),
         started,
@@ -402,11 +477,27 @@ async fn run(slot: Slot, req: OwnedRequest) {
     });
 }
 
+/// Runs one transfer: the result, the payload bytes acknowledged, and the
+/// request that superseded it.
 async fn transfer(
     shared: &Arc<Shared>,
-    req: &OwnedRequest,
+    req: &ReadRequest,
     peer: SocketAddr,
+    mailbox: &mut mpsc::Receiver<ReadRequest>,
+) -> (Result<(), TransferError>, u64, Option<ReadRequest>) {
+    let mut bytes = 0;
+    let mut next = None;
+    let result = transfer_into(shared, req, peer, mailbox, &mut bytes, &mut next).await;
+    (result, bytes, next)
+}
+
+async fn transfer_into(
+    shared: &Arc<Shared>,
+    req: &ReadRequest,
+    peer: SocketAddr,
+    mailbox: &mut mpsc::Receiver<ReadRequest>,
     bytes: &mut u64,
+    next: &mut Option<ReadRequest>,
 ) -> Result<(), TransferError> {
     let socket = bind_transfer_socket(shared.local_ip, shared.device.as_deref())
         .map_err(TransferError::Socket)?;
@@ -437,6 +528,10 @@ async fn transfer(
         stats: &shared.stats,
         path: opened.path,
         acked: 0,
+        filename: &req.filename,
+        mailbox,
+        heard: false,
+        next: None,
     };
     debug!(
         %peer,
@@ -452,6 +547,7 @@ async fn transfer(
             .await;
     }
     *bytes = transfer.acked;
+    *next = transfer.next.take();
     result
 }
 

@@ -666,17 +666,110 @@ async fn requests_beyond_the_bound_get_server_busy() {
 }
 
 #[tokio::test]
-async fn a_repeated_request_does_not_start_a_second_transfer() {
-    let mut h = Harness::start(|_| {}).await;
+async fn a_repeated_request_is_answered_by_the_running_transfer() {
+    let mut h = Harness::start(|cfg| cfg.timeout = Duration::from_secs(5)).await;
     h.dir.file("f", &pattern(10));
     let client = h.client().await;
-    client.rrq(b"f", &[]).await;
-    let (_, tid) = client.recv().await;
-    client.rrq(b"f", &[]).await;
-    assert_eq!(client.try_recv(Duration::from_millis(100)).await, None);
+    client.rrq(b"f", &[("tsize", "0")]).await;
+    let (oack, tid) = client.recv().await;
+    // As if the OACK was lost: the same OACK comes again at once, from the
+    // same TID, long before the retransmission timeout.
+    client.rrq(b"f", &[("tsize", "0")]).await;
+    let (again, again_tid) = client
+        .try_recv(Duration::from_secs(1))
+        .await
+        .expect("no answer to the repeated request");
+    assert_eq!((again, again_tid), (oack, tid));
+    client.ack(tid, 0).await;
+    assert!(matches!(client.recv().await.0, Got::Data(1, _)));
     client.ack(tid, 1).await;
     assert!(matches!(h.event().await.outcome, Outcome::Done));
-    assert_eq!(h.stats.snapshot().duplicates, 1);
+    let stats = h.stats.snapshot();
+    assert_eq!((stats.requests, stats.duplicates, stats.done), (2, 1, 1));
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_new_request_from_the_same_port_supersedes_the_running_transfer() {
+    let mut h = Harness::start(|cfg| {
+        cfg.timeout = Duration::from_secs(5);
+        cfg.max_transfers = 1;
+    })
+    .await;
+    h.dir.file("kernel", &pattern(5000));
+    h.dir.file("initrd", &pattern(700));
+    let client = h.client().await;
+    client.rrq(b"kernel", &[]).await;
+    let (_, first) = client.recv().await;
+    client.ack(first, 1).await;
+    assert!(matches!(client.recv().await.0, Got::Data(2, _)));
+    // The client moves on without finishing; it needs no second slot.
+    let (got, _) = client.get("initrd", &[], 1).await;
+    assert_eq!(got, pattern(700));
+    let old = h.event().await;
+    assert_eq!((old.file.as_str(), old.bytes), ("kernel", 512));
+    assert!(
+        matches!(&old.outcome, Outcome::Failed(TransferError::Superseded { file }) if file == "initrd"),
+        "{old:?}"
+    );
+    let new = h.event().await;
+    assert!(matches!(new.outcome, Outcome::Done), "{new:?}");
+    assert_eq!(new.file, "initrd");
+    assert_eq!(h.stats.snapshot().busy, 0);
+    h.shutdown().await;
+}
+
+// On two workers, so the request loop and the transfer really race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_size_probe_aborted_by_the_client_is_followed_at_once() {
+    // UEFI PXE asks for tsize, aborts after the OACK, then asks again for
+    // the download, possibly from the same port.
+    let mut h = Harness::start(|cfg| cfg.timeout = Duration::from_secs(5)).await;
+    h.dir.file("ipxe.efi", &pattern(3000));
+    let client = h.client().await;
+    client.rrq(b"ipxe.efi", &[("tsize", "0")]).await;
+    let (probe, probe_tid) = client.recv().await;
+    assert_eq!(probe, Got::Oack(oack_pairs(&[("tsize", "3000")])));
+    client
+        .sock
+        .send_to(
+            &packet::error(ErrorCode::OptionRefused, "size only"),
+            probe_tid,
+        )
+        .await
+        .expect("send");
+    client
+        .rrq(b"ipxe.efi", &[("tsize", "0"), ("blksize", "1024")])
+        .await;
+    let (oack, tid) = client
+        .try_recv(Duration::from_secs(1))
+        .await
+        .expect("no answer to the download request");
+    assert_eq!(
+        oack,
+        Got::Oack(oack_pairs(&[("tsize", "3000"), ("blksize", "1024")]))
+    );
+    assert_ne!(tid, probe_tid, "the download needs its own TID");
+    client.ack(tid, 0).await;
+    let mut file = Vec::new();
+    for n in 1..=3 {
+        let (Got::Data(block, data), _) = client.recv().await else {
+            panic!("expected DATA");
+        };
+        assert_eq!(block, n);
+        file.extend_from_slice(&data);
+        client.ack(tid, n).await;
+    }
+    assert_eq!(file, pattern(3000));
+    let probe = h.event().await;
+    assert!(
+        matches!(
+            probe.outcome,
+            Outcome::Failed(TransferError::Peer { code: 8, .. })
+        ),
+        "{probe:?}"
+    );
+    assert!(matches!(h.event().await.outcome, Outcome::Done));
     h.shutdown().await;
 }
 

@@ -5,10 +5,15 @@
 //!
 //! - Block numbers are the absolute block index modulo 2^16: after 65535
 //!   comes 0, as tftp-hpa does, so files of any size can be sent.
-//! - Only a timeout resends anything. A duplicate ACK (one for the block
-//!   before the window) is ignored in every mode, which avoids the
-//!   Sorcerer's Apprentice bug (RFC 1123 section 4.2.3.1): answering
-//!   duplicates doubles every later block once a single packet was delayed.
+//! - Retransmission timeouts back off exponentially (doubling, at most 8×
+//!   the configured timeout; a timeout the client negotiated is kept as
+//!   is); a transfer gives up after `retries` retransmissions without
+//!   progress.
+//! - A duplicate ACK (one for the block before the window) is ignored in
+//!   every mode, which avoids the Sorcerer's Apprentice bug (RFC 1123
+//!   section 4.2.3.1): answering duplicates doubles every later block once
+//!   a single packet was delayed. Packets are resent on a timeout, or at
+//!   once when the client repeats its request before answering us.
 //! - An ACK inside the window (RFC 7440 section 4: the client saw a gap)
 //!   slides the window to it and sends the whole new window, so the missing
 //!   blocks go out again at once.
@@ -16,9 +21,17 @@
 //!   memory per transfer is bounded; file reads run on the blocking pool,
 //!   one per window refill.
 
-use std::{collections::VecDeque, fs::File, io, net::SocketAddr, path::PathBuf, sync::Arc};
+use std::{
+    collections::VecDeque,
+    fs::File,
+    io,
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
 
-use tokio::{net::UdpSocket, time::Instant};
+use tokio::{net::UdpSocket, sync::mpsc, time::Instant};
 use tracing::debug;
 
 use super::{
@@ -26,7 +39,7 @@ use super::{
     option::Negotiated,
     packet::{self, DATA_HEADER, ErrorCode, Packet},
     path::PathError,
-    source::Source,
+    source::{Mode, Source},
 };
 
 /// Why a transfer did not complete.
@@ -48,6 +61,18 @@ pub enum TransferError {
     Recv(#[source] io::Error),
     #[error("blocking file task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    #[error("the client sent a new request (for {file})")]
+    Superseded { file: String },
+}
+
+/// A read request that outlives its datagram.
+#[derive(Debug)]
+pub(super) struct ReadRequest {
+    pub filename: Vec<u8>,
+    /// `filename` as lossy UTF-8, for logs and events.
+    pub file: String,
+    pub mode: Mode,
+    pub options: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 /// How one transfer runs.
@@ -61,12 +86,23 @@ pub(super) struct Transfer<'a> {
     pub path: PathBuf,
     /// Payload bytes the client has acknowledged so far.
     pub acked: u64,
+    /// The requested name.
+    pub filename: &'a [u8],
+    /// Read requests the peer sent to the server port since this transfer
+    /// started.
+    pub mailbox: &'a mut mpsc::Receiver<ReadRequest>,
+    /// Whether the peer has sent this transfer anything yet.
+    pub heard: bool,
+    /// The request that superseded this transfer, to be served next.
+    pub next: Option<ReadRequest>,
 }
 
 /// A received ACK, or why none came.
 enum Wait {
     Ack(u16),
     Timeout,
+    /// The peer repeated its request: our first packet did not arrive.
+    Repeat,
 }
 
 impl Transfer<'_> {
@@ -88,11 +124,15 @@ impl Transfer<'_> {
         let oack = packet::oack(&self.params.oack);
         let mut retries = 0;
         self.send(&oack).await;
-        let mut deadline = Instant::now() + self.params.timeout;
+        let mut deadline = Instant::now() + self.backoff(0);
         loop {
             match self.wait(deadline).await? {
                 Wait::Ack(0) => return Ok(()),
                 Wait::Ack(_) => {}
+                Wait::Repeat => {
+                    self.send(&oack).await;
+                    deadline = Instant::now() + self.backoff(retries);
+                }
                 Wait::Timeout => {
                     retries += 1;
                     if retries > self.retries {
@@ -103,105 +143,118 @@ impl Transfer<'_> {
                     }
                     bump(&self.stats.retransmits);
                     self.send(&oack).await;
-                    deadline = Instant::now() + self.params.timeout;
+                    deadline = Instant::now() + self.backoff(retries);
                 }
             }
         }
     }
 
     async fn send_blocks(&mut self, mut source: Source<File>) -> Result<(), TransferError> {
-        let blksize = usize::from(self.params.blksize);
-        let windowsize = usize::from(self.params.windowsize.max(1));
-        let mut window: VecDeque<Vec<u8>> = VecDeque::with_capacity(windowsize);
-        let mut spare: Vec<Vec<u8>> = Vec::with_capacity(windowsize);
-        // Absolute index of window[0], and of the next block to read.
-        let mut base: u64 = 1;
-        let mut next: u64 = 1;
-        let mut last_read = false;
+        let mut window = Window::new(self.params.blksize, self.params.windowsize);
         let mut retries = 0;
         loop {
-            if !last_read && window.len() < windowsize {
-                let want = windowsize - window.len();
-                let bufs = (0..want).map(|_| spare.pop().unwrap_or_default()).collect();
-                let (src, blocks, res) = tokio::task::spawn_blocking(move || {
-                    let mut source = source;
-                    let res = read_blocks(&mut source, bufs, next, blksize);
-                    (source, res.0, res.1)
-                })
-                .await?;
-                source = src;
-                res.map_err(|source| TransferError::Read {
+            source = window.refill(source).await.map_err(|err| match err {
+                Refill::Read(source) => TransferError::Read {
                     path: self.path.clone(),
                     source,
-                })?;
-                for block in blocks {
-                    last_read = block.len() - DATA_HEADER < blksize;
-                    window.push_back(block);
-                    next += 1;
-                }
-            }
-            if window.is_empty() {
+                },
+                Refill::Task(err) => TransferError::Task(err),
+            })?;
+            if window.blocks.is_empty() {
                 return Ok(());
             }
-            for block in &window {
-                self.send(block).await;
-            }
-            let mut deadline = Instant::now() + self.params.timeout;
+            self.send_window(&window).await;
+            let mut deadline = Instant::now() + self.backoff(0);
             // Wait for an ACK that moves the window, resending on timeouts.
             let advanced = loop {
                 match self.wait(deadline).await? {
-                    Wait::Ack(n) => {
-                        // j blocks of the window acknowledged; j = 0 is a
-                        // duplicate of the ACK before the window.
-                        let j = (1..=window.len() as u64)
-                            .find(|&j| wire(base - 1 + j) == n)
-                            .map_or(0, |j| j as usize);
-                        if j > 0 {
-                            break j;
+                    Wait::Ack(n) => match window.acknowledged(n) {
+                        0 => {
+                            debug!(peer = %self.peer, block = n, "ignoring duplicate or stale ACK")
                         }
-                        debug!(peer = %self.peer, block = n, "ignoring duplicate or stale ACK");
+                        j => break j,
+                    },
+                    Wait::Repeat => {
+                        self.send_window(&window).await;
+                        deadline = Instant::now() + self.backoff(retries);
                     }
                     Wait::Timeout => {
                         retries += 1;
                         if retries > self.retries {
                             return Err(TransferError::Timeout {
-                                block: base,
+                                block: window.base,
                                 retries: self.retries,
                             });
                         }
-                        for block in &window {
-                            bump(&self.stats.retransmits);
-                            self.send(block).await;
-                        }
-                        deadline = Instant::now() + self.params.timeout;
+                        self.stats
+                            .retransmits
+                            .fetch_add(window.blocks.len() as u64, Ordering::Relaxed);
+                        self.send_window(&window).await;
+                        deadline = Instant::now() + self.backoff(retries);
                     }
                 }
             };
             retries = 0;
-            for block in window.drain(..advanced) {
-                let payload = (block.len() - DATA_HEADER) as u64;
-                self.acked += payload;
-                self.stats
-                    .bytes
-                    .fetch_add(payload, std::sync::atomic::Ordering::Relaxed);
-                spare.push(block);
+            let payload = window.slide(advanced);
+            self.acked += payload;
+            self.stats.bytes.fetch_add(payload, Ordering::Relaxed);
+            if !window.blocks.is_empty() {
+                debug!(peer = %self.peer, block = window.base, "client saw a gap; resending from it");
             }
-            base += advanced as u64;
-            if advanced < windowsize && !window.is_empty() {
-                debug!(peer = %self.peer, block = base, "client saw a gap; resending from it");
-            }
+        }
+    }
+
+    async fn send_window(&self, window: &Window) {
+        for block in &window.blocks {
+            self.send(block).await;
+        }
+    }
+
+    /// How long to wait after the `retry`th consecutive retransmission
+    /// (0: after the first send). The server's own timeout doubles per
+    /// retry up to [`MAX_BACKOFF`] times it (RFC 1123 section 4.2.3.2);
+    /// backing off also lets a client whose timer is longer than ours
+    /// speak, which matters for clients that ignore repeated blocks. A
+    /// timeout the client chose is used as is (RFC 2349).
+    fn backoff(&self, retry: u32) -> Duration {
+        if self.params.client_timeout {
+            self.params.timeout
+        } else {
+            backoff(self.params.timeout, retry)
         }
     }
 
     /// Waits until `deadline` for an ACK from the peer. Packets from other
     /// ports get ERROR 5 and do not disturb the transfer (RFC 1350 section
     /// 4); an ERROR from the peer ends it.
-    async fn wait(&self, deadline: Instant) -> Result<Wait, TransferError> {
+    ///
+    /// A new request from the peer (relayed by the request loop) is a
+    /// retransmission while the peer has not answered and names the same
+    /// file: the first packet is sent again at once. Otherwise the client
+    /// has moved on (a size probe it aborted, a restart, a lost final ACK)
+    /// and the new request supersedes this transfer. Packets already
+    /// queued on the socket are read first, so an ERROR the client sent
+    /// before its new request ends this transfer before the request is
+    /// looked at.
+    async fn wait(&mut self, deadline: Instant) -> Result<Wait, TransferError> {
         let mut buf = [0u8; 1024];
         loop {
-            let Ok(received) =
-                tokio::time::timeout_at(deadline, self.socket.recv_from(&mut buf)).await
-            else {
+            let received = tokio::select! {
+                biased;
+                received = tokio::time::timeout_at(deadline, self.socket.recv_from(&mut buf)) => {
+                    received
+                }
+                Some(request) = self.mailbox.recv() => {
+                    if !self.heard && request.filename == self.filename {
+                        bump(&self.stats.duplicates);
+                        return Ok(Wait::Repeat);
+                    }
+                    let file = request.file.clone();
+                    self.next = Some(request);
+                    return Err(TransferError::Superseded { file });
+                }
+            };
+            let Ok(received) = received else {
                 return Ok(Wait::Timeout);
             };
             let (len, from) = received.map_err(TransferError::Recv)?;
@@ -213,6 +266,7 @@ impl Transfer<'_> {
                 }
                 continue;
             }
+            self.heard = true;
             match packet::parse(&buf[..len]) {
                 Ok(Packet::Ack { block }) => return Ok(Wait::Ack(block)),
                 Ok(Packet::Error { code, message }) => {
@@ -237,9 +291,98 @@ impl Transfer<'_> {
     }
 }
 
+/// Largest multiple of the timeout waited between retransmissions.
+pub(super) const MAX_BACKOFF: u32 = 8;
+
+/// The timeout doubled `retry` times, at most [`MAX_BACKOFF`] times it.
+pub(super) fn backoff(timeout: Duration, retry: u32) -> Duration {
+    timeout * (1u32 << retry.min(MAX_BACKOFF.ilog2()))
+}
+
 /// The on-wire block number of absolute block `n` (wraps to 0 after 65535).
 pub(super) fn wire(n: u64) -> u16 {
     (n & 0xffff) as u16
+}
+
+/// The unacknowledged blocks of a transfer, as DATA packets ready to send.
+struct Window {
+    blksize: usize,
+    size: usize,
+    blocks: VecDeque<Vec<u8>>,
+    /// Buffers of acknowledged blocks, reused for the next ones.
+    spare: Vec<Vec<u8>>,
+    /// Absolute index of `blocks[0]` (the first block is 1).
+    base: u64,
+    /// Absolute index of the next block to read.
+    next: u64,
+    /// The last (short) block has been read.
+    complete: bool,
+}
+
+/// Why a window could not be refilled.
+enum Refill {
+    Read(io::Error),
+    Task(tokio::task::JoinError),
+}
+
+impl Window {
+    fn new(blksize: u16, windowsize: u16) -> Window {
+        let size = usize::from(windowsize.max(1));
+        Window {
+            blksize: usize::from(blksize),
+            size,
+            blocks: VecDeque::with_capacity(size),
+            spare: Vec::with_capacity(size),
+            base: 1,
+            next: 1,
+            complete: false,
+        }
+    }
+
+    /// Reads blocks until the window is full or the file ends, in one trip
+    /// to the blocking pool; hands the source back.
+    async fn refill(&mut self, source: Source<File>) -> Result<Source<File>, Refill> {
+        if self.complete || self.blocks.len() == self.size {
+            return Ok(source);
+        }
+        let bufs = (self.blocks.len()..self.size)
+            .map(|_| self.spare.pop().unwrap_or_default())
+            .collect();
+        let (first, blksize) = (self.next, self.blksize);
+        let (source, blocks, result) = tokio::task::spawn_blocking(move || {
+            let mut source = source;
+            let (blocks, result) = read_blocks(&mut source, bufs, first, blksize);
+            (source, blocks, result)
+        })
+        .await
+        .map_err(Refill::Task)?;
+        for block in blocks {
+            self.complete = block.len() - DATA_HEADER < self.blksize;
+            self.blocks.push_back(block);
+            self.next += 1;
+        }
+        result.map_err(Refill::Read)?;
+        Ok(source)
+    }
+
+    /// How many blocks an ACK for wire block `n` acknowledges: 0 for one
+    /// before the window (a duplicate) or a stray number.
+    fn acknowledged(&self, n: u16) -> usize {
+        (1..=self.blocks.len())
+            .find(|&j| wire(self.base - 1 + j as u64) == n)
+            .unwrap_or(0)
+    }
+
+    /// Drops the first `count` blocks; returns their payload bytes.
+    fn slide(&mut self, count: usize) -> u64 {
+        let mut payload = 0;
+        for block in self.blocks.drain(..count) {
+            payload += (block.len() - DATA_HEADER) as u64;
+            self.spare.push(block);
+        }
+        self.base += count as u64;
+        payload
+    }
 }
 
 /// Reads DATA packets numbered from `first` into `bufs` (reused buffers),
@@ -271,11 +414,52 @@ fn read_blocks(
 mod tests {
     use super::*;
 
+    fn window_of(blocks: &[(u64, usize)], base: u64) -> Window {
+        let mut window = Window::new(8, 4);
+        window.base = base;
+        for &(n, len) in blocks {
+            let mut pkt = Vec::new();
+            packet::data_header(&mut pkt, wire(n));
+            pkt.resize(DATA_HEADER + len, 0);
+            window.blocks.push_back(pkt);
+        }
+        window
+    }
+
+    #[test]
+    fn acks_map_onto_the_window_across_the_wrap() {
+        let window = window_of(&[(65534, 8), (65535, 8), (65536, 8), (65537, 3)], 65534);
+        assert_eq!(window.acknowledged(65533), 0, "duplicate of the ACK before");
+        assert_eq!(window.acknowledged(65534), 1);
+        assert_eq!(window.acknowledged(0), 3);
+        assert_eq!(window.acknowledged(1), 4);
+        assert_eq!(window.acknowledged(7), 0, "stray number");
+    }
+
+    #[test]
+    fn sliding_counts_payload_and_keeps_buffers() {
+        let mut window = window_of(&[(1, 8), (2, 8), (3, 3)], 1);
+        assert_eq!(window.slide(2), 16);
+        assert_eq!(
+            (window.base, window.blocks.len(), window.spare.len()),
+            (3, 1, 2)
+        );
+        assert_eq!(window.acknowledged(2), 0);
+        assert_eq!(window.acknowledged(3), 1);
+    }
+
     #[test]
     fn block_numbers_wrap_to_zero() {
         assert_eq!(wire(1), 1);
         assert_eq!(wire(65535), 65535);
         assert_eq!(wire(65536), 0);
         assert_eq!(wire(65537), 1);
+    }
+
+    #[test]
+    fn retransmissions_back_off_exponentially_up_to_a_cap() {
+        let t = Duration::from_millis(100);
+        let waits: Vec<u128> = (0..6).map(|n| backoff(t, n).as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 800, 800]);
     }
 }
