@@ -234,6 +234,13 @@ async fn start_tftp(
                 .map_or(0, |d| d.as_secs());
             let how = match &event.outcome {
                 tftp::Outcome::Done => "done".to_string(),
+                // UEFI firmware asks for the size, aborts, then asks again:
+                // part of a normal boot, not a failure.
+                tftp::Outcome::Failed(
+                    e @ (tftp::TransferError::Peer { .. } | tftp::TransferError::Superseded { .. }),
+                ) => {
+                    format!("stopped ({e})")
+                }
                 tftp::Outcome::Failed(e) => format!("failed: {e}"),
             };
             boot.progress
