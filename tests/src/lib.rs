@@ -9,6 +9,8 @@ pub mod loadgen;
 pub mod raw;
 
 #[cfg(test)]
+mod boot_vm;
+#[cfg(test)]
 mod e2e;
 #[cfg(test)]
 mod flood;

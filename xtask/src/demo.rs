@@ -1,36 +1,29 @@
-//! `cargo xtask demo`: the agent in a throw-away namespace pair serving
-//! `examples/inventory.yaml` to a real DHCP client (busybox udhcpc), then
-//! the agent's counters.
+//! `cargo xtask demo`: the whole network boot chain with real firmware. The
+//! agent serves `examples/inventory.yaml` in a throw-away namespace, and a
+//! QEMU VM (SeaBIOS with the NIC's iPXE ROM) boots through it: DHCP, the
+//! iPXE script over HTTP, a Debian kernel and a busybox initramfs that
+//! phones home. Its console is streamed; the agent's host table follows.
 //!
-//! Owns only the demo's flow; the namespaces come from [`xtask::Lab`].
+//! Owns only the demo's flow; the lab, guest and VM come from [`xtask::vm`].
 
-use std::{
-    fs,
-    os::unix::fs::PermissionsExt as _,
-    path::{Path, PathBuf},
-    thread::{self, JoinHandle},
-    time::{Duration, Instant},
-};
+use std::{fs, path::Path, time::Duration};
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
 use xtask::{
-    ChildGuard, Lab,
-    process::{self, run_forwarded},
-    setup, target_dir, workspace_root,
+    process::run_forwarded,
+    setup, target_dir,
+    vm::{BootLab, BootLabConfig, Firmware, bootlab::KEEP_ENV},
+    workspace_root,
 };
 
-const METRICS_ADDR: &str = "127.0.0.1:9464";
 const CLIENT_MAC: &str = "52:54:00:12:34:56";
 /// What examples/inventory.yaml assigns to [`CLIENT_MAC`].
 const EXPECTED_IP: &str = "10.66.1.10";
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Prints the lease fields udhcpc hands to its script; it configures nothing.
-const LEASE_SCRIPT: &str = "#!/bin/sh\n\
-echo \"$1 ip=$ip subnet=$subnet router=$router dns=$dns siaddr=$siaddr \
-boot_file=$boot_file lease=$lease serverid=$serverid\"\n";
+/// A BIOS boot takes ~8 s under TCG here; room for a slow machine.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 
 pub fn run() -> anyhow::Result<()> {
+    // Packages, toolchains, and the guest's kernel and busybox.
     setup::run()?;
     println!("==> building pxe-agent (release)");
     run_forwarded(setup::command("cargo").current_dir(workspace_root()).args([
@@ -41,200 +34,128 @@ pub fn run() -> anyhow::Result<()> {
     ]))
     .context("failed to build pxe-agent")?;
     let agent = target_dir().join("release").join("pxe-agent");
-    let scratch = Scratch::new()?;
-    let lease = serve_one_client(&agent, &scratch.0)?;
-    ensure!(
-        lease.as_deref() == Some(EXPECTED_IP),
-        "expected a lease of {EXPECTED_IP}, got {}",
-        lease.as_deref().unwrap_or("none")
+    let path = workspace_root().join("examples").join("inventory.yaml");
+    let inventory =
+        fs::read_to_string(&path).with_context(|| format!("failed to read {}", path.display()))?;
+
+    println!(
+        "==> lab: namespace, tap, radvd, pxe-agent with {}",
+        path.display()
     );
-    println!("==> demo passed: {CLIENT_MAC} leased {EXPECTED_IP}");
+    let lab = BootLab::start(&BootLabConfig::new("pxdemo", &agent, &inventory))?;
+    println!(
+        "==> agent on {} in {} (XDP {}), boot root {}, artifacts {}",
+        lab.iface(),
+        lab.server_ns(),
+        lab.xdp_mode().as_deref().unwrap_or("?"),
+        lab.boot_root().display(),
+        lab.artifacts().display()
+    );
+    serve_inspector(&lab)?;
+    let booted = boot_one(&lab);
+    // The VM is gone by now; the lab (agent, radvd, namespaces) goes here.
+    drop(lab);
+    let ip = booted?;
+    println!("==> demo passed: {CLIENT_MAC} booted over the network, leased {ip} and phoned home");
     Ok(())
 }
 
-/// Runs the agent in a fresh lab, one DHCP exchange against it, and prints
-/// the agent's counters; returns the leased address, if any.
-fn serve_one_client(agent: &Path, scratch: &Path) -> anyhow::Result<Option<String>> {
-    let lab = Lab::new("pxdemo")?;
+/// The example's `inspector` profile (what unknown machines boot) loads
+/// `/inspector/vmlinuz` and `/inspector/initramfs.img` from the boot root:
+/// the same guest, so a VM with any other MAC boots too.
+fn serve_inspector(lab: &BootLab) -> anyhow::Result<()> {
+    let dir = lab.boot_root().join("inspector");
+    fs::create_dir_all(&dir)?;
+    for (from, to) in [("vmlinuz", "vmlinuz"), ("initrd.img", "initramfs.img")] {
+        copy(&lab.artifacts().join(from), &dir.join(to))?;
+    }
+    Ok(())
+}
+
+/// Firmware, iPXE and initramfs lines, and only the kernel's milestones
+/// among its few hundred boot messages (the console file keeps them all).
+fn worth_showing(line: &str) -> bool {
+    const KERNEL_MILESTONES: &[&str] = &[
+        "Linux version",
+        "Command line:",
+        "Unpacking initramfs",
+        "Run /init",
+        "virtio_net",
+        "e1000",
+        "panic",
+        "error",
+        "Power down",
+    ];
+    let line = line.trim();
+    if line.is_empty() {
+        return false;
+    }
+    let kernel = line.starts_with('[')
+        && line[1..]
+            .trim_start()
+            .starts_with(|c: char| c.is_ascii_digit());
+    !kernel || KERNEL_MILESTONES.iter().any(|m| line.contains(m))
+}
+
+fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
+    fs::copy(from, to).with_context(|| format!("failed to copy {}", from.display()))?;
+    Ok(())
+}
+
+/// Boots node-1, streaming its console; returns the address it phoned home
+/// from once the agent's host table shows the phone-home.
+fn boot_one(lab: &BootLab) -> anyhow::Result<String> {
+    let spec = lab.vm_spec("node-1", CLIENT_MAC, Firmware::Bios, 0);
     println!(
-        "==> lab: {} ({}) <-> {} ({})",
-        lab.server_ns(),
-        lab.server_if(),
-        lab.client_ns(),
-        lab.client_if()
+        "==> VM {CLIENT_MAC}: {}, console {}",
+        spec.firmware.label(),
+        spec.console_path().display()
     );
-    let inventory = workspace_root().join("examples").join("inventory.yaml");
-    let mut cmd = lab.cmd_in(lab.server_ns(), agent);
-    cmd.current_dir(workspace_root())
-        .args(["run", "--interface", lab.server_if(), "--inventory"])
-        .arg(&inventory)
-        .args(["--metrics-addr", METRICS_ADDR])
-        // A throw-away lab keeps its lease database in its scratch directory.
-        .arg("--state-dir")
-        .arg(scratch.join("state"));
-    // The guards are declared after `lab` so they drop first, and stopped
-    // explicitly below: SIGTERM lets the agent detach XDP before the
-    // namespaces go away.
-    let (mut guard, mut pumps) = ChildGuard::spawn_prefixed(&mut cmd, "agent")?;
-    let result = start_peer(&lab, agent).and_then(|(peer, peer_pumps)| {
-        pumps.extend(peer_pumps);
-        let lease = exchange(&lab, &mut guard, agent, scratch);
-        stop(peer, "veth peer");
-        lease
-    });
-    stop(guard, "agent");
-    for pump in pumps {
-        let _ = pump.join();
-    }
-    result
-}
-
-/// Attaches a pass-through XDP program to the client end (`pxe-agent
-/// veth-peer`): on a veth pair, XDP_TX replies only reach a peer that runs
-/// NAPI, and GRO alone did not give it that on kernel 6.18 (docs/veth.md).
-fn start_peer(lab: &Lab, agent: &Path) -> anyhow::Result<(ChildGuard, Vec<JoinHandle<()>>)> {
-    let mut cmd = lab.cmd_in(lab.client_ns(), agent);
-    cmd.args(["veth-peer", "--interface", lab.client_if()]);
-    let (mut peer, pumps) = ChildGuard::spawn_prefixed(&mut cmd, "veth-peer")?;
-    let deadline = Instant::now() + READY_TIMEOUT;
-    while !peer_attached(lab) {
-        if let Some(status) = peer.try_wait()? {
-            bail!("pxe-agent veth-peer exited before attaching ({status})");
+    let mut vm = lab.start_vm(&spec)?;
+    let report = vm.wait(BOOT_TIMEOUT, &mut |line| {
+        if worth_showing(line) {
+            println!("[vm] {line}");
         }
-        ensure!(
-            Instant::now() < deadline,
-            "pxe-agent veth-peer did not attach"
-        );
-        thread::sleep(Duration::from_millis(100));
-    }
-    Ok((peer, pumps))
-}
+    })?;
+    println!("==> {}", report.summary());
+    drop(vm);
 
-fn peer_attached(lab: &Lab) -> bool {
-    let show = ["ip", "link", "show", "dev", lab.client_if()];
-    lab.run_in(lab.client_ns(), &show)
-        .is_ok_and(|out| out.contains(" xdp"))
-}
-
-fn stop(guard: ChildGuard, name: &str) {
-    match guard.stop() {
-        Ok(status) => println!("==> {name} stopped ({status})"),
-        Err(err) => eprintln!("warning: {name}: {err:#}"),
-    }
-}
-
-fn exchange(
-    lab: &Lab,
-    agent_proc: &mut ChildGuard,
-    agent: &Path,
-    scratch: &Path,
-) -> anyhow::Result<Option<String>> {
-    wait_ready(lab, agent_proc)?;
-    lab.set_client_mac(CLIENT_MAC)?;
-    let lease = request_lease(lab, scratch)?;
-    print_stats(lab, agent);
-    Ok(lease)
-}
-
-/// Polls `/healthz`, which answers 200 once XDP is attached and the maps are filled.
-fn wait_ready(lab: &Lab, agent_proc: &mut ChildGuard) -> anyhow::Result<()> {
-    println!("==> waiting for http://{METRICS_ADDR}/healthz");
-    let url = format!("http://{METRICS_ADDR}/healthz");
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        if let Some(status) = agent_proc.try_wait()? {
-            bail!("pxe-agent exited before it was ready ({status})");
-        }
-        if lab
-            .run_in(lab.server_ns(), &["curl", "-sf", "-m", "1", &url])
-            .is_ok()
-        {
-            println!("==> agent ready");
-            return Ok(());
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "pxe-agent not ready after {}s",
-            READY_TIMEOUT.as_secs()
-        );
-        thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// One DISCOVER/OFFER/REQUEST/ACK as a BIOS PXE client (option 93 = 0).
-fn request_lease(lab: &Lab, scratch: &Path) -> anyhow::Result<Option<String>> {
-    let script = scratch.join("lease.sh");
-    fs::write(&script, LEASE_SCRIPT)
-        .with_context(|| format!("failed to write {}", script.display()))?;
-    fs::set_permissions(&script, fs::Permissions::from_mode(0o755))
-        .with_context(|| format!("failed to make {} executable", script.display()))?;
-    println!("==> udhcpc in {} ({CLIENT_MAC})", lab.client_ns());
-    let mut cmd = lab.cmd_in(lab.client_ns(), "busybox");
-    cmd.args([
-        "udhcpc",
-        "-f",
-        "-q",
-        "-n",
-        "-t",
-        "5",
-        "-T",
-        "1",
-        "-i",
-        lab.client_if(),
-    ])
-    .args(["-V", "PXEClient", "-x", "0x5d:0000", "-s"])
-    .arg(&script);
-    let out = process::output(&mut cmd)?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    for line in String::from_utf8_lossy(&out.stderr)
-        .lines()
-        .chain(stdout.lines())
-    {
-        println!("[udhcpc] {line}");
-    }
-    if !out.status.success() {
-        eprintln!("warning: udhcpc exited with {}", out.status);
-    }
-    Ok(bound_ip(&stdout))
-}
-
-/// The `ip=` field of the script's `bound` line.
-fn bound_ip(script_output: &str) -> Option<String> {
-    script_output
-        .lines()
-        .filter(|line| line.starts_with("bound "))
-        .flat_map(str::split_whitespace)
-        .find_map(|field| field.strip_prefix("ip="))
-        .map(str::to_owned)
-}
-
-fn print_stats(lab: &Lab, agent: &Path) {
-    let mut cmd = lab.cmd_in(lab.server_ns(), agent);
-    cmd.args(["stats", "--metrics-addr", METRICS_ADDR]);
-    match process::run(&mut cmd) {
+    println!("==> pxe-agent hosts");
+    let table = lab.cli(&["hosts"])?;
+    print!("{table}");
+    match lab.cli(&["stats"]) {
         Ok(stats) => {
-            println!("==> pxe-agent stats");
-            print!("{stats}");
+            println!("==> pxe-agent stats (non-zero)");
+            for line in stats.lines().filter(|l| !l.ends_with(" 0")) {
+                println!("{line}");
+            }
         }
         Err(err) => eprintln!("warning: {err:#}"),
     }
-}
-
-/// A private temporary directory, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> anyhow::Result<Self> {
-        let dir = std::env::temp_dir().join(format!("pxe-demo-{}", std::process::id()));
-        fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
-        Ok(Self(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
+    let failed = || {
+        format!(
+            "agent log (last 30 lines):\n{}\n(set {KEEP_ENV}=1 to keep the lab's files)",
+            lab.agent_log_tail(30)
+        )
+    };
+    ensure!(
+        report.phoned_home,
+        "the VM did not phone home: {}\n{}",
+        report.summary(),
+        failed()
+    );
+    let ip = report.ip.clone().unwrap_or_default();
+    ensure!(
+        ip == EXPECTED_IP,
+        "the VM leased {ip}, expected {EXPECTED_IP}"
+    );
+    let row = table.lines().find(|l| l.starts_with(CLIENT_MAC));
+    ensure!(
+        row.is_some_and(|r| r.contains("booted")),
+        "the agent's host table does not show {CLIENT_MAC} as booted\n{}",
+        failed()
+    );
+    Ok(ip)
 }
 
 #[cfg(test)]
@@ -242,9 +163,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bound_ip_reads_the_bound_line_only() {
-        let out = "deconfig ip= subnet=\nbound ip=10.66.1.10 subnet=255.255.0.0 router=10.66.0.1\n";
-        assert_eq!(bound_ip(out).as_deref(), Some("10.66.1.10"));
-        assert_eq!(bound_ip("deconfig ip=\nleasefail ip=\n"), None);
+    fn console_stream_keeps_firmware_lines_and_kernel_milestones() {
+        assert!(worth_showing("Configuring (net0 52:54:00:12:34:56)... ok"));
+        assert!(worth_showing(
+            "PXE-AGENT-BOOTED 52:54:00:12:34:56 10.66.1.10"
+        ));
+        assert!(worth_showing("[    1.653833] Run /init as init process"));
+        assert!(!worth_showing(
+            "[    0.026581] RAMDISK: [mem 0x1fe8e000-0x1ff3cfff]"
+        ));
+        assert!(!worth_showing("   "));
+        assert!(worth_showing("[vm] not a kernel line"));
     }
 }

@@ -1,12 +1,14 @@
 //! Helpers behind `cargo xtask`, shared with the privileged tests (`pxe-tests`)
 //! and benchmarks: machine bootstrap ([`setup`]), throw-away network
-//! namespaces ([`lab`]) and child-process guards ([`process`]).
+//! namespaces ([`lab`]), child-process guards ([`process`]) and QEMU
+//! network boots with real firmware ([`vm`]).
 //!
 //! The eBPF object is not built here: `pxe-agent/build.rs` builds and embeds it.
 
 pub mod lab;
 pub mod process;
 pub mod setup;
+pub mod vm;
 
 pub use lab::Lab;
 pub use process::{ChildGuard, ensure_root};

@@ -1,6 +1,7 @@
 //! Idempotent bootstrap of a Debian 12 machine: the outside programs the
-//! tests and the demo drive, the `nightly` toolchain with `rust-src`, and
-//! bpf-linker built against the nightly's own libLLVM.
+//! tests and the demo drive, the `nightly` toolchain with `rust-src`,
+//! bpf-linker built against the nightly's own libLLVM, and the network-boot
+//! guest's kernel and busybox ([`crate::vm::guest`]).
 //!
 //! Every step checks first and prints one line, so running it again is cheap.
 //! It also owns [`command`], which puts `~/.cargo/bin` on the PATH of the
@@ -37,6 +38,14 @@ pub const PACKAGES: &[&str] = &[
     "atftp",
     "ipxe",
     "iptables",
+    // Network boots with real firmware (`vm`): QEMU, the NICs' iPXE option
+    // ROMs, UEFI firmware, and router advertisements so iPXE does not wait
+    // for IPv6. The guest's busybox-static is unpacked, not installed: it
+    // conflicts with busybox.
+    "qemu-system-x86",
+    "ipxe-qemu",
+    "ovmf",
+    "radvd",
 ];
 
 /// The bpf-linker release the eBPF build is known to work with.
@@ -51,6 +60,7 @@ pub fn run() -> anyhow::Result<()> {
     ensure_nightly()?;
     ensure_rust_src()?;
     ensure_bpf_linker()?;
+    crate::vm::guest::ensure()?;
     Ok(())
 }
 

@@ -1,0 +1,466 @@
+//! A boot lab: `pxe-agent` serving DHCP, TFTP and HTTP on tap devices in a
+//! throw-away namespace, for QEMU VMs to network-boot from.
+//!
+//! Wiring, chosen after trying both on kernel 6.18:
+//! - one VM: a tap device holds the server address (10.66.0.1/16) and the
+//!   agent attaches to it. tun/tap implements native XDP, and `XDP_TX` on a
+//!   tap hands the reply to the reader of the tap, QEMU, so the fast path
+//!   runs in driver mode exactly as on a NIC;
+//! - several VMs: their taps are enslaved to a bridge that holds the server
+//!   address, and the agent attaches to the bridge in generic (skb) mode (a
+//!   bridge has no native XDP). Broadcast and unicast DHCP to the server are
+//!   delivered locally to the bridge, where generic XDP sees them; an
+//!   `XDP_TX` reply is transmitted on the bridge, which forwards it to the
+//!   client's port by its learned MAC. Attaching per tap would need one
+//!   agent per tap, and each agent binds UDP 67 and HTTP 8080.
+//!
+//! radvd sends router advertisements on the server interface: iPXE waits
+//! about 16 s for IPv6 autoconfiguration on a link without them, which
+//! would otherwise dominate every boot.
+//!
+//! The lab is an [`xtask::Lab`](crate::Lab) whose veth pair is left unused
+//! (with a documentation-range address, so it does not compete with the
+//! taps' subnet); the taps and the bridge live in its server namespace and
+//! go away with it. Declare [`Vm`]s after the lab so they stop first.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail, ensure};
+
+use super::{
+    guest, initramfs,
+    qemu::{Firmware, Vm, VmSpec, clean_line},
+};
+use crate::{
+    Lab,
+    process::{self, ChildGuard},
+};
+
+/// The agent's address on the taps' link.
+pub const SERVER_IP: &str = "10.66.0.1";
+const SERVER_CIDR: &str = "10.66.0.1/16";
+/// Given to the lab's veth pair, which the boot lab does not use.
+const UNUSED_VETH_CIDR: &str = "192.0.2.1/30";
+/// The agent's admin endpoint inside the server namespace (the CLI default).
+pub const METRICS_ADDR: &str = "127.0.0.1:9464";
+/// The bridge's own MAC, fixed so it does not change as taps join.
+const BRIDGE_MAC: &str = "02:00:0a:42:00:01";
+/// iPXE binaries copied into the boot root (Debian package `ipxe`).
+const IPXE_DIR: &str = "/usr/lib/ipxe";
+const IPXE_FILES: &[&str] = &["undionly.kpxe", "ipxe.efi", "snponly.efi"];
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Set (to anything) to keep each lab's scratch directory (consoles, agent
+/// log, inventory) after the lab is gone.
+pub const KEEP_ENV: &str = "PXE_VM_KEEP";
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// How the VMs reach the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wiring {
+    /// One tap; the agent attaches to it.
+    Tap,
+    /// `taps` taps on a bridge; the agent attaches to the bridge.
+    Bridge { taps: usize },
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct BootLabConfig {
+    /// Lab name prefix (lowercase letters and digits).
+    pub prefix: String,
+    /// The `pxe-agent` binary.
+    pub agent: PathBuf,
+    /// The inventory, as YAML text.
+    pub inventory: String,
+    pub wiring: Wiring,
+    /// `--xdp-mode`: `auto`, `native` or `skb`.
+    pub xdp_mode: String,
+    /// More arguments for `pxe-agent run`.
+    pub extra_args: Vec<String>,
+    /// Run radvd on the server interface (see the module docs).
+    pub radvd: bool,
+}
+
+impl BootLabConfig {
+    /// One tap, `--xdp-mode auto`, radvd on.
+    pub fn new(prefix: &str, agent: &Path, inventory: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+            agent: agent.to_path_buf(),
+            inventory: inventory.to_owned(),
+            wiring: Wiring::Tap,
+            xdp_mode: "auto".into(),
+            extra_args: Vec::new(),
+            radvd: true,
+        }
+    }
+
+    /// `taps` taps on a bridge, the agent on the bridge in skb mode.
+    pub fn bridge(mut self, taps: usize) -> Self {
+        self.wiring = Wiring::Bridge { taps };
+        self.xdp_mode = "skb".into();
+        self
+    }
+
+    pub fn xdp_mode(mut self, mode: &str) -> Self {
+        self.xdp_mode = mode.to_owned();
+        self
+    }
+
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.extra_args.push(arg.to_owned());
+        self
+    }
+}
+
+/// The running lab. Field order is drop order: the agent (SIGTERM, so it
+/// detaches XDP), then helpers such as radvd, then the namespaces, then the
+/// scratch directory.
+pub struct BootLab {
+    agent: Option<ChildGuard>,
+    helpers: Vec<ChildGuard>,
+    lab: Lab,
+    iface: String,
+    taps: Vec<String>,
+    agent_bin: PathBuf,
+    dir: ScratchDir,
+}
+
+impl BootLab {
+    /// Builds the network, fills the boot root and artifacts, starts radvd
+    /// and the agent, and waits until the agent reports healthy.
+    pub fn start(cfg: &BootLabConfig) -> anyhow::Result<BootLab> {
+        let lab = Lab::new_with(&cfg.prefix, UNUSED_VETH_CIDR)?;
+        let dir = ScratchDir::new(&cfg.prefix)?;
+        let mut this = BootLab {
+            agent: None,
+            helpers: Vec::new(),
+            lab,
+            iface: String::new(),
+            taps: Vec::new(),
+            agent_bin: cfg.agent.clone(),
+            dir,
+        };
+        this.wire(cfg.wiring)?;
+        if cfg.radvd {
+            this.start_radvd()?;
+        }
+        this.fill_roots()?;
+        fs::write(this.inventory_path(), &cfg.inventory)?;
+        this.start_agent(cfg)?;
+        Ok(this)
+    }
+
+    pub fn server_ns(&self) -> &str {
+        self.lab.server_ns()
+    }
+
+    /// The interface the agent serves (the tap, or the bridge).
+    pub fn iface(&self) -> &str {
+        &self.iface
+    }
+
+    /// The taps VMs attach to.
+    pub fn taps(&self) -> &[String] {
+        &self.taps
+    }
+
+    /// The scratch directory: inventory, logs, boot root, artifacts, VM files.
+    pub fn dir(&self) -> &Path {
+        &self.dir.0
+    }
+
+    /// Served over TFTP and at `/` over HTTP (`--boot-root`).
+    pub fn boot_root(&self) -> PathBuf {
+        self.dir().join("boot")
+    }
+
+    /// Served at `/artifacts/` (`--artifacts`): `vmlinuz`, `initrd.img`.
+    pub fn artifacts(&self) -> PathBuf {
+        self.dir().join("artifacts")
+    }
+
+    pub fn inventory_path(&self) -> PathBuf {
+        self.dir().join("inventory.yaml")
+    }
+
+    /// A VM on tap `tap`, its files in the lab's scratch directory.
+    pub fn vm_spec(&self, name: &str, mac: &str, firmware: Firmware, tap: usize) -> VmSpec {
+        let tap = self.taps.get(tap).map_or("missing-tap", String::as_str);
+        VmSpec::new(name, mac, firmware, tap, &self.dir().join("vms"))
+    }
+
+    /// Starts a VM inside the lab's server namespace.
+    pub fn start_vm(&self, spec: &VmSpec) -> anyhow::Result<Vm> {
+        Vm::start(self.server_ns(), spec)
+    }
+
+    /// A command running `program` in the server namespace.
+    pub fn cmd(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        self.lab.cmd_in(self.server_ns(), program)
+    }
+
+    /// Runs `pxe-agent <args>` against the running agent and returns its output.
+    pub fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
+        process::run(self.cmd(&self.agent_bin).args(args))
+    }
+
+    /// The agent's log so far (terminal escapes removed).
+    pub fn agent_log(&self) -> String {
+        read_clean(&self.dir().join("agent.log"))
+    }
+
+    /// The last `lines` lines of the agent's log.
+    pub fn agent_log_tail(&self, lines: usize) -> String {
+        let log = self.agent_log();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// The XDP attach mode the agent logged (`Native`, `Skb`).
+    pub fn xdp_mode(&self) -> Option<String> {
+        self.agent_log()
+            .lines()
+            .filter(|l| l.contains("XDP program attached"))
+            .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("mode=")))
+            .map(str::to_owned)
+    }
+
+    /// Whether something in the server namespace listens on UDP `port`.
+    pub fn udp_listening(&self, port: u16) -> bool {
+        let filter = format!("sport = :{port}");
+        self.lab
+            .run_in(self.server_ns(), &["ss", "-Hlun", &filter])
+            .is_ok_and(|out| !out.trim().is_empty())
+    }
+
+    /// Replaces the inventory atomically; the agent reloads it.
+    pub fn replace_inventory(&self, yaml: &str) -> anyhow::Result<()> {
+        let tmp = self.dir().join("inventory.yaml.new");
+        fs::write(&tmp, yaml)?;
+        fs::rename(&tmp, self.inventory_path())?;
+        Ok(())
+    }
+
+    /// Starts `args` (program first) in the server namespace for the lab's
+    /// lifetime, its output in `<dir>/<name>.log`.
+    pub fn spawn_helper(&mut self, name: &str, args: &[&str]) -> anyhow::Result<()> {
+        let (program, rest) = args.split_first().context("spawn_helper needs a program")?;
+        let log = fs::File::create(self.dir().join(format!("{name}.log")))?;
+        let mut cmd = self.cmd(program);
+        cmd.args(rest)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let mut helper = ChildGuard::spawn(&mut cmd)?;
+        // A helper that refuses its arguments or configuration exits at once.
+        thread::sleep(Duration::from_millis(200));
+        if let Some(status) = helper.try_wait()? {
+            bail!(
+                "{name} exited at once ({status}): {}",
+                self.helper_log(name).trim()
+            );
+        }
+        self.helpers.push(helper);
+        Ok(())
+    }
+
+    /// A helper's log (see [`BootLab::spawn_helper`]).
+    pub fn helper_log(&self, name: &str) -> String {
+        read_clean(&self.dir().join(format!("{name}.log")))
+    }
+
+    fn ip(&self, args: &[&str]) -> anyhow::Result<()> {
+        process::run(Command::new("ip").args(["-n", self.server_ns()]).args(args))?;
+        Ok(())
+    }
+
+    fn wire(&mut self, wiring: Wiring) -> anyhow::Result<()> {
+        let count = match wiring {
+            Wiring::Tap => 1,
+            Wiring::Bridge { taps } => taps,
+        };
+        ensure!(count > 0, "a boot lab needs at least one tap");
+        for i in 0..count {
+            let tap = format!("pxtap{i}");
+            self.ip(&["tuntap", "add", "dev", &tap, "mode", "tap"])
+                .with_context(|| format!("failed to create tap {tap}"))?;
+            self.taps.push(tap);
+        }
+        match wiring {
+            Wiring::Tap => self.iface = self.taps[0].clone(),
+            Wiring::Bridge { .. } => {
+                let br = "pxbr0";
+                self.ip(&["link", "add", br, "type", "bridge", "stp_state", "0"])
+                    .context("failed to create the bridge")?;
+                self.ip(&["link", "set", br, "address", BRIDGE_MAC])?;
+                for tap in self.taps.clone() {
+                    self.ip(&["link", "set", &tap, "master", br])?;
+                }
+                self.ip(&["link", "set", br, "up"])?;
+                self.iface = br.to_owned();
+            }
+        }
+        for tap in self.taps.clone() {
+            self.ip(&["link", "set", &tap, "up"])?;
+        }
+        let iface = self.iface.clone();
+        self.ip(&["addr", "add", SERVER_CIDR, "dev", &iface])
+            .with_context(|| format!("failed to assign {SERVER_CIDR} to {iface}"))?;
+        Ok(())
+    }
+
+    fn start_radvd(&mut self) -> anyhow::Result<()> {
+        // radvd refuses to advertise unless the namespace forwards IPv6.
+        self.lab.run_in(
+            self.server_ns(),
+            &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"],
+        )?;
+        // No prefix and a zero router lifetime: iPXE stops waiting for
+        // IPv6 autoconfiguration and configures nothing from it.
+        let conf = self.dir().join("radvd.conf");
+        fs::write(
+            &conf,
+            format!(
+                "interface {} {{\n    AdvSendAdvert on;\n    IgnoreIfMissing on;\n    \
+                 AdvDefaultLifetime 0;\n    MinRtrAdvInterval 3;\n    MaxRtrAdvInterval 10;\n}};\n",
+                self.iface
+            ),
+        )?;
+        let pid = self.dir().join("radvd.pid");
+        let (conf, pid) = (path_str(&conf)?, path_str(&pid)?);
+        self.spawn_helper(
+            "radvd",
+            &["radvd", "-n", "-m", "stderr", "-C", &conf, "-p", &pid],
+        )
+        .context("failed to start radvd (install radvd: `cargo xtask setup`)")
+    }
+
+    /// Copies the iPXE binaries into the boot root, and the guest kernel
+    /// and a freshly built initramfs into the artifacts.
+    fn fill_roots(&self) -> anyhow::Result<()> {
+        let boot = self.boot_root();
+        fs::create_dir_all(&boot)?;
+        for name in IPXE_FILES {
+            let src = Path::new(IPXE_DIR).join(name);
+            // Copies, not symlinks: the agent refuses links out of its roots.
+            fs::copy(&src, boot.join(name)).with_context(|| {
+                format!(
+                    "failed to copy {} (install ipxe: `cargo xtask setup`)",
+                    src.display()
+                )
+            })?;
+        }
+        let artifacts = self.artifacts();
+        fs::create_dir_all(&artifacts)?;
+        let assets = guest::ensure()?;
+        link_or_copy(&assets.kernel.vmlinuz, &artifacts.join("vmlinuz"))?;
+        initramfs::build(&assets, &artifacts.join("initrd.img"))?;
+        Ok(())
+    }
+
+    fn start_agent(&mut self, cfg: &BootLabConfig) -> anyhow::Result<()> {
+        let log = fs::File::create(self.dir().join("agent.log"))?;
+        let mut cmd = self.cmd(&cfg.agent);
+        cmd.args(["run", "--interface", &self.iface, "--inventory"])
+            .arg(self.inventory_path())
+            .arg("--state-dir")
+            .arg(self.dir().join("state"))
+            .arg("--boot-root")
+            .arg(self.boot_root())
+            .arg("--artifacts")
+            .arg(self.artifacts())
+            .args(["--xdp-mode", &cfg.xdp_mode, "--metrics-addr", METRICS_ADDR])
+            .args(&cfg.extra_args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let mut agent = ChildGuard::spawn(&mut cmd)?;
+        let url = format!("http://{METRICS_ADDR}/healthz");
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = agent.try_wait()? {
+                bail!(
+                    "pxe-agent exited before it was ready ({status}); log:\n{}",
+                    self.agent_log_tail(30)
+                );
+            }
+            let health = ["curl", "-sf", "-m", "1", "-o", "/dev/null", &url];
+            if self.lab.run_in(self.server_ns(), &health).is_ok() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "pxe-agent not healthy after {}s; log:\n{}",
+                    READY_TIMEOUT.as_secs(),
+                    self.agent_log_tail(30)
+                );
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        self.agent = Some(agent);
+        Ok(())
+    }
+}
+
+fn path_str(path: &Path) -> anyhow::Result<String> {
+    path.to_str()
+        .map(str::to_owned)
+        .with_context(|| format!("{} is not UTF-8", path.display()))
+}
+
+fn read_clean(path: &Path) -> String {
+    let bytes = fs::read(path).unwrap_or_default();
+    bytes
+        .split(|&b| b == b'\n')
+        .map(clean_line)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A hard link where the file system allows one (the kernel is 8 MB), a
+/// copy otherwise.
+fn link_or_copy(src: &Path, dest: &Path) -> anyhow::Result<()> {
+    if fs::hard_link(src, dest).is_ok() {
+        return Ok(());
+    }
+    fs::copy(src, dest).with_context(|| format!("failed to copy {}", src.display()))?;
+    Ok(())
+}
+
+/// `$TMPDIR/pxe-vm-<prefix>-<pid>-<n>`, removed on drop unless [`KEEP_ENV`] is set.
+struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    fn new(prefix: &str) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!(
+            "pxe-vm-{prefix}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        if dir.exists() {
+            fs::remove_dir_all(&dir)?;
+        }
+        fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if std::env::var_os(KEEP_ENV).is_some() {
+            eprintln!("{KEEP_ENV} set: keeping {}", self.0.display());
+            return;
+        }
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,18 @@
+//! Network boot with real firmware under QEMU: the guest (a Debian kernel
+//! and a busybox initramfs that phones home), the VMs (SeaBIOS + iPXE ROM,
+//! OVMF PXE, OVMF HTTP boot), and the boot lab that runs `pxe-agent` on
+//! tap devices for them. Used by `cargo xtask demo` and the `boot_vm` tests.
+//!
+//! - [`guest`]: kernel, NIC modules and busybox-static from Debian packages,
+//!   cached under `~/.cache/pxe-agent/guest/` (`cargo xtask setup` fills it);
+//! - [`initramfs`]: the initramfs and the console markers its `/init` prints;
+//! - [`qemu`]: starting a VM and following its serial console;
+//! - [`bootlab`]: namespace, taps or bridge, radvd, the agent and its roots.
+
+pub mod bootlab;
+pub mod guest;
+pub mod initramfs;
+pub mod qemu;
+
+pub use bootlab::{BootLab, BootLabConfig, SERVER_IP, Wiring};
+pub use qemu::{BootReport, Firmware, Vm, VmSpec, wait_all};
