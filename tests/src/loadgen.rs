@@ -428,8 +428,10 @@ impl Table {
     }
 }
 
-/// A token bucket of new exchanges; holds at most a few milliseconds' worth
-/// so that a generator that falls behind shows a lower rate, not a burst.
+/// A token bucket of new exchanges. It holds at most half a millisecond's
+/// worth (8 to 128), far less than a veth's 256-frame ring: a generator
+/// that falls behind (descheduled, say) shows a lower rate rather than a
+/// burst that overflows the link and counts as the server's drops.
 struct Bucket {
     rate: Option<f64>,
     tokens: f64,
@@ -443,7 +445,7 @@ const FLOOD_BURST: u32 = 32;
 impl Bucket {
     fn new(rate: Option<u32>, now: Instant) -> Bucket {
         let rate = rate.map(f64::from);
-        let cap = rate.map_or(0.0, |r| (r / 200.0).max(8.0));
+        let cap = rate.map_or(0.0, |r| (r / 2000.0).clamp(8.0, 128.0));
         Bucket {
             rate,
             tokens: 1.0,
@@ -873,12 +875,15 @@ mod tests {
     }
 
     #[test]
-    fn bucket_limits_bursts_to_a_few_milliseconds() {
+    fn bucket_limits_bursts_to_half_a_millisecond() {
         let t0 = Instant::now();
-        let mut bucket = Bucket::new(Some(10_000), t0);
+        let mut bucket = Bucket::new(Some(100_000), t0);
         assert_eq!(bucket.take(t0), 1);
-        // One second idle refills 50 ms' worth at most, not 10,000.
+        // One second idle refills half a millisecond's worth, not 100,000.
         assert_eq!(bucket.take(t0 + Duration::from_secs(1)), 50);
+        assert_eq!(bucket.take(t0 + Duration::from_secs(1)), 0);
+        let mut slow = Bucket::new(Some(1_000), t0);
+        assert_eq!(slow.take(t0 + Duration::from_secs(1)), 8);
         let mut flood = Bucket::new(None, t0);
         assert_eq!(flood.take(t0), FLOOD_BURST);
     }

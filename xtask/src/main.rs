@@ -3,6 +3,7 @@
 //! To add a command, add a variant to [`Command`] (a nested `Subcommand` enum
 //! for groups such as `bench dhcp`) and a module holding its `run`.
 
+mod bench;
 mod demo;
 mod test;
 
@@ -22,9 +23,13 @@ enum Command {
     Setup,
     /// Set up, then run fmt, unit tests and the privileged suite (root).
     Test,
-    /// Set up, then run the agent in a throw-away namespace pair against a
-    /// real DHCP client using examples/inventory.yaml.
+    /// Set up, then network-boot a QEMU VM (SeaBIOS + iPXE) from the agent
+    /// serving examples/inventory.yaml in a throw-away namespace: DHCP, iPXE
+    /// script, kernel and initramfs, phone-home. Root.
     Demo,
+    /// Benchmarks (root): `bench dhcp` compares pxe-agent with Kea and dnsmasq.
+    #[command(subcommand)]
+    Bench(bench::Bench),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -32,5 +37,6 @@ fn main() -> anyhow::Result<()> {
         Command::Setup => xtask::setup::run(),
         Command::Test => test::run(),
         Command::Demo => demo::run(),
+        Command::Bench(bench) => bench::run(bench),
     }
 }

@@ -1,0 +1,389 @@
+//! `cargo xtask bench dhcp`: pxe-agent, Kea and dnsmasq serving the same
+//! reservations, measured under a relayed load (perfdhcp) and a direct PXE
+//! load (dhcp-loadgen), plus the XDP program's in-kernel time per reply.
+//!
+//! Owns the run's order and its command-line options: build, time the XDP
+//! program, set up one testbed, then per host count start each server in
+//! turn, wait until it answers, ramp both loads and stop it. Prints
+//! progress and the table; a full run also refreshes docs/benchmarks.md.
+//! Every server, generator and namespace is released on the way out, on
+//! error too (their guards drop).
+//!
+//! Method and its limits: docs/benchmarks.md.
+
+mod cpu;
+mod hosts;
+mod load;
+mod ramp;
+mod report;
+mod server;
+mod testbed;
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail, ensure};
+use xtask::{
+    ensure_root,
+    process::{self, run_forwarded},
+    setup, target_dir, workspace_root,
+};
+
+use self::{
+    cpu::Cores,
+    hosts::Hosts,
+    load::{LoadKind, Runner},
+    ramp::{Measurement, Plan},
+    report::RunInfo,
+    server::{Server, ServerKind},
+    testbed::{Bins, Testbed},
+};
+
+/// Runs of the XDP program per timed request, each its own syscall.
+const PROG_TEST_RUNS: u32 = 100_000;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Reservation counts to measure, comma-separated [default: 1000,50000;
+    /// with --quick: 1000].
+    #[arg(long, value_delimiter = ',')]
+    hosts: Option<Vec<usize>>,
+    /// A short smoke run: fewer, shorter steps; prints the table but leaves
+    /// docs/benchmarks.md as it is.
+    #[arg(long)]
+    quick: bool,
+    /// Servers to measure, comma-separated [default: all]; a subset
+    /// leaves docs/benchmarks.md as it is.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    servers: Option<Vec<ServerKind>>,
+    /// Loads to run, comma-separated [default: all]; a subset leaves
+    /// docs/benchmarks.md as it is.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    loads: Option<Vec<LoadKind>>,
+    /// Do not refresh docs/benchmarks.md.
+    #[arg(long)]
+    no_docs: bool,
+}
+
+impl Args {
+    fn plan(&self) -> anyhow::Result<Plan> {
+        let default_hosts = if self.quick {
+            vec![1_000]
+        } else {
+            vec![1_000, 50_000]
+        };
+        let hosts = self.hosts.clone().unwrap_or(default_hosts);
+        ensure!(!hosts.is_empty(), "--hosts needs at least one count");
+        for &n in &hosts {
+            Hosts::new(n)?;
+        }
+        let servers = self.servers.clone().unwrap_or(ServerKind::ALL.to_vec());
+        let loads = self.loads.clone().unwrap_or(LoadKind::ALL.to_vec());
+        ensure!(
+            !servers.is_empty() && !loads.is_empty(),
+            "nothing to measure"
+        );
+        Ok(if self.quick {
+            Plan {
+                hosts,
+                servers,
+                loads,
+                direct_rates: vec![1_000, 10_000, 40_000],
+                relayed_rates: vec![1_000, 10_000],
+                step: Duration::from_secs(2),
+                max_run: Duration::from_secs(2),
+            }
+        } else {
+            Plan {
+                hosts,
+                servers,
+                loads,
+                direct_rates: vec![1_000, 2_000, 5_000, 10_000, 20_000, 40_000, 80_000, 160_000],
+                relayed_rates: vec![1_000, 2_000, 5_000, 10_000, 20_000, 40_000],
+                step: Duration::from_secs(3),
+                max_run: Duration::from_secs(3),
+            }
+        })
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    ensure_root()?;
+    let plan = args.plan()?;
+    setup::run()?;
+    let versions = tool_versions()?;
+    let cores = Cores::detect()?;
+    let bins = build()?;
+    let started = Instant::now();
+    println!(
+        "bench: timing the XDP program ({PROG_TEST_RUNS} BPF_PROG_TEST_RUN calls per request)"
+    );
+    let kernel_time = prog_test_run(&bins.loadgen)?;
+    println!("bench: {kernel_time}");
+    let scratch = Scratch::new()?;
+    let results = bench_all(&bins, cores, &plan, &scratch.0)?;
+    warn_leftover_namespaces();
+    let info = RunInfo {
+        date: run_text(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))?,
+        kernel: run_text(Command::new("uname").arg("-r"))?,
+        cpu_model: cpu_model(),
+        cpus: std::thread::available_parallelism().map_or(0, usize::from),
+        versions,
+        kernel_time,
+        elapsed: started.elapsed(),
+        plan,
+        quick: args.quick,
+    };
+    let block = report::markdown(&info, &results);
+    println!("\n{block}");
+    if args.quick || args.no_docs || args.servers.is_some() || args.loads.is_some() {
+        println!("bench: docs/benchmarks.md left as it is");
+    } else {
+        let docs = workspace_root().join("docs").join("benchmarks.md");
+        report::refresh_docs(&docs, &block)?;
+        println!("bench: refreshed {}", docs.display());
+    }
+    Ok(())
+}
+
+/// One testbed for the whole run, so every server faces the same client side.
+fn bench_all(
+    bins: &Bins,
+    cores: Cores,
+    plan: &Plan,
+    scratch: &Path,
+) -> anyhow::Result<Vec<Measurement>> {
+    let bed = Testbed::new(bins, cores).context("failed to set up the testbed")?;
+    println!(
+        "bench: testbed {} ({}) <-> {} ({}); generator on CPU {}, servers on CPU {}",
+        bed.server_ns(),
+        bed.server_if(),
+        bed.client_ns(),
+        bed.client_if(),
+        bed.cores.generator_list(),
+        bed.cores.server_list()
+    );
+    let mut results = Vec::new();
+    for &count in &plan.hosts {
+        let hosts = Hosts::new(count)?;
+        let dir = scratch.join(format!("hosts-{count}"));
+        fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
+        let macs = dir.join("macs.txt");
+        fs::write(&macs, hosts.mac_list())
+            .with_context(|| format!("failed to write {}", macs.display()))?;
+        for &kind in &plan.servers {
+            let server_dir = dir.join(kind.name().to_lowercase());
+            results.extend(bench_server(
+                &bed,
+                bins,
+                plan,
+                hosts,
+                kind,
+                &macs,
+                &server_dir,
+            ));
+        }
+    }
+    Ok(results)
+}
+
+/// Both loads against one server; a server that fails to start or to
+/// answer yields failed measurements, and the run goes on.
+fn bench_server(
+    bed: &Testbed,
+    bins: &Bins,
+    plan: &Plan,
+    hosts: Hosts,
+    kind: ServerKind,
+    macs: &Path,
+    dir: &Path,
+) -> Vec<Measurement> {
+    println!("bench: starting {} with {} hosts", kind.name(), hosts.count);
+    let failed = |err: anyhow::Error| {
+        eprintln!("bench: {} with {} hosts: {err:#}", kind.name(), hosts.count);
+        plan.loads
+            .iter()
+            .map(|&load| Measurement::failed(hosts.count, kind, load, format!("{err:#}")))
+            .collect()
+    };
+    let mut server = match Server::start(kind, bed, bins, hosts, dir) {
+        Ok(server) => server,
+        Err(err) => return failed(err),
+    };
+    let runner = Runner { bed, bins, macs };
+    let results = match wait_answering(&runner, &mut server) {
+        Ok(()) => plan
+            .loads
+            .iter()
+            .map(|&load| {
+                let before = server.agent_counters(bed, bins);
+                let mut m = ramp::measure(&runner, &mut server, plan, hosts.count, load);
+                if let (Some(before), Some(after)) = (before, server.agent_counters(bed, bins)) {
+                    m.note = Some(report::fast_path_note(&before, &after));
+                    println!(
+                        "bench: pxe-agent {}: {}",
+                        load.short(),
+                        m.note.as_deref().unwrap_or("")
+                    );
+                }
+                m
+            })
+            .collect(),
+        Err(err) => failed(err),
+    };
+    if let Err(err) = server.stop() {
+        eprintln!("warning: {err:#}");
+    }
+    results
+}
+
+/// Probes until the server completes an exchange: a server can be up, and
+/// its port bound, long before it answers (dnsmasq loading 50,000 hosts).
+fn wait_answering(runner: &Runner<'_>, server: &mut Server) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let timeout = server.kind.answer_timeout();
+    loop {
+        server.check_alive()?;
+        if runner.probe()? {
+            println!(
+                "bench: {} answers ({:.1} s after start)",
+                server.kind.name(),
+                started.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        if started.elapsed() >= timeout {
+            bail!(
+                "{} did not answer within {} s; log:\n{}",
+                server.kind.name(),
+                timeout.as_secs(),
+                server.log_tail()
+            );
+        }
+        thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The testbed's namespaces go when it drops; says so if any did not.
+fn warn_leftover_namespaces() {
+    let ours = format!("{}-{}-", testbed::LAB_PREFIX, std::process::id());
+    match process::run(Command::new("ip").args(["netns", "list"])) {
+        Ok(list) => {
+            for ns in list.lines().filter(|l| l.starts_with(&ours)) {
+                eprintln!("warning: namespace {ns} is still there");
+            }
+        }
+        Err(err) => eprintln!("warning: {err:#}"),
+    }
+}
+
+/// Builds the agent and the load generator (release) and checks the
+/// outside programs are there.
+fn build() -> anyhow::Result<Bins> {
+    println!("bench: building pxe-agent and dhcp-loadgen (release)");
+    run_forwarded(setup::command("cargo").current_dir(workspace_root()).args([
+        "build",
+        "--release",
+        "-p",
+        "pxe-agent",
+        "-p",
+        "pxe-tests",
+        "--bins",
+    ]))
+    .context("failed to build pxe-agent and dhcp-loadgen")?;
+    let release = target_dir().join("release");
+    let bins = Bins {
+        agent: release.join("pxe-agent"),
+        loadgen: release.join("dhcp-loadgen"),
+    };
+    for bin in [&bins.agent, &bins.loadgen] {
+        ensure!(bin.exists(), "{} missing after the build", bin.display());
+    }
+    Ok(bins)
+}
+
+/// The versions of the outside programs, which also checks they exist.
+fn tool_versions() -> anyhow::Result<Vec<(String, String)>> {
+    let first_line = |text: String| text.lines().next().unwrap_or_default().trim().to_owned();
+    let kea = run_text(Command::new("kea-dhcp4").arg("-v"))
+        .context("kea-dhcp4 is needed (package kea-dhcp4-server)")?;
+    let perfdhcp = run_text(Command::new("perfdhcp").arg("-v"))
+        .context("perfdhcp is needed (package kea-admin)")?;
+    let dnsmasq = run_text(Command::new("dnsmasq").arg("-v"))
+        .context("dnsmasq is needed (package dnsmasq-base)")?;
+    run_text(Command::new("taskset").arg("-V")).context("taskset is needed (util-linux)")?;
+    let dnsmasq = first_line(dnsmasq)
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or("?")
+        .to_owned();
+    Ok(vec![
+        ("Kea".into(), first_line(kea)),
+        (
+            "perfdhcp".into(),
+            first_line(perfdhcp).replace("VERSION: ", ""),
+        ),
+        ("dnsmasq".into(), dnsmasq),
+    ])
+}
+
+/// `dhcp-loadgen prog-test-run`, phrased for the report.
+fn prog_test_run(loadgen: &Path) -> anyhow::Result<String> {
+    let out = process::run(
+        Command::new(loadgen)
+            .arg("prog-test-run")
+            .args(["--runs", &PROG_TEST_RUNS.to_string()]),
+    )
+    .context("BPF_PROG_TEST_RUN timing failed")?;
+    let field = |key: &str| {
+        out.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            .with_context(|| format!("no {key} in `{}`", out.trim()))
+    };
+    Ok(format!(
+        "{} ns per reply in the kernel (OFFER {} ns, ACK {} ns), mean of {} runs each, \
+         one run per syscall (with a larger repeat the kernel reruns the program on the frame \
+         it already rewrote into a reply)",
+        field("per_reply_ns")?,
+        field("offer_ns")?,
+        field("ack_ns")?,
+        report::thousands(f64::from(PROG_TEST_RUNS)),
+    ))
+}
+
+fn run_text(cmd: &mut Command) -> anyhow::Result<String> {
+    Ok(process::run(cmd)?.trim().to_owned())
+}
+
+fn cpu_model() -> String {
+    fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("model name")?.split_once(':'))
+                .map(|(_, model)| model.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// The run's configuration files and logs, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> anyhow::Result<Scratch> {
+        let dir = std::env::temp_dir().join(format!("pxe-bench-{}", std::process::id()));
+        fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}

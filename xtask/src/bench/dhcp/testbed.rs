@@ -1,0 +1,166 @@
+//! The benchmark's network: one [`Lab`] (server and client namespaces
+//! joined by a veth pair) set up so that every server faces the same client
+//! side and each side's packet work runs on its own cores.
+//!
+//! - The client end has [`CLIENT_CIDR`], so perfdhcp can relay from it.
+//! - `pxe-agent veth-peer` runs on the client end for the whole run: XDP_TX
+//!   replies only reach a veth peer that runs NAPI (docs/veth.md).
+//! - Both ends run NAPI in a kernel thread of their own (threaded NAPI),
+//!   pinned to the server cores and the generator's core. Otherwise the
+//!   kernel does the receiving end's work in softirq inside the sender's
+//!   system call, on the sender's core, and charges it to the sender.
+//! - GRO on the server end gives it NAPI without an XDP program (Kea and
+//!   dnsmasq); TSO off on both ends makes the veth hand every frame to that
+//!   NAPI rather than to the backlog of the sending core.
+//!
+//! Owns the lab and the peer program; servers and generators run in it
+//! but belong to their own modules.
+
+use std::{
+    cell::RefCell,
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail, ensure};
+use xtask::{ChildGuard, Lab};
+
+use super::{
+    cpu::{self, Cores},
+    hosts::CLIENT_CIDR,
+};
+
+pub const LAB_PREFIX: &str = "pxbench";
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The binaries the benchmark runs.
+#[derive(Clone, Debug)]
+pub struct Bins {
+    pub agent: PathBuf,
+    pub loadgen: PathBuf,
+}
+
+/// The NAPI threads of the two veth ends.
+#[derive(Clone, Copy, Debug)]
+pub struct NapiThreads {
+    pub server: u32,
+    pub client: u32,
+}
+
+/// Field order matters: the peer program stops before the lab goes.
+pub struct Testbed {
+    peer: RefCell<ChildGuard>,
+    pub lab: Lab,
+    pub napi: NapiThreads,
+    pub cores: Cores,
+}
+
+impl Testbed {
+    pub fn new(bins: &Bins, cores: Cores) -> anyhow::Result<Testbed> {
+        let lab = Lab::new(LAB_PREFIX)?;
+        configure_links(&lab)?;
+        let peer = start_peer(&lab, &bins.agent)?;
+        let napi = thread_napi(&lab, &cores)?;
+        Ok(Testbed {
+            peer: RefCell::new(peer),
+            lab,
+            napi,
+            cores,
+        })
+    }
+
+    pub fn server_ns(&self) -> &str {
+        self.lab.server_ns()
+    }
+
+    pub fn client_ns(&self) -> &str {
+        self.lab.client_ns()
+    }
+
+    pub fn server_if(&self) -> &str {
+        self.lab.server_if()
+    }
+
+    pub fn client_if(&self) -> &str {
+        self.lab.client_if()
+    }
+
+    /// Fails if the peer program has exited: without it, XDP_TX replies
+    /// would silently stop arriving.
+    pub fn check_peer(&self) -> anyhow::Result<()> {
+        if let Some(status) = self.peer.borrow_mut().try_wait()? {
+            bail!("pxe-agent veth-peer exited ({status})");
+        }
+        Ok(())
+    }
+}
+
+fn configure_links(lab: &Lab) -> anyhow::Result<()> {
+    let (srv, cli) = (lab.server_ns(), lab.client_ns());
+    let (srv_if, cli_if) = (lab.server_if(), lab.client_if());
+    lab.run_in(cli, &["ip", "addr", "add", CLIENT_CIDR, "dev", cli_if])
+        .with_context(|| format!("failed to assign {CLIENT_CIDR} to {cli_if}"))?;
+    lab.run_in(srv, &["ethtool", "-K", srv_if, "gro", "on", "tso", "off"])
+        .with_context(|| format!("failed to set GRO on, TSO off on {srv_if}"))?;
+    lab.run_in(cli, &["ethtool", "-K", cli_if, "tso", "off"])
+        .with_context(|| format!("failed to set TSO off on {cli_if}"))?;
+    Ok(())
+}
+
+fn start_peer(lab: &Lab, agent: &Path) -> anyhow::Result<ChildGuard> {
+    let mut cmd = lab.cmd_in(lab.client_ns(), agent);
+    cmd.args(["veth-peer", "--interface", lab.client_if()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut peer = ChildGuard::spawn(&mut cmd)?;
+    let deadline = Instant::now() + ATTACH_TIMEOUT;
+    let show = ["ip", "link", "show", "dev", lab.client_if()];
+    while !lab
+        .run_in(lab.client_ns(), &show)
+        .is_ok_and(|out| out.contains(" xdp"))
+    {
+        if let Some(status) = peer.try_wait()? {
+            bail!("pxe-agent veth-peer exited before attaching ({status})");
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "pxe-agent veth-peer did not attach"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    Ok(peer)
+}
+
+/// Turns on threaded NAPI on both ends and pins each end's thread to its
+/// side's cores.
+fn thread_napi(lab: &Lab, cores: &Cores) -> anyhow::Result<NapiThreads> {
+    let server = thread_napi_of(lab, lab.server_ns(), lab.server_if())?;
+    let client = thread_napi_of(lab, lab.client_ns(), lab.client_if())?;
+    cpu::pin(server, &cores.server)?;
+    cpu::pin(client, &[cores.generator])?;
+    Ok(NapiThreads { server, client })
+}
+
+/// The thread that appears when `iface` in `ns` switches to threaded NAPI;
+/// thread names are not unique across namespaces, so it is the new one.
+fn thread_napi_of(lab: &Lab, ns: &str, iface: &str) -> anyhow::Result<u32> {
+    let before = cpu::napi_threads(iface);
+    let script = format!("echo 1 > /sys/class/net/{iface}/threaded");
+    lab.run_in(ns, &["sh", "-c", &script])
+        .with_context(|| format!("failed to enable threaded NAPI on {iface}"))?;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let new: BTreeSet<u32> = cpu::napi_threads(iface)
+            .difference(&before)
+            .copied()
+            .collect();
+        match new.len() {
+            1 => return Ok(*new.first().context("unreachable: one element")?),
+            0 if Instant::now() < deadline => thread::sleep(Duration::from_millis(50)),
+            0 => bail!("no NAPI thread appeared for {iface} after enabling threaded NAPI"),
+            n => bail!("{n} NAPI threads appeared for {iface}; expected one (one queue)"),
+        }
+    }
+}
