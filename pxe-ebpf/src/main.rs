@@ -34,10 +34,17 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::Count
 #[map(name = "EVENTS")]
 static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
 
+/// `BPF_RB_NO_WAKEUP`: the agent drains the ring on a timer; waking it for
+/// every reply would cost more than the reply itself.
+const BPF_RB_NO_WAKEUP: u64 = 1;
+
 /// Streams a sent reply; a full ring loses the event, not the reply.
 #[inline(always)]
 pub fn served(event: &ServedEvent) {
-    if EVENTS.output::<ServedEvent>(event, 0).is_err() {
+    if EVENTS
+        .output::<ServedEvent>(event, BPF_RB_NO_WAKEUP)
+        .is_err()
+    {
         count(Counter::EventLost);
     }
 }

@@ -1,45 +1,36 @@
 //! The fast path's stream of sent replies (a BPF ring buffer), read into
 //! the boot-progress view.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use aya::maps::{MapData, RingBuf};
 use pxe_ebpf_common::{BootClass, ServedEvent, bootp};
-use tokio::{
-    io::{Interest, unix::AsyncFd},
-    sync::watch,
-};
-use tracing::warn;
+use tokio::sync::watch;
 
 use crate::{dhcp::server::unix_now, inventory::MacAddr, progress::Progress};
 
+/// How often the ring is drained. The XDP program writes without waking
+/// the reader (a wake-up per reply would cost more than the reply), so the
+/// boot-progress view lags by at most this.
+const DRAIN_EVERY: Duration = Duration::from_millis(200);
+
 /// Reads events until shutdown.
 pub async fn stream(
-    ring: RingBuf<MapData>,
+    mut ring: RingBuf<MapData>,
     progress: Arc<Progress>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    // SAFETY: the ring buffer owns its map fd, which stays open and the same
-    // for as long as the AsyncFd owns the ring.
-    let registered = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) };
-    let mut fd = match registered {
-        Ok(fd) => fd,
-        Err(e) => {
-            return warn!(error = %e, "cannot poll the XDP event ring; fast-path progress is not recorded");
-        }
-    };
+    let mut tick = tokio::time::interval(DRAIN_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => return,
-            guard = fd.readable_mut() => {
-                let Ok(mut guard) = guard else { return };
-                let ring = guard.get_inner_mut();
+            _ = tick.tick() => {
                 while let Some(item) = ring.next() {
                     if let Some(event) = decode(&item) {
                         record(&progress, &event);
                     }
                 }
-                guard.clear_ready();
             }
         }
     }
