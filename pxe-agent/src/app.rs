@@ -351,7 +351,7 @@ fn start_slow_path(
     )
     .context("failed to bind UDP port 67")?;
     sock.set_read_timeout(Some(Duration::from_millis(100)))?;
-    let raw = RawSocket::open(&cfg.iface, false)
+    let raw = RawSocket::send_only(&cfg.iface)
         .with_context(|| format!("failed to open a raw socket on {}", cfg.iface))?;
     let limits = cfg.limits;
     info!(iface = %cfg.iface, "slow path listening on UDP port 67");

@@ -322,3 +322,49 @@ impl Served {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
+
+impl Served {
+    /// Runs busybox udhcpc once with `extra` arguments; returns the variables
+    /// its script saw on `bound`.
+    pub fn udhcpc(&self, extra: &[&str]) -> BTreeMap<String, String> {
+        let hook = script(
+            &self.dir.0,
+            "udhcpc.sh",
+            r#"[ "$1" = bound ] && echo "ip=$ip siaddr=$siaddr boot_file=$boot_file bootfile=$bootfile serverid=$serverid lease=$lease""#,
+        );
+        let out = self
+            .client_cmd("busybox")
+            .args([
+                "udhcpc",
+                "-f",
+                "-q",
+                "-n",
+                "-t",
+                "5",
+                "-T",
+                "1",
+                "-i",
+                self.lab.client_if(),
+                "-s",
+            ])
+            .arg(&hook)
+            .args(extra)
+            .output()
+            .expect("run udhcpc");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "udhcpc failed: {text}{}\nagent log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        vars(&text)
+    }
+}
+
+pub fn vars(text: &str) -> BTreeMap<String, String> {
+    text.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

@@ -3,7 +3,6 @@
 //! never sees their traffic.
 
 use std::{
-    collections::BTreeMap,
     net::Ipv4Addr,
     time::{Duration, Instant},
 };
@@ -38,50 +37,6 @@ hosts:
 
 const CLIENT_MAC: &str = "52:54:00:12:34:56";
 
-/// Runs busybox udhcpc once with `extra` arguments; returns the variables
-/// its script saw on `bound`.
-fn udhcpc(served: &Served, extra: &[&str]) -> BTreeMap<String, String> {
-    let hook = script(
-        &served.dir.0,
-        "udhcpc.sh",
-        r#"[ "$1" = bound ] && echo "ip=$ip siaddr=$siaddr boot_file=$boot_file bootfile=$bootfile serverid=$serverid lease=$lease""#,
-    );
-    let out = served
-        .client_cmd("busybox")
-        .args([
-            "udhcpc",
-            "-f",
-            "-q",
-            "-n",
-            "-t",
-            "5",
-            "-T",
-            "1",
-            "-i",
-            served.lab.client_if(),
-            "-s",
-        ])
-        .arg(&hook)
-        .args(extra)
-        .output()
-        .expect("run udhcpc");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "udhcpc failed: {text}{}\nagent log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        served.log()
-    );
-    vars(&text)
-}
-
-pub fn vars(text: &str) -> BTreeMap<String, String> {
-    text.split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
 /// Runs `f`, then checks the fast path sent `offers` and `acks` more and the
 /// kernel's UDP stack in the server namespace received nothing.
 fn served_by_xdp<T>(served: &Served, offers: u64, acks: u64, f: impl FnOnce() -> T) -> T {
@@ -112,14 +67,14 @@ fn udhcpc_gets_reservation_and_boot_answer_per_firmware() {
     let served = Served::start("pxe2e", INVENTORY);
     served.set_client_mac(CLIENT_MAC);
 
-    let plain = served_by_xdp(&served, 1, 1, || udhcpc(&served, &[]));
+    let plain = served_by_xdp(&served, 1, 1, || served.udhcpc(&[]));
     assert_eq!(plain["ip"], "10.66.1.10");
     assert_eq!(plain["serverid"], "10.66.0.1");
     assert_eq!(plain["lease"], "3600");
     assert_eq!(plain["boot_file"], "");
 
     let bios = served_by_xdp(&served, 1, 1, || {
-        udhcpc(&served, &["-V", "PXEClient", "-x", "0x5d:0000"])
+        served.udhcpc(&["-V", "PXEClient", "-x", "0x5d:0000"])
     });
     assert_eq!(
         (bios["ip"].as_str(), bios["siaddr"].as_str()),
@@ -128,18 +83,12 @@ fn udhcpc_gets_reservation_and_boot_answer_per_firmware() {
     assert_eq!(bios["boot_file"], "undionly.kpxe");
 
     let uefi = served_by_xdp(&served, 1, 1, || {
-        udhcpc(
-            &served,
-            &["-V", "PXEClient:Arch:00007:UNDI:003016", "-x", "0x5d:0007"],
-        )
+        served.udhcpc(&["-V", "PXEClient:Arch:00007:UNDI:003016", "-x", "0x5d:0007"])
     });
     assert_eq!(uefi["boot_file"], "ipxe.efi");
 
     let http = served_by_xdp(&served, 1, 1, || {
-        udhcpc(
-            &served,
-            &["-V", "HTTPClient:Arch:00016:UNDI:003001", "-x", "0x5d:0010"],
-        )
+        served.udhcpc(&["-V", "HTTPClient:Arch:00016:UNDI:003001", "-x", "0x5d:0010"])
     });
     assert_eq!(http["ip"], "10.66.1.10");
     assert_eq!(http["bootfile"], "http://10.66.0.1:8080/ipxe.efi");
@@ -240,7 +189,7 @@ fn dhcpcd_gets_reservation() {
         let _ = child.wait();
     });
     let text = std::fs::read_to_string(&out_path).unwrap_or_default();
-    let v = vars(
+    let v = crate::agent::vars(
         text.lines()
             .find(|l| l.contains("reason=BOUND"))
             .unwrap_or_else(|| panic!("dhcpcd reported no lease: {text}")),
@@ -366,5 +315,5 @@ fn invalid_inventory_is_refused_and_previous_keeps_serving() {
         log.contains("inventory.yaml") && log.contains("node-1") && log.contains("field ip"),
         "refusal names file, host and field: {log}"
     );
-    assert_eq!(udhcpc(&served, &[])["ip"], "10.66.1.10");
+    assert_eq!(served.udhcpc(&[])["ip"], "10.66.1.10");
 }

@@ -4,10 +4,8 @@
 //! agent's memory stays bounded.
 
 use std::{
-    ffi::CString,
     io,
     net::Ipv4Addr,
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -23,7 +21,7 @@ use dhcproto::{
 use crate::{
     agent::Served,
     frame::{Req, SERVER_IP, parse_reply},
-    raw::{in_netns, is_dhcp_reply},
+    raw::{RawSocket, in_netns, is_dhcp_reply},
 };
 
 const INVENTORY: &str = r#"
@@ -57,146 +55,26 @@ const FLOOD_FOR: Duration = Duration::from_secs(5);
 /// How long the known host waits for each answer before counting it missed.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// `PACKET_IGNORE_OUTGOING` (Linux 4.20): the socket skips frames sent
-/// from its interface, so the known host does not have to read the flood.
-const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
-const ETH_P_ALL: u16 = 0x0003;
-
 /// The known host's socket: sees what arrives on the interface, not what
-/// leaves it.
-struct HostSocket {
-    fd: OwnedFd,
+/// leaves it (the flood), with room for a slow-path batch of answers.
+fn host_socket(iface: &str) -> io::Result<RawSocket> {
+    let sock = RawSocket::open(iface)?;
+    sock.ignore_outgoing()?;
+    sock.set_recv_buffer(8 << 20)?;
+    Ok(sock)
 }
 
-impl HostSocket {
-    fn open(iface: &str) -> io::Result<HostSocket> {
-        // SAFETY: plain socket(2); the fd is owned below.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW,
-                i32::from(ETH_P_ALL.to_be()),
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        set_option(&fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
-        // The slow path answers the flood's admitted DISCOVERs in batches,
-        // and each frame XDP passes up is charged a page: the default
-        // buffer holds only ~50 of them, too few to wait out a batch.
-        set_option(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 8 << 20)?;
-        let name = CString::new(iface).map_err(io::Error::other)?;
-        // SAFETY: name is NUL-terminated.
-        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-        if ifindex == 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: an all-zero sockaddr_ll is valid; fields are set below.
-        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        addr.sll_family = libc::AF_PACKET as u16;
-        addr.sll_protocol = ETH_P_ALL.to_be();
-        addr.sll_ifindex = ifindex as i32;
-        // SAFETY: addr is a valid sockaddr_ll of the size given.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&raw const addr).cast(),
-                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(HostSocket { fd })
-    }
-
-    /// Frames the kernel dropped because this socket's buffer was full.
-    fn drops(&self) -> u32 {
-        let mut stats = libc::tpacket_stats {
-            tp_packets: 0,
-            tp_drops: 0,
-        };
-        let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
-        // SAFETY: stats and len are valid for writing, of the size passed.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_STATISTICS,
-                (&raw mut stats).cast(),
-                &mut len,
-            )
-        };
-        if rc == 0 { stats.tp_drops } else { u32::MAX }
-    }
-
-    /// Sends `frame`, retrying while the link pushes back (a full queue is
-    /// the client's own problem, not a lost request).
-    fn send(&self, frame: &[u8]) -> io::Result<()> {
-        let deadline = Instant::now() + Duration::from_millis(500);
-        loop {
-            // SAFETY: frame is a valid buffer of its length.
-            let n =
-                unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-            if n >= 0 {
-                return Ok(());
+/// Sends `frame`, retrying while the link pushes back (a full queue is the
+/// client's own problem, not a lost request).
+fn send_retrying(sock: &RawSocket, frame: &[u8]) -> io::Result<()> {
+    let deadline = Instant::now() + Duration::from_millis(500);
+    loop {
+        match sock.send(frame) {
+            Err(err) if is_congestion(&err) && Instant::now() <= deadline => {
+                std::thread::sleep(Duration::from_micros(100));
             }
-            let err = io::Error::last_os_error();
-            if !is_congestion(&err) || Instant::now() > deadline {
-                return Err(err);
-            }
-            std::thread::sleep(Duration::from_micros(100));
+            other => return other,
         }
-    }
-
-    fn recv(&self, timeout: Duration) -> io::Result<Option<Vec<u8>>> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().max(1) as i32) };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if rc == 0 {
-            return Ok(None);
-        }
-        let mut buf = vec![0u8; 2048];
-        // SAFETY: buf is writable for its length.
-        let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        buf.truncate(n as usize);
-        Ok(Some(buf))
-    }
-}
-
-fn set_option(
-    fd: &OwnedFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: value is a c_int of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&raw const value).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 
@@ -221,7 +99,7 @@ struct Known {
 }
 
 /// Waits for the answer of type `want` to `xid`, for `KNOWN_MAC`.
-fn await_answer(sock: &HostSocket, xid: u32, want: MessageType) -> Option<Ipv4Addr> {
+fn await_answer(sock: &RawSocket, xid: u32, want: MessageType) -> Option<Ipv4Addr> {
     let deadline = Instant::now() + ANSWER_TIMEOUT;
     while let Some(left) = deadline.checked_duration_since(Instant::now()) {
         let Some(f) = sock.recv(left).expect("receive") else {
@@ -246,7 +124,7 @@ fn await_answer(sock: &HostSocket, xid: u32, want: MessageType) -> Option<Ipv4Ad
 
 /// The known host: DISCOVER/OFFER then REQUEST/ACK, a few exchanges per
 /// 100 ms, until `stop`.
-fn known_host(sock: &HostSocket, stop: &AtomicBool) -> Known {
+fn known_host(sock: &RawSocket, stop: &AtomicBool) -> Known {
     let mut known = Known::default();
     let mut xid = 0x4b00_0000u32;
     while !stop.load(Ordering::Relaxed) {
@@ -254,7 +132,7 @@ fn known_host(sock: &HostSocket, stop: &AtomicBool) -> Known {
         let mut req = Req::discover(KNOWN_MAC).pxe(0);
         req.xid = xid;
         let sent = Instant::now();
-        sock.send(&req.frame()).expect("send DISCOVER");
+        send_retrying(sock, &req.frame()).expect("send DISCOVER");
         known.discovers += 1;
         match await_answer(sock, xid, MessageType::Offer) {
             Some(ip) if ip == KNOWN_IP => known.offers += 1,
@@ -270,7 +148,7 @@ fn known_host(sock: &HostSocket, stop: &AtomicBool) -> Known {
         req.requested_ip = Some(KNOWN_IP);
         req.server_id = Some(SERVER_IP);
         let sent = Instant::now();
-        sock.send(&req.frame()).expect("send REQUEST");
+        send_retrying(sock, &req.frame()).expect("send REQUEST");
         known.requests += 1;
         match await_answer(sock, xid, MessageType::Ack) {
             Some(ip) if ip == KNOWN_IP => known.acks += 1,
@@ -279,7 +157,7 @@ fn known_host(sock: &HostSocket, stop: &AtomicBool) -> Known {
         known.worst = known.worst.max(sent.elapsed());
         std::thread::sleep(Duration::from_millis(30));
     }
-    known.socket_drops = sock.drops();
+    known.socket_drops = sock.drops().expect("socket statistics");
     known
 }
 
@@ -342,15 +220,13 @@ fn unknown_mac_flood_is_shed_while_known_host_gets_every_xdp_answer() {
     let iface = served.lab.client_if().to_string();
     let host_sock = in_netns(&ns, {
         let iface = iface.clone();
-        move || HostSocket::open(&iface)
+        move || host_socket(&iface)
     })
     .expect("enter client namespace")
     .expect("known host socket");
-    let flood_sock = in_netns(&ns, move || {
-        pxe_agent::rawsock::RawSocket::open(&iface, false)
-    })
-    .expect("enter client namespace")
-    .expect("flood socket");
+    let flood_sock = in_netns(&ns, move || RawSocket::send_only(&iface))
+        .expect("enter client namespace")
+        .expect("flood socket");
 
     let stop = Arc::new(AtomicBool::new(false));
     let known = {

@@ -18,8 +18,8 @@ use dhcproto::{
 };
 
 use crate::{
+    agent::vars,
     agent::{Served, script},
-    e2e::vars,
     frame::{Req, SERVER_IP, parse_reply},
     raw::{RawSocket, in_netns, is_dhcp_reply},
     slow_path,
@@ -562,7 +562,7 @@ fn unknown_macs_get_distinct_pool_leases_from_udhcpc_dhclient_and_dhcpcd() {
     let mut leased = BTreeMap::new();
 
     served.set_client_mac("52:54:00:aa:cc:01");
-    let lease = slow_path::udhcpc(&served, &[]);
+    let lease = served.udhcpc(&[]);
     leased.insert("52:54:00:aa:cc:01", lease["ip"].clone());
 
     served.set_client_mac("52:54:00:aa:cc:02");

@@ -24,8 +24,8 @@ use dhcproto::{Decodable as _, Decoder, v4::Message};
 use xtask::ChildGuard;
 
 use crate::{
+    agent::vars,
     agent::{Served, script},
-    e2e::vars,
     frame::parse_reply,
     persistence::discovered,
     raw::{RawSocket, in_netns},

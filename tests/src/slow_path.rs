@@ -2,12 +2,7 @@
 //! unknown MACs) answered by the agent's userspace DHCP server, to real
 //! clients on a veth pair.
 
-use std::collections::BTreeMap;
-
-use crate::{
-    agent::{Served, agent_bin, script},
-    e2e::vars,
-};
+use crate::agent::{Served, agent_bin};
 
 pub const INVENTORY: &str = r#"
 subnets:
@@ -33,42 +28,6 @@ hosts:
     profile: worker
 "#;
 
-/// Runs busybox udhcpc once; the variables its script saw on `bound`.
-pub fn udhcpc(served: &Served, extra: &[&str]) -> BTreeMap<String, String> {
-    let hook = script(
-        &served.dir.0,
-        "udhcpc.sh",
-        r#"[ "$1" = bound ] && echo "ip=$ip siaddr=$siaddr boot_file=$boot_file bootfile=$bootfile serverid=$serverid lease=$lease""#,
-    );
-    let out = served
-        .client_cmd("busybox")
-        .args([
-            "udhcpc",
-            "-f",
-            "-q",
-            "-n",
-            "-t",
-            "5",
-            "-T",
-            "1",
-            "-i",
-            served.lab.client_if(),
-            "-s",
-        ])
-        .arg(&hook)
-        .args(extra)
-        .output()
-        .expect("run udhcpc");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "udhcpc failed: {text}{}\nagent log:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        served.log()
-    );
-    vars(&text)
-}
-
 fn slow(served: &Served, name: &str) -> u64 {
     served.stats().get(name).copied().unwrap_or(0)
 }
@@ -79,17 +38,14 @@ fn ipxe_client_of_known_host_chains_to_its_script() {
     served.set_client_mac("52:54:00:12:34:56");
     let passed = served.counter("pass_ipxe");
     // User class "iPXE" as iPXE sends it (RFC 3004: length-prefixed).
-    let lease = udhcpc(
-        &served,
-        &[
-            "-V",
-            "PXEClient",
-            "-x",
-            "0x5d:0000",
-            "-x",
-            "0x4d:0469505845",
-        ],
-    );
+    let lease = served.udhcpc(&[
+        "-V",
+        "PXEClient",
+        "-x",
+        "0x5d:0000",
+        "-x",
+        "0x4d:0469505845",
+    ]);
     assert_eq!(lease["ip"], "10.66.1.10");
     assert_eq!(
         lease["bootfile"],
@@ -109,17 +65,14 @@ fn ipxe_client_of_known_host_chains_to_its_script() {
 fn unknown_mac_gets_pool_lease_and_is_listed_for_adoption() {
     let served = Served::start("pxdisc", INVENTORY);
     served.set_client_mac("52:54:00:aa:bb:01");
-    let lease = udhcpc(
-        &served,
-        &[
-            "-V",
-            "PXEClient:Arch:00007",
-            "-x",
-            "0x5d:0007",
-            "-x",
-            "hostname:spare-1",
-        ],
-    );
+    let lease = served.udhcpc(&[
+        "-V",
+        "PXEClient:Arch:00007",
+        "-x",
+        "0x5d:0007",
+        "-x",
+        "hostname:spare-1",
+    ]);
     assert_eq!(lease["ip"], "10.66.200.1");
     assert_eq!(lease["boot_file"], "ipxe.efi");
     assert_eq!(lease["lease"], "600");
