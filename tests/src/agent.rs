@@ -67,45 +67,7 @@ impl Served {
     /// Starts the agent on a fresh lab with `inventory` (YAML text) and waits
     /// until it answers on its metrics endpoint.
     pub fn start(name: &str, inventory: &str) -> Served {
-        crate::fixture::assert_root();
-        let lab = Lab::new(name).expect("lab");
-        let dir = Scratch::new(name);
-        let path = dir.path("inventory.yaml");
-        fs::write(&path, inventory).expect("write inventory");
-        let bin = agent_bin();
-        let log = fs::File::create(dir.path("agent.log")).expect("agent log");
-        let agent = ChildGuard::spawn(
-            lab.cmd_in(lab.server_ns(), &bin)
-                .args([
-                    "run",
-                    "--interface",
-                    lab.server_if(),
-                    "--xdp-mode",
-                    "native",
-                    "--inventory",
-                ])
-                .arg(&path)
-                .arg("--state-dir")
-                .arg(dir.path("state"))
-                .stderr(log.try_clone().expect("log fd"))
-                .stdout(log),
-        )
-        .expect("spawn agent");
-        let peer = ChildGuard::spawn(
-            lab.cmd_in(lab.client_ns(), &bin)
-                .args(["veth-peer", "--interface", lab.client_if()])
-                .stderr(std::process::Stdio::null()),
-        )
-        .expect("spawn veth peer");
-        let served = Served {
-            agent,
-            peer,
-            lab,
-            dir,
-            inventory: path,
-        };
-        served.wait_ready();
-        served
+        Served::start_with(name, inventory, &[])
     }
 
     fn wait_ready(&self) {
