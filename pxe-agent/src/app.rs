@@ -26,7 +26,7 @@ use crate::{
     http::{
         BootState,
         admin::{self, AdminState},
-        boot,
+        boot, sendfile,
     },
     inventory::{Inventory, LoadError},
     lease::LeaseStore,
@@ -146,11 +146,12 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         .await
         .with_context(|| format!("failed to bind the boot HTTP address {}", cfg.http_addr))?;
     info!(addr = %cfg.http_addr, "serving iPXE scripts, boot files and artifacts");
-    servers.push(serve_http(
+    servers.push(tokio::spawn(sendfile::serve(
         boot_listener,
-        boot::router(boot),
+        boot::router(boot.clone()),
+        boot,
         shutdown.clone(),
-    ));
+    )));
     let admin_listener = TcpListener::bind(cfg.metrics_addr)
         .await
         .with_context(|| format!("failed to bind the metrics address {}", cfg.metrics_addr))?;

@@ -34,16 +34,30 @@ pub async fn resolve(root: &Path, rel: &str) -> Option<PathBuf> {
     full.starts_with(&root).then_some(full)
 }
 
-/// Serves `path` answering `method` with `headers` (Range, If-None-Match).
-pub async fn serve(path: &Path, method: &Method, headers: &HeaderMap) -> Response {
-    let Ok(mut file) = tokio::fs::File::open(path).await else {
-        return StatusCode::NOT_FOUND.into_response();
-    };
-    let Ok(meta) = file.metadata().await else {
-        return StatusCode::NOT_FOUND.into_response();
-    };
+/// A file response decided but not yet sent: status, headers, and the byte
+/// range of the file that forms the body (none for HEAD).
+pub struct Prepared {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub file: tokio::fs::File,
+    pub start: u64,
+    /// Body length; 0 for HEAD.
+    pub len: u64,
+}
+
+/// Decides the response to `method` for `path` with the request's `headers`
+/// (Range, If-None-Match). `Err` is a complete response without a body
+/// worth sending from the file (404, 304, 416).
+pub async fn prepare(
+    path: &Path,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Prepared, Response> {
+    let not_found = || StatusCode::NOT_FOUND.into_response();
+    let file = tokio::fs::File::open(path).await.map_err(|_| not_found())?;
+    let meta = file.metadata().await.map_err(|_| not_found())?;
     if !meta.is_file() {
-        return StatusCode::NOT_FOUND.into_response();
+        return Err(not_found());
     }
     let size = meta.len();
     let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
@@ -52,7 +66,7 @@ pub async fn serve(path: &Path, method: &Method, headers: &HeaderMap) -> Respons
         .get(header::IF_NONE_MATCH)
         .is_some_and(|v| v.as_bytes() == etag.as_bytes())
     {
-        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
+        return Err((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
     }
     let range = match headers
         .get(header::RANGE)
@@ -61,39 +75,65 @@ pub async fn serve(path: &Path, method: &Method, headers: &HeaderMap) -> Respons
         None => None,
         Some(Some(r)) => Some(r),
         Some(None) => {
-            return (
+            return Err((
                 StatusCode::RANGE_NOT_SATISFIABLE,
                 [(header::CONTENT_RANGE, format!("bytes */{size}"))],
             )
-                .into_response();
+                .into_response());
         }
     };
     let (status, start, len) = match range {
         Some((start, end)) => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
         None => (StatusCode::OK, 0, size),
     };
-    let mut out = Response::builder()
-        .status(status)
-        .header(header::CONTENT_TYPE, content_type(path))
-        .header(header::CONTENT_LENGTH, len)
-        .header(header::ACCEPT_RANGES, "bytes")
-        .header(header::ETAG, &etag)
-        .header(header::LAST_MODIFIED, httpdate::fmt_http_date(modified));
-    if range.is_some() {
-        out = out.header(
-            header::CONTENT_RANGE,
-            format!("bytes {start}-{}/{size}", start + len - 1),
-        );
+    let mut out = HeaderMap::new();
+    out.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type(path)),
+    );
+    out.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    out.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    out.insert(header::ETAG, etag);
+    if let Ok(v) = HeaderValue::from_str(&httpdate::fmt_http_date(modified)) {
+        out.insert(header::LAST_MODIFIED, v);
     }
-    if method == Method::HEAD {
+    let content_range = range.and_then(|_| {
+        HeaderValue::from_str(&format!("bytes {start}-{}/{size}", start + len - 1)).ok()
+    });
+    if let Some(v) = content_range {
+        out.insert(header::CONTENT_RANGE, v);
+    }
+    let len = if method == Method::HEAD { 0 } else { len };
+    Ok(Prepared {
+        status,
+        headers: out,
+        file,
+        start,
+        len,
+    })
+}
+
+/// Serves `path` through axum: the body streamed in chunks. The boot
+/// listener's own file path (`http::sendfile`) serves the same answers
+/// with sendfile(2); this one is for requests it hands over.
+pub async fn serve(path: &Path, method: &Method, headers: &HeaderMap) -> Response {
+    let mut p = match prepare(path, method, headers).await {
+        Ok(p) => p,
+        Err(response) => return response,
+    };
+    let mut out = Response::builder().status(p.status);
+    if let Some(h) = out.headers_mut() {
+        h.extend(p.headers);
+    }
+    if p.len == 0 {
         return out
             .body(Body::empty())
             .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     }
-    if start > 0 && file.seek(SeekFrom::Start(start)).await.is_err() {
+    if p.start > 0 && p.file.seek(SeekFrom::Start(p.start)).await.is_err() {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
-    let body = Body::from_stream(ReaderStream::with_capacity(file.take(len), CHUNK));
+    let body = Body::from_stream(ReaderStream::with_capacity(p.file.take(p.len), CHUNK));
     out.body(body)
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }

@@ -110,6 +110,15 @@ async fn booted(
     StatusCode::NO_CONTENT
 }
 
+/// Notes a boot file or artifact fetched by the host at `peer`.
+pub fn record_fetch(state: &BootState, peer: SocketAddr, path: &str) {
+    if let Some(mac) = client_ip(peer).and_then(|ip| state.mac_at(ip)) {
+        state
+            .progress
+            .artifact(mac, unix_now(), path.trim_start_matches('/').to_string());
+    }
+}
+
 async fn artifact(
     State(state): State<Arc<BootState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -162,12 +171,8 @@ async fn serve_from(
         return StatusCode::NOT_FOUND.into_response();
     };
     let response = artifacts::serve(&file, method, headers).await;
-    let fetched = response.status().is_success() && method == Method::GET;
-    if let Some(mac) = client_ip(peer)
-        .filter(|_| fetched)
-        .and_then(|ip| state.mac_at(ip))
-    {
-        state.progress.artifact(mac, unix_now(), path.to_string());
+    if response.status().is_success() && method == Method::GET {
+        record_fetch(state, peer, path);
     }
     response
 }

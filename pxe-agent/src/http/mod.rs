@@ -1,5 +1,6 @@
-//! The boot HTTP server (axum): per-host iPXE scripts, boot files and
-//! artifacts, and the phone-home endpoint; plus the admin endpoints
+//! The boot HTTP server (axum, with a sendfile(2) path for files):
+//! per-host iPXE scripts, boot files and artifacts, and the phone-home
+//! endpoint; plus the admin endpoints
 //! (metrics, health, discovered hosts, leases, boot progress) on their own
 //! listener.
 
@@ -7,6 +8,7 @@ pub mod admin;
 pub mod artifacts;
 pub mod boot;
 pub mod script;
+pub mod sendfile;
 
 use std::{
     net::Ipv4Addr,
