@@ -315,9 +315,21 @@ struct Window {
     base: u64,
     /// Absolute index of the next block to read.
     next: u64,
-    /// The last (short) block has been read.
+    /// The last (short) block has been read into `blocks`.
     complete: bool,
+    /// Blocks read from the file but not yet in the window: each trip to
+    /// the blocking pool reads a batch, so lock-step transfers do not pay a
+    /// thread hand-off per block.
+    ahead: VecDeque<Vec<u8>>,
+    /// Blocks read per trip: at least a window, about `READ_AHEAD` bytes.
+    batch: usize,
+    /// The last (short) block has been read from the file.
+    read_all: bool,
 }
+
+/// Bytes read from a file per trip to the blocking pool (per transfer, so
+/// also the bound on read-ahead memory).
+const READ_AHEAD: usize = 128 * 1024;
 
 /// Why a window could not be refilled.
 enum Refill {
@@ -336,20 +348,45 @@ impl Window {
             base: 1,
             next: 1,
             complete: false,
+            ahead: VecDeque::new(),
+            batch: size.max(READ_AHEAD / usize::from(blksize.max(1))),
+            read_all: false,
         }
     }
 
-    /// Reads blocks until the window is full or the file ends, in one trip
-    /// to the blocking pool; hands the source back.
+    /// Fills the window from the read-ahead, reading the next batch from the
+    /// file (one trip to the blocking pool) when it runs dry; hands the
+    /// source back.
     async fn refill(&mut self, source: Source<File>) -> Result<Source<File>, Refill> {
-        if self.complete || self.blocks.len() == self.size {
-            return Ok(source);
+        let mut source = source;
+        while self.blocks.len() < self.size && !self.complete {
+            if self.ahead.is_empty() {
+                if self.read_all {
+                    break;
+                }
+                source = self.read_ahead(source).await?;
+                continue;
+            }
+            let Some(block) = self.ahead.pop_front() else {
+                break;
+            };
+            self.complete = block.len() - DATA_HEADER < self.blksize;
+            self.blocks.push_back(block);
+            self.next += 1;
         }
-        let bufs = (self.blocks.len()..self.size)
+        Ok(source)
+    }
+
+    /// Reads the next batch of blocks into `ahead`, in one trip to the
+    /// blocking pool. Blocks read before an error are kept; the error is
+    /// returned once they have been sent.
+    async fn read_ahead(&mut self, source: Source<File>) -> Result<Source<File>, Refill> {
+        let bufs = (0..self.batch)
             .map(|_| self.spare.pop().unwrap_or_default())
             .collect();
-        let (first, blksize) = (self.next, self.blksize);
-        let (source, blocks, result) = tokio::task::spawn_blocking(move || {
+        let first = self.next + self.ahead.len() as u64;
+        let blksize = self.blksize;
+        let (source, blocks, read) = tokio::task::spawn_blocking(move || {
             let mut source = source;
             let (blocks, result) = read_blocks(&mut source, bufs, first, blksize);
             (source, blocks, result)
@@ -357,11 +394,16 @@ impl Window {
         .await
         .map_err(Refill::Task)?;
         for block in blocks {
-            self.complete = block.len() - DATA_HEADER < self.blksize;
-            self.blocks.push_back(block);
-            self.next += 1;
+            self.read_all = block.len() - DATA_HEADER < self.blksize;
+            self.ahead.push_back(block);
         }
-        result.map_err(Refill::Read)?;
+        if let Err(err) = read {
+            if self.ahead.is_empty() {
+                return Err(Refill::Read(err));
+            }
+            // Serve what was read; the next read reports the error.
+            self.read_all = false;
+        }
         Ok(source)
     }
 
