@@ -38,6 +38,9 @@ pub const PACKAGES: &[&str] = &[
     "atftp",
     "ipxe",
     "iptables",
+    // `bench boot`: the TFTP and HTTP servers pxe-agent is compared with.
+    "tftpd-hpa",
+    "nginx",
     // Network boots with real firmware (`vm`): QEMU, the NICs' iPXE option
     // ROMs, UEFI firmware, and router advertisements so iPXE does not wait
     // for IPv6. The guest's busybox-static is unpacked, not installed: it
