@@ -31,6 +31,7 @@ const BOOTP_XID: usize = 4;
 const BOOTP_YIADDR: usize = 16;
 const BOOTP_CHADDR: usize = 28;
 const BOOTP_OPTIONS: usize = 240;
+const OPTION_USER_CLASS: u8 = 77;
 const DHCPOFFER: u8 = 2;
 const DHCPACK: u8 = 5;
 /// Offset of the BOOTP message in the frames this generator sends.
@@ -55,6 +56,10 @@ pub struct Options {
     /// soon as one completes or is lost. Bounds a flood to what keeps the
     /// server saturated instead of burying its answers' REQUESTs.
     pub window: usize,
+    /// The user class option (77) value every DISCOVER and REQUEST
+    /// carries, if any: `iPXE` makes the requests look like iPXE's own,
+    /// which sends the bare string (not RFC 3004's length-prefixed list).
+    pub user_class: Option<Vec<u8>>,
 }
 
 /// What one run counted. An exchange is complete when its ACK arrives;
@@ -148,7 +153,7 @@ pub fn run(opts: &Options) -> io::Result<Report> {
         return Err(io::Error::other("no MACs to send from"));
     }
     let socket = PacketSocket::open(&opts.iface)?;
-    let frames = Frames::new();
+    let frames = Frames::new(opts.user_class.as_deref());
     let mut generator = Generator::new(opts, &socket, &frames);
     generator.run()?;
     let mut report = generator.report;
@@ -217,10 +222,13 @@ struct Frames {
 
 impl Frames {
     /// A BIOS PXE client (option 93 = 0, "PXEClient" vendor class) that asks
-    /// for broadcast replies.
-    fn new() -> Frames {
+    /// for broadcast replies, with `user_class` as option 77 if given.
+    fn new(user_class: Option<&[u8]>) -> Frames {
         let mut req = Req::discover([0; 6]).pxe(0);
         req.broadcast = true;
+        if let Some(class) = user_class {
+            req.extra.push((OPTION_USER_CLASS, class.to_vec()));
+        }
         let discover = req.frame();
         req = req.request();
         req.requested_ip = Some(Ipv4Addr::UNSPECIFIED);
@@ -816,7 +824,7 @@ mod tests {
 
     #[test]
     fn request_carries_the_offer_and_the_client() {
-        let frames = Frames::new();
+        let frames = Frames::new(None);
         let mac = [0x52, 0x54, 0, 1, 2, 3];
         let offer = Answer {
             msg_type: DHCPOFFER,
@@ -840,6 +848,23 @@ mod tests {
         assert_eq!(bootp[option_value(bootp, 53).unwrap()], 3, "DHCPREQUEST");
         assert_eq!(bootp[10] & 0x80, 0x80, "broadcast flag");
         assert!(parse_reply(&frame).ip_csum_ok);
+    }
+
+    #[test]
+    fn user_class_rides_on_both_requests() {
+        let frames = Frames::new(Some(b"iPXE"));
+        for frame in [&frames.discover, &frames.request] {
+            let bootp = &frame[PAYLOAD..];
+            let at = option_value(bootp, OPTION_USER_CLASS).expect("option 77");
+            assert_eq!(bootp[at - 1], 4, "bare string, as iPXE sends it");
+            assert_eq!(&bootp[at..at + 4], b"iPXE");
+            assert!(parse_reply(frame).ip_csum_ok);
+        }
+        let plain = Frames::new(None);
+        assert_eq!(
+            option_value(&plain.discover[PAYLOAD..], OPTION_USER_CLASS),
+            None
+        );
     }
 
     #[test]

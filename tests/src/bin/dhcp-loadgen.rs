@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! dhcp-loadgen run --interface IF --macs FILE [--rate N|max] [--duration S] [--drain S]
-//!                  [--timeout S] [--window N]
+//!                  [--timeout S] [--window N] [--user-class TEXT]
 //! dhcp-loadgen prog-test-run [--runs N]
 //! ```
 //!
@@ -16,13 +16,14 @@ use pxe_tests::loadgen::{self, Options};
 
 const USAGE: &str = "usage:
   dhcp-loadgen run --interface IF --macs FILE [--rate N|max] [--duration SECS] [--drain SECS]
-                   [--timeout SECS] [--window N]
+                   [--timeout SECS] [--window N] [--user-class TEXT]
   dhcp-loadgen prog-test-run [--runs N]
 
 run: DORA exchanges at N new ones per second (max: as fast as the window
 of outstanding exchanges allows, default 1024) for --duration (3 s), then
 waits up to --drain (1 s) for late answers; an exchange is lost after
---timeout (1 s).";
+--timeout (1 s). --user-class puts TEXT in option 77 of every request
+(iPXE sends `iPXE`).";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -54,6 +55,7 @@ fn run(args: &[String]) -> Result<String, String> {
             "drain",
             "timeout",
             "window",
+            "user-class",
         ],
     )?;
     let macs_path = flags.required("macs")?;
@@ -78,9 +80,17 @@ fn run(args: &[String]) -> Result<String, String> {
         drain: seconds(flags.get("drain").unwrap_or("1"), "drain")?,
         timeout: seconds(flags.get("timeout").unwrap_or("1"), "timeout")?,
         window,
+        user_class: flags.get("user-class").map(|c| c.as_bytes().to_vec()),
     };
     if opts.window == 0 {
         return Err("--window must be at least 1".to_owned());
+    }
+    if opts
+        .user_class
+        .as_ref()
+        .is_some_and(|c| c.is_empty() || c.len() > 255)
+    {
+        return Err("--user-class must be 1 to 255 bytes".to_owned());
     }
     let report =
         loadgen::run(&opts).map_err(|err| format!("load on {} failed: {err}", opts.iface))?;

@@ -1,7 +1,10 @@
 //! The reservation set every server is given: `count` hosts whose MAC and
 //! address derive from their index, written out in each server's own format
 //! (pxe-agent inventory, Kea configuration, dnsmasq hosts file) and as the
-//! MAC list both load generators cycle over.
+//! MAC list both load generators cycle over. For the slow-path loads
+//! ([`Setup`]) the same reservations come with a dynamic pool above them,
+//! or with an iPXE answer, and the pool load's clients come from a list of
+//! MACs no server knows.
 //!
 //! Owns the subnet plan of the benchmark; starting the servers belongs to
 //! [`super::server`].
@@ -9,6 +12,30 @@
 use std::{fmt::Write as _, net::Ipv4Addr, path::Path};
 
 use anyhow::ensure;
+
+/// What the servers answer besides the reservations' plain PXE boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Setup {
+    /// Reservations only (the fast-path loads).
+    Reservations,
+    /// Reservations, and a dynamic pool above them for unknown MACs.
+    Pool,
+    /// Reservations, and an iPXE answer for requests whose user class
+    /// (option 77) is `iPXE`.
+    Ipxe,
+}
+
+/// Lease time of pool addresses (pxe-agent's `discovery.lease_time`).
+pub const POOL_LEASE_SECS: u32 = 600;
+/// The last pool address: below [`CLIENT_IP`]'s third octet.
+const POOL_END: Ipv4Addr = Ipv4Addr::new(10, 66, 249, 254);
+/// What the peers tell an iPXE client to load. pxe-agent's answer is its
+/// default `ipxe.script`, `http://{server}:8080/boot/{mac}.ipxe`: one URL
+/// per host, which iPXE then fetches from the agent's HTTP server.
+pub const IPXE_URL: &str = "http://10.66.0.1:8080/boot.ipxe";
+/// Kea's test for an iPXE client. Kea 2.2 has no RFC 3004 parser for
+/// option 77; iPXE sends the bare string `iPXE`, which this matches.
+pub const KEA_IPXE_TEST: &str = "substring(option[77].hex,0,4) == 'iPXE'";
 
 /// The subnet every reservation lies in; the server end of the lab has
 /// [`SERVER_IP`] in it.
@@ -51,10 +78,38 @@ impl Hosts {
         (0..self.count).map(|i| (mac(i), ip(i)))
     }
 
-    /// The pxe-agent inventory (docs/inventory.md).
-    pub fn inventory(self) -> String {
+    /// The dynamic pool of [`Setup::Pool`]: from the third octet after the
+    /// reservations' last one up to [`POOL_END`].
+    pub fn pool(self) -> (Ipv4Addr, Ipv4Addr) {
+        let octet = 2 + (self.count - 1) / PER_OCTET;
+        let start = Ipv4Addr::new(10, 66, u8::try_from(octet).unwrap_or(u8::MAX), 1);
+        (start, POOL_END)
+    }
+
+    /// Addresses in [`Hosts::pool`]; 0 when the reservations leave no room.
+    pub fn pool_size(self) -> u32 {
+        let (start, end) = self.pool();
+        (u32::from(end) + 1).saturating_sub(u32::from(start))
+    }
+
+    /// The pxe-agent inventory (docs/inventory.md). The pool setup adds
+    /// the pool and `discovery: inspect` with the same profile; the iPXE
+    /// setup needs nothing more, the default `ipxe` section answers it.
+    pub fn inventory(self, setup: Setup) -> String {
+        let pool = if setup == Setup::Pool {
+            let (start, end) = self.pool();
+            format!("    pool: {{start: {start}, end: {end}}}\n")
+        } else {
+            String::new()
+        };
+        let discovery = if setup == Setup::Pool {
+            format!("discovery: {{policy: inspect, profile: pxe, lease_time: {POOL_LEASE_SECS}}}\n")
+        } else {
+            String::new()
+        };
         let mut yaml = format!(
-            "subnets:\n  - cidr: {SUBNET}\n    router: {SERVER_IP}\n    lease_time: {LEASE_SECS}\n\
+            "subnets:\n  - cidr: {SUBNET}\n    router: {SERVER_IP}\n    lease_time: {LEASE_SECS}\n{pool}\
+             {discovery}\
              profiles:\n  - name: pxe\n    boot:\n      bios: {BIOS_BOOT_FILE}\n      uefi: {UEFI_BOOT_FILE}\n\
              hosts:\n"
         );
@@ -64,22 +119,52 @@ impl Hosts {
         yaml
     }
 
-    /// A kea-dhcp4 configuration: raw sockets on `iface`, in-memory leases,
-    /// the reservations out of any pool, logging to `log` at WARN.
-    pub fn kea_config(self, iface: &str, log: &Path) -> String {
+    /// A kea-dhcp4 configuration: raw sockets on `iface`, in-memory leases
+    /// (or, with `lease_file`, leases written to that CSV file as they
+    /// change), the reservations out of any pool, logging to `log` at WARN.
+    /// The pool setup adds the pool with [`POOL_LEASE_SECS`]; the iPXE setup
+    /// a client class that answers iPXE with [`IPXE_URL`].
+    pub fn kea_config(
+        self,
+        iface: &str,
+        log: &Path,
+        setup: Setup,
+        lease_file: Option<&Path>,
+    ) -> String {
         let reservations = self
             .iter()
             .map(|(mac, ip)| format!("{{\"hw-address\":\"{mac}\",\"ip-address\":\"{ip}\"}}"))
             .collect::<Vec<_>>()
             .join(",\n");
+        let leases = match lease_file {
+            None => r#""persist": false"#.to_owned(),
+            Some(file) => format!(r#""persist": true, "name": "{}""#, file.display()),
+        };
+        let (lifetime, pools) = match setup {
+            Setup::Pool => {
+                let (start, end) = self.pool();
+                (
+                    POOL_LEASE_SECS,
+                    format!("\n    \"pools\": [{{\"pool\": \"{start} - {end}\"}}],"),
+                )
+            }
+            Setup::Reservations | Setup::Ipxe => (LEASE_SECS, String::new()),
+        };
+        let classes = match setup {
+            Setup::Ipxe => format!(
+                "\n  \"client-classes\": [{{\"name\": \"ipxe\", \"test\": \"{KEA_IPXE_TEST}\", \
+                 \"boot-file-name\": \"{IPXE_URL}\"}}],"
+            ),
+            Setup::Reservations | Setup::Pool => String::new(),
+        };
         format!(
             r#"{{"Dhcp4": {{
   "interfaces-config": {{"interfaces": ["{iface}"], "dhcp-socket-type": "raw"}},
-  "lease-database": {{"type": "memfile", "persist": false, "lfc-interval": 0}},
-  "valid-lifetime": {LEASE_SECS},
+  "lease-database": {{"type": "memfile", {leases}, "lfc-interval": 0}},
+  "valid-lifetime": {lifetime},{classes}
   "subnet4": [{{
     "id": 1,
-    "subnet": "{SUBNET}",
+    "subnet": "{SUBNET}",{pools}
     "option-data": [{{"name": "routers", "data": "{SERVER_IP}"}}],
     "next-server": "{SERVER_IP}",
     "boot-file-name": "{BIOS_BOOT_FILE}",
@@ -115,6 +200,21 @@ impl Hosts {
             out
         })
     }
+}
+
+/// `count` MACs no server has a reservation for (`02:00:00:` and the index
+/// in 24 bits, locally administered), one a line: the pool load's clients.
+pub fn unknown_mac_list(count: usize) -> String {
+    (0..count).fold(String::new(), |mut out, i| {
+        let _ = writeln!(
+            out,
+            "02:00:00:{:02x}:{:02x}:{:02x}",
+            (i >> 16) & 0xff,
+            (i >> 8) & 0xff,
+            i & 0xff
+        );
+        out
+    })
 }
 
 /// `52:54:00:` followed by the index in 24 bits.
@@ -164,10 +264,21 @@ mod tests {
     #[test]
     fn every_format_lists_every_host() {
         let hosts = Hosts::new(3).unwrap();
-        assert_eq!(hosts.inventory().matches("profile: pxe").count(), 3);
         assert_eq!(
             hosts
-                .kea_config("pxsrv0", Path::new("/tmp/kea.log"))
+                .inventory(Setup::Reservations)
+                .matches("profile: pxe")
+                .count(),
+            3
+        );
+        assert_eq!(
+            hosts
+                .kea_config(
+                    "pxsrv0",
+                    Path::new("/tmp/kea.log"),
+                    Setup::Reservations,
+                    None
+                )
                 .matches("hw-address")
                 .count(),
             3
@@ -177,5 +288,38 @@ mod tests {
             "52:54:00:00:00:00,10.66.1.1\n52:54:00:00:00:01,10.66.1.2\n52:54:00:00:00:02,10.66.1.3\n"
         );
         assert_eq!(hosts.mac_list().lines().count(), 3);
+    }
+
+    #[test]
+    fn the_pool_lies_above_the_reservations_and_below_the_client() {
+        let hosts = Hosts::new(1_000).unwrap();
+        let last = hosts.iter().last().unwrap().1;
+        let (start, end) = hosts.pool();
+        assert_eq!(
+            (last, start, end),
+            (
+                Ipv4Addr::new(10, 66, 4, 250),
+                Ipv4Addr::new(10, 66, 5, 1),
+                POOL_END
+            )
+        );
+        assert_eq!(hosts.pool_size(), 62_718);
+        assert!(end < CLIENT_IP.parse::<Ipv4Addr>().unwrap());
+        assert_eq!(Hosts::new(MAX_HOSTS).unwrap().pool_size(), 0);
+        let inv = hosts.inventory(Setup::Pool);
+        assert!(inv.contains("pool: {start: 10.66.5.1, end: 10.66.249.254}"));
+        assert!(inv.contains("discovery: {policy: inspect, profile: pxe, lease_time: 600}"));
+        let kea = hosts.kea_config(
+            "pxsrv0",
+            Path::new("/tmp/kea.log"),
+            Setup::Pool,
+            Some(Path::new("/tmp/l.csv")),
+        );
+        assert!(kea.contains(r#""pools": [{"pool": "10.66.5.1 - 10.66.249.254"}]"#));
+        assert!(kea.contains(r#""persist": true, "name": "/tmp/l.csv""#));
+        let ipxe = hosts.kea_config("pxsrv0", Path::new("/tmp/kea.log"), Setup::Ipxe, None);
+        assert!(ipxe.contains(KEA_IPXE_TEST) && ipxe.contains(IPXE_URL));
+        let unknown = unknown_mac_list(70_000);
+        assert_eq!(unknown.lines().nth(65_537), Some("02:00:00:01:00:01"));
     }
 }

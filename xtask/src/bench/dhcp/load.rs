@@ -1,4 +1,4 @@
-//! The two loads and one run of either: start the generator in the client
+//! The loads and one run of any: start the generator in the client
 //! namespace pinned to the generator's core, wait for it to finish by
 //! itself, and turn its output and the CPU the run cost into a [`Sample`].
 //!
@@ -7,6 +7,11 @@
 //!   answers, so this measures the relayed path.
 //! - [`LoadKind::Direct`]: dhcp-loadgen. Broadcast DORA exchanges as PXE
 //!   firmware sends them (giaddr 0, broadcast flag, vendor class, option 93).
+//! - [`LoadKind::Pool`]: dhcp-loadgen from MACs no server knows, each used
+//!   once per run, so every exchange takes a new address from the pool
+//!   (pxe-agent's slow path: discovery).
+//! - [`LoadKind::Ipxe`]: dhcp-loadgen over the reservations with user class
+//!   `iPXE` in every request (pxe-agent's slow path: iPXE chainloading).
 //!
 //! CPU of a run: the server side is the server process plus the server
 //! end's NAPI thread; the client side is the generator plus the client end's
@@ -14,7 +19,7 @@
 //! add up and to see what anything else on the machine used meanwhile.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     path::Path,
     process::{Command, Stdio},
     thread,
@@ -26,7 +31,7 @@ use xtask::ChildGuard;
 
 use super::{
     cpu::{self, Machine, MachineUsage},
-    hosts::{CLIENT_IP, SERVER_IP},
+    hosts::{CLIENT_IP, SERVER_IP, Setup},
     report::thousands,
     server::Server,
     testbed::{Bins, Testbed},
@@ -59,15 +64,24 @@ const SERVER_SPARE: f64 = 0.5;
 pub enum LoadKind {
     Direct,
     Relayed,
+    Pool,
+    Ipxe,
 }
 
 impl LoadKind {
-    pub const ALL: [LoadKind; 2] = [LoadKind::Direct, LoadKind::Relayed];
+    pub const ALL: [LoadKind; 4] = [
+        LoadKind::Direct,
+        LoadKind::Relayed,
+        LoadKind::Pool,
+        LoadKind::Ipxe,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             LoadKind::Direct => "direct PXE (dhcp-loadgen)",
             LoadKind::Relayed => "relayed (perfdhcp)",
+            LoadKind::Pool => "slow path: unknown MACs, pool (dhcp-loadgen)",
+            LoadKind::Ipxe => "slow path: iPXE user class (dhcp-loadgen)",
         }
     }
 
@@ -75,7 +89,29 @@ impl LoadKind {
         match self {
             LoadKind::Direct => "direct",
             LoadKind::Relayed => "relayed",
+            LoadKind::Pool => "pool",
+            LoadKind::Ipxe => "iPXE",
         }
+    }
+
+    /// How the servers are configured for this load.
+    pub fn setup(self) -> Setup {
+        match self {
+            LoadKind::Direct | LoadKind::Relayed => Setup::Reservations,
+            LoadKind::Pool => Setup::Pool,
+            LoadKind::Ipxe => Setup::Ipxe,
+        }
+    }
+
+    /// Whether pxe-agent's XDP program answers this load itself.
+    pub fn slow_path(self) -> bool {
+        self.setup() != Setup::Reservations
+    }
+
+    /// Every run starts a fresh server with an empty lease database: each
+    /// exchange takes a new address, and the pool only has to hold one run.
+    pub fn fresh_server_per_run(self) -> bool {
+        self == LoadKind::Pool
     }
 }
 
@@ -95,6 +131,11 @@ pub struct Sample {
     pub server_napi_cpu: Duration,
     pub client_napi_cpu: Duration,
     pub machine: MachineUsage,
+    /// DISCOVERs sent from a MAC this run had already used: a pool run
+    /// that sent more than its list of unknown MACs holds.
+    pub reused_macs: u64,
+    /// pxe-agent's counters over the run (`pxe-agent stats`), by sample.
+    pub agent: Option<BTreeMap<String, u64>>,
 }
 
 impl Sample {
@@ -193,6 +234,8 @@ pub struct Runner<'a> {
     pub bins: &'a Bins,
     /// One MAC a line: the reservations, for both generators.
     pub macs: &'a Path,
+    /// One MAC a line, none reserved, and how many: the pool load's clients.
+    pub unknown_macs: Option<(&'a Path, u64)>,
 }
 
 impl Runner<'_> {
@@ -206,11 +249,13 @@ impl Runner<'_> {
         duration: Duration,
     ) -> anyhow::Result<Sample> {
         let mut cmd = self.generator(load, rate, duration)?;
+        let counters_before = server.agent_counters(self.bed, self.bins);
         let before = Usage::read(self.bed, server.pid())?;
         let run = run_to_exit(&mut cmd, duration + DRAIN + GRACE)?;
         let after = Usage::read(self.bed, server.pid())?;
+        let counters_after = server.agent_counters(self.bed, self.bins);
         let mut sample = match load {
-            LoadKind::Direct => parse_loadgen(&run.stdout),
+            LoadKind::Direct | LoadKind::Pool | LoadKind::Ipxe => parse_loadgen(&run.stdout),
             LoadKind::Relayed => parse_perfdhcp(&run.stdout, duration),
         }
         .with_context(|| {
@@ -224,6 +269,12 @@ impl Runner<'_> {
         sample.rate = rate;
         sample.generator_cpu = run.cpu;
         after.fill(&before, &mut sample);
+        if let (LoadKind::Pool, Some((_, count))) = (load, self.unknown_macs) {
+            sample.reused_macs = sample.discovers.saturating_sub(count);
+        }
+        if let (Some(before), Some(after)) = (counters_before, counters_after) {
+            sample.agent = Some(counter_delta(&before, &after));
+        }
         Ok(sample)
     }
 
@@ -259,14 +310,23 @@ impl Runner<'_> {
         // perfdhcp's -p takes whole seconds only.
         let secs = duration.as_secs().max(1).to_string();
         match load {
-            LoadKind::Direct => {
+            LoadKind::Direct | LoadKind::Pool | LoadKind::Ipxe => {
+                let macs = match (load, self.unknown_macs) {
+                    (LoadKind::Pool, Some((file, _))) => file,
+                    (LoadKind::Pool, None) => bail!("the pool load needs unknown MACs"),
+                    _ => self.macs,
+                };
                 cmd.arg(&self.bins.loadgen)
                     .args(["run", "--interface", bed.client_if(), "--macs"])
-                    .arg(self.macs)
+                    .arg(macs)
                     .args(["--duration", &secs, "--drain"])
                     .arg(format!("{:.3}", DRAIN.as_secs_f64()))
                     .arg("--rate")
                     .arg(rate.map_or("max".to_owned(), |r| r.to_string()));
+                if load == LoadKind::Ipxe {
+                    // As iPXE sends it: option 77 = the bare string.
+                    cmd.args(["--user-class", "iPXE"]);
+                }
             }
             LoadKind::Relayed => {
                 // -g single: one thread, on the one core it is pinned to.
@@ -384,6 +444,20 @@ impl Usage {
         sample.server_napi_cpu = self.server_napi.saturating_sub(before.server_napi);
         sample.client_napi_cpu = self.client_napi.saturating_sub(before.client_napi);
     }
+}
+
+/// What each counter grew by between two readings.
+fn counter_delta(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(name, &value)| {
+            let was = before.get(name).copied().unwrap_or(0);
+            (name.clone(), value.saturating_sub(was))
+        })
+        .collect()
 }
 
 /// dhcp-loadgen's `key=value` result line.

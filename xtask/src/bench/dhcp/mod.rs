@@ -1,11 +1,15 @@
 //! `cargo xtask bench dhcp`: pxe-agent, Kea and dnsmasq serving the same
 //! reservations, measured under a relayed load (perfdhcp) and a direct PXE
-//! load (dhcp-loadgen), plus the XDP program's in-kernel time per reply.
+//! load (dhcp-loadgen), which pxe-agent's XDP program answers, and under two
+//! loads its userspace slow path answers: unknown MACs leasing from a pool,
+//! and iPXE clients of the reserved hosts. Plus the XDP program's in-kernel
+//! time per reply.
 //!
 //! Owns the run's order and its command-line options: build, time the XDP
-//! program, set up one testbed, then per host count start each server in
-//! turn, wait until it answers, ramp both loads and stop it. Prints
-//! progress and the table; a full run also refreshes docs/benchmarks.md.
+//! program, set up one testbed, then per host count and server setup start
+//! each server in turn, wait until it answers, ramp the setup's loads and
+//! stop it. Prints progress and the table; a full run also refreshes
+//! docs/benchmarks.md.
 //! Every server, generator and namespace is released on the way out, on
 //! error too (their guards drop).
 //!
@@ -23,11 +27,10 @@ use std::{
     fs,
     path::{Path, PathBuf},
     process::Command,
-    thread,
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
 use xtask::{
     ensure_root,
     process::{self, run_forwarded},
@@ -36,7 +39,7 @@ use xtask::{
 
 use self::{
     cpu::Cores,
-    hosts::Hosts,
+    hosts::{Hosts, Setup},
     load::{LoadKind, Runner},
     ramp::{Measurement, Plan},
     report::RunInfo,
@@ -49,10 +52,15 @@ const PROG_TEST_RUNS: u32 = 100_000;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Reservation counts to measure, comma-separated [default: 1000,50000;
-    /// with --quick: 1000].
+    /// Reservation counts to measure the fast-path loads (direct, relayed)
+    /// with, comma-separated [default: 1000,50000; with --quick: 1000].
     #[arg(long, value_delimiter = ',')]
     hosts: Option<Vec<usize>>,
+    /// Reservation counts to measure the slow-path loads (pool, iPXE)
+    /// with, comma-separated [default: 1000]; the pool lies above the
+    /// reservations, so it shrinks as they grow.
+    #[arg(long, value_delimiter = ',')]
+    slow_hosts: Option<Vec<usize>>,
     /// A short smoke run: fewer, shorter steps; prints the table but leaves
     /// docs/benchmarks.md as it is.
     #[arg(long)]
@@ -79,7 +87,12 @@ impl Args {
         };
         let hosts = self.hosts.clone().unwrap_or(default_hosts);
         ensure!(!hosts.is_empty(), "--hosts needs at least one count");
-        for &n in &hosts {
+        let slow_hosts = self.slow_hosts.clone().unwrap_or(vec![1_000]);
+        ensure!(
+            !slow_hosts.is_empty(),
+            "--slow-hosts needs at least one count"
+        );
+        for &n in hosts.iter().chain(&slow_hosts) {
             Hosts::new(n)?;
         }
         let servers = self.servers.clone().unwrap_or(ServerKind::ALL.to_vec());
@@ -88,26 +101,48 @@ impl Args {
             !servers.is_empty() && !loads.is_empty(),
             "nothing to measure"
         );
-        Ok(if self.quick {
-            Plan {
-                hosts,
-                servers,
-                loads,
-                direct_rates: vec![1_000, 10_000, 40_000],
-                relayed_rates: vec![1_000, 10_000],
-                step: Duration::from_secs(2),
-                max_run: Duration::from_secs(2),
-            }
+        let (direct_rates, relayed_rates, step) = if self.quick {
+            (
+                vec![1_000, 10_000, 40_000],
+                vec![1_000, 10_000],
+                Duration::from_secs(2),
+            )
         } else {
-            Plan {
-                hosts,
-                servers,
-                loads,
-                direct_rates: vec![1_000, 2_000, 5_000, 10_000, 20_000, 40_000, 80_000, 160_000],
-                relayed_rates: vec![1_000, 2_000, 5_000, 10_000, 20_000, 40_000],
-                step: Duration::from_secs(3),
-                max_run: Duration::from_secs(3),
-            }
+            (
+                vec![1_000, 2_000, 5_000, 10_000, 20_000, 40_000, 80_000, 160_000],
+                vec![1_000, 2_000, 5_000, 10_000, 20_000, 40_000],
+                Duration::from_secs(3),
+            )
+        };
+        // A pool run must not use more addresses than the pool holds: every
+        // DISCOVER of a new MAC takes one (pxe-agent holds it for 30 s).
+        let pool = slow_hosts
+            .iter()
+            .map(|&n| Hosts::new(n).map(Hosts::pool_size))
+            .collect::<anyhow::Result<Vec<u32>>>()?
+            .into_iter()
+            .min()
+            .unwrap_or(0);
+        let pool_rates: Vec<u32> = direct_rates
+            .iter()
+            .copied()
+            .filter(|&r| u64::from(r) * step.as_secs() <= u64::from(pool))
+            .collect();
+        ensure!(
+            !loads.contains(&LoadKind::Pool) || !pool_rates.is_empty(),
+            "with {} reservations the pool has {pool} addresses: too few for a pool run",
+            slow_hosts.iter().max().copied().unwrap_or(0)
+        );
+        Ok(Plan {
+            hosts,
+            slow_hosts,
+            servers,
+            loads,
+            direct_rates,
+            relayed_rates,
+            pool_rates,
+            step,
+            max_run: step,
         })
     }
 }
@@ -141,7 +176,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let block = report::markdown(&info, &results);
     println!("\n{block}");
-    if args.quick || args.no_docs || args.servers.is_some() || args.loads.is_some() {
+    if args.quick
+        || args.no_docs
+        || args.servers.is_some()
+        || args.loads.is_some()
+        || args.slow_hosts.is_some()
+    {
         println!("bench: docs/benchmarks.md left as it is");
     } else {
         let docs = workspace_root().join("docs").join("benchmarks.md");
@@ -169,66 +209,92 @@ fn bench_all(
         bed.cores.server_list()
     );
     let mut results = Vec::new();
-    for &count in &plan.hosts {
+    for count in plan.all_hosts() {
         let hosts = Hosts::new(count)?;
         let dir = scratch.join(format!("hosts-{count}"));
         fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
         let macs = dir.join("macs.txt");
         fs::write(&macs, hosts.mac_list())
             .with_context(|| format!("failed to write {}", macs.display()))?;
-        for &kind in &plan.servers {
-            let server_dir = dir.join(kind.name().to_lowercase());
-            results.extend(bench_server(
-                &bed,
+        for setup in [Setup::Reservations, Setup::Pool, Setup::Ipxe] {
+            let loads = plan.loads_for(count, setup);
+            if loads.is_empty() {
+                continue;
+            }
+            let unknown = if setup == Setup::Pool {
+                let file = dir.join("unknown-macs.txt");
+                let n = hosts.pool_size() as usize;
+                fs::write(&file, hosts::unknown_mac_list(n))
+                    .with_context(|| format!("failed to write {}", file.display()))?;
+                Some((file, n as u64))
+            } else {
+                None
+            };
+            let runner = Runner {
+                bed: &bed,
                 bins,
-                plan,
-                hosts,
-                kind,
-                &macs,
-                &server_dir,
-            ));
+                macs: &macs,
+                unknown_macs: unknown.as_ref().map(|(f, n)| (f.as_path(), *n)),
+            };
+            for &kind in plan.servers.iter().filter(|k| k.serves(setup)) {
+                let server_dir = dir.join(format!("{setup:?}-{kind:?}").to_lowercase());
+                results.extend(bench_server(
+                    &runner,
+                    plan,
+                    hosts,
+                    setup,
+                    &loads,
+                    kind,
+                    &server_dir,
+                ));
+            }
         }
     }
     Ok(results)
 }
 
-/// Both loads against one server; a server that fails to start or to
-/// answer yields failed measurements, and the run goes on.
+/// The loads of one setup against one server; a server that fails to
+/// start or to answer yields failed measurements, and the run goes on.
 fn bench_server(
-    bed: &Testbed,
-    bins: &Bins,
+    runner: &Runner<'_>,
     plan: &Plan,
     hosts: Hosts,
+    setup: Setup,
+    loads: &[LoadKind],
     kind: ServerKind,
-    macs: &Path,
     dir: &Path,
 ) -> Vec<Measurement> {
-    println!("bench: starting {} with {} hosts", kind.name(), hosts.count);
+    let what = match setup {
+        Setup::Reservations => String::new(),
+        Setup::Pool => format!(" and a pool of {} addresses", hosts.pool_size()),
+        Setup::Ipxe => " and an iPXE answer".to_owned(),
+    };
+    println!(
+        "bench: starting {} with {} hosts{what}",
+        kind.name(),
+        hosts.count
+    );
     let failed = |err: anyhow::Error| {
         eprintln!("bench: {} with {} hosts: {err:#}", kind.name(), hosts.count);
-        plan.loads
+        loads
             .iter()
             .map(|&load| Measurement::failed(hosts.count, kind, load, format!("{err:#}")))
             .collect()
     };
-    let mut server = match Server::start(kind, bed, bins, hosts, dir) {
+    let mut server = match Server::start(kind, runner.bed, runner.bins, hosts, setup, dir) {
         Ok(server) => server,
         Err(err) => return failed(err),
     };
-    let runner = Runner { bed, bins, macs };
-    let results = match wait_answering(&runner, &mut server) {
-        Ok(()) => plan
-            .loads
+    let results = match ramp::wait_answering(runner, &mut server, true) {
+        Ok(()) => loads
             .iter()
             .map(|&load| {
-                let before = server.agent_counters(bed, bins);
-                let mut m = ramp::measure(&runner, &mut server, plan, hosts.count, load);
-                if let (Some(before), Some(after)) = (before, server.agent_counters(bed, bins)) {
-                    m.note = Some(report::fast_path_note(&before, &after));
+                let m = ramp::measure(runner, &mut server, plan, hosts.count, load);
+                if let Some(counters) = m.agent_counters() {
                     println!(
                         "bench: pxe-agent {}: {}",
                         load.short(),
-                        m.note.as_deref().unwrap_or("")
+                        report::agent_note(&counters)
                     );
                 }
                 m
@@ -240,33 +306,6 @@ fn bench_server(
         eprintln!("warning: {err:#}");
     }
     results
-}
-
-/// Probes until the server completes an exchange: a server can be up, and
-/// its port bound, long before it answers (dnsmasq loading 50,000 hosts).
-fn wait_answering(runner: &Runner<'_>, server: &mut Server) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let timeout = server.kind.answer_timeout();
-    loop {
-        server.check_alive()?;
-        if runner.probe()? {
-            println!(
-                "bench: {} answers ({:.1} s after start)",
-                server.kind.name(),
-                started.elapsed().as_secs_f64()
-            );
-            return Ok(());
-        }
-        if started.elapsed() >= timeout {
-            bail!(
-                "{} did not answer within {} s; log:\n{}",
-                server.kind.name(),
-                timeout.as_secs(),
-                server.log_tail()
-            );
-        }
-        thread::sleep(Duration::from_millis(500));
-    }
 }
 
 /// The testbed's namespaces go when it drops; says so if any did not.

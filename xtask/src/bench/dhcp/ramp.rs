@@ -3,19 +3,24 @@
 //! of its exchanges (or that the generator cannot send), then one run as
 //! fast as the generator can send.
 //!
+//! Loads that need a fresh server per run (the pool load) restart it, with
+//! an empty lease database, before every run and wait until it answers.
+//!
 //! Owns the ramp's rules and the progress lines; single runs belong to
 //! [`super::load`].
 
 use std::{
+    collections::BTreeMap,
     sync::atomic::{AtomicU64, Ordering},
     thread,
     time::{Duration, Instant},
 };
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 
 use super::{
     cpu,
+    hosts::Setup,
     load::{CLEAN_DROP_PCT, LoadKind, Runner, Sample},
     server::{Server, ServerKind},
 };
@@ -36,11 +41,17 @@ pub const ATTEMPTS: usize = 3;
 /// Rates and durations of one benchmark run.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    /// Reservation counts for the fast-path loads (direct, relayed).
     pub hosts: Vec<usize>,
+    /// Reservation counts for the slow-path loads (pool, iPXE).
+    pub slow_hosts: Vec<usize>,
     pub servers: Vec<ServerKind>,
     pub loads: Vec<LoadKind>,
+    /// The direct load's ramp, and the iPXE load's.
     pub direct_rates: Vec<u32>,
     pub relayed_rates: Vec<u32>,
+    /// The direct ramp up to the rates whose runs fit in the pool.
+    pub pool_rates: Vec<u32>,
     /// Whole seconds (perfdhcp's period has no fraction).
     pub step: Duration,
     pub max_run: Duration,
@@ -49,9 +60,35 @@ pub struct Plan {
 impl Plan {
     pub fn rates(&self, load: LoadKind) -> &[u32] {
         match load {
-            LoadKind::Direct => &self.direct_rates,
+            LoadKind::Direct | LoadKind::Ipxe => &self.direct_rates,
             LoadKind::Relayed => &self.relayed_rates,
+            LoadKind::Pool => &self.pool_rates,
         }
+    }
+
+    /// Every reservation count measured, smallest first.
+    pub fn all_hosts(&self) -> Vec<usize> {
+        let mut all: Vec<usize> = self.hosts.iter().chain(&self.slow_hosts).copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
+    /// The loads measured with `hosts` reservations in `setup`.
+    pub fn loads_for(&self, hosts: usize, setup: Setup) -> Vec<LoadKind> {
+        self.loads
+            .iter()
+            .copied()
+            .filter(|l| l.setup() == setup)
+            .filter(|l| {
+                let counts = if l.slow_path() {
+                    &self.slow_hosts
+                } else {
+                    &self.hosts
+                };
+                counts.contains(&hosts)
+            })
+            .collect()
     }
 }
 
@@ -80,8 +117,6 @@ pub struct Measurement {
     /// The run as fast as the generator can send.
     pub max: Option<Sample>,
     pub error: Option<String>,
-    /// For pxe-agent: who sent its replies (XDP or the slow path).
-    pub note: Option<String>,
 }
 
 impl Measurement {
@@ -95,7 +130,6 @@ impl Measurement {
             steps: Vec::new(),
             max: None,
             error: None,
-            note: None,
         }
     }
 
@@ -131,6 +165,24 @@ impl Measurement {
     /// The clean rate is the top of the ramp: the server may do more.
     pub fn clean_at_top(&self) -> bool {
         self.stop == Some(Stop::EndOfRamp) && self.clean.is_some()
+    }
+
+    /// pxe-agent's counters summed over every run of the measurement;
+    /// `None` for the peers.
+    pub fn agent_counters(&self) -> Option<BTreeMap<String, u64>> {
+        let mut sum: Option<BTreeMap<String, u64>> = None;
+        for agent in self
+            .steps
+            .iter()
+            .chain(&self.max)
+            .filter_map(|s| s.agent.as_ref())
+        {
+            let sum = sum.get_or_insert_with(BTreeMap::new);
+            for (name, value) in agent {
+                *sum.entry(name.clone()).or_default() += value;
+            }
+        }
+        sum
     }
 
     /// Flat out, the server answered nearly all the generator sent, or
@@ -242,6 +294,10 @@ fn step(
 ) -> anyhow::Result<Sample> {
     let mut best: Option<Sample> = None;
     for attempt in 1..=ATTEMPTS {
+        if load.fresh_server_per_run() {
+            server.restart(runner.bed, runner.bins)?;
+            wait_answering(runner, server, false)?;
+        }
         thread::sleep(SETTLE);
         wait_quiet()?;
         server.check_alive()?;
@@ -269,6 +325,35 @@ fn step(
         }
     }
     best.context("no run")
+}
+
+/// Probes until the server completes an exchange: a server can be up, and
+/// its port bound, long before it answers (dnsmasq loading 50,000 hosts).
+pub fn wait_answering(runner: &Runner<'_>, server: &mut Server, say: bool) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let timeout = server.kind.answer_timeout();
+    loop {
+        server.check_alive()?;
+        if runner.probe()? {
+            if say {
+                println!(
+                    "bench: {} answers ({:.1} s after start)",
+                    server.kind.name(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            return Ok(());
+        }
+        if started.elapsed() >= timeout {
+            bail!(
+                "{} did not answer within {} s; log:\n{}",
+                server.kind.name(),
+                timeout.as_secs(),
+                server.log_tail()
+            );
+        }
+        thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Time this process has spent waiting out and repeating noisy runs, in
