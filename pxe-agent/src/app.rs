@@ -61,6 +61,9 @@ pub struct RunConfig {
     pub artifacts: Option<PathBuf>,
 }
 
+/// Receive buffer of the slow path's port-67 socket, in bytes.
+const SLOW_PATH_RCVBUF: usize = 8 << 20;
+
 /// Clients recorded by the slow path, kept for adoption.
 const DISCOVERED_CAPACITY: usize = 65_536;
 
@@ -251,6 +254,28 @@ async fn start_tftp(
     Ok(tokio::spawn(server.serve(sock, Some(tx), shutdown)))
 }
 
+/// Sets a socket's receive buffer past `rmem_max` (`SO_RCVBUFFORCE`, which
+/// the agent's CAP_NET_ADMIN allows), else as far as `rmem_max` lets it.
+fn force_recv_buffer(sock: &socket2::Socket, bytes: usize) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: value is a c_int of the size given, the fd is open.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&raw const value).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        sock.set_recv_buffer_size(bytes)
+    }
+}
+
 /// Serves `router` on `listener` until shutdown, with peer addresses.
 fn serve_http(
     listener: TcpListener,
@@ -352,6 +377,11 @@ fn start_slow_path(
     )
     .context("failed to bind UDP port 67")?;
     sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+    // Room for the requests that arrive while a batch's leases are being
+    // committed (a few ms of fdatasync): the default buffer holds ~170.
+    if let Err(e) = force_recv_buffer(&sock, SLOW_PATH_RCVBUF) {
+        warn!(error = %e, "could not enlarge the DHCP socket's receive buffer");
+    }
     let raw = RawSocket::send_only(&cfg.iface)
         .with_context(|| format!("failed to open a raw socket on {}", cfg.iface))?;
     let limits = cfg.limits;
