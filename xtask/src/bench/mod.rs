@@ -24,3 +24,39 @@ pub fn run(bench: Bench) -> anyhow::Result<()> {
         Bench::Boot(args) => boot::run(args),
     }
 }
+
+/// Output of `cmd`, trimmed.
+fn run_text(cmd: &mut std::process::Command) -> anyhow::Result<String> {
+    Ok(xtask::process::run(cmd)?.trim().to_owned())
+}
+
+/// The CPU model, for the results' header line.
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("model name")?.split_once(':'))
+                .map(|(_, model)| model.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// A run's configuration files and logs, removed on drop.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> anyhow::Result<Scratch> {
+        use anyhow::Context as _;
+        let dir = std::env::temp_dir().join(format!("pxe-bench-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("failed to create {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -22,8 +22,8 @@ mod report;
 mod servers;
 mod tftp;
 
+use super::{Scratch, cpu_model, run_text};
 use std::{
-    fs,
     path::PathBuf,
     process::Command,
     time::{Duration, Instant},
@@ -145,7 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     versions.insert(0, ("pxe-agent".into(), agent_revision()));
     let agent = build()?;
     let started = Instant::now();
-    let scratch = Scratch::new()?;
+    let scratch = Scratch::new("boot")?;
     println!(
         "bench: writing the served files ({} MiB TFTP file, {} MiB artifact)",
         plan.big_mib, plan.artifact_mib
@@ -274,38 +274,6 @@ fn agent_revision() -> String {
         format!("{commit} + uncommitted changes")
     } else {
         commit
-    }
-}
-
-fn run_text(cmd: &mut Command) -> anyhow::Result<String> {
-    Ok(process::run(cmd)?.trim().to_owned())
-}
-
-fn cpu_model() -> String {
-    fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("model name")?.split_once(':'))
-                .map(|(_, model)| model.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
-/// The run's files, configurations and logs, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> anyhow::Result<Scratch> {
-        let dir = std::env::temp_dir().join(format!("pxe-bench-boot-{}", std::process::id()));
-        fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
-        Ok(Scratch(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
     }
 }
 

@@ -23,9 +23,10 @@ mod report;
 mod server;
 mod testbed;
 
+use super::{Scratch, cpu_model, run_text};
 use std::{
     fs,
-    path::{Path, PathBuf},
+    path::Path,
     process::Command,
     time::{Duration, Instant},
 };
@@ -160,7 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     let kernel_time = prog_test_run(&bins.loadgen)?;
     println!("bench: {kernel_time}");
-    let scratch = Scratch::new()?;
+    let scratch = Scratch::new("dhcp")?;
     let results = bench_all(&bins, cores, &plan, &scratch.0)?;
     warn_leftover_namespaces();
     let info = RunInfo {
@@ -393,36 +394,4 @@ fn prog_test_run(loadgen: &Path) -> anyhow::Result<String> {
         field("ack_ns")?,
         report::thousands(f64::from(PROG_TEST_RUNS)),
     ))
-}
-
-fn run_text(cmd: &mut Command) -> anyhow::Result<String> {
-    Ok(process::run(cmd)?.trim().to_owned())
-}
-
-fn cpu_model() -> String {
-    fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("model name")?.split_once(':'))
-                .map(|(_, model)| model.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
-/// The run's configuration files and logs, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> anyhow::Result<Scratch> {
-        let dir = std::env::temp_dir().join(format!("pxe-bench-{}", std::process::id()));
-        fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
-        Ok(Scratch(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
