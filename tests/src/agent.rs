@@ -286,6 +286,64 @@ impl Served {
 }
 
 impl Served {
+    /// Runs dhcpcd once in the client namespace; the variables its hook saw on
+    /// BOUND.
+    pub fn dhcpcd(&self) -> BTreeMap<String, String> {
+        use std::os::unix::process::CommandExt as _;
+        let hook = script(
+            &self.dir.0,
+            "dhcpcd.sh",
+            r#"echo "reason=$reason ip=$new_ip_address server=$new_dhcp_server_identifier""#,
+        );
+        let out_path = self.dir.path("dhcpcd.out");
+        let out = std::fs::File::create(&out_path).expect("dhcpcd output file");
+        // Its own process group, ended as a whole afterwards (its helpers
+        // outlive it); a tmpfs over its lease directory in the private mount
+        // namespace `ip netns exec` gives it keeps the machine's files untouched.
+        let mut child = self
+            .client_cmd("sh")
+            .arg("-c")
+            .arg(r#"mount -t tmpfs tmpfs /var/lib/dhcpcd && exec dhcpcd "$@""#)
+            .arg("dhcpcd")
+            .args([
+                "-4",
+                "--oneshot",
+                "--nobackground",
+                "--noarp",
+                "-t",
+                "15",
+                "-f",
+                "/dev/null",
+                "-c",
+            ])
+            .arg(&hook)
+            .arg(self.lab.client_if())
+            .stdout(out.try_clone().expect("fd"))
+            .stderr(out)
+            .process_group(0)
+            .spawn()
+            .expect("run dhcpcd");
+        let pgid = child.id() as i32;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while child.try_wait().expect("wait dhcpcd").is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: signals only the process group this test created.
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+        let _ = child.wait();
+        let text = std::fs::read_to_string(&out_path).unwrap_or_default();
+        vars(
+            text.lines()
+                .find(|l| l.contains("reason=BOUND"))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "dhcpcd reported no lease: {text}\nagent log:\n{}",
+                        self.log()
+                    )
+                }),
+        )
+    }
+
     /// Runs busybox udhcpc once with `extra` arguments; returns the variables
     /// its script saw on `bound`.
     pub fn udhcpc(&self, extra: &[&str]) -> BTreeMap<String, String> {

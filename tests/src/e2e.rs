@@ -10,7 +10,7 @@ use std::{
 use dhcproto::{Decodable as _, Decoder, v4::Message};
 
 use crate::{
-    agent::{Served, script},
+    agent::Served,
     frame::{Req, parse_reply},
     raw::{RawSocket, in_netns, is_dhcp_reply},
 };
@@ -141,59 +141,7 @@ fn dhclient_gets_reservation() {
 fn dhcpcd_gets_reservation() {
     let served = Served::start("pxe2e", INVENTORY);
     served.set_client_mac(CLIENT_MAC);
-    let hook = script(
-        &served.dir.0,
-        "dhcpcd.sh",
-        r#"echo "reason=$reason ip=$new_ip_address server=$new_dhcp_server_identifier""#,
-    );
-    let out_path = served.dir.path("dhcpcd.out");
-    served_by_xdp(&served, 1, 1, || {
-        use std::os::unix::process::CommandExt as _;
-        let out = std::fs::File::create(&out_path).expect("dhcpcd output file");
-        // Its own process group: dhcpcd's privilege-separation helpers outlive
-        // the main process and ignore SIGTERM; the group is ours to end.
-        // dhcpcd keeps leases in /var/lib/dhcpcd, which is not per
-        // namespace: a tmpfs over it, in the private mount namespace
-        // `ip netns exec` gives each command, keeps runs independent and the
-        // machine's files untouched.
-        let mut child = served
-            .client_cmd("sh")
-            .arg("-c")
-            .arg(r#"mount -t tmpfs tmpfs /var/lib/dhcpcd && exec dhcpcd "$@""#)
-            .arg("dhcpcd")
-            .args([
-                "-4",
-                "--oneshot",
-                "--nobackground",
-                "--noarp",
-                "-t",
-                "20",
-                "-f",
-                "/dev/null",
-                "-c",
-            ])
-            .arg(&hook)
-            .arg(served.lab.client_if())
-            .stdout(out.try_clone().expect("fd"))
-            .stderr(out)
-            .process_group(0)
-            .spawn()
-            .expect("run dhcpcd");
-        let pgid = child.id() as i32;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while child.try_wait().expect("wait dhcpcd").is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        // SAFETY: signals only the process group this test created.
-        unsafe { libc::killpg(pgid, libc::SIGKILL) };
-        let _ = child.wait();
-    });
-    let text = std::fs::read_to_string(&out_path).unwrap_or_default();
-    let v = crate::agent::vars(
-        text.lines()
-            .find(|l| l.contains("reason=BOUND"))
-            .unwrap_or_else(|| panic!("dhcpcd reported no lease: {text}")),
-    );
+    let v = served_by_xdp(&served, 1, 1, || served.dhcpcd());
     assert_eq!(v["ip"], "10.66.1.10");
     assert_eq!(v["server"], "10.66.0.1");
 }

@@ -18,8 +18,7 @@ use dhcproto::{
 };
 
 use crate::{
-    agent::vars,
-    agent::{Served, script},
+    agent::Served,
     frame::{Req, SERVER_IP, parse_reply},
     raw::{RawSocket, in_netns, is_dhcp_reply},
     slow_path,
@@ -497,64 +496,6 @@ fn dhclient(served: &Served) -> String {
     std::fs::read_to_string(&lease).expect("dhclient lease file")
 }
 
-/// Runs dhcpcd once in the client namespace; the variables its hook saw on
-/// BOUND.
-fn dhcpcd(served: &Served) -> BTreeMap<String, String> {
-    use std::os::unix::process::CommandExt as _;
-    let hook = script(
-        &served.dir.0,
-        "dhcpcd.sh",
-        r#"echo "reason=$reason ip=$new_ip_address server=$new_dhcp_server_identifier""#,
-    );
-    let out_path = served.dir.path("dhcpcd.out");
-    let out = std::fs::File::create(&out_path).expect("dhcpcd output file");
-    // Its own process group, ended as a whole afterwards (its helpers
-    // outlive it); a tmpfs over its lease directory in the private mount
-    // namespace `ip netns exec` gives it keeps the machine's files untouched.
-    let mut child = served
-        .client_cmd("sh")
-        .arg("-c")
-        .arg(r#"mount -t tmpfs tmpfs /var/lib/dhcpcd && exec dhcpcd "$@""#)
-        .arg("dhcpcd")
-        .args([
-            "-4",
-            "--oneshot",
-            "--nobackground",
-            "--noarp",
-            "-t",
-            "15",
-            "-f",
-            "/dev/null",
-            "-c",
-        ])
-        .arg(&hook)
-        .arg(served.lab.client_if())
-        .stdout(out.try_clone().expect("fd"))
-        .stderr(out)
-        .process_group(0)
-        .spawn()
-        .expect("run dhcpcd");
-    let pgid = child.id() as i32;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().expect("wait dhcpcd").is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // SAFETY: signals only the process group this test created.
-    unsafe { libc::killpg(pgid, libc::SIGKILL) };
-    let _ = child.wait();
-    let text = std::fs::read_to_string(&out_path).unwrap_or_default();
-    vars(
-        text.lines()
-            .find(|l| l.contains("reason=BOUND"))
-            .unwrap_or_else(|| {
-                panic!(
-                    "dhcpcd reported no lease: {text}\nagent log:\n{}",
-                    served.log()
-                )
-            }),
-    )
-}
-
 #[test]
 fn unknown_macs_get_distinct_pool_leases_from_udhcpc_dhclient_and_dhcpcd() {
     let served = Served::start("pxpool", slow_path::INVENTORY);
@@ -579,7 +520,7 @@ fn unknown_macs_get_distinct_pool_leases_from_udhcpc_dhclient_and_dhcpcd() {
     leased.insert("52:54:00:aa:cc:02", ip.to_string());
 
     served.set_client_mac("52:54:00:aa:cc:03");
-    let lease = dhcpcd(&served);
+    let lease = served.dhcpcd();
     assert_eq!(
         lease["server"], "10.66.0.1",
         "dhcpcd's lease is not from the agent"
