@@ -235,7 +235,7 @@ async fn start_tftp(
             let at = event
                 .finished
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
             let how = match &event.outcome {
                 tftp::Outcome::Done => "done".to_string(),
                 // UEFI firmware asks for the size, aborts, then asks again:

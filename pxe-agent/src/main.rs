@@ -214,8 +214,9 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 serde_json::from_str(&http_get(metrics_addr, "/api/v1/hosts")?)
                     .context("malformed /api/v1/hosts answer")?;
             let step = |s: &Option<Step>| {
-                s.as_ref()
-                    .map_or("-".to_string(), |s| format!("{} {}", s.at, s.detail))
+                s.as_ref().map_or("-".to_string(), |s| {
+                    format!("{}.{:03} {}", s.at_ms / 1000, s.at_ms % 1000, s.detail)
+                })
             };
             println!(
                 "{:<17}  {:<15}  {:<12}  {:<9}  {:<28}  {:<28}  booted",

@@ -5,6 +5,7 @@
 use std::{
     collections::HashMap,
     sync::{Mutex, PoisonError},
+    time::{SystemTime, UNIX_EPOCH},
 };
 
 use serde::{Deserialize, Serialize};
@@ -22,11 +23,34 @@ pub enum Stage {
     Booted,
 }
 
-/// One step with its time (unix seconds) and detail.
+/// One step with its time (unix milliseconds) and detail.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Step {
-    pub at: u64,
+    pub at_ms: u64,
     pub detail: String,
+}
+
+/// Now, in unix milliseconds.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The unix-millisecond time of a `CLOCK_MONOTONIC` reading in nanoseconds
+/// (what `bpf_ktime_get_ns` returns), by the two clocks' offset now.
+pub fn wall_ms_of_monotonic(at_ns: u64) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+        return now_ms();
+    }
+    let mono_now_ns = u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000
+        + u64::try_from(ts.tv_nsec).unwrap_or(0);
+    now_ms().saturating_sub(mono_now_ns.saturating_sub(at_ns) / 1_000_000)
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -45,7 +69,7 @@ impl HostProgress {
     /// The furthest stage of the current boot: a DHCP answer after the last
     /// phone-home starts a new one.
     pub fn stage(&self) -> Option<Stage> {
-        let at = |s: &Option<Step>| s.as_ref().map(|s| s.at);
+        let at = |s: &Option<Step>| s.as_ref().map(|s| s.at_ms);
         let steps = [
             (Stage::Dhcp, at(&self.dhcp)),
             (Stage::Tftp, at(&self.tftp)),
@@ -77,27 +101,27 @@ impl Progress {
         f(entry);
     }
 
-    pub fn dhcp(&self, mac: MacAddr, at: u64, detail: String) {
-        self.with(mac, |p| p.dhcp = Some(Step { at, detail }));
+    pub fn dhcp(&self, mac: MacAddr, at_ms: u64, detail: String) {
+        self.with(mac, |p| p.dhcp = Some(Step { at_ms, detail }));
     }
 
-    pub fn tftp(&self, mac: MacAddr, at: u64, detail: String) {
-        self.with(mac, |p| p.tftp = Some(Step { at, detail }));
+    pub fn tftp(&self, mac: MacAddr, at_ms: u64, detail: String) {
+        self.with(mac, |p| p.tftp = Some(Step { at_ms, detail }));
     }
 
-    pub fn script(&self, mac: MacAddr, at: u64, detail: String) {
-        self.with(mac, |p| p.script = Some(Step { at, detail }));
+    pub fn script(&self, mac: MacAddr, at_ms: u64, detail: String) {
+        self.with(mac, |p| p.script = Some(Step { at_ms, detail }));
     }
 
-    pub fn artifact(&self, mac: MacAddr, at: u64, detail: String) {
+    pub fn artifact(&self, mac: MacAddr, at_ms: u64, detail: String) {
         self.with(mac, |p| {
-            p.artifact = Some(Step { at, detail });
+            p.artifact = Some(Step { at_ms, detail });
             p.artifacts_fetched += 1;
         });
     }
 
-    pub fn booted(&self, mac: MacAddr, at: u64, detail: String) {
-        self.with(mac, |p| p.booted = Some(Step { at, detail }));
+    pub fn booted(&self, mac: MacAddr, at_ms: u64, detail: String) {
+        self.with(mac, |p| p.booted = Some(Step { at_ms, detail }));
     }
 
     pub fn get(&self, mac: MacAddr) -> Option<HostProgress> {
@@ -143,5 +167,28 @@ mod tests {
         // The next boot starts over.
         p.dhcp(MAC, 30, "offer".into());
         assert_eq!(p.get(MAC).and_then(|h| h.stage()), Some(Stage::Dhcp));
+    }
+
+    #[test]
+    fn a_late_drained_answer_keeps_its_own_time() {
+        // A fast-path answer sent 150 ms ago, drained after the phone-home
+        // that followed it, must not start a new boot.
+        let p = Progress::default();
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec.
+        assert_eq!(
+            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) },
+            0
+        );
+        let sent_ns = (ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64) - 150_000_000;
+        let now = now_ms();
+        p.booted(MAC, now - 50, "ok".into());
+        let sent = wall_ms_of_monotonic(sent_ns);
+        assert!(sent.abs_diff(now - 150) < 20, "sent {sent}, now {now}");
+        p.dhcp(MAC, sent, "ack".into());
+        assert_eq!(p.get(MAC).and_then(|h| h.stage()), Some(Stage::Booted));
     }
 }

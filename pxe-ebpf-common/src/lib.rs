@@ -268,6 +268,10 @@ impl ReplyTemplate {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServedEvent {
+    /// When the reply was sent: `bpf_ktime_get_ns`, i.e. `CLOCK_MONOTONIC`.
+    /// The agent drains the ring on a timer, so it needs the send time to
+    /// order the answer against the host's later boot steps.
+    pub at_ns: u64,
     /// The client's MAC (chaddr).
     pub mac: [u8; 6],
     /// `bootp::DHCPOFFER` or `bootp::DHCPACK`.
@@ -276,8 +280,9 @@ pub struct ServedEvent {
     pub class: u8,
     /// The address answered, network byte order.
     pub yiaddr: [u8; 4],
+    pub _pad: [u8; 4],
 }
-const _: () = assert!(size_of::<ServedEvent>() == 12);
+const _: () = assert!(size_of::<ServedEvent>() == 24);
 
 /// Indices of the per-CPU counter array: one per exit of the XDP program.
 ///

@@ -26,7 +26,7 @@ use crate::{
     discovered::{Registry, Sighting},
     inventory::{Inventory, MacAddr},
     lease::{LeaseRequest, LeaseState, LeaseStore, NakReason, Pool, RequestOutcome},
-    progress::Progress,
+    progress::{self, Progress},
     ratelimit::{Limited, Limiter, Rate},
     rawsock::RawSocket,
     wire::{Endpoint, udp_frame},
@@ -333,7 +333,9 @@ impl SlowPath {
                 };
                 bump(counter);
                 let detail = format!("{what} {} (slow path)", reply.yiaddr);
-                self.shared.progress.dhcp(req.chaddr, unix_now(), detail);
+                self.shared
+                    .progress
+                    .dhcp(req.chaddr, progress::now_ms(), detail);
             }
             Err(e) => {
                 debug!(mac = %req.chaddr, error = %e, "failed to send reply");

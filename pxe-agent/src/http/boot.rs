@@ -14,7 +14,7 @@ use axum::{
 use tracing::{debug, warn};
 
 use super::{BootState, artifacts, script};
-use crate::{dhcp::server::unix_now, inventory::MacAddr};
+use crate::{inventory::MacAddr, progress};
 
 pub fn router(state: Arc<BootState>) -> Router {
     Router::new()
@@ -70,7 +70,7 @@ async fn boot_script(
         Ok(text) => {
             state
                 .progress
-                .script(mac, unix_now(), format!("/boot/{name}"));
+                .script(mac, progress::now_ms(), format!("/boot/{name}"));
             ([("content-type", "text/plain; charset=utf-8")], text).into_response()
         }
         Err(e) => {
@@ -100,7 +100,7 @@ async fn booted(
     let note: String = body.chars().take(200).filter(|c| !c.is_control()).collect();
     state.progress.booted(
         mac,
-        unix_now(),
+        progress::now_ms(),
         if note.is_empty() {
             "booted".into()
         } else {
@@ -113,9 +113,11 @@ async fn booted(
 /// Notes a boot file or artifact fetched by the host at `peer`.
 pub fn record_fetch(state: &BootState, peer: SocketAddr, path: &str) {
     if let Some(mac) = client_ip(peer).and_then(|ip| state.mac_at(ip)) {
-        state
-            .progress
-            .artifact(mac, unix_now(), path.trim_start_matches('/').to_string());
+        state.progress.artifact(
+            mac,
+            progress::now_ms(),
+            path.trim_start_matches('/').to_string(),
+        );
     }
 }
 

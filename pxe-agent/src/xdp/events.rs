@@ -7,11 +7,15 @@ use aya::maps::{MapData, RingBuf};
 use pxe_ebpf_common::{BootClass, ServedEvent, bootp};
 use tokio::sync::watch;
 
-use crate::{dhcp::server::unix_now, inventory::MacAddr, progress::Progress};
+use crate::{
+    inventory::MacAddr,
+    progress::{Progress, wall_ms_of_monotonic},
+};
 
 /// How often the ring is drained. The XDP program writes without waking
 /// the reader (a wake-up per reply would cost more than the reply), so the
-/// boot-progress view lags by at most this.
+/// boot-progress view lags by at most this; each event carries its own
+/// send time, so the lag does not reorder a host's steps.
 const DRAIN_EVERY: Duration = Duration::from_millis(200);
 
 /// Reads events until shutdown.
@@ -57,7 +61,7 @@ fn record(progress: &Progress, e: &ServedEvent) {
     let ip = std::net::Ipv4Addr::from(e.yiaddr);
     progress.dhcp(
         MacAddr(e.mac),
-        unix_now(),
+        wall_ms_of_monotonic(e.at_ns),
         format!("{what} {ip} ({class}, xdp)"),
     );
 }
