@@ -92,6 +92,12 @@ enum Command {
     VethPeer {
         #[arg(long, short)]
         interface: String,
+        /// Instead of passing frames up, redirect every frame the interface
+        /// receives to this one (a veth end): its peer then receives them as
+        /// XDP frames in page buffers, as from a NIC, rather than as socket
+        /// buffers veth copies before running XDP. Benchmarks use it.
+        #[arg(long, value_name = "IFACE")]
+        redirect_to: Option<String>,
     },
     /// Print the counters of the running agent.
     Stats {
@@ -197,8 +203,14 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::VethPeer { interface } => {
-            let _peer = VethPeer::attach(&interface)?;
+        Command::VethPeer {
+            interface,
+            redirect_to,
+        } => {
+            let _peer = match redirect_to {
+                Some(target) => VethPeer::attach_redirect(&interface, &target)?,
+                None => VethPeer::attach(&interface)?,
+            };
             block_on_signal(async { Ok(()) })?;
             Ok(ExitCode::SUCCESS)
         }

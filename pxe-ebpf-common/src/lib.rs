@@ -16,6 +16,10 @@ pub const COUNTERS_MAP: &str = "COUNTERS";
 pub const PROGRAM_NAME: &str = "pxe_xdp";
 /// Name of the pass-through program for veth peers in labs.
 pub const PASS_PROGRAM_NAME: &str = "pxe_pass";
+/// Name of the lab program that redirects every frame to another interface.
+pub const REDIRECT_PROGRAM_NAME: &str = "pxe_redirect";
+/// Name of its one-slot device map.
+pub const REDIRECT_MAP: &str = "REDIRECT_TO";
 /// Name of the ring buffer of [`ServedEvent`]s.
 pub const EVENTS_MAP: &str = "EVENTS";
 /// Capacity of [`EVENTS_MAP`] in bytes.

@@ -14,7 +14,7 @@ mod reply;
 use aya_ebpf::{
     bindings::xdp_action,
     macros::{map, xdp},
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{DevMap, HashMap, PerCpuArray, RingBuf},
     programs::XdpContext,
 };
 use pxe_ebpf_common::{Counter, EVENTS_BYTES, HostKey, MAX_TEMPLATES, ReplyTemplate, ServedEvent};
@@ -97,6 +97,21 @@ pub fn pxe_xdp(ctx: XdpContext) -> u32 {
 #[xdp]
 pub fn pxe_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
+}
+
+/// The interface [`pxe_redirect`] sends to, in slot 0.
+#[map(name = "REDIRECT_TO")]
+static REDIRECT_TO: DevMap = DevMap::with_max_entries(1, 0);
+
+/// Sends every frame on to the interface in `REDIRECT_TO`. Frames a veth
+/// end receives this way arrive at its peer as XDP frames in page buffers,
+/// the way a NIC hands frames to XDP, rather than as socket buffers that
+/// veth must copy first; `pxe-agent veth-peer --redirect-to` attaches it.
+#[xdp]
+pub fn pxe_redirect(_ctx: XdpContext) -> u32 {
+    REDIRECT_TO
+        .redirect(0, 0)
+        .unwrap_or(xdp_action::XDP_ABORTED)
 }
 
 #[cfg(not(test))]

@@ -3,11 +3,12 @@
 
 use aya::{
     Ebpf, EbpfError,
-    maps::{HashMap, MapData, MapError, PerCpuArray, RingBuf},
+    maps::{DevMap, HashMap, MapData, MapError, PerCpuArray, RingBuf, xdp::XdpMapError},
     programs::{ProgramError, Xdp, XdpMode, xdp::XdpLinkId},
 };
 use pxe_ebpf_common::{
-    COUNTERS_MAP, EVENTS_MAP, HOSTS_MAP, HostKey, PASS_PROGRAM_NAME, PROGRAM_NAME, ReplyTemplate,
+    COUNTERS_MAP, EVENTS_MAP, HOSTS_MAP, HostKey, PASS_PROGRAM_NAME, PROGRAM_NAME, REDIRECT_MAP,
+    REDIRECT_PROGRAM_NAME, ReplyTemplate,
 };
 use tracing::{info, warn};
 
@@ -32,6 +33,10 @@ pub enum XdpError {
         name: &'static str,
         source: MapError,
     },
+    #[error("no interface named {0}")]
+    NoInterface(String),
+    #[error("failed to set the redirect target")]
+    Redirect(#[source] XdpMapError),
     #[error("failed to attach XDP to {iface} in {mode:?} mode")]
     Attach {
         iface: String,
@@ -173,21 +178,49 @@ impl FastPath {
     }
 }
 
-/// The pass-through program attached to the far end of a veth pair, so that
-/// end receives what the fast path sends with XDP_TX. Detached on drop.
+/// The lab program attached to the far end of a veth pair: pass-through,
+/// so that end receives what the fast path sends with XDP_TX, or a redirect
+/// of every frame to another interface. Detached on drop.
 pub struct VethPeer {
     _ebpf: Ebpf,
 }
 
 impl VethPeer {
+    /// Attaches the pass-through program to `iface`.
     pub fn attach(iface: &str) -> Result<VethPeer, XdpError> {
+        Self::attach_program(iface, PASS_PROGRAM_NAME, None)
+    }
+
+    /// Attaches to `iface` the program that redirects every frame it
+    /// receives to `target`.
+    pub fn attach_redirect(iface: &str, target: &str) -> Result<VethPeer, XdpError> {
+        Self::attach_program(iface, REDIRECT_PROGRAM_NAME, Some(target))
+    }
+
+    fn attach_program(
+        iface: &str,
+        name: &'static str,
+        target: Option<&str>,
+    ) -> Result<VethPeer, XdpError> {
         if OBJECT.is_empty() {
             return Err(XdpError::NoObject);
         }
         let mut ebpf = Ebpf::load(OBJECT).map_err(XdpError::Load)?;
+        if let Some(target) = target {
+            let ifindex = ifindex(target).ok_or_else(|| XdpError::NoInterface(target.into()))?;
+            let mut map: DevMap<_> = ebpf
+                .map_mut(REDIRECT_MAP)
+                .ok_or(XdpError::Missing(REDIRECT_MAP))?
+                .try_into()
+                .map_err(|source| XdpError::Map {
+                    name: REDIRECT_MAP,
+                    source,
+                })?;
+            map.set(0, ifindex, None, 0).map_err(XdpError::Redirect)?;
+        }
         let prog: &mut Xdp = ebpf
-            .program_mut(PASS_PROGRAM_NAME)
-            .ok_or(XdpError::Missing(PASS_PROGRAM_NAME))?
+            .program_mut(name)
+            .ok_or(XdpError::Missing(name))?
             .try_into()
             .map_err(XdpError::Verify)?;
         prog.load().map_err(XdpError::Verify)?;
@@ -197,10 +230,21 @@ impl VethPeer {
                 mode: AttachMode::Native,
                 source,
             })?;
-        info!(%iface, "pass-through XDP program attached to the veth peer");
+        match target {
+            Some(target) => info!(%iface, %target, "redirecting XDP program attached"),
+            None => info!(%iface, "pass-through XDP program attached to the veth peer"),
+        }
         // Dropping the Ebpf detaches its links.
         Ok(VethPeer { _ebpf: ebpf })
     }
+}
+
+/// The index of interface `name`, if there is one.
+fn ifindex(name: &str) -> Option<u32> {
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: name is NUL-terminated.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    (index != 0).then_some(index)
 }
 
 impl Drop for FastPath {

@@ -2,8 +2,8 @@
 //! inside a client namespace, and the `BPF_PROG_TEST_RUN` timer.
 //!
 //! ```text
-//! dhcp-loadgen run --interface IF --macs FILE [--rate N|max] [--duration S] [--drain S]
-//!                  [--timeout S] [--window N] [--user-class TEXT]
+//! dhcp-loadgen run --interface IF [--send-on IF] --macs FILE [--rate N|max] [--duration S]
+//!                  [--drain S] [--timeout S] [--window N] [--user-class TEXT]
 //! dhcp-loadgen prog-test-run [--runs N]
 //! ```
 //!
@@ -15,15 +15,16 @@ use std::{process::ExitCode, time::Duration};
 use pxe_tests::loadgen::{self, Options};
 
 const USAGE: &str = "usage:
-  dhcp-loadgen run --interface IF --macs FILE [--rate N|max] [--duration SECS] [--drain SECS]
-                   [--timeout SECS] [--window N] [--user-class TEXT]
+  dhcp-loadgen run --interface IF [--send-on IF] --macs FILE [--rate N|max] [--duration SECS]
+                   [--drain SECS] [--timeout SECS] [--window N] [--user-class TEXT]
   dhcp-loadgen prog-test-run [--runs N]
 
 run: DORA exchanges at N new ones per second (max: as fast as the window
 of outstanding exchanges allows, default 1024) for --duration (3 s), then
 waits up to --drain (1 s) for late answers; an exchange is lost after
 --timeout (1 s). --user-class puts TEXT in option 77 of every request
-(iPXE sends `iPXE`).";
+(iPXE sends `iPXE`). Answers are read on --interface; requests are sent
+there too, or on --send-on.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -49,6 +50,7 @@ fn run(args: &[String]) -> Result<String, String> {
         args,
         &[
             "interface",
+            "send-on",
             "macs",
             "rate",
             "duration",
@@ -74,6 +76,7 @@ fn run(args: &[String]) -> Result<String, String> {
     };
     let opts = Options {
         iface: flags.required("interface")?.to_owned(),
+        send_iface: flags.get("send-on").map(str::to_owned),
         macs: loadgen::parse_macs(&text).map_err(|err| format!("{macs_path}: {err}"))?,
         rate,
         duration: seconds(flags.get("duration").unwrap_or("3"), "duration")?,

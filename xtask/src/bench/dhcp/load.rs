@@ -34,7 +34,7 @@ use super::{
     hosts::{CLIENT_IP, SERVER_IP, Setup},
     report::thousands,
     server::Server,
-    testbed::{Bins, Testbed},
+    testbed::{Bins, SENDER_IF, Testbed},
 };
 
 /// How long the generator waits for answers after it stops sending.
@@ -284,7 +284,8 @@ impl Runner<'_> {
             .bed
             .lab
             .cmd_in(self.bed.client_ns(), &self.bins.loadgen);
-        cmd.args(["run", "--interface", self.bed.client_if(), "--macs"])
+        cmd.args(["run", "--interface", self.bed.client_if()])
+            .args(["--send-on", SENDER_IF, "--macs"])
             .arg(self.macs)
             .args(["--rate", "20", "--duration", "0.5", "--drain", "0.5"]);
         let run = run_to_exit(&mut cmd, Duration::from_secs(1) + GRACE)?;
@@ -317,7 +318,8 @@ impl Runner<'_> {
                     _ => self.macs,
                 };
                 cmd.arg(&self.bins.loadgen)
-                    .args(["run", "--interface", bed.client_if(), "--macs"])
+                    .args(["run", "--interface", bed.client_if()])
+                    .args(["--send-on", SENDER_IF, "--macs"])
                     .arg(macs)
                     .args(["--duration", &secs, "--drain"])
                     .arg(format!("{:.3}", DRAIN.as_secs_f64()))

@@ -1,7 +1,8 @@
 //! The measurement of one server under one load: a bounded ramp of fixed
 //! rates, a few seconds each, up to the first rate that drops more than 1%
 //! of its exchanges (or that the generator cannot send), then one run as
-//! fast as the generator can send.
+//! fast as the generator can send, which is the clean rate when it drops
+//! no more than 1% either.
 //!
 //! Loads that need a fresh server per run (the pool load) restart it, with
 //! an empty lease database, before every run and wait until it answers.
@@ -101,6 +102,10 @@ pub enum Stop {
     GeneratorBound { rate: u32, why: String },
     /// Every rate of the plan was clean.
     EndOfRamp,
+    /// Even the run as fast as the generator can send was clean, and it
+    /// answered more than any step: it is the clean rate, and the
+    /// generator is the limit.
+    FlatOutClean,
 }
 
 /// One server × host count × load.
@@ -109,7 +114,7 @@ pub struct Measurement {
     pub hosts: usize,
     pub server: ServerKind,
     pub load: LoadKind,
-    /// The highest clean step.
+    /// The highest clean step, or the flat-out run when it was clean.
     pub clean: Option<Sample>,
     pub stop: Option<Stop>,
     /// Every fixed-rate step, in the order run.
@@ -159,7 +164,10 @@ impl Measurement {
 
     /// The clean rate is the generator's limit, not the server's.
     pub fn clean_generator_bound(&self) -> bool {
-        matches!(self.stop, Some(Stop::GeneratorBound { .. })) && self.clean.is_some()
+        matches!(
+            self.stop,
+            Some(Stop::GeneratorBound { .. } | Stop::FlatOutClean)
+        ) && self.clean.is_some()
     }
 
     /// The clean rate is the top of the ramp: the server may do more.
@@ -215,6 +223,14 @@ pub fn measure(
         .and_then(|()| {
             let sample = step(runner, server, load, None, plan.max_run)?;
             progress(&m, &sample);
+            let above = m
+                .clean
+                .as_ref()
+                .is_none_or(|c| sample.exchanges_per_s() > c.exchanges_per_s());
+            if sample.drop_pct() <= CLEAN_DROP_PCT && above {
+                m.clean = Some(sample.clone());
+                m.stop = Some(Stop::FlatOutClean);
+            }
             m.max = Some(sample);
             Ok(())
         });

@@ -103,7 +103,7 @@ fn comparison_table(rows: &[&Measurement]) -> String {
     let mut out = String::from(
         "| Load | Hosts | Server | Max clean rate (DORA/s, <1% drops) | Answered/s at max load \
          | Avg latency | Max latency | Server CPU s / 1k | Process CPU s / 1k \
-         | pxe-agent ÷ this: clean / max / CPU |\n\
+         | pxe-agent ÷ this: clean / max / CPU per exchange, each at its clean rate / CPU at the same rate |\n\
          |---|---:|---|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for m in rows {
@@ -203,12 +203,20 @@ fn ratio_cell(m: &Measurement, reference: Option<&Measurement>) -> String {
         pxe.clean_generator_bound() || pxe.clean_at_top(),
     );
     let max = rate(pxe.max.as_ref(), m.max.as_ref(), pxe.max_generator_bound());
+    let own_cpu = |m: &Measurement| {
+        let clean = m.clean.as_ref()?;
+        clean.per_1k(clean.server_cpu())
+    };
+    let cpu_own = match (own_cpu(pxe), own_cpu(m)) {
+        (Some(x), Some(y)) if y > 0.0 => format!("{}×", significant(x / y)),
+        _ => "-".into(),
+    };
     let cpu = same_rate(pxe, m)
         .and_then(|same| Some((same.cpu_ratio()?, same)))
         .map_or("-".into(), |(ratio, same)| {
             format!("{}× ({})", significant(ratio), same.rates())
         });
-    format!("{clean} / {max} / {cpu}")
+    format!("{clean} / {max} / {cpu_own} / {cpu}")
 }
 
 /// pxe-agent and a peer at the same rate, for a fair per-exchange
@@ -301,8 +309,10 @@ fn plan_line(plan: &Plan) -> String {
     };
     format!(
         "Ramp: direct and iPXE {} /s, relayed {} /s, pool {} /s, {:.1} s a step; \
-         max load run {:.1} s. Latency and CPU are from the highest clean step; the CPU \
-         ratio compares pxe-agent and the peer at the same rate.",
+         max load run {:.1} s. The clean rate is the highest clean step, or the max load run \
+         when that dropped no more than 1% too; latency and CPU are from that run. The CPU \
+         ratios compare pxe-agent and the peer each at its own clean rate, then at the same \
+         rate.",
         rates(&plan.direct_rates),
         rates(&plan.relayed_rates),
         rates(&plan.pool_rates),
@@ -395,11 +405,15 @@ fn generator_bound_line(rows: &[&Measurement]) -> String {
             thousands(m.hosts as f64),
             m.server.name()
         );
-        if let Some(Stop::GeneratorBound { rate, why }) = &m.stop {
-            bound.push(format!(
+        match &m.stop {
+            Some(Stop::GeneratorBound { rate, why }) => bound.push(format!(
                 "{what} clean rate (at {}/s: {why})",
                 thousands(f64::from(*rate))
-            ));
+            )),
+            Some(Stop::FlatOutClean) => {
+                bound.push(format!("{what} clean rate (the flat-out run, clean)"));
+            }
+            _ => {}
         }
         if let Some(max) = m.max.as_ref().filter(|_| m.max_generator_bound()) {
             let why = max

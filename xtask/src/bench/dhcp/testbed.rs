@@ -5,6 +5,12 @@
 //! - The client end has [`CLIENT_CIDR`], so perfdhcp can relay from it.
 //! - `pxe-agent veth-peer` runs on the client end for the whole run: XDP_TX
 //!   replies only reach a veth peer that runs NAPI (docs/veth.md).
+//! - dhcp-loadgen sends on a second veth pair inside the client namespace
+//!   ([`SENDER_IF`]), whose far end redirects every frame into the client
+//!   end (`veth-peer --redirect-to`). The server end then receives XDP
+//!   frames in page buffers, as a NIC hands them to XDP and to the stack,
+//!   instead of socket buffers that veth copies into a page before it runs
+//!   an XDP program. Answers come back on the client end as before.
 //! - Both ends run NAPI in a kernel thread of their own (threaded NAPI),
 //!   pinned to the server cores and the generator's core. Otherwise the
 //!   kernel does the receiving end's work in softirq inside the sender's
@@ -33,6 +39,9 @@ use super::{
 };
 
 pub const LAB_PREFIX: &str = "pxbench";
+/// Where dhcp-loadgen sends; [`SENDER_PEER`] redirects to the client end.
+pub const SENDER_IF: &str = "pxgen0";
+const SENDER_PEER: &str = "pxgen1";
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The binaries the benchmark runs.
@@ -49,9 +58,10 @@ pub struct NapiThreads {
     pub client: u32,
 }
 
-/// Field order matters: the peer program stops before the lab goes.
+/// Field order matters: the peer programs stop before the lab goes.
 pub struct Testbed {
     peer: RefCell<ChildGuard>,
+    redirect: RefCell<ChildGuard>,
     pub lab: Lab,
     pub napi: NapiThreads,
     pub cores: Cores,
@@ -61,10 +71,12 @@ impl Testbed {
     pub fn new(bins: &Bins, cores: Cores) -> anyhow::Result<Testbed> {
         let lab = Lab::new(LAB_PREFIX)?;
         configure_links(&lab)?;
-        let peer = start_peer(&lab, &bins.agent)?;
+        let peer = start_peer(&lab, &bins.agent, lab.client_if(), None)?;
+        let redirect = start_peer(&lab, &bins.agent, SENDER_PEER, Some(lab.client_if()))?;
         let napi = thread_napi(&lab, &cores)?;
         Ok(Testbed {
             peer: RefCell::new(peer),
+            redirect: RefCell::new(redirect),
             lab,
             napi,
             cores,
@@ -87,11 +99,13 @@ impl Testbed {
         self.lab.client_if()
     }
 
-    /// Fails if the peer program has exited: without it, XDP_TX replies
-    /// would silently stop arriving.
+    /// Fails if a peer program has exited: without them, XDP_TX replies or
+    /// the generator's requests would silently stop arriving.
     pub fn check_peer(&self) -> anyhow::Result<()> {
-        if let Some(status) = self.peer.borrow_mut().try_wait()? {
-            bail!("pxe-agent veth-peer exited ({status})");
+        for peer in [&self.peer, &self.redirect] {
+            if let Some(status) = peer.borrow_mut().try_wait()? {
+                bail!("pxe-agent veth-peer exited ({status})");
+            }
         }
         Ok(())
     }
@@ -106,17 +120,46 @@ fn configure_links(lab: &Lab) -> anyhow::Result<()> {
         .with_context(|| format!("failed to set GRO on, TSO off on {srv_if}"))?;
     lab.run_in(cli, &["ethtool", "-K", cli_if, "tso", "off"])
         .with_context(|| format!("failed to set TSO off on {cli_if}"))?;
+    let add = [
+        "ip",
+        "link",
+        "add",
+        SENDER_IF,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        SENDER_PEER,
+    ];
+    lab.run_in(cli, &add)
+        .with_context(|| format!("failed to add the sender pair {SENDER_IF}/{SENDER_PEER}"))?;
+    for iface in [SENDER_IF, SENDER_PEER] {
+        lab.run_in(cli, &["ethtool", "-K", iface, "tso", "off"])
+            .with_context(|| format!("failed to set TSO off on {iface}"))?;
+        lab.run_in(cli, &["ip", "link", "set", iface, "up"])
+            .with_context(|| format!("failed to bring {iface} up"))?;
+    }
     Ok(())
 }
 
-fn start_peer(lab: &Lab, agent: &Path) -> anyhow::Result<ChildGuard> {
+/// Runs `pxe-agent veth-peer` on `iface` in the client namespace, passing
+/// frames up or redirecting them to `redirect_to`, until the testbed goes.
+fn start_peer(
+    lab: &Lab,
+    agent: &Path,
+    iface: &str,
+    redirect_to: Option<&str>,
+) -> anyhow::Result<ChildGuard> {
     let mut cmd = lab.cmd_in(lab.client_ns(), agent);
-    cmd.args(["veth-peer", "--interface", lab.client_if()])
+    cmd.args(["veth-peer", "--interface", iface])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
+    if let Some(target) = redirect_to {
+        cmd.args(["--redirect-to", target]);
+    }
     let mut peer = ChildGuard::spawn(&mut cmd)?;
     let deadline = Instant::now() + ATTACH_TIMEOUT;
-    let show = ["ip", "link", "show", "dev", lab.client_if()];
+    let show = ["ip", "link", "show", "dev", iface];
     while !lab
         .run_in(lab.client_ns(), &show)
         .is_ok_and(|out| out.contains(" xdp"))
@@ -147,7 +190,11 @@ fn thread_napi(lab: &Lab, cores: &Cores) -> anyhow::Result<NapiThreads> {
 /// thread names are not unique across namespaces, so it is the new one.
 fn thread_napi_of(lab: &Lab, ns: &str, iface: &str) -> anyhow::Result<u32> {
     let before = cpu::napi_threads(iface);
-    let script = format!("echo 1 > /sys/class/net/{iface}/threaded");
+    let defer = std::env::var("PXB_DEFER").unwrap_or("0".into());
+    let timeout = std::env::var("PXB_TIMEOUT").unwrap_or("0".into());
+    let script = format!(
+        "echo {defer} > /sys/class/net/{iface}/napi_defer_hard_irqs; echo {timeout} > /sys/class/net/{iface}/gro_flush_timeout; echo 1 > /sys/class/net/{iface}/threaded"
+    );
     lab.run_in(ns, &["sh", "-c", &script])
         .with_context(|| format!("failed to enable threaded NAPI on {iface}"))?;
     let deadline = Instant::now() + Duration::from_secs(2);

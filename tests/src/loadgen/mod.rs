@@ -7,24 +7,22 @@
 //! request frames come from [`crate::frame`]. It does not start servers or
 //! namespaces: run it inside the client namespace (`ip netns exec`).
 //!
-//! The socket is its own rather than [`crate::raw::RawSocket`]: a load
-//! generator needs non-blocking batch receives into one reused buffer, a
-//! large receive buffer and the kernel's own filter for outgoing frames.
+//! Its socket ([`socket::PacketSocket`]) is its own rather than
+//! [`crate::raw::RawSocket`]: a load generator needs batched, non-blocking
+//! sends and receives.
+
+mod socket;
 
 use std::{
-    ffi::CString,
     io,
     net::Ipv4Addr,
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
     time::{Duration, Instant},
 };
 
+use socket::PacketSocket;
+
 use crate::frame::Req;
 
-const ETH_P_ALL: u16 = 0x0003;
-/// `PACKET_IGNORE_OUTGOING` (Linux 4.20): the socket skips frames it sent.
-const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
-const RECV_BUFFER: libc::c_int = 16 << 20;
 const ETH_HLEN: usize = 14;
 /// BOOTP offsets (RFC 2131 section 2), from the start of the message.
 const BOOTP_XID: usize = 4;
@@ -40,8 +38,10 @@ const PAYLOAD: usize = 42;
 /// What one run does.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// The interface to send on and listen to.
+    /// The interface to listen to, and to send on unless `send_iface` is set.
     pub iface: String,
+    /// Another interface to send on.
+    pub send_iface: Option<String>,
     /// The client MACs, cycled over in order.
     pub macs: Vec<[u8; 6]>,
     /// New exchanges per second; `None` sends as fast as it can.
@@ -152,9 +152,9 @@ pub fn run(opts: &Options) -> io::Result<Report> {
     if opts.macs.is_empty() {
         return Err(io::Error::other("no MACs to send from"));
     }
-    let socket = PacketSocket::open(&opts.iface)?;
+    let mut socket = PacketSocket::open(&opts.iface, opts.send_iface.as_deref())?;
     let frames = Frames::new(opts.user_class.as_deref());
-    let mut generator = Generator::new(opts, &socket, &frames);
+    let mut generator = Generator::new(opts, &mut socket, &frames);
     generator.run()?;
     let mut report = generator.report;
     report.cpu = own_cpu_time();
@@ -486,20 +486,20 @@ impl Bucket {
 
 struct Generator<'a> {
     opts: &'a Options,
-    socket: &'a PacketSocket,
+    socket: &'a mut PacketSocket,
     frames: &'a Frames,
     table: Table,
     report: Report,
     next_mac: usize,
-    out: Vec<u8>,
-    rx: Vec<u8>,
+    /// The answers of one received batch, handled after it is parsed.
+    answers: Vec<Answer>,
 }
 
 /// Frames received per loop turn at most, so sending keeps its pace.
 const RX_BATCH: usize = 256;
 
 impl<'a> Generator<'a> {
-    fn new(opts: &'a Options, socket: &'a PacketSocket, frames: &'a Frames) -> Generator<'a> {
+    fn new(opts: &'a Options, socket: &'a mut PacketSocket, frames: &'a Frames) -> Generator<'a> {
         Generator {
             opts,
             socket,
@@ -507,8 +507,7 @@ impl<'a> Generator<'a> {
             table: Table::new(first_xid()),
             report: Report::default(),
             next_mac: 0,
-            out: Vec::with_capacity(1024),
-            rx: vec![0; 2048],
+            answers: Vec::with_capacity(socket::BATCH),
         }
     }
 
@@ -528,6 +527,7 @@ impl<'a> Generator<'a> {
             for _ in 0..sent {
                 self.discover(now)?;
             }
+            self.socket.flush()?;
             if received == 0 && sent == 0 {
                 let wait = if room == 0 {
                     self.until_expiry(now)
@@ -555,7 +555,9 @@ impl<'a> Generator<'a> {
             if self.table.outstanding == 0 || now >= deadline {
                 break;
             }
-            if self.receive()? == 0 {
+            let received = self.receive()?;
+            self.socket.flush()?;
+            if received == 0 {
                 self.socket
                     .wait((deadline - now).min(Duration::from_millis(10)))?;
             }
@@ -567,10 +569,10 @@ impl<'a> Generator<'a> {
         let mac_idx = self.next_mac;
         self.next_mac = (self.next_mac + 1) % self.opts.macs.len();
         let xid = self.table.start(mac_idx as u32, now);
-        let frame = self
-            .frames
-            .fill_discover(&mut self.out, self.opts.macs[mac_idx], xid);
-        send_or_count(self.socket, frame)?;
+        let (frames, mac) = (self.frames, self.opts.macs[mac_idx]);
+        self.socket.push(|buf| {
+            frames.fill_discover(buf, mac, xid);
+        })?;
         self.report.discovers += 1;
         Ok(())
     }
@@ -579,13 +581,17 @@ impl<'a> Generator<'a> {
     fn receive(&mut self) -> io::Result<usize> {
         let mut n = 0;
         while n < RX_BATCH {
-            let Some(len) = self.socket.try_recv(&mut self.rx)? else {
+            let got = self.socket.recv_batch()?;
+            if got == 0 {
                 break;
-            };
-            n += 1;
-            if let Some(answer) = parse_answer(&self.rx[..len]) {
+            }
+            n += got;
+            let mut answers = std::mem::take(&mut self.answers);
+            answers.extend((0..got).filter_map(|i| parse_answer(self.socket.received(i))));
+            for answer in answers.drain(..) {
                 self.answer(&answer)?;
             }
+            self.answers = answers;
         }
         Ok(n)
     }
@@ -610,8 +616,10 @@ impl<'a> Generator<'a> {
         slot.stage = Stage::AwaitAck;
         let mac = self.opts.macs[slot.mac as usize];
         self.report.offers += 1;
-        let frame = self.frames.fill_request(&mut self.out, mac, offer);
-        send_or_count(self.socket, frame)?;
+        let frames = self.frames;
+        self.socket.push(|buf| {
+            frames.fill_request(buf, mac, offer);
+        })?;
         self.report.requests += 1;
         Ok(())
     }
@@ -626,22 +634,6 @@ impl<'a> Generator<'a> {
         self.report.latency_sum += latency;
         self.report.latency_max = self.report.latency_max.max(latency);
     }
-}
-
-/// A full transmit queue loses the frame like a busy wire would; the
-/// exchange then counts as dropped.
-fn send_or_count(socket: &PacketSocket, frame: &[u8]) -> io::Result<()> {
-    match socket.send(frame) {
-        Err(err) if is_congestion(&err) => Ok(()),
-        other => other,
-    }
-}
-
-fn is_congestion(err: &io::Error) -> bool {
-    matches!(
-        err.raw_os_error(),
-        Some(libc::ENOBUFS | libc::EAGAIN | libc::ENOMEM)
-    )
 }
 
 /// A different xid range per run, so late answers to an earlier run on the
@@ -664,146 +656,6 @@ pub fn own_cpu_time() -> Duration {
     };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
-/// A non-blocking `AF_PACKET` socket on one interface of the calling
-/// thread's namespace that does not see its own outgoing frames.
-struct PacketSocket {
-    fd: OwnedFd,
-}
-
-impl PacketSocket {
-    fn open(iface: &str) -> io::Result<PacketSocket> {
-        // SAFETY: plain socket(2); the fd is owned below.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                i32::from(ETH_P_ALL.to_be()),
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor nobody else owns.
-        let socket = PacketSocket {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        };
-        socket.set_option(libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
-        // SO_RCVBUFFORCE goes past rmem_max (CAP_NET_ADMIN); a short burst
-        // of answers must not be lost in the generator's own buffer.
-        socket
-            .set_option(libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, RECV_BUFFER)
-            .or_else(|_| socket.set_option(libc::SOL_SOCKET, libc::SO_RCVBUF, RECV_BUFFER))?;
-        socket.bind(iface)?;
-        Ok(socket)
-    }
-
-    fn set_option(
-        &self,
-        level: libc::c_int,
-        name: libc::c_int,
-        value: libc::c_int,
-    ) -> io::Result<()> {
-        // SAFETY: value is a c_int of the size passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                level,
-                name,
-                (&value as *const libc::c_int).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
-    }
-
-    fn bind(&self, iface: &str) -> io::Result<()> {
-        let name = CString::new(iface).map_err(io::Error::other)?;
-        // SAFETY: name is NUL-terminated.
-        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-        if ifindex == 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a zeroed sockaddr_ll is valid; fields set below.
-        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        addr.sll_family = libc::AF_PACKET as u16;
-        addr.sll_protocol = ETH_P_ALL.to_be();
-        addr.sll_ifindex = ifindex as i32;
-        // SAFETY: addr is a valid sockaddr_ll of the given size.
-        let rc = unsafe {
-            libc::bind(
-                self.fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_ll).cast(),
-                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
-    }
-
-    fn send(&self, frame: &[u8]) -> io::Result<()> {
-        // SAFETY: frame is a valid buffer of its length.
-        let n = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    }
-
-    /// One queued frame into `buf`, or `None` when none is queued.
-    fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        // SAFETY: buf is writable for its length.
-        let n = unsafe {
-            libc::recv(
-                self.fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n >= 0 {
-            return Ok(Some(n as usize));
-        }
-        let err = io::Error::last_os_error();
-        match err.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
-            _ => Err(err),
-        }
-    }
-
-    /// Sleeps until a frame is queued or `timeout` passes (to the nanosecond).
-    fn wait(&self, timeout: Duration) -> io::Result<()> {
-        if timeout.is_zero() {
-            return Ok(());
-        }
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-        };
-        // SAFETY: one valid pollfd and a valid timespec; no signal mask.
-        let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-        if rc < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() != io::ErrorKind::Interrupted {
-                return Err(err);
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
