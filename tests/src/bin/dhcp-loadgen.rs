@@ -4,6 +4,7 @@
 //! ```text
 //! dhcp-loadgen run --interface IF [--send-on IF] --macs FILE [--rate N|max] [--duration S]
 //!                  [--drain S] [--timeout S] [--window N] [--user-class TEXT]
+//!                  [--relay GIADDR --server IP --server-mac MAC]
 //! dhcp-loadgen prog-test-run [--runs N]
 //! ```
 //!
@@ -12,11 +13,12 @@
 
 use std::{process::ExitCode, time::Duration};
 
-use pxe_tests::loadgen::{self, Options};
+use pxe_tests::loadgen::{self, Options, Relay};
 
 const USAGE: &str = "usage:
   dhcp-loadgen run --interface IF [--send-on IF] --macs FILE [--rate N|max] [--duration SECS]
                    [--drain SECS] [--timeout SECS] [--window N] [--user-class TEXT]
+                   [--relay GIADDR --server IP --server-mac MAC]
   dhcp-loadgen prog-test-run [--runs N]
 
 run: DORA exchanges at N new ones per second (max: as fast as the window
@@ -24,7 +26,9 @@ of outstanding exchanges allows, default 1024) for --duration (3 s), then
 waits up to --drain (1 s) for late answers; an exchange is lost after
 --timeout (1 s). --user-class puts TEXT in option 77 of every request
 (iPXE sends `iPXE`). Answers are read on --interface; requests are sent
-there too, or on --send-on.";
+there too, or on --send-on. --relay sends the requests as a relay agent
+would (from GIADDR:67, with giaddr set and the MAC of --interface, unicast
+to the server's IP and MAC), instead of as broadcasts from the clients.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -58,6 +62,9 @@ fn run(args: &[String]) -> Result<String, String> {
             "timeout",
             "window",
             "user-class",
+            "relay",
+            "server",
+            "server-mac",
         ],
     )?;
     let macs_path = flags.required("macs")?;
@@ -84,6 +91,7 @@ fn run(args: &[String]) -> Result<String, String> {
         timeout: seconds(flags.get("timeout").unwrap_or("1"), "timeout")?,
         window,
         user_class: flags.get("user-class").map(|c| c.as_bytes().to_vec()),
+        relay: relay(&flags)?,
     };
     if opts.window == 0 {
         return Err("--window must be at least 1".to_owned());
@@ -98,6 +106,36 @@ fn run(args: &[String]) -> Result<String, String> {
     let report =
         loadgen::run(&opts).map_err(|err| format!("load on {} failed: {err}", opts.iface))?;
     Ok(report.line())
+}
+
+/// `--relay GIADDR --server IP --server-mac MAC`, all or none.
+fn relay(flags: &Flags) -> Result<Option<Relay>, String> {
+    let Some(giaddr) = flags.get("relay") else {
+        return Ok(None);
+    };
+    let ip = |name: &str| -> Result<std::net::Ipv4Addr, String> {
+        let text = flags.required(name)?;
+        text.parse()
+            .map_err(|_| format!("--{name}: {text:?} is not an IPv4 address"))
+    };
+    let mac = |text: &str, what: &str| {
+        loadgen::parse_macs(text)
+            .ok()
+            .and_then(|macs| macs.first().copied())
+            .ok_or_else(|| format!("{what}: {text:?} is not a MAC address"))
+    };
+    let iface = flags.required("interface")?;
+    let path = format!("/sys/class/net/{iface}/address");
+    let own = std::fs::read_to_string(&path).map_err(|err| format!("{path}: {err}"))?;
+    let giaddr = giaddr
+        .parse()
+        .map_err(|_| format!("--relay: {giaddr:?} is not an IPv4 address"))?;
+    Ok(Some(Relay {
+        giaddr,
+        relay_mac: mac(own.trim(), &path)?,
+        server_ip: ip("server")?,
+        server_mac: mac(flags.required("server-mac")?, "--server-mac")?,
+    }))
 }
 
 fn prog_test_run(args: &[String]) -> Result<String, String> {

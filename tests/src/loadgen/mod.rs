@@ -21,7 +21,7 @@ use std::{
 
 use socket::PacketSocket;
 
-use crate::frame::Req;
+use crate::frame::{Req, udp_frame};
 
 const ETH_HLEN: usize = 14;
 /// BOOTP offsets (RFC 2131 section 2), from the start of the message.
@@ -60,6 +60,20 @@ pub struct Options {
     /// carries, if any: `iPXE` makes the requests look like iPXE's own,
     /// which sends the bare string (not RFC 3004's length-prefixed list).
     pub user_class: Option<Vec<u8>>,
+    /// Send as a relay agent instead of as the clients themselves.
+    pub relay: Option<Relay>,
+}
+
+/// A relay agent (RFC 2131 section 4.1): requests go unicast from
+/// `giaddr`:67 to the server's port 67 with giaddr set, and answers come
+/// back to `giaddr`:67.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Relay {
+    pub giaddr: Ipv4Addr,
+    /// The relay's own MAC: the listening interface's.
+    pub relay_mac: [u8; 6],
+    pub server_ip: Ipv4Addr,
+    pub server_mac: [u8; 6],
 }
 
 /// What one run counted. An exchange is complete when its ACK arrives;
@@ -153,7 +167,14 @@ pub fn run(opts: &Options) -> io::Result<Report> {
         return Err(io::Error::other("no MACs to send from"));
     }
     let mut socket = PacketSocket::open(&opts.iface, opts.send_iface.as_deref())?;
-    let frames = Frames::new(opts.user_class.as_deref());
+    // Answers to a relay go to giaddr:67. Bound, this socket keeps the
+    // kernel from answering each with an ICMP port unreachable; when its
+    // small buffer is full the kernel drops them quietly.
+    let _relay_port = opts
+        .relay
+        .map(|relay| std::net::UdpSocket::bind((relay.giaddr, 67)))
+        .transpose()?;
+    let frames = Frames::new(opts.user_class.as_deref(), opts.relay);
     let mut generator = Generator::new(opts, &mut socket, &frames);
     generator.run()?;
     let mut report = generator.report;
@@ -215,6 +236,8 @@ pub fn kernel_time_per_reply(runs: u32) -> KernelTime {
 struct Frames {
     discover: Vec<u8>,
     request: Vec<u8>,
+    /// Sent by a relay: the Ethernet source is the relay's, not the client's.
+    relayed: bool,
     /// Offsets of the values of options 50 and 54 in `request`.
     requested_ip: usize,
     server_id: usize,
@@ -222,24 +245,41 @@ struct Frames {
 
 impl Frames {
     /// A BIOS PXE client (option 93 = 0, "PXEClient" vendor class) that asks
-    /// for broadcast replies, with `user_class` as option 77 if given.
-    fn new(user_class: Option<&[u8]>) -> Frames {
+    /// for broadcast replies, with `user_class` as option 77 if given; or
+    /// its requests as `relay` forwards them.
+    fn new(user_class: Option<&[u8]>, relay: Option<Relay>) -> Frames {
         let mut req = Req::discover([0; 6]).pxe(0);
-        req.broadcast = true;
+        req.broadcast = relay.is_none();
         if let Some(class) = user_class {
             req.extra.push((OPTION_USER_CLASS, class.to_vec()));
         }
-        let discover = req.frame();
+        let frame = |req: &mut Req| match relay {
+            Some(r) => {
+                req.giaddr = r.giaddr;
+                udp_frame(
+                    r.relay_mac,
+                    r.server_mac,
+                    r.giaddr,
+                    r.server_ip,
+                    67,
+                    67,
+                    &req.payload(),
+                )
+            }
+            None => req.frame(),
+        };
+        let discover = frame(&mut req);
         req = req.request();
         req.requested_ip = Some(Ipv4Addr::UNSPECIFIED);
         req.server_id = Some(Ipv4Addr::UNSPECIFIED);
-        let request = req.frame();
+        let request = frame(&mut req);
         let options = &request[PAYLOAD..];
         let requested_ip = PAYLOAD + option_value(options, 50).expect("REQUEST carries option 50");
         let server_id = PAYLOAD + option_value(options, 54).expect("REQUEST carries option 54");
         Frames {
             discover,
             request,
+            relayed: relay.is_some(),
             requested_ip,
             server_id,
         }
@@ -248,23 +288,26 @@ impl Frames {
     fn fill_discover<'b>(&self, buf: &'b mut Vec<u8>, mac: [u8; 6], xid: u32) -> &'b [u8] {
         buf.clear();
         buf.extend_from_slice(&self.discover);
-        patch_client(buf, mac, xid);
+        patch_client(buf, mac, xid, self.relayed);
         buf
     }
 
     fn fill_request<'b>(&self, buf: &'b mut Vec<u8>, mac: [u8; 6], offer: &Answer) -> &'b [u8] {
         buf.clear();
         buf.extend_from_slice(&self.request);
-        patch_client(buf, mac, offer.xid);
+        patch_client(buf, mac, offer.xid, self.relayed);
         buf[self.requested_ip..self.requested_ip + 4].copy_from_slice(&offer.yiaddr.octets());
         buf[self.server_id..self.server_id + 4].copy_from_slice(&offer.server_id.octets());
         buf
     }
 }
 
-/// The Ethernet source, xid and chaddr: what differs between clients.
-fn patch_client(frame: &mut [u8], mac: [u8; 6], xid: u32) {
-    frame[6..12].copy_from_slice(&mac);
+/// The xid, chaddr and, unless a relay sends, the Ethernet source: what
+/// differs between clients.
+fn patch_client(frame: &mut [u8], mac: [u8; 6], xid: u32, relayed: bool) {
+    if !relayed {
+        frame[6..12].copy_from_slice(&mac);
+    }
     frame[PAYLOAD + BOOTP_XID..PAYLOAD + BOOTP_XID + 4].copy_from_slice(&xid.to_be_bytes());
     frame[PAYLOAD + BOOTP_CHADDR..PAYLOAD + BOOTP_CHADDR + 6].copy_from_slice(&mac);
 }
@@ -297,8 +340,9 @@ struct Answer {
     server_id: Ipv4Addr,
 }
 
-/// Takes apart an IPv4/UDP frame to the DHCP client port, whatever its
-/// destination (broadcast or unicast to chaddr); `None` for anything else.
+/// Takes apart a BOOTREPLY in an IPv4/UDP frame to the DHCP client port,
+/// whatever its destination (broadcast or unicast to chaddr), or to a
+/// relay's server port; `None` for anything else.
 fn parse_answer(frame: &[u8]) -> Option<Answer> {
     if frame.len() < ETH_HLEN + 20 || frame[12..14] != [0x08, 0x00] {
         return None;
@@ -309,7 +353,7 @@ fn parse_answer(frame: &[u8]) -> Option<Answer> {
         return None;
     }
     let udp = ip.get(ihl..)?;
-    if udp.len() < 8 || udp[2..4] != [0, 68] {
+    if udp.len() < 8 || !matches!(udp[2..4], [0, 68] | [0, 67]) {
         return None;
     }
     let bootp = &udp[8..];
@@ -676,7 +720,7 @@ mod tests {
 
     #[test]
     fn request_carries_the_offer_and_the_client() {
-        let frames = Frames::new(None);
+        let frames = Frames::new(None, None);
         let mac = [0x52, 0x54, 0, 1, 2, 3];
         let offer = Answer {
             msg_type: DHCPOFFER,
@@ -704,7 +748,7 @@ mod tests {
 
     #[test]
     fn user_class_rides_on_both_requests() {
-        let frames = Frames::new(Some(b"iPXE"));
+        let frames = Frames::new(Some(b"iPXE"), None);
         for frame in [&frames.discover, &frames.request] {
             let bootp = &frame[PAYLOAD..];
             let at = option_value(bootp, OPTION_USER_CLASS).expect("option 77");
@@ -712,7 +756,7 @@ mod tests {
             assert_eq!(&bootp[at..at + 4], b"iPXE");
             assert!(parse_reply(frame).ip_csum_ok);
         }
-        let plain = Frames::new(None);
+        let plain = Frames::new(None, None);
         assert_eq!(
             option_value(&plain.discover[PAYLOAD..], OPTION_USER_CLASS),
             None
@@ -747,8 +791,40 @@ mod tests {
                 server_id: SERVER_IP,
             }
         );
+        // Answers to a relay go to its port 67; requests on that port are not answers.
+        let to_relay = udp_frame([2; 6], [4; 6], SERVER_IP, SERVER_IP, 67, 67, &bootp);
+        assert_eq!(parse_answer(&to_relay).map(|a| a.xid), Some(7));
+        bootp[0] = 1;
         let to_server = udp_frame([2; 6], [0xff; 6], SERVER_IP, SERVER_IP, 68, 67, &bootp);
         assert_eq!(parse_answer(&to_server), None);
+    }
+
+    #[test]
+    fn a_relay_sends_from_its_own_address_with_giaddr() {
+        let relay = Relay {
+            giaddr: Ipv4Addr::new(10, 66, 250, 2),
+            relay_mac: [2, 0, 0, 0, 0, 0x42],
+            server_ip: SERVER_IP,
+            server_mac: [2, 0, 0, 0, 0, 1],
+        };
+        let frames = Frames::new(None, Some(relay));
+        let mac = [0x52, 0x54, 0, 1, 2, 3];
+        let mut buf = Vec::new();
+        let frame = frames.fill_discover(&mut buf, mac, 9).to_vec();
+        let parsed = parse_reply(&frame);
+        assert_eq!(&frame[0..6], &relay.server_mac);
+        assert_eq!(
+            &frame[6..12],
+            &relay.relay_mac,
+            "the relay's MAC, not the client's"
+        );
+        assert_eq!((parsed.sport, parsed.dport), (67, 67));
+        assert_eq!((parsed.ip_src, parsed.ip_dst), (relay.giaddr, SERVER_IP));
+        assert!(parsed.ip_csum_ok);
+        let bootp = &frame[PAYLOAD..];
+        assert_eq!(&bootp[24..28], &relay.giaddr.octets(), "giaddr");
+        assert_eq!(&bootp[BOOTP_CHADDR..BOOTP_CHADDR + 6], &mac);
+        assert_eq!(bootp[10] & 0x80, 0, "no broadcast flag");
     }
 
     #[test]

@@ -5,6 +5,9 @@
 //! - [`LoadKind::Relayed`]: perfdhcp (Kea 2.2). It always acts as a relay:
 //!   giaddr is its own address, it sends from port 67 and gets unicast
 //!   answers, so this measures the relayed path.
+//! - [`LoadKind::RelayedLoadgen`]: dhcp-loadgen as a relay (the same
+//!   requests with giaddr set, unicast from the client end's address and
+//!   port 67), so the relayed path is measured beyond perfdhcp's limit.
 //! - [`LoadKind::Direct`]: dhcp-loadgen. Broadcast DORA exchanges as PXE
 //!   firmware sends them (giaddr 0, broadcast flag, vendor class, option 93).
 //! - [`LoadKind::Pool`]: dhcp-loadgen from MACs no server knows, each used
@@ -64,14 +67,16 @@ const SERVER_SPARE: f64 = 0.5;
 pub enum LoadKind {
     Direct,
     Relayed,
+    RelayedLoadgen,
     Pool,
     Ipxe,
 }
 
 impl LoadKind {
-    pub const ALL: [LoadKind; 4] = [
+    pub const ALL: [LoadKind; 5] = [
         LoadKind::Direct,
         LoadKind::Relayed,
+        LoadKind::RelayedLoadgen,
         LoadKind::Pool,
         LoadKind::Ipxe,
     ];
@@ -80,6 +85,7 @@ impl LoadKind {
         match self {
             LoadKind::Direct => "direct PXE (dhcp-loadgen)",
             LoadKind::Relayed => "relayed (perfdhcp)",
+            LoadKind::RelayedLoadgen => "relayed (dhcp-loadgen)",
             LoadKind::Pool => "slow path: unknown MACs, pool (dhcp-loadgen)",
             LoadKind::Ipxe => "slow path: iPXE user class (dhcp-loadgen)",
         }
@@ -89,6 +95,7 @@ impl LoadKind {
         match self {
             LoadKind::Direct => "direct",
             LoadKind::Relayed => "relayed",
+            LoadKind::RelayedLoadgen => "relayed, dhcp-loadgen",
             LoadKind::Pool => "pool",
             LoadKind::Ipxe => "iPXE",
         }
@@ -97,7 +104,7 @@ impl LoadKind {
     /// How the servers are configured for this load.
     pub fn setup(self) -> Setup {
         match self {
-            LoadKind::Direct | LoadKind::Relayed => Setup::Reservations,
+            LoadKind::Direct | LoadKind::Relayed | LoadKind::RelayedLoadgen => Setup::Reservations,
             LoadKind::Pool => Setup::Pool,
             LoadKind::Ipxe => Setup::Ipxe,
         }
@@ -255,7 +262,9 @@ impl Runner<'_> {
         let after = Usage::read(self.bed, server.pid())?;
         let counters_after = server.agent_counters(self.bed, self.bins);
         let mut sample = match load {
-            LoadKind::Direct | LoadKind::Pool | LoadKind::Ipxe => parse_loadgen(&run.stdout),
+            LoadKind::Direct | LoadKind::RelayedLoadgen | LoadKind::Pool | LoadKind::Ipxe => {
+                parse_loadgen(&run.stdout)
+            }
             LoadKind::Relayed => parse_perfdhcp(&run.stdout, duration),
         }
         .with_context(|| {
@@ -311,7 +320,7 @@ impl Runner<'_> {
         // perfdhcp's -p takes whole seconds only.
         let secs = duration.as_secs().max(1).to_string();
         match load {
-            LoadKind::Direct | LoadKind::Pool | LoadKind::Ipxe => {
+            LoadKind::Direct | LoadKind::RelayedLoadgen | LoadKind::Pool | LoadKind::Ipxe => {
                 let macs = match (load, self.unknown_macs) {
                     (LoadKind::Pool, Some((file, _))) => file,
                     (LoadKind::Pool, None) => bail!("the pool load needs unknown MACs"),
@@ -328,6 +337,10 @@ impl Runner<'_> {
                 if load == LoadKind::Ipxe {
                     // As iPXE sends it: option 77 = the bare string.
                     cmd.args(["--user-class", "iPXE"]);
+                }
+                if load == LoadKind::RelayedLoadgen {
+                    cmd.args(["--relay", CLIENT_IP, "--server", SERVER_IP])
+                        .args(["--server-mac", &bed.server_mac]);
                 }
             }
             LoadKind::Relayed => {

@@ -61,7 +61,7 @@ pub struct Plan {
 impl Plan {
     pub fn rates(&self, load: LoadKind) -> &[u32] {
         match load {
-            LoadKind::Direct | LoadKind::Ipxe => &self.direct_rates,
+            LoadKind::Direct | LoadKind::RelayedLoadgen | LoadKind::Ipxe => &self.direct_rates,
             LoadKind::Relayed => &self.relayed_rates,
             LoadKind::Pool => &self.pool_rates,
         }

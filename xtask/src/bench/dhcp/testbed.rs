@@ -65,6 +65,8 @@ pub struct Testbed {
     pub lab: Lab,
     pub napi: NapiThreads,
     pub cores: Cores,
+    /// The server end's MAC, where a relay sends.
+    pub server_mac: String,
 }
 
 impl Testbed {
@@ -74,7 +76,14 @@ impl Testbed {
         let peer = start_peer(&lab, &bins.agent, lab.client_if(), None)?;
         let redirect = start_peer(&lab, &bins.agent, SENDER_PEER, Some(lab.client_if()))?;
         let napi = thread_napi(&lab, &cores)?;
+        let address = format!("/sys/class/net/{}/address", lab.server_if());
+        let server_mac = lab
+            .run_in(lab.server_ns(), &["cat", &address])
+            .with_context(|| format!("failed to read {address}"))?
+            .trim()
+            .to_owned();
         Ok(Testbed {
+            server_mac,
             peer: RefCell::new(peer),
             redirect: RefCell::new(redirect),
             lab,
