@@ -1,9 +1,13 @@
 //! Bounds-checked reads of the request: headers through packet pointers,
-//! DHCP options through `bpf_xdp_load_bytes`.
+//! DHCP options copied a chunk at a time by `bpf_xdp_load_bytes` into
+//! per-CPU scratch memory and walked there.
 //!
 //! Owns the bounded option walk; decides nothing.
 
-use core::mem::size_of;
+use core::{
+    mem::size_of,
+    ptr::{read_volatile, write_volatile},
+};
 
 use aya_ebpf::{
     helpers::generated::bpf_xdp_load_bytes, macros::map, maps::PerCpuArray, programs::XdpContext,
@@ -36,13 +40,8 @@ pub fn load<const N: usize>(ctx: &XdpContext, off: usize) -> Option<[u8; N]> {
     if rc == 0 { Some(buf) } else { None }
 }
 
-/// What the fast path needs from the options of a request.
-///
-/// Lives in a per-CPU scratch map, not on the stack. Verifier workaround:
-/// values on the stack make every combination of seen options a distinct
-/// verifier state at the loop head and the walk blows the 1M-instruction
-/// budget; map memory is not tracked, so the loop body is verified a few
-/// times instead of once per combination.
+/// What the fast path needs from the options of a request. Filled in
+/// `Scratch`, not on the stack (see there).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Options {
@@ -110,8 +109,99 @@ fn vendor_code(v: VendorClass) -> u8 {
     }
 }
 
+/// Bytes of options one `bpf_xdp_load_bytes` brings in. A PXE request's
+/// options end well inside it, so a walk usually costs one helper call.
+const CHUNK: usize = 256;
+/// Bytes an option's reading needs from its start: code, length and the
+/// longest value prefix looked at (`HTTPClient`).
+const REACH: usize = 2 + 10;
+/// Where the options start in a frame.
+const START: usize = L2L3L4 + OFF_OPTIONS;
+// A chunk ending at the message's end starts inside the frame.
+const _: () = assert!(CHUNK <= START);
+
+/// Per-CPU working memory of the walk.
+///
+/// Verifier workaround: the walk's state lives in a map, not on the stack
+/// or in registers. Seen options on the stack make every combination a
+/// distinct verifier state at the loop head; a position in registers has
+/// ranges that decide comparisons, so the verifier tracks it exactly and
+/// tells apart every sequence of option lengths. Either blows the
+/// 1M-instruction budget. Map memory is not tracked, so the loop body is
+/// verified a few times per pass instead.
+#[repr(C)]
+struct Scratch {
+    opts: Options,
+    /// Frame offsets: the next option, the start of the window in `buf`,
+    /// the end of the message. Read and written volatile (see `Scratch`),
+    /// so the compiler does not keep them in registers across passes.
+    off: usize,
+    base: usize,
+    end: usize,
+    /// `CHUNK` frame bytes from `base`, then slack: indices are masked to
+    /// below `CHUNK`, so a read of up to `REACH` bytes at one stays inside
+    /// without a further check.
+    buf: [u8; CHUNK + REACH],
+}
+
+impl Scratch {
+    #[inline(always)]
+    fn position(&self) -> (usize, usize, usize) {
+        // SAFETY: reads of fields of a live reference.
+        unsafe {
+            (
+                read_volatile(&self.off),
+                read_volatile(&self.base),
+                read_volatile(&self.end),
+            )
+        }
+    }
+
+    #[inline(always)]
+    fn set_position(&mut self, off: usize, base: usize, end: usize) {
+        // SAFETY: writes to fields of a live, exclusive reference.
+        unsafe {
+            write_volatile(&mut self.off, off);
+            write_volatile(&mut self.base, base);
+            write_volatile(&mut self.end, end);
+        }
+    }
+
+    /// Copies the `CHUNK` frame bytes at `base` into `buf`.
+    ///
+    /// The length is a constant: a variable one would need its own bound
+    /// proof, and `window` keeps a whole chunk inside the frame.
+    #[inline(always)]
+    fn fill(&mut self, ctx: &XdpContext, base: usize) -> Result<(), OptionsError> {
+        // SAFETY: the helper bounds-checks against the packet and writes
+        // CHUNK bytes into `buf`, which holds more.
+        let rc = unsafe {
+            bpf_xdp_load_bytes(
+                ctx.ctx,
+                base as u32,
+                self.buf.as_mut_ptr().cast(),
+                CHUNK as u32,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(OptionsError::Malformed)
+        }
+    }
+
+    /// The `N` bytes of `buf` at `at`.
+    #[inline(always)]
+    fn bytes<const N: usize>(&self, at: usize) -> &[u8; N] {
+        let Some(b) = self.buf[at..].first_chunk() else {
+            unreachable!("`at` is below CHUNK + 2 and N at most REACH - 2");
+        };
+        b
+    }
+}
+
 #[map(name = "SCRATCH")]
-static SCRATCH: PerCpuArray<Options> = PerCpuArray::with_max_entries(1, 0);
+static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 
 pub enum OptionsError {
     /// Runs past the message, bad lengths, no end option.
@@ -120,66 +210,87 @@ pub enum OptionsError {
     Unsupported,
 }
 
-/// Walks the options from `start` to `end` (packet offsets).
-///
-/// Verifier workaround: offsets are only ever helper arguments, never
-/// packet-pointer arithmetic, so the loop needs no per-step range proof.
+/// Start of a window holding `off` and what follows it: `off` itself, or
+/// `CHUNK` before the message's `end` when that comes sooner, so a whole
+/// chunk lies inside the frame (`START` bytes precede the options).
 #[inline(always)]
-pub fn walk_options(ctx: &XdpContext, start: usize, end: usize) -> Result<Options, OptionsError> {
+fn window(off: usize, end: usize) -> usize {
+    off.min(end - CHUNK)
+}
+
+/// Walks the options from `START` to `end` (frame offsets), copying them
+/// out of the frame a `CHUNK` at a time.
+///
+/// The window moves only when an option's first `REACH` bytes would leave
+/// it before the message ends, so all that is read of an option is in it.
+#[inline(always)]
+pub fn walk_options(ctx: &XdpContext, end: usize) -> Result<Options, OptionsError> {
+    // What the first pass would find, checked before `window` relies on it.
+    if end <= START {
+        return Err(OptionsError::Malformed);
+    }
     let slot = SCRATCH.get_ptr_mut(0).ok_or(OptionsError::Unsupported)?;
     // SAFETY: a per-CPU slot is only touched by this CPU, with preemption off.
-    let o = unsafe { &mut *slot };
-    *o = Options::EMPTY;
-    let mut off = start;
+    let s = unsafe { &mut *slot };
+    s.opts = Options::EMPTY;
+    let base = window(START, end);
+    s.fill(ctx, base)?;
+    s.set_position(START, base, end);
     for _ in 0..MAX_OPTIONS {
+        let (off, mut base, end) = s.position();
         if off >= end {
             return Err(OptionsError::Malformed);
         }
-        let [code] = load::<1>(ctx, off).ok_or(OptionsError::Malformed)?;
+        if off + REACH > base + CHUNK && base + CHUNK < end {
+            base = window(off, end);
+            s.fill(ctx, base)?;
+        }
+        // Verifier workaround: the mask bounds the index into `buf`; it
+        // changes nothing, as `off` lies in the window.
+        let at = (off - base) & (CHUNK - 1);
+        let code = s.buf[at];
         if code == OPT_END {
-            return Ok(*o);
+            return Ok(s.opts);
         }
         if code == OPT_PAD {
-            off += 1;
+            s.set_position(off + 1, base, end);
             continue;
         }
-        let [_, len] = load::<2>(ctx, off).ok_or(OptionsError::Malformed)?;
-        let value = off + 2;
-        let len = len as usize;
-        off = value + len;
-        if off > end {
+        if off + 2 > end {
             return Err(OptionsError::Malformed);
         }
+        let len = s.buf[at + 1] as usize;
+        if off + 2 + len > end {
+            return Err(OptionsError::Malformed);
+        }
+        s.set_position(off + 2 + len, base, end);
+        let value = at + 2;
         match code {
-            OPT_MESSAGE_TYPE if len == 1 => {
-                o.msg_type = load::<1>(ctx, value).ok_or(OptionsError::Malformed)?[0];
-            }
+            OPT_MESSAGE_TYPE if len == 1 => s.opts.msg_type = s.buf[value],
             OPT_REQUESTED_IP if len == 4 => {
-                o.requested_ip = load::<4>(ctx, value).ok_or(OptionsError::Malformed)?;
-                o.has_requested_ip = true;
+                s.opts.requested_ip = *s.bytes(value);
+                s.opts.has_requested_ip = true;
             }
             OPT_SERVER_ID if len == 4 => {
-                o.server_id = load::<4>(ctx, value).ok_or(OptionsError::Malformed)?;
-                o.has_server_id = true;
+                s.opts.server_id = *s.bytes(value);
+                s.opts.has_server_id = true;
             }
             OPT_CLIENT_ARCH if len >= 2 => {
-                o.arch = u16::from_be_bytes(load::<2>(ctx, value).ok_or(OptionsError::Malformed)?);
-                o.has_arch = true;
+                s.opts.arch = u16::from_be_bytes(*s.bytes(value));
+                s.opts.has_arch = true;
             }
             OPT_VENDOR_CLASS => {
                 let v = if len >= HTTP_CLIENT.len() {
-                    VendorClass::from_prefix(
-                        &load::<10>(ctx, value).ok_or(OptionsError::Malformed)?,
-                    )
+                    VendorClass::from_prefix(s.bytes::<10>(value))
                 } else if len >= PXE_CLIENT.len() {
-                    VendorClass::from_prefix(&load::<9>(ctx, value).ok_or(OptionsError::Malformed)?)
+                    VendorClass::from_prefix(s.bytes::<9>(value))
                 } else {
                     VendorClass::Other
                 };
-                o.vendor = vendor_code(v);
+                s.opts.vendor = vendor_code(v);
             }
-            OPT_USER_CLASS | OPT_IPXE_ENCAP => o.ipxe = true,
-            OPT_RELAY_AGENT_INFO => o.relay_info = true,
+            OPT_USER_CLASS | OPT_IPXE_ENCAP => s.opts.ipxe = true,
+            OPT_RELAY_AGENT_INFO => s.opts.relay_info = true,
             OPT_OVERLOAD => return Err(OptionsError::Unsupported),
             // A malformed known option (wrong length) is not ours to guess at.
             OPT_MESSAGE_TYPE | OPT_REQUESTED_IP | OPT_SERVER_ID | OPT_CLIENT_ARCH => {

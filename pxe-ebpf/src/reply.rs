@@ -119,7 +119,7 @@ fn answer(ctx: &XdpContext, ip_len: usize) -> Result<Outcome, Counter> {
         giaddr: [b[24], b[25], b[26], b[27]],
         chaddr: [b[28], b[29], b[30], b[31], b[32], b[33]],
     };
-    let opts = match walk_options(ctx, L2L3L4 + OFF_OPTIONS, 14 + ip_len) {
+    let opts = match walk_options(ctx, 14 + ip_len) {
         Ok(o) => o,
         Err(OptionsError::Malformed) => return Err(Counter::PassMalformed),
         Err(OptionsError::Unsupported) => return Err(Counter::PassOptions),
