@@ -272,7 +272,8 @@ impl ReplyTemplate {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServedEvent {
-    /// When the reply was sent: `bpf_ktime_get_ns`, i.e. `CLOCK_MONOTONIC`.
+    /// When the reply was sent: `bpf_ktime_get_coarse_ns`, i.e.
+    /// `CLOCK_MONOTONIC_COARSE`: `CLOCK_MONOTONIC`'s base at tick resolution.
     /// The agent drains the ring on a timer, so it needs the send time to
     /// order the answer against the host's later boot steps.
     pub at_ns: u64,

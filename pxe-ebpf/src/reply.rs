@@ -6,7 +6,7 @@
 //! ciaddr, giaddr, chaddr) plus the L2/L3/L4 headers.
 
 use aya_ebpf::{
-    helpers::generated::{bpf_ktime_get_ns, bpf_xdp_adjust_tail, bpf_xdp_store_bytes},
+    helpers::generated::{bpf_ktime_get_coarse_ns, bpf_xdp_adjust_tail, bpf_xdp_store_bytes},
     programs::XdpContext,
 };
 use network_types::{eth::EthHdr, ip::Ipv4Hdr, udp::UdpHdr};
@@ -320,7 +320,7 @@ fn splice(
     h[40..42].copy_from_slice(&csum::finish(sum).to_be_bytes());
     crate::served(&ServedEvent {
         // SAFETY: a helper without arguments or side effects.
-        at_ns: unsafe { bpf_ktime_get_ns() },
+        at_ns: unsafe { bpf_ktime_get_coarse_ns() },
         mac: req.chaddr,
         msg_type: if ack { DHCPACK } else { DHCPOFFER },
         class: class as u8,
