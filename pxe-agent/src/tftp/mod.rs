@@ -12,11 +12,17 @@
 //! - `option`: option negotiation, pure.
 //! - `path`: the root jail (name rules, canonicalization, `openat2`).
 //! - `source`: reading blocks, octet or netascii.
-//! - `transfer`: one transfer on its own socket (window, retransmission).
-//! - `server`: the request loop, the transfer bound and events.
+//! - `transfer`: one transfer on its own socket (window, retransmission),
+//!   blocking.
+//! - `link`: how a transfer waits for packets and news at once.
+//! - `mailbox`: the news the request loop leaves a running transfer.
+//! - `worker`: one peer's thread, running its transfers.
+//! - `server`: the request loop (async), the transfer bound and events.
 //! - `thread`: the server on a thread of its own, for callers without a
 //!   tokio runtime.
 
+mod link;
+mod mailbox;
 pub mod option;
 pub mod packet;
 pub mod path;
@@ -24,6 +30,7 @@ mod server;
 pub mod source;
 mod thread;
 mod transfer;
+mod worker;
 
 #[cfg(test)]
 mod tests;

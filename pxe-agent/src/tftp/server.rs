@@ -1,13 +1,15 @@
 //! The request loop: reads requests on the listening socket, refuses what
 //! is not a read request, enforces the bound on concurrent transfers, and
-//! runs each transfer as a task on its own ephemeral socket. It owns the
-//! transfer bound, the counters and the events; the protocol of a transfer
-//! lives in `transfer`.
+//! starts a thread per peer whose transfers each run on their own
+//! ephemeral socket. It owns the transfer bound, the counters and the
+//! events; a peer's thread lives in `worker`, the protocol of a transfer in
+//! `transfer`.
 //!
-//! One task (and one slot of the bound) serves one peer (address and port)
-//! at a time. A read request from a peer that has a transfer running is
-//! handed to that transfer, which treats it as a retransmission of its own
-//! request or as a new request that replaces it; so a retransmitted
+//! One thread (and one slot of the bound) serves one peer (address and
+//! port) at a time, so there are at most `max_transfers` of them. A read
+//! request from a peer that has a transfer running is left in that
+//! transfer's mailbox; the transfer treats it as a retransmission of its
+//! own request or as a new request that replaces it. So a retransmitted
 //! request never starts a second transfer racing the first for the
 //! client's TID, and a client that moves on is never made to wait.
 //!
@@ -18,28 +20,31 @@
 
 use std::{
     collections::HashMap,
+    convert::Infallible,
     io,
     net::{IpAddr, SocketAddr},
     path::Path,
-    sync::{Arc, Mutex, PoisonError, atomic::Ordering},
+    sync::{Arc, Mutex, MutexGuard, PoisonError, atomic::Ordering},
     time::{Duration, SystemTime},
 };
 
-use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use socket2::SockRef;
 use tokio::{
     net::UdpSocket,
-    sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch},
-    task::JoinSet,
+    sync::{Semaphore, mpsc, watch},
     time::Instant,
 };
 use tracing::{debug, info, warn};
 
 use super::{
-    ConfigError, Outcome, Stats, TftpConfig, TransferEvent, bump, option,
+    ConfigError, Outcome, Stats, TftpConfig, TransferEvent, bump,
+    mailbox::Mailbox,
+    option,
     packet::{self, ErrorCode, Packet, Request},
-    path::{PathError, Root},
-    source::{Mode, Source},
-    transfer::{ReadRequest, Transfer, TransferError},
+    path::Root,
+    source::Mode,
+    transfer::{ReadRequest, TransferError},
+    worker::{self, Slot},
 };
 
 /// Largest request read; RFC 2347 keeps requests within 512 bytes.
@@ -105,7 +110,8 @@ impl Server {
     }
 
     /// Serves until `shutdown` turns true (or its sender is dropped); then
-    /// stops taking requests and abandons transfers in progress.
+    /// stops taking requests, abandons transfers in progress and waits for
+    /// their threads to end.
     ///
     /// Events are sent with `try_send`: a full or closed channel drops them
     /// (counted in [`Stats::events_dropped`]) rather than stall transfers.
@@ -132,12 +138,13 @@ impl Server {
             peers: Mutex::default(),
         });
         let permits = Arc::new(Semaphore::new(self.cfg.max_transfers));
+        let (running, mut ended) = mpsc::channel(1);
         let mut listener = Listener {
             socket,
             shared,
             permits,
             max_transfers: self.cfg.max_transfers,
-            tasks: JoinSet::new(),
+            running,
             busy_log: BusyLog::default(),
             next_id: 0,
         };
@@ -147,11 +154,6 @@ impl Server {
             tokio::select! {
                 biased;
                 () = stopped(&mut shutdown) => break,
-                Some(joined) = listener.tasks.join_next(), if !listener.tasks.is_empty() => {
-                    if let Err(err) = joined {
-                        warn!("TFTP transfer task failed: {err}");
-                    }
-                }
                 received = listener.socket.recv_from(&mut buf) => match received {
                     Ok((len, peer)) => listener.handle(&buf[..len], peer).await,
                     // An ICMP error for an earlier reply, not a failure of
@@ -164,8 +166,10 @@ impl Server {
                 },
             }
         }
-        let abandoned = listener.tasks.len();
-        listener.tasks.shutdown().await;
+        let abandoned = listener.abandon_all();
+        // The channel closes once the last peer thread drops its sender.
+        drop(listener);
+        while ended.recv().await.is_some() {}
         info!(abandoned, "TFTP server stopped");
         Ok(())
     }
@@ -178,28 +182,30 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
-/// What the transfer tasks share with the loop.
-struct Shared {
-    root: Arc<Root>,
-    stats: Arc<Stats>,
-    limits: option::Limits,
-    retries: u32,
-    local_ip: IpAddr,
-    device: Option<Vec<u8>>,
+/// What the peers' threads share with the loop.
+pub(super) struct Shared {
+    pub root: Arc<Root>,
+    pub stats: Arc<Stats>,
+    pub limits: option::Limits,
+    pub retries: u32,
+    pub local_ip: IpAddr,
+    pub device: Option<Vec<u8>>,
     events: Option<mpsc::Sender<TransferEvent>>,
-    /// Peers with a transfer running, and where to hand their new requests.
-    peers: Mutex<HashMap<SocketAddr, Mailbox>>,
+    /// Peers with a transfer running, and where to leave their new
+    /// requests.
+    peers: Mutex<HashMap<SocketAddr, PeerEntry>>,
 }
 
-/// The way to a running transfer's task.
-struct Mailbox {
-    /// Tells this task's entry from a later one for the same peer.
-    id: u64,
-    requests: mpsc::Sender<ReadRequest>,
+/// The way to a running peer thread's transfers.
+pub(super) struct PeerEntry {
+    /// Tells this thread's entry from a later one for the same peer.
+    pub id: u64,
+    pub mailbox: Arc<Mailbox>,
 }
 
 impl Shared {
-    fn emit(&self, event: TransferEvent) {
+    /// Sends `event` if there is room; a full or closed channel drops it.
+    pub fn emit(&self, event: TransferEvent) {
         let Some(events) = &self.events else {
             return;
         };
@@ -208,7 +214,7 @@ impl Shared {
         }
     }
 
-    fn peers(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, Mailbox>> {
+    pub fn peers(&self) -> MutexGuard<'_, HashMap<SocketAddr, PeerEntry>> {
         self.peers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -218,7 +224,9 @@ struct Listener {
     shared: Arc<Shared>,
     permits: Arc<Semaphore>,
     max_transfers: usize,
-    tasks: JoinSet<()>,
+    /// Cloned into every peer thread, which drops it when it ends;
+    /// nothing is ever sent.
+    running: mpsc::Sender<Infallible>,
     busy_log: BusyLog,
     next_id: u64,
 }
@@ -292,37 +300,72 @@ impl Listener {
         }
     }
 
-    /// Gives `request` to the peer's running transfer, if it has one;
-    /// otherwise hands it back.
+    /// Leaves `request` in the mailbox of the peer's running transfer, if
+    /// it has one; otherwise hands it back.
     fn hand_over(&self, peer: SocketAddr, request: ReadRequest) -> Option<ReadRequest> {
         let peers = self.shared.peers();
-        let Some(mailbox) = peers.get(&peer) else {
+        let Some(entry) = peers.get(&peer) else {
             return Some(request);
         };
         // One request waiting is enough: more are retransmissions.
-        if mailbox.requests.try_send(request).is_err() {
+        if !entry.mailbox.deliver(request) {
             bump(&self.shared.stats.duplicates);
         }
         None
     }
 
+    /// Starts a thread for the peer's first request, if the bound allows.
     async fn spawn(&mut self, peer: SocketAddr, request: ReadRequest) {
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
             self.busy(peer, request.file).await;
             return;
         };
-        let (requests, mailbox) = mpsc::channel(1);
+        let mailbox = match Mailbox::new() {
+            Ok(mailbox) => Arc::new(mailbox),
+            Err(err) => return self.not_started(peer, request.file, err).await,
+        };
         let id = self.next_id;
         self.next_id += 1;
-        self.shared.peers().insert(peer, Mailbox { id, requests });
-        self.shared.stats.active.fetch_add(1, Ordering::Relaxed);
-        let slot = Slot {
-            shared: self.shared.clone(),
+        let slot = Slot::claim(self.shared.clone(), peer, id, mailbox, permit);
+        let file = request.file.clone();
+        let running = self.running.clone();
+        let started = std::thread::Builder::new()
+            .name("tftp-transfer".into())
+            .spawn(move || {
+                worker::run(slot, request);
+                drop(running);
+            });
+        // On failure the closure, and with it the slot, is dropped.
+        if let Err(err) = started {
+            self.not_started(peer, file, err).await;
+        }
+    }
+
+    /// Answers a request whose transfer could not be started (no thread or
+    /// no eventfd to be had) with ERROR 0, and records it as failed.
+    async fn not_started(&self, peer: SocketAddr, file: String, err: io::Error) {
+        warn!(%peer, %file, "failed to start a TFTP transfer: {err}");
+        bump(&self.shared.stats.failed);
+        self.reply(peer, &packet::error(ErrorCode::NotDefined, "server error"))
+            .await;
+        let now = SystemTime::now();
+        self.shared.emit(TransferEvent {
             peer,
-            id,
-            _permit: permit,
-        };
-        self.tasks.spawn(run(slot, request, mailbox));
+            file,
+            bytes: 0,
+            outcome: Outcome::Failed(TransferError::Start(err)),
+            started: now,
+            finished: now,
+        });
+    }
+
+    /// Tells every running transfer to stop; returns how many there were.
+    fn abandon_all(&self) -> usize {
+        let peers = self.shared.peers();
+        for entry in peers.values() {
+            entry.mailbox.abandon();
+        }
+        peers.len()
     }
 
     async fn busy(&mut self, peer: SocketAddr, file: String) {
@@ -379,198 +422,6 @@ impl BusyLog {
         self.last = Some(now);
         Some(std::mem::take(&mut self.suppressed))
     }
-}
-
-/// A peer's claim on the bound and on its mailbox; released on drop,
-/// including when the task is aborted at shutdown.
-struct Slot {
-    shared: Arc<Shared>,
-    peer: SocketAddr,
-    id: u64,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl Slot {
-    /// The request that arrived while the last transfer ended, if any;
-    /// otherwise gives up the peer's mailbox. Both under the peers lock, so
-    /// a request is either taken here or finds no mailbox and starts a new
-    /// task.
-    fn take_pending(&self, mailbox: &mut mpsc::Receiver<ReadRequest>) -> Option<ReadRequest> {
-        let mut peers = self.shared.peers();
-        if let Ok(request) = mailbox.try_recv() {
-            return Some(request);
-        }
-        if peers.get(&self.peer).is_some_and(|m| m.id == self.id) {
-            peers.remove(&self.peer);
-        }
-        None
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut peers = self.shared.peers();
-        if peers.get(&self.peer).is_some_and(|m| m.id == self.id) {
-            peers.remove(&self.peer);
-        }
-        drop(peers);
-        self.shared.stats.active.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// One peer's task: runs its transfers one after the other (a new request
-/// from the peer supersedes the running one), counting, logging and
-/// emitting an event for each.
-async fn run(slot: Slot, first: ReadRequest, mut mailbox: mpsc::Receiver<ReadRequest>) {
-    let shared = slot.shared.clone();
-    let peer = slot.peer;
-    let mut request = first;
-    loop {
-        let started = SystemTime::now();
-        let (result, bytes, next) = transfer(&shared, &request, peer, &mut mailbox).await;
-        match next.or_else(|| slot.take_pending(&mut mailbox)) {
-            Some(next) => {
-                record(&shared, peer, request, result, bytes, started);
-                request = next;
-            }
-            None => {
-                // Free the slot before anyone hears the transfer ended, so
-                // a client told it is done can start the next one at once.
-                drop(slot);
-                record(&shared, peer, request, result, bytes, started);
-                return;
-            }
-        }
-    }
-}
-
-fn record(
-    shared: &Shared,
-    peer: SocketAddr,
-    request: ReadRequest,
-    result: Result<(), TransferError>,
-    bytes: u64,
-    started: SystemTime,
-) {
-    let file = &request.file;
-    match &result {
-        Ok(()) => {
-            bump(&shared.stats.done);
-            info!(%peer, %file, bytes, "TFTP transfer done");
-        }
-        Err(err @ (TransferError::Path(_) | TransferError::Superseded { .. })) => {
-            bump(&shared.stats.failed);
-            debug!(%peer, %file, "TFTP request ended: {err}");
-        }
-        Err(err) => {
-            bump(&shared.stats.failed);
-            info!(%peer, %file, bytes, "TFTP transfer failed: {err}");
-        }
-    }
-    shared.emit(TransferEvent {
-        peer,
-        file: request.file,
-        bytes,
-        outcome: result.map_or_else(Outcome::Failed, |()| Outcome::Done),
-        started,
-        finished: SystemTime::now(),
-    });
-}
-
-/// Runs one transfer: the result, the payload bytes acknowledged, and the
-/// request that superseded it.
-async fn transfer(
-    shared: &Arc<Shared>,
-    req: &ReadRequest,
-    peer: SocketAddr,
-    mailbox: &mut mpsc::Receiver<ReadRequest>,
-) -> (Result<(), TransferError>, u64, Option<ReadRequest>) {
-    let mut bytes = 0;
-    let mut next = None;
-    let result = transfer_into(shared, req, peer, mailbox, &mut bytes, &mut next).await;
-    (result, bytes, next)
-}
-
-async fn transfer_into(
-    shared: &Arc<Shared>,
-    req: &ReadRequest,
-    peer: SocketAddr,
-    mailbox: &mut mpsc::Receiver<ReadRequest>,
-    bytes: &mut u64,
-    next: &mut Option<ReadRequest>,
-) -> Result<(), TransferError> {
-    let socket = bind_transfer_socket(shared.local_ip, shared.device.as_deref())
-        .map_err(TransferError::Socket)?;
-    let root = shared.root.clone();
-    let name = req.filename.clone();
-    let opened = match tokio::task::spawn_blocking(move || root.open_file(&name)).await? {
-        Ok(opened) => opened,
-        Err(err) => {
-            let reply = packet::error(err.code(), client_message(&err));
-            if let Err(send) = socket.send_to(&reply, peer).await {
-                debug!(%peer, "failed to send: {send}");
-            }
-            return Err(err.into());
-        }
-    };
-    // The size of a netascii transfer is only known once translated.
-    let size = (req.mode == Mode::Octet).then_some(opened.size);
-    let options: Vec<(&[u8], &[u8])> = req
-        .options
-        .iter()
-        .map(|(n, v)| (n.as_slice(), v.as_slice()))
-        .collect();
-    let mut transfer = Transfer {
-        socket,
-        peer,
-        params: option::negotiate(&options, shared.limits, size),
-        retries: shared.retries,
-        stats: &shared.stats,
-        path: opened.path,
-        acked: 0,
-        filename: &req.filename,
-        mailbox,
-        heard: false,
-        next: None,
-    };
-    debug!(
-        %peer,
-        file = %req.file,
-        blksize = transfer.params.blksize,
-        windowsize = transfer.params.windowsize,
-        "TFTP transfer starting"
-    );
-    let result = transfer.run(Source::new(opened.file, req.mode)).await;
-    if let Err(TransferError::Read { .. }) = &result {
-        transfer
-            .send_error(ErrorCode::NotDefined, "read error")
-            .await;
-    }
-    *bytes = transfer.acked;
-    *next = transfer.next.take();
-    result
-}
-
-/// What the client is told; paths and reasons stay in the server's log.
-fn client_message(err: &PathError) -> &'static str {
-    match err.code() {
-        ErrorCode::FileNotFound => "file not found",
-        ErrorCode::AccessViolation => "access violation",
-        _ => "cannot open file",
-    }
-}
-
-/// A fresh socket with an ephemeral port (the transfer's TID), on the
-/// listening socket's address and device.
-fn bind_transfer_socket(ip: IpAddr, device: Option<&[u8]>) -> io::Result<UdpSocket> {
-    let addr = SocketAddr::new(ip, 0);
-    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    if device.is_some() {
-        socket.bind_device(device)?;
-    }
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    UdpSocket::from_std(socket.into())
 }
 
 #[cfg(test)]

@@ -888,15 +888,37 @@ async fn unknown_modes_and_stray_packets_are_refused() {
 
 #[tokio::test]
 async fn shutdown_abandons_transfers_in_progress() {
-    let h = Harness::start(|cfg| cfg.timeout = Duration::from_secs(5)).await;
+    let mut h = Harness::start(|cfg| cfg.timeout = Duration::from_secs(5)).await;
     h.dir.file("f", &pattern(2000));
-    let client = h.client().await;
-    client.rrq(b"f", &[]).await;
-    client.recv().await;
+    // One transfer waits for its client's first answer, the other one
+    // has heard from its client (the two ways a transfer waits).
+    let silent = h.client().await;
+    silent.rrq(b"f", &[]).await;
+    silent.recv().await;
+    let answered = h.client().await;
+    answered.rrq(b"f", &[]).await;
+    let (_, tid) = answered.recv().await;
+    answered.ack(tid, 1).await;
+    assert!(matches!(answered.recv().await.0, Got::Data(2, _)));
     let stats = h.stats.clone();
-    assert_eq!(stats.snapshot().active, 1);
-    h.shutdown().await;
+    assert_eq!(stats.snapshot().active, 2);
+    let started = std::time::Instant::now();
+    h.stop.send(true).expect("server gone");
+    timeout(EXPECT, &mut h.task)
+        .await
+        .expect("server did not stop")
+        .expect("server task")
+        .expect("server error");
+    assert!(started.elapsed() < Duration::from_secs(2), "waited for a timeout");
     assert_eq!(stats.snapshot().active, 0);
+    for _ in 0..2 {
+        let event = h.event().await;
+        assert!(
+            matches!(event.outcome, Outcome::Failed(TransferError::Abandoned)),
+            "{event:?}"
+        );
+    }
+    assert_eq!(stats.snapshot().failed, 2);
 }
 
 #[test]

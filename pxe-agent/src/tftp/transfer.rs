@@ -1,7 +1,8 @@
-//! One read transfer on its own socket (its TID, RFC 1350 section 4): the
-//! optional OACK exchange, then DATA in windows of `windowsize` blocks with
-//! retransmission on timeout. It owns the window and the retransmission
-//! policy; which file and which options were decided before it starts.
+//! One read transfer on its own socket (its TID, RFC 1350 section 4) and its
+//! own thread: the optional OACK exchange, then DATA in windows of
+//! `windowsize` blocks with retransmission on timeout. It owns the window
+//! and the retransmission policy; which file and which options were decided
+//! before it starts.
 //!
 //! - Block numbers are the absolute block index modulo 2^16: after 65535
 //!   comes 0, as tftp-hpa does, so files of any size can be sent.
@@ -18,35 +19,44 @@
 //!   slides the window to it and sends the whole new window, so the missing
 //!   blocks go out again at once.
 //! - The window holds at most `windowsize` packets of `blksize` bytes, so
-//!   memory per transfer is bounded; file reads run on the blocking pool,
-//!   one per window refill.
+//!   memory per transfer is bounded. The file is read ahead in
+//!   [`READ_AHEAD`] batches, one `read(2)` per batch.
+//! - Everything is blocking, on the transfer's thread; `link` has how it
+//!   waits.
 
 use std::{
     collections::VecDeque,
     fs::File,
-    io,
+    io::{self, BufReader, Read},
     net::SocketAddr,
     path::PathBuf,
     sync::{Arc, atomic::Ordering},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
-use tokio::{net::UdpSocket, sync::mpsc, time::Instant};
 use tracing::debug;
 
 use super::{
     Stats, bump,
+    link::{Event, Link},
+    mailbox::Mail,
     option::Negotiated,
     packet::{self, DATA_HEADER, ErrorCode, Packet},
     path::PathError,
     source::{Mode, Source},
 };
 
+/// Bytes read from a file at a time, per transfer (so also the bound on
+/// read-ahead memory).
+const READ_AHEAD: usize = 128 * 1024;
+
 /// Why a transfer did not complete.
 #[derive(Debug, thiserror::Error)]
 pub enum TransferError {
     #[error("server busy: {active} transfers in progress")]
     Busy { active: usize },
+    #[error("failed to start the transfer: {0}")]
+    Start(#[source] io::Error),
     #[error(transparent)]
     Path(#[from] PathError),
     #[error("no ACK for block {block} after {retries} retransmissions")]
@@ -59,10 +69,10 @@ pub enum TransferError {
     Socket(#[source] io::Error),
     #[error("failed to receive on the transfer socket: {0}")]
     Recv(#[source] io::Error),
-    #[error("blocking file task failed: {0}")]
-    Task(#[from] tokio::task::JoinError),
     #[error("the client sent a new request (for {file})")]
     Superseded { file: String },
+    #[error("abandoned: the server is stopping")]
+    Abandoned,
 }
 
 /// A read request that outlives its datagram.
@@ -77,7 +87,9 @@ pub(super) struct ReadRequest {
 
 /// How one transfer runs.
 pub(super) struct Transfer<'a> {
-    pub socket: UdpSocket,
+    /// The transfer's socket, and its mailbox: where the request loop
+    /// leaves the peer's new requests, and says when the server stops.
+    pub link: Link<'a>,
     pub peer: SocketAddr,
     pub params: Negotiated,
     pub retries: u32,
@@ -88,9 +100,6 @@ pub(super) struct Transfer<'a> {
     pub acked: u64,
     /// The requested name.
     pub filename: &'a [u8],
-    /// Read requests the peer sent to the server port since this transfer
-    /// started.
-    pub mailbox: &'a mut mpsc::Receiver<ReadRequest>,
     /// Whether the peer has sent this transfer anything yet.
     pub heard: bool,
     /// The request that superseded this transfer, to be served next.
@@ -107,30 +116,33 @@ enum Wait {
 
 impl Transfer<'_> {
     /// Sends an ERROR to the peer; best effort, as the transfer ends anyway.
-    pub async fn send_error(&self, code: ErrorCode, message: &str) {
-        self.send(&packet::error(code, message)).await;
+    pub fn send_error(&self, code: ErrorCode, message: &str) {
+        self.send(&packet::error(code, message));
     }
 
-    /// Runs the transfer to the final ACK.
-    pub async fn run(&mut self, source: Source<File>) -> Result<(), TransferError> {
+    /// Runs the transfer of `file` to the final ACK.
+    pub fn run(&mut self, file: File, mode: Mode) -> Result<(), TransferError> {
         if !self.params.oack.is_empty() {
-            self.negotiate().await?;
+            self.negotiate()?;
         }
-        self.send_blocks(source).await
+        self.send_blocks(Source::new(
+            BufReader::with_capacity(READ_AHEAD, file),
+            mode,
+        ))
     }
 
     /// RFC 2347: the client answers the OACK with ACK 0, or with ERROR 8.
-    async fn negotiate(&mut self) -> Result<(), TransferError> {
+    fn negotiate(&mut self) -> Result<(), TransferError> {
         let oack = packet::oack(&self.params.oack);
         let mut retries = 0;
-        self.send(&oack).await;
+        self.send(&oack);
         let mut deadline = Instant::now() + self.backoff(0);
         loop {
-            match self.wait(deadline).await? {
+            match self.wait(deadline)? {
                 Wait::Ack(0) => return Ok(()),
                 Wait::Ack(_) => {}
                 Wait::Repeat => {
-                    self.send(&oack).await;
+                    self.send(&oack);
                     deadline = Instant::now() + self.backoff(retries);
                 }
                 Wait::Timeout => {
@@ -142,32 +154,31 @@ impl Transfer<'_> {
                         });
                     }
                     bump(&self.stats.retransmits);
-                    self.send(&oack).await;
+                    self.send(&oack);
                     deadline = Instant::now() + self.backoff(retries);
                 }
             }
         }
     }
 
-    async fn send_blocks(&mut self, mut source: Source<File>) -> Result<(), TransferError> {
+    fn send_blocks(&mut self, mut source: Source<impl Read>) -> Result<(), TransferError> {
         let mut window = Window::new(self.params.blksize, self.params.windowsize);
         let mut retries = 0;
         loop {
-            source = window.refill(source).await.map_err(|err| match err {
-                Refill::Read(source) => TransferError::Read {
+            window
+                .refill(&mut source)
+                .map_err(|source| TransferError::Read {
                     path: self.path.clone(),
                     source,
-                },
-                Refill::Task(err) => TransferError::Task(err),
-            })?;
+                })?;
             if window.blocks.is_empty() {
                 return Ok(());
             }
-            self.send_window(&window).await;
+            self.send_window(&window);
             let mut deadline = Instant::now() + self.backoff(0);
             // Wait for an ACK that moves the window, resending on timeouts.
             let advanced = loop {
-                match self.wait(deadline).await? {
+                match self.wait(deadline)? {
                     Wait::Ack(n) => match window.acknowledged(n) {
                         0 => {
                             debug!(peer = %self.peer, block = n, "ignoring duplicate or stale ACK")
@@ -175,7 +186,7 @@ impl Transfer<'_> {
                         j => break j,
                     },
                     Wait::Repeat => {
-                        self.send_window(&window).await;
+                        self.send_window(&window);
                         deadline = Instant::now() + self.backoff(retries);
                     }
                     Wait::Timeout => {
@@ -189,7 +200,7 @@ impl Transfer<'_> {
                         self.stats
                             .retransmits
                             .fetch_add(window.blocks.len() as u64, Ordering::Relaxed);
-                        self.send_window(&window).await;
+                        self.send_window(&window);
                         deadline = Instant::now() + self.backoff(retries);
                     }
                 }
@@ -204,9 +215,9 @@ impl Transfer<'_> {
         }
     }
 
-    async fn send_window(&self, window: &Window) {
+    fn send_window(&self, window: &Window) {
         for block in &window.blocks {
-            self.send(block).await;
+            self.send(block);
         }
     }
 
@@ -226,25 +237,28 @@ impl Transfer<'_> {
 
     /// Waits until `deadline` for an ACK from the peer. Packets from other
     /// ports get ERROR 5 and do not disturb the transfer (RFC 1350 section
-    /// 4); an ERROR from the peer ends it.
+    /// 4); an ERROR from the peer ends it, and so does the server stopping.
     ///
-    /// A new request from the peer (relayed by the request loop) is a
-    /// retransmission while the peer has not answered and names the same
-    /// file: the first packet is sent again at once. Otherwise the client
-    /// has moved on (a size probe it aborted, a restart, a lost final ACK)
-    /// and the new request supersedes this transfer. Packets already
-    /// queued on the socket are read first, so an ERROR the client sent
-    /// before its new request ends this transfer before the request is
+    /// A new request from the peer (left in the mailbox by the request
+    /// loop) is a retransmission while the peer has not answered and names
+    /// the same file: the first packet is sent again at once. Otherwise the
+    /// client has moved on (a size probe it aborted, a restart, a lost
+    /// final ACK) and the new request supersedes this transfer. Packets
+    /// already queued on the socket are read first, so an ERROR the client
+    /// sent before its new request ends this transfer before the request is
     /// looked at.
-    async fn wait(&mut self, deadline: Instant) -> Result<Wait, TransferError> {
+    fn wait(&mut self, deadline: Instant) -> Result<Wait, TransferError> {
         let mut buf = [0u8; 1024];
         loop {
-            let received = tokio::select! {
-                biased;
-                received = tokio::time::timeout_at(deadline, self.socket.recv_from(&mut buf)) => {
-                    received
-                }
-                Some(request) = self.mailbox.recv() => {
+            let (len, from) = match self
+                .link
+                .next(&mut buf, deadline)
+                .map_err(TransferError::Recv)?
+            {
+                Event::Packet { len, from } => (len, from),
+                Event::Timeout => return Ok(Wait::Timeout),
+                Event::Mail(Mail::Abandoned) => return Err(TransferError::Abandoned),
+                Event::Mail(Mail::Request(request)) => {
                     if !self.heard && request.filename == self.filename {
                         bump(&self.stats.duplicates);
                         return Ok(Wait::Repeat);
@@ -254,19 +268,18 @@ impl Transfer<'_> {
                     return Err(TransferError::Superseded { file });
                 }
             };
-            let Ok(received) = received else {
-                return Ok(Wait::Timeout);
-            };
-            let (len, from) = received.map_err(TransferError::Recv)?;
             if from != self.peer {
                 debug!(peer = %self.peer, %from, "packet from an unknown transfer ID");
                 let reply = packet::error(ErrorCode::UnknownTransferId, "unknown transfer ID");
-                if let Err(err) = self.socket.send_to(&reply, from).await {
+                if let Err(err) = self.link.send_to(&reply, from) {
                     debug!(%from, "failed to send ERROR 5: {err}");
                 }
                 continue;
             }
-            self.heard = true;
+            if !self.heard {
+                self.heard = true;
+                self.link.settle();
+            }
             match packet::parse(&buf[..len]) {
                 Ok(Packet::Ack { block }) => return Ok(Wait::Ack(block)),
                 Ok(Packet::Error { code, message }) => {
@@ -283,8 +296,8 @@ impl Transfer<'_> {
 
     /// Sends one packet. A failed send counts as a lost packet: the
     /// retransmission timer deals with it.
-    async fn send(&self, pkt: &[u8]) {
-        if let Err(err) = self.socket.send_to(pkt, self.peer).await {
+    fn send(&self, pkt: &[u8]) {
+        if let Err(err) = self.link.send_to(pkt, self.peer) {
             bump(&self.stats.send_errors);
             debug!(peer = %self.peer, "failed to send: {err}");
         }
@@ -317,24 +330,6 @@ struct Window {
     next: u64,
     /// The last (short) block has been read into `blocks`.
     complete: bool,
-    /// Blocks read from the file but not yet in the window: each trip to
-    /// the blocking pool reads a batch, so lock-step transfers do not pay a
-    /// thread hand-off per block.
-    ahead: VecDeque<Vec<u8>>,
-    /// Blocks read per trip: at least a window, about `READ_AHEAD` bytes.
-    batch: usize,
-    /// The last (short) block has been read from the file.
-    read_all: bool,
-}
-
-/// Bytes read from a file per trip to the blocking pool (per transfer, so
-/// also the bound on read-ahead memory).
-const READ_AHEAD: usize = 128 * 1024;
-
-/// Why a window could not be refilled.
-enum Refill {
-    Read(io::Error),
-    Task(tokio::task::JoinError),
 }
 
 impl Window {
@@ -348,63 +343,22 @@ impl Window {
             base: 1,
             next: 1,
             complete: false,
-            ahead: VecDeque::new(),
-            batch: size.max(READ_AHEAD / usize::from(blksize.max(1))),
-            read_all: false,
         }
     }
 
-    /// Fills the window from the read-ahead, reading the next batch from the
-    /// file (one trip to the blocking pool) when it runs dry; hands the
-    /// source back.
-    async fn refill(&mut self, source: Source<File>) -> Result<Source<File>, Refill> {
-        let mut source = source;
+    /// Reads blocks from `source` until the window is full or holds the
+    /// last block.
+    fn refill(&mut self, source: &mut Source<impl Read>) -> io::Result<()> {
         while self.blocks.len() < self.size && !self.complete {
-            if self.ahead.is_empty() {
-                if self.read_all {
-                    break;
-                }
-                source = self.read_ahead(source).await?;
-                continue;
-            }
-            let Some(block) = self.ahead.pop_front() else {
-                break;
-            };
+            let mut block = self.spare.pop().unwrap_or_default();
+            block.clear();
+            packet::data_header(&mut block, wire(self.next));
+            source.read_block(&mut block, self.blksize)?;
             self.complete = block.len() - DATA_HEADER < self.blksize;
             self.blocks.push_back(block);
             self.next += 1;
         }
-        Ok(source)
-    }
-
-    /// Reads the next batch of blocks into `ahead`, in one trip to the
-    /// blocking pool. Blocks read before an error are kept; the error is
-    /// returned once they have been sent.
-    async fn read_ahead(&mut self, source: Source<File>) -> Result<Source<File>, Refill> {
-        let bufs = (0..self.batch)
-            .map(|_| self.spare.pop().unwrap_or_default())
-            .collect();
-        let first = self.next + self.ahead.len() as u64;
-        let blksize = self.blksize;
-        let (source, blocks, read) = tokio::task::spawn_blocking(move || {
-            let mut source = source;
-            let (blocks, result) = read_blocks(&mut source, bufs, first, blksize);
-            (source, blocks, result)
-        })
-        .await
-        .map_err(Refill::Task)?;
-        for block in blocks {
-            self.read_all = block.len() - DATA_HEADER < self.blksize;
-            self.ahead.push_back(block);
-        }
-        if let Err(err) = read {
-            if self.ahead.is_empty() {
-                return Err(Refill::Read(err));
-            }
-            // Serve what was read; the next read reports the error.
-            self.read_all = false;
-        }
-        Ok(source)
+        Ok(())
     }
 
     /// How many blocks an ACK for wire block `n` acknowledges: 0 for one
@@ -425,31 +379,6 @@ impl Window {
         self.base += count as u64;
         payload
     }
-}
-
-/// Reads DATA packets numbered from `first` into `bufs` (reused buffers),
-/// stopping after the first short block. Returns the packets read so far
-/// and the error that stopped reading, if any.
-fn read_blocks(
-    source: &mut Source<File>,
-    bufs: Vec<Vec<u8>>,
-    first: u64,
-    blksize: usize,
-) -> (Vec<Vec<u8>>, io::Result<()>) {
-    let mut blocks = Vec::with_capacity(bufs.len());
-    for (n, mut buf) in (first..).zip(bufs) {
-        buf.clear();
-        packet::data_header(&mut buf, wire(n));
-        if let Err(err) = source.read_block(&mut buf, blksize) {
-            return (blocks, Err(err));
-        }
-        let short = buf.len() - DATA_HEADER < blksize;
-        blocks.push(buf);
-        if short {
-            break;
-        }
-    }
-    (blocks, Ok(()))
 }
 
 #[cfg(test)]
@@ -488,6 +417,28 @@ mod tests {
         );
         assert_eq!(window.acknowledged(2), 0);
         assert_eq!(window.acknowledged(3), 1);
+    }
+
+    #[test]
+    fn refills_stop_at_a_full_window_and_after_the_short_block() {
+        let file = [7u8; 8 * 5 + 3];
+        let mut source = Source::new(&file[..], Mode::Octet);
+        let mut window = Window::new(8, 4);
+        window.refill(&mut source).expect("refill");
+        let numbers = |w: &Window| -> Vec<(u16, usize)> {
+            w.blocks
+                .iter()
+                .map(|b| (u16::from_be_bytes([b[2], b[3]]), b.len() - DATA_HEADER))
+                .collect()
+        };
+        assert_eq!(numbers(&window), [(1, 8), (2, 8), (3, 8), (4, 8)]);
+        window.slide(3);
+        window.refill(&mut source).expect("refill");
+        assert_eq!(numbers(&window), [(4, 8), (5, 8), (6, 3)]);
+        assert!(window.complete);
+        window.slide(3);
+        window.refill(&mut source).expect("refill");
+        assert!(window.blocks.is_empty());
     }
 
     #[test]
