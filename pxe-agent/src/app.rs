@@ -57,6 +57,8 @@ pub struct RunConfig {
     pub http_addr: SocketAddr,
     /// Served over HTTP at `/` (and TFTP): iPXE binaries.
     pub boot_root: Option<PathBuf>,
+    /// Largest TFTP `windowsize` granted (1..=64).
+    pub tftp_max_windowsize: u16,
     /// Served over HTTP at `/artifacts/`.
     pub artifacts: Option<PathBuf>,
 }
@@ -209,6 +211,7 @@ async fn start_tftp(
     let mtu = netdev::mtu_of(&cfg.iface)?;
     let tftp_cfg = tftp::TftpConfig {
         max_blksize: tftp::TftpConfig::blksize_for_mtu(mtu),
+        max_windowsize: cfg.tftp_max_windowsize,
         ..tftp::TftpConfig::new(root)
     };
     let server = tftp::Server::new(tftp_cfg)

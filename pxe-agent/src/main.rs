@@ -17,6 +17,7 @@ use pxe_agent::{
     http::admin::{HostView, LeaseView},
     progress::Step,
     ratelimit::Rate,
+    tftp,
     xdp::{AttachMode, VethPeer},
 };
 use tokio::sync::watch;
@@ -71,9 +72,19 @@ enum Command {
         /// boot files (/), artifacts (/artifacts/) and the phone-home.
         #[arg(long, default_value = "0.0.0.0:8080")]
         http_addr: SocketAddr,
-        /// Directory of boot files (iPXE binaries), served over HTTP at /.
+        /// Directory of boot files (iPXE binaries), served over HTTP at /
+        /// and over TFTP (UDP port 69).
         #[arg(long)]
         boot_root: Option<PathBuf>,
+        /// Largest TFTP windowsize (RFC 7440) granted to clients that ask
+        /// for one: blocks sent before waiting for an ACK, 1 to 64. Each
+        /// transfer holds up to this many blocks in memory.
+        #[arg(
+            long,
+            default_value_t = tftp::DEFAULT_MAX_WINDOWSIZE,
+            value_parser = clap::value_parser!(u16).range(1..=i64::from(tftp::option::MAX_WINDOWSIZE)),
+        )]
+        tftp_max_windowsize: u16,
         /// Directory of kernels, initrds and images, served at /artifacts/.
         #[arg(long)]
         artifacts: Option<PathBuf>,
@@ -150,6 +161,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             rate_unknown,
             http_addr,
             boot_root,
+            tftp_max_windowsize,
             artifacts,
         } => {
             anyhow::ensure!(
@@ -177,6 +189,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 },
                 http_addr,
                 boot_root,
+                tftp_max_windowsize,
                 artifacts,
             };
             run(cfg)?;

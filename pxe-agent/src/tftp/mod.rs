@@ -50,6 +50,9 @@ pub use transfer::TransferError;
 /// Bytes of IPv4 (20), UDP (8) and TFTP DATA (4) headers around a block.
 const BLOCK_OVERHEAD: u32 = 32;
 
+/// The `max_windowsize` of [`TftpConfig::new`].
+pub const DEFAULT_MAX_WINDOWSIZE: u16 = 16;
+
 /// How the server runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TftpConfig {
@@ -79,7 +82,7 @@ impl TftpConfig {
         TftpConfig {
             root: root.into(),
             max_blksize: Self::blksize_for_mtu(1500),
-            max_windowsize: 16,
+            max_windowsize: DEFAULT_MAX_WINDOWSIZE,
             max_transfers: 128,
             timeout: Duration::from_secs(1),
             retries: 5,
