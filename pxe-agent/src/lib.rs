@@ -13,5 +13,6 @@ pub mod progress;
 pub mod ratelimit;
 pub mod rawsock;
 pub mod tftp;
+pub mod when;
 pub mod wire;
 pub mod xdp;

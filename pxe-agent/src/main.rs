@@ -15,9 +15,9 @@ use pxe_agent::{
     dhcp::{Server, server::Limits},
     discovered::Discovered,
     http::admin::{HostView, LeaseView},
-    progress::Step,
+    progress::{self, Step},
     ratelimit::Rate,
-    tftp,
+    tftp, when,
     xdp::{AttachMode, VethPeer},
 };
 use tokio::sync::watch;
@@ -238,9 +238,10 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let list: Vec<HostView> =
                 serde_json::from_str(&http_get(metrics_addr, "/api/v1/hosts")?)
                     .context("malformed /api/v1/hosts answer")?;
+            let now = progress::now_ms();
             let step = |s: &Option<Step>| {
                 s.as_ref().map_or("-".to_string(), |s| {
-                    format!("{}.{:03} {}", s.at_ms / 1000, s.at_ms % 1000, s.detail)
+                    format!("{} {}", when::ago(s.at_ms, now), s.detail)
                 })
             };
             println!(
@@ -271,6 +272,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let list: Vec<Discovered> =
                 serde_json::from_str(&http_get(metrics_addr, "/api/v1/discovered")?)
                     .context("malformed /api/v1/discovered answer")?;
+            let now = progress::now_ms();
             println!(
                 "{:<17}  {:<15}  {:>4}  {:<24}  {:<10}  {:<15}  {:>5}  last seen",
                 "MAC", "IP", "ARCH", "VENDOR CLASS", "USER CLASS", "RELAY", "REQS"
@@ -286,7 +288,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     opt(&d.user_class),
                     d.relay.map_or("-".into(), |ip| ip.to_string()),
                     d.requests,
-                    d.last_seen,
+                    when::ago(d.last_seen.saturating_mul(1000), now),
                 );
             }
             Ok(ExitCode::SUCCESS)
@@ -295,6 +297,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let list: Vec<LeaseView> =
                 serde_json::from_str(&http_get(metrics_addr, "/api/v1/leases")?)
                     .context("malformed /api/v1/leases answer")?;
+            let now = progress::now_ms() / 1000;
             println!(
                 "{:<17}  {:<15}  {:<9}  {:>12}  hostname",
                 "MAC", "IP", "STATE", "EXPIRES"
@@ -305,7 +308,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     l.mac,
                     l.ip,
                     l.state,
-                    l.expires,
+                    when::until(l.expires, now),
                     l.hostname.unwrap_or_default()
                 );
             }
