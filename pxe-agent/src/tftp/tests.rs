@@ -909,7 +909,10 @@ async fn shutdown_abandons_transfers_in_progress() {
         .expect("server did not stop")
         .expect("server task")
         .expect("server error");
-    assert!(started.elapsed() < Duration::from_secs(2), "waited for a timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "waited for a timeout"
+    );
     assert_eq!(stats.snapshot().active, 0);
     for _ in 0..2 {
         let event = h.event().await;
