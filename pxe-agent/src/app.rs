@@ -59,6 +59,8 @@ pub struct RunConfig {
     pub boot_root: Option<PathBuf>,
     /// Largest TFTP `windowsize` granted (1..=64).
     pub tftp_max_windowsize: u16,
+    /// How long a TFTP transfer busy-polls before it sleeps.
+    pub tftp_busy_poll: std::time::Duration,
     /// Served over HTTP at `/artifacts/`.
     pub artifacts: Option<PathBuf>,
 }
@@ -212,6 +214,7 @@ async fn start_tftp(
     let tftp_cfg = tftp::TftpConfig {
         max_blksize: tftp::TftpConfig::blksize_for_mtu(mtu),
         max_windowsize: cfg.tftp_max_windowsize,
+        busy_poll: cfg.tftp_busy_poll,
         ..tftp::TftpConfig::new(root)
     };
     let server = tftp::Server::new(tftp_cfg)

@@ -11,6 +11,8 @@
 //!   is left until the deadline as its `SO_RCVTIMEO`: a lock-step block
 //!   costs one `recvfrom` and one `sendto`, and one wake-up. News ends that
 //!   receive by shutting the socket's receiving side down (see `mailbox`).
+//!   Before it blocks, the receive may busy-poll for a short while (see
+//!   `spin`), which catches a quick answer without a wake-up.
 
 use std::{
     io,
@@ -23,7 +25,10 @@ use std::{
 
 use socket2::SockRef;
 
-use super::mailbox::{Mail, Mailbox};
+use super::{
+    mailbox::{Mail, Mailbox},
+    spin::BusyPoll,
+};
 
 /// How far the receive timeout set on the socket may be from what is left
 /// until the deadline before it is set again (a system call). The kernel
@@ -50,6 +55,7 @@ pub(super) struct Link<'a> {
     settled: bool,
     /// The `SO_RCVTIMEO` set on the socket, if any.
     timeout: Option<Duration>,
+    busy_poll: Option<BusyPoll<'a>>,
 }
 
 impl<'a> Link<'a> {
@@ -60,7 +66,14 @@ impl<'a> Link<'a> {
             mailbox,
             settled: false,
             timeout: None,
+            busy_poll: None,
         }
+    }
+
+    /// Busy-polls before each blocking receive (once settled).
+    pub fn with_busy_poll(mut self, busy_poll: BusyPoll<'a>) -> Link<'a> {
+        self.busy_poll = Some(busy_poll);
+        self
     }
 
     pub fn send_to(&self, pkt: &[u8], to: SocketAddr) -> io::Result<usize> {
@@ -105,6 +118,12 @@ impl<'a> Link<'a> {
         {
             self.socket.set_read_timeout(Some(left))?;
             self.timeout = Some(left);
+        }
+        if let Some((len, from)) = self
+            .busy_poll
+            .and_then(|poll| poll.receive(&self.socket, buf, deadline))
+        {
+            return Ok(Some(Event::Packet { len, from }));
         }
         match recv_from(&self.socket, buf) {
             Ok(Some((len, from))) if len > 0 => Ok(Some(Event::Packet { len, from })),

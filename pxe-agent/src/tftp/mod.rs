@@ -28,6 +28,7 @@ pub mod packet;
 pub mod path;
 mod server;
 pub mod source;
+mod spin;
 mod thread;
 mod transfer;
 mod worker;
@@ -53,6 +54,11 @@ const BLOCK_OVERHEAD: u32 = 32;
 /// The `max_windowsize` of [`TftpConfig::new`].
 pub const DEFAULT_MAX_WINDOWSIZE: u16 = 16;
 
+/// Default [`TftpConfig::busy_poll`]: a lock-step round trip without
+/// sleeping takes about 15 µs on a loaded VM, so this covers a slow client
+/// turnaround and costs at most that much CPU per block.
+pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(100);
+
 /// How the server runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TftpConfig {
@@ -74,6 +80,10 @@ pub struct TftpConfig {
     /// Retransmissions of one packet (or window) before the transfer is
     /// abandoned.
     pub retries: u32,
+    /// How long a transfer polls its socket for the client's answer before
+    /// it sleeps; zero never polls. At most half the CPUs' worth of
+    /// transfers poll at once (see `spin`).
+    pub busy_poll: Duration,
 }
 
 impl TftpConfig {
@@ -86,6 +96,7 @@ impl TftpConfig {
             max_transfers: 128,
             timeout: Duration::from_secs(1),
             retries: 5,
+            busy_poll: DEFAULT_BUSY_POLL,
         }
     }
 

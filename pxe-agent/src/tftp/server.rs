@@ -43,6 +43,7 @@ use super::{
     packet::{self, ErrorCode, Packet, Request},
     path::Root,
     source::Mode,
+    spin::SpinSlots,
     transfer::{ReadRequest, TransferError},
     worker::{self, Slot},
 };
@@ -136,6 +137,8 @@ impl Server {
             device,
             events,
             peers: Mutex::default(),
+            busy_poll: self.cfg.busy_poll,
+            spin_slots: SpinSlots::for_this_machine(),
         });
         let permits = Arc::new(Semaphore::new(self.cfg.max_transfers));
         let (running, mut ended) = mpsc::channel(1);
@@ -194,6 +197,8 @@ pub(super) struct Shared {
     /// Peers with a transfer running, and where to leave their new
     /// requests.
     peers: Mutex<HashMap<SocketAddr, PeerEntry>>,
+    pub busy_poll: Duration,
+    pub spin_slots: SpinSlots,
 }
 
 /// The way to a running peer thread's transfers.

@@ -24,6 +24,7 @@ use super::{
     path::PathError,
     server::{PeerEntry, Shared},
     source::Mode,
+    spin::BusyPoll,
     transfer::{ReadRequest, Transfer, TransferError},
 };
 
@@ -197,7 +198,10 @@ fn transfer_into(
         .map(|(n, v)| (n.as_slice(), v.as_slice()))
         .collect();
     let mut transfer = Transfer {
-        link: Link::new(socket, mailbox),
+        link: Link::new(socket, mailbox).with_busy_poll(BusyPoll {
+            budget: shared.busy_poll,
+            slots: &shared.spin_slots,
+        }),
         peer,
         params: option::negotiate(&options, shared.limits, size),
         retries: shared.retries,
