@@ -191,6 +191,31 @@ fn script_steps(mac: &str) -> Vec<String> {
     ]
 }
 
+/// The worker's console shows `firmware_steps` and then its own script's
+/// steps in order, and `pxe-agent hosts` shows its phone-home.
+fn assert_worker_booted_through_script(
+    lab: &BootLab,
+    vm: &Vm,
+    report: &BootReport,
+    firmware_steps: Vec<String>,
+) {
+    let mut steps = firmware_steps;
+    steps.extend(script_steps(WORKER_MAC));
+    assert_chain(
+        lab,
+        vm,
+        report,
+        &steps.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert_host_booted(lab, WORKER_MAC);
+}
+
+/// XDP sent at least two OFFERs and two ACKs: the firmware's and the guest's.
+fn assert_fast_path_answered_twice(lab: &BootLab) {
+    assert!(xdp_counter(lab, "tx_offer") >= 2, "{:?}", stats(lab));
+    assert!(xdp_counter(lab, "tx_ack") >= 2, "{:?}", stats(lab));
+}
+
 /// `pxe-agent hosts`' row for `mac`, which must show the phone-home.
 fn assert_host_booted(lab: &BootLab, mac: &str) -> String {
     let table = lab
@@ -244,15 +269,8 @@ fn require_tftp(lab: &BootLab) {
 fn bios_ipxe_rom_boots_the_host_script_and_phones_home() {
     let lab = lab("pxvmbios", |c| c.xdp_mode("native"));
     let (vm, report) = boot(&lab, "bios", WORKER_MAC, Firmware::Bios, WORKER_IP);
-    let mut steps = vec!["iPXE".to_owned()];
-    steps.extend(script_steps(WORKER_MAC));
-    assert_chain(
-        &lab,
-        &vm,
-        &report,
-        &steps.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
-    assert_host_booted(&lab, WORKER_MAC);
+    let steps = vec!["iPXE".to_owned()];
+    assert_worker_booted_through_script(&lab, &vm, &report, steps);
     // iPXE went to the slow path; the guest's own DHCP was answered by XDP
     // in driver mode on the tap.
     assert_eq!(lab.xdp_mode().as_deref(), Some("Native"));
@@ -301,20 +319,13 @@ fn bios_chains_undionly_over_tftp_before_the_script() {
         "the guest did not phone home\n{}",
         context(&lab, &vm, &report)
     );
-    let mut steps = vec![
+    let steps = vec![
         format!("Filename: tftp://{SERVER_IP}/undionly.kpxe"),
         "undionly.kpxe... ok".to_owned(),
         // undionly.kpxe is iPXE again, now on the ROM's UNDI.
         "iPXE initialising devices".to_owned(),
     ];
-    steps.extend(script_steps(WORKER_MAC));
-    assert_chain(
-        &lab,
-        &vm,
-        &report,
-        &steps.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
-    assert_host_booted(&lab, WORKER_MAC);
+    assert_worker_booted_through_script(&lab, &vm, &report, steps);
 }
 
 #[test]
@@ -322,48 +333,32 @@ fn uefi_pxe_loads_ipxe_efi_over_tftp_then_the_script() {
     let lab = lab("pxvmpxe", |c| c.xdp_mode("native"));
     require_tftp(&lab);
     let (vm, report) = boot(&lab, "uefipxe", WORKER_MAC, Firmware::UefiPxe, WORKER_IP);
-    let mut steps = vec![
+    let steps = vec![
         ">>Start PXE over IPv4".to_owned(),
         format!("Station IP address is {WORKER_IP}"),
         "NBP filename is ipxe.efi".to_owned(),
         "NBP file downloaded successfully".to_owned(),
         "iPXE".to_owned(),
     ];
-    steps.extend(script_steps(WORKER_MAC));
-    assert_chain(
-        &lab,
-        &vm,
-        &report,
-        &steps.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
-    assert_host_booted(&lab, WORKER_MAC);
+    assert_worker_booted_through_script(&lab, &vm, &report, steps);
     // OVMF's PXE requests (arch 7) and the guest's own DHCP are answered by
     // the fast path; only iPXE's go to the slow path.
-    assert!(xdp_counter(&lab, "tx_offer") >= 2, "{:?}", stats(&lab));
-    assert!(xdp_counter(&lab, "tx_ack") >= 2, "{:?}", stats(&lab));
+    assert_fast_path_answered_twice(&lab);
 }
 
 #[test]
 fn uefi_http_boot_loads_ipxe_efi_over_http_then_the_script() {
     let lab = lab("pxvmhttp", |c| c.xdp_mode("native"));
     let (vm, report) = boot(&lab, "uefihttp", WORKER_MAC, Firmware::UefiHttp, WORKER_IP);
-    let mut steps = vec![
+    let steps = vec![
         ">>Start HTTP Boot over IPv4".to_owned(),
         format!("URI: http://{SERVER_IP}:8080/ipxe.efi"),
         "iPXE".to_owned(),
     ];
-    steps.extend(script_steps(WORKER_MAC));
-    assert_chain(
-        &lab,
-        &vm,
-        &report,
-        &steps.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
-    assert_host_booted(&lab, WORKER_MAC);
+    assert_worker_booted_through_script(&lab, &vm, &report, steps);
     // OVMF's HTTPClient requests (arch 16) and the guest's own DHCP are
     // answered by the fast path; only iPXE's go to the slow path.
-    assert!(xdp_counter(&lab, "tx_offer") >= 2, "{:?}", stats(&lab));
-    assert!(xdp_counter(&lab, "tx_ack") >= 2, "{:?}", stats(&lab));
+    assert_fast_path_answered_twice(&lab);
 }
 
 #[test]
