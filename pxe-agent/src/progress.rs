@@ -37,20 +37,40 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// The unix-millisecond time of a `CLOCK_MONOTONIC` reading in nanoseconds
-/// (what `bpf_ktime_get_ns` returns), by the two clocks' offset now.
-pub fn wall_ms_of_monotonic(at_ns: u64) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
-        return now_ms();
+/// The wall clock and `CLOCK_MONOTONIC` read together once, to turn
+/// monotonic readings (what the XDP program stamps its events with) into
+/// wall time: one reading serves a whole drain of the event ring.
+#[derive(Clone, Copy, Debug)]
+pub struct Clocks {
+    wall_ms: u64,
+    monotonic_ns: u64,
+}
+
+impl Clocks {
+    pub fn now() -> Clocks {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; on failure it stays
+        // zero, and every reading then maps to now.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        Clocks {
+            wall_ms: now_ms(),
+            monotonic_ns: u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000
+                + u64::try_from(ts.tv_nsec).unwrap_or(0),
+        }
     }
-    let mono_now_ns = u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000
-        + u64::try_from(ts.tv_nsec).unwrap_or(0);
-    now_ms().saturating_sub(mono_now_ns.saturating_sub(at_ns) / 1_000_000)
+
+    pub fn monotonic_ns(&self) -> u64 {
+        self.monotonic_ns
+    }
+
+    /// The unix-millisecond time of the monotonic reading `at_ns`.
+    pub fn wall_ms_of(&self, at_ns: u64) -> u64 {
+        self.wall_ms
+            .saturating_sub(self.monotonic_ns.saturating_sub(at_ns) / 1_000_000)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -174,19 +194,10 @@ mod tests {
         // A fast-path answer sent 150 ms ago, drained after the phone-home
         // that followed it, must not start a new boot.
         let p = Progress::default();
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec.
-        assert_eq!(
-            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) },
-            0
-        );
-        let sent_ns = (ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64) - 150_000_000;
+        let sent_ns = Clocks::now().monotonic_ns() - 150_000_000;
         let now = now_ms();
         p.booted(MAC, now - 50, "ok".into());
-        let sent = wall_ms_of_monotonic(sent_ns);
+        let sent = Clocks::now().wall_ms_of(sent_ns);
         assert!(sent.abs_diff(now - 150) < 20, "sent {sent}, now {now}");
         p.dhcp(MAC, sent, "ack".into());
         assert_eq!(p.get(MAC).and_then(|h| h.stage()), Some(Stage::Booted));

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use crate::{
     inventory::MacAddr,
-    progress::{Progress, wall_ms_of_monotonic},
+    progress::{Clocks, Progress},
 };
 
 /// How often the ring is drained. The XDP program writes without waking
@@ -30,9 +30,10 @@ pub async fn stream(
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => return,
             _ = tick.tick() => {
+                let clocks = Clocks::now();
                 while let Some(item) = ring.next() {
                     if let Some(event) = decode(&item) {
-                        record(&progress, &event);
+                        record(&progress, &event, &clocks);
                     }
                 }
             }
@@ -49,7 +50,7 @@ fn decode(bytes: &[u8]) -> Option<ServedEvent> {
     Some(unsafe { bytes.as_ptr().cast::<ServedEvent>().read_unaligned() })
 }
 
-fn record(progress: &Progress, e: &ServedEvent) {
+fn record(progress: &Progress, e: &ServedEvent, clocks: &Clocks) {
     let what = if e.msg_type == bootp::DHCPACK {
         "ack"
     } else {
@@ -61,7 +62,7 @@ fn record(progress: &Progress, e: &ServedEvent) {
     let ip = std::net::Ipv4Addr::from(e.yiaddr);
     progress.dhcp(
         MacAddr(e.mac),
-        wall_ms_of_monotonic(e.at_ns),
+        clocks.wall_ms_of(e.at_ns),
         format!("{what} {ip} ({class}, xdp)"),
     );
 }
