@@ -353,12 +353,17 @@ impl Listener {
         bump(&self.shared.stats.failed);
         self.reply(peer, &packet::error(ErrorCode::NotDefined, "server error"))
             .await;
+        self.emit_refused(peer, file, TransferError::Start(err));
+    }
+
+    /// Records a request answered with an error before any transfer ran.
+    fn emit_refused(&self, peer: SocketAddr, file: String, err: TransferError) {
         let now = SystemTime::now();
         self.shared.emit(TransferEvent {
             peer,
             file,
             bytes: 0,
-            outcome: Outcome::Failed(TransferError::Start(err)),
+            outcome: Outcome::Failed(err),
             started: now,
             finished: now,
         });
@@ -392,17 +397,8 @@ impl Listener {
         }
         self.reply(peer, &packet::error(ErrorCode::NotDefined, "server busy"))
             .await;
-        let now = SystemTime::now();
-        self.shared.emit(TransferEvent {
-            peer,
-            file,
-            bytes: 0,
-            outcome: Outcome::Failed(TransferError::Busy {
-                active: self.max_transfers,
-            }),
-            started: now,
-            finished: now,
-        });
+        let active = self.max_transfers;
+        self.emit_refused(peer, file, TransferError::Busy { active });
     }
 }
 
