@@ -25,6 +25,50 @@ pub fn run(bench: Bench) -> anyhow::Result<()> {
     }
 }
 
+/// The lab's namespaces (`<prefix>-<pid>-…`) go when it drops; says so if
+/// any did not.
+fn warn_leftover_namespaces(prefix: &str) {
+    let ours = format!("{prefix}-{}-", std::process::id());
+    match xtask::process::run(std::process::Command::new("ip").args(["netns", "list"])) {
+        Ok(list) => {
+            for ns in list.lines().filter(|l| l.starts_with(&ours)) {
+                eprintln!("warning: namespace {ns} is still there");
+            }
+        }
+        Err(err) => eprintln!("warning: {err:#}"),
+    }
+}
+
+/// Builds `packages` in release mode (with `extra` cargo arguments) and
+/// returns the paths of `bins` in the release directory, each checked to
+/// exist.
+fn build_release(
+    packages: &[&str],
+    extra: &[&str],
+    bins: &[&str],
+) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    use anyhow::Context as _;
+    let mut args = vec!["build", "--release"];
+    for package in packages {
+        args.extend(["-p", package]);
+    }
+    args.extend(extra);
+    xtask::process::run_forwarded(
+        xtask::setup::command("cargo")
+            .current_dir(xtask::workspace_root())
+            .args(&args),
+    )
+    .with_context(|| format!("failed to build {}", bins.join(" and ")))?;
+    let release = xtask::target_dir().join("release");
+    bins.iter()
+        .map(|bin| {
+            let path = release.join(bin);
+            anyhow::ensure!(path.exists(), "{} missing after the build", path.display());
+            Ok(path)
+        })
+        .collect()
+}
+
 /// Output of `cmd`, trimmed.
 fn run_text(cmd: &mut std::process::Command) -> anyhow::Result<String> {
     Ok(xtask::process::run(cmd)?.trim().to_owned())

@@ -22,7 +22,7 @@ mod report;
 mod servers;
 mod tftp;
 
-use super::{Scratch, cpu_model, run_text};
+use super::{Scratch, build_release, cpu_model, run_text, warn_leftover_namespaces};
 use std::{
     path::PathBuf,
     process::Command,
@@ -30,11 +30,7 @@ use std::{
 };
 
 use anyhow::{Context as _, ensure};
-use xtask::{
-    ensure_root,
-    process::{self, run_forwarded},
-    setup, target_dir, workspace_root,
-};
+use xtask::{ensure_root, process, setup, workspace_root};
 
 use self::{
     measure::{Cores, Plan},
@@ -169,7 +165,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         results
     };
-    warn_leftover_namespaces();
+    warn_leftover_namespaces(servers::LAB_PREFIX);
     let info = RunInfo {
         date: run_text(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))?,
         kernel: run_text(Command::new("uname").arg("-r"))?,
@@ -195,36 +191,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The lab's namespaces go when it drops; says so if any did not.
-fn warn_leftover_namespaces() {
-    let ours = format!("{}-{}-", servers::LAB_PREFIX, std::process::id());
-    match process::run(Command::new("ip").args(["netns", "list"])) {
-        Ok(list) => {
-            for ns in list.lines().filter(|l| l.starts_with(&ours)) {
-                eprintln!("warning: namespace {ns} is still there");
-            }
-        }
-        Err(err) => eprintln!("warning: {err:#}"),
-    }
-}
-
 /// Builds the agent (release).
 fn build() -> anyhow::Result<PathBuf> {
     println!("bench: building pxe-agent (release)");
-    run_forwarded(setup::command("cargo").current_dir(workspace_root()).args([
-        "build",
-        "--release",
-        "-p",
-        "pxe-agent",
-    ]))
-    .context("failed to build pxe-agent")?;
-    let agent = target_dir().join("release").join("pxe-agent");
-    ensure!(
-        agent.exists(),
-        "{} missing after the build",
-        agent.display()
-    );
-    Ok(agent)
+    let mut bins = build_release(&["pxe-agent"], &[], &["pxe-agent"])?;
+    bins.pop().context("no pxe-agent path")
 }
 
 /// The versions of the outside programs, which also checks they exist.

@@ -23,7 +23,7 @@ mod report;
 mod server;
 mod testbed;
 
-use super::{Scratch, cpu_model, run_text};
+use super::{Scratch, build_release, cpu_model, run_text, warn_leftover_namespaces};
 use std::{
     fs,
     path::Path,
@@ -32,11 +32,7 @@ use std::{
 };
 
 use anyhow::{Context as _, ensure};
-use xtask::{
-    ensure_root,
-    process::{self, run_forwarded},
-    setup, target_dir, workspace_root,
-};
+use xtask::{ensure_root, process, setup, workspace_root};
 
 use self::{
     cpu::Cores,
@@ -163,7 +159,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("bench: {kernel_time}");
     let scratch = Scratch::new("dhcp")?;
     let results = bench_all(&bins, cores, &plan, &scratch.0)?;
-    warn_leftover_namespaces();
+    warn_leftover_namespaces(testbed::LAB_PREFIX);
     let info = RunInfo {
         date: run_text(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))?,
         kernel: run_text(Command::new("uname").arg("-r"))?,
@@ -309,42 +305,17 @@ fn bench_server(
     results
 }
 
-/// The testbed's namespaces go when it drops; says so if any did not.
-fn warn_leftover_namespaces() {
-    let ours = format!("{}-{}-", testbed::LAB_PREFIX, std::process::id());
-    match process::run(Command::new("ip").args(["netns", "list"])) {
-        Ok(list) => {
-            for ns in list.lines().filter(|l| l.starts_with(&ours)) {
-                eprintln!("warning: namespace {ns} is still there");
-            }
-        }
-        Err(err) => eprintln!("warning: {err:#}"),
-    }
-}
-
-/// Builds the agent and the load generator (release) and checks the
-/// outside programs are there.
+/// Builds the agent and the load generator (release).
 fn build() -> anyhow::Result<Bins> {
     println!("bench: building pxe-agent and dhcp-loadgen (release)");
-    run_forwarded(setup::command("cargo").current_dir(workspace_root()).args([
-        "build",
-        "--release",
-        "-p",
-        "pxe-agent",
-        "-p",
-        "pxe-tests",
-        "--bins",
-    ]))
-    .context("failed to build pxe-agent and dhcp-loadgen")?;
-    let release = target_dir().join("release");
-    let bins = Bins {
-        agent: release.join("pxe-agent"),
-        loadgen: release.join("dhcp-loadgen"),
-    };
-    for bin in [&bins.agent, &bins.loadgen] {
-        ensure!(bin.exists(), "{} missing after the build", bin.display());
-    }
-    Ok(bins)
+    let built = build_release(
+        &["pxe-agent", "pxe-tests"],
+        &["--bins"],
+        &["pxe-agent", "dhcp-loadgen"],
+    )?;
+    let [agent, loadgen] = <[std::path::PathBuf; 2]>::try_from(built)
+        .map_err(|_| anyhow::anyhow!("expected two built binaries"))?;
+    Ok(Bins { agent, loadgen })
 }
 
 /// The versions of the outside programs, which also checks they exist.
