@@ -1,12 +1,10 @@
-//! The fields of a DHCP request that policy looks at, parsed with dhcproto.
+//! The fields of a DHCP request that policy looks at, and the one parser
+//! that reads them off the wire.
 
 use std::net::Ipv4Addr;
 
-use dhcproto::{
-    Decodable as _, Decoder, Encodable as _, Encoder,
-    v4::{DhcpOption, Message, MessageType, Opcode, OptionCode},
-};
-use pxe_ebpf_common::{VendorClass, bootp::OPT_RELAY_AGENT_INFO};
+use dhcproto::v4::MessageType;
+use pxe_ebpf_common::{VendorClass, bootp};
 
 use crate::inventory::{MacAddr, Traits, circuit_id, parse_user_classes};
 
@@ -70,101 +68,109 @@ impl Request {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ParseError {
-    #[error("malformed DHCP message: {0}")]
-    Decode(#[from] dhcproto::error::DecodeError),
+    #[error("shorter than a BOOTP message with options")]
+    Truncated,
     #[error("not a BOOTREQUEST from an Ethernet client")]
     NotEthernetRequest,
+    #[error("no DHCP magic cookie")]
+    NoCookie,
+    #[error("option {code} runs past the end of the message")]
+    OptionOverrun { code: u8 },
+    #[error("option {code} has length {len}, which its format does not allow")]
+    OptionLength { code: u8, len: usize },
 }
 
 impl Request {
-    /// Parses a BOOTP/DHCP message (the UDP payload).
+    /// Parses a BOOTP/DHCP request (the UDP payload).
+    ///
+    /// The options are walked here, by the rules the XDP program walks them
+    /// by, rather than by a general decoder: only the options policy reads
+    /// are interpreted, the same lengths are refused (RFC 2132 fixes those of
+    /// 50, 53 and 54; RFC 4578 makes 93 a list of 16-bit types), and a
+    /// repeated option counts as its last occurrence, so that both paths
+    /// see the same request. Nothing here can panic on any input.
     pub fn parse(bytes: &[u8]) -> Result<Request, ParseError> {
-        let msg = Message::decode(&mut Decoder::new(bytes))?;
-        let mut req = Request::from_message(&msg)?;
-        // Echo option 82 exactly as the relay wrote it (RFC 3046 2.2), not as
-        // re-encoded from its parsed form.
-        if req.relay_info {
-            req.more.relay_agent_info = super::template::find_option(bytes, OPT_RELAY_AGENT_INFO)
-                .and_then(|off| {
-                    Some(
-                        bytes
-                            .get(off..off + usize::from(*bytes.get(off - 1)?))?
-                            .to_vec(),
-                    )
-                });
+        use bootp::*;
+        if bytes.len() <= OFF_OPTIONS {
+            return Err(ParseError::Truncated);
         }
-        Ok(req)
-    }
-
-    pub fn from_message(msg: &Message) -> Result<Request, ParseError> {
-        let chaddr: [u8; 6] = msg
-            .chaddr()
-            .try_into()
-            .map_err(|_| ParseError::NotEthernetRequest)?;
-        if msg.opcode() != Opcode::BootRequest {
+        // Checked before chaddr is read: only an Ethernet address can match
+        // a MAC reservation.
+        if bytes[OFF_OP] != OP_REQUEST
+            || bytes[OFF_HTYPE] != HTYPE_ETHER
+            || bytes[OFF_HLEN] != HLEN_ETHER
+        {
             return Err(ParseError::NotEthernetRequest);
         }
-        let opts = msg.opts();
-        let msg_type = match opts.get(OptionCode::MessageType) {
-            Some(DhcpOption::MessageType(t)) => Some(*t),
-            _ => None,
-        };
-        let requested_ip = match opts.get(OptionCode::RequestedIpAddress) {
-            Some(DhcpOption::RequestedIpAddress(ip)) => Some(*ip),
-            _ => None,
-        };
-        let server_id = match opts.get(OptionCode::ServerIdentifier) {
-            Some(DhcpOption::ServerIdentifier(ip)) => Some(*ip),
-            _ => None,
-        };
-        let arch = match opts.get(OptionCode::ClientSystemArchitecture) {
-            Some(DhcpOption::ClientSystemArchitecture(a)) => Some(u16::from(*a)),
-            _ => None,
-        };
-        let vendor_class = match opts.get(OptionCode::ClassIdentifier) {
-            Some(DhcpOption::ClassIdentifier(v)) => Some(v.clone()),
-            _ => None,
-        };
-        let vendor = vendor_class
-            .as_deref()
-            .map_or(VendorClass::None, VendorClass::from_prefix);
-        let user_classes = match opts.get(OptionCode::UserClass) {
-            Some(DhcpOption::UserClass(v)) => parse_user_classes(v),
-            _ => Vec::new(),
-        };
-        let ipxe_encap = opts
-            .get(OptionCode::from(pxe_ebpf_common::bootp::OPT_IPXE_ENCAP))
-            .is_some();
-        let ipxe = opts.get(OptionCode::UserClass).is_some() || ipxe_encap;
-        let relay_agent_info = opts.get(OptionCode::RelayAgentInformation).map(raw_value);
-        let relay_info = relay_agent_info.is_some();
-        let hostname = match opts.get(OptionCode::Hostname) {
-            Some(DhcpOption::Hostname(h)) => Some(h.clone()),
-            _ => None,
-        };
-        Ok(Request {
-            msg_type,
-            xid: msg.xid(),
-            flags: msg.flags().into(),
-            ciaddr: msg.ciaddr(),
-            giaddr: msg.giaddr(),
+        if bytes[OFF_COOKIE..OFF_OPTIONS] != MAGIC_COOKIE {
+            return Err(ParseError::NoCookie);
+        }
+        let ip_at =
+            |at: usize| Ipv4Addr::new(bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]);
+        let mut chaddr = [0u8; 6];
+        chaddr.copy_from_slice(&bytes[OFF_CHADDR..OFF_CHADDR + 6]);
+        let mut req = Request {
+            msg_type: None,
+            xid: u32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]),
+            flags: u16::from_be_bytes([bytes[OFF_FLAGS], bytes[OFF_FLAGS + 1]]),
+            ciaddr: ip_at(OFF_CIADDR),
+            giaddr: ip_at(OFF_GIADDR),
             chaddr: MacAddr(chaddr),
-            requested_ip,
-            server_id,
-            arch,
-            vendor,
-            ipxe,
-            relay_info,
-            more: Details {
-                vendor_class,
-                user_classes,
-                ipxe_encap,
-                relay_agent_info,
-                hostname,
-            },
-        })
+            requested_ip: None,
+            server_id: None,
+            arch: None,
+            vendor: VendorClass::None,
+            ipxe: false,
+            relay_info: false,
+            more: Details::default(),
+        };
+        for (code, value) in options(&bytes[OFF_OPTIONS..]) {
+            let (code, value) = (code, value?);
+            let wrong = || ParseError::OptionLength {
+                code,
+                len: value.len(),
+            };
+            let ipv4 = || -> Result<Ipv4Addr, ParseError> {
+                let v: [u8; 4] = value.try_into().map_err(|_| wrong())?;
+                Ok(Ipv4Addr::from(v))
+            };
+            match code {
+                OPT_MESSAGE_TYPE => match value {
+                    [t] => req.msg_type = Some(MessageType::from(*t)),
+                    _ => return Err(wrong()),
+                },
+                OPT_REQUESTED_IP => req.requested_ip = Some(ipv4()?),
+                OPT_SERVER_ID => req.server_id = Some(ipv4()?),
+                OPT_CLIENT_ARCH => match value {
+                    [hi, lo, ..] => req.arch = Some(u16::from_be_bytes([*hi, *lo])),
+                    _ => return Err(wrong()),
+                },
+                OPT_VENDOR_CLASS => {
+                    req.vendor = VendorClass::from_prefix(value);
+                    req.more.vendor_class = Some(value.to_vec());
+                }
+                OPT_USER_CLASS => {
+                    req.ipxe = true;
+                    req.more.user_classes = parse_user_classes(value);
+                }
+                OPT_IPXE_ENCAP => {
+                    req.ipxe = true;
+                    req.more.ipxe_encap = true;
+                }
+                OPT_RELAY_AGENT_INFO => {
+                    req.relay_info = true;
+                    // Echoed exactly as the relay wrote it (RFC 3046 2.2).
+                    req.more.relay_agent_info = Some(value.to_vec());
+                }
+                OPT_HOSTNAME => {
+                    req.more.hostname = Some(String::from_utf8_lossy(value).into_owned());
+                }
+                _ => {}
+            }
+        }
+        Ok(req)
     }
 
     /// A request with every per-request field zero: what templates are
@@ -188,12 +194,171 @@ impl Request {
     }
 }
 
-/// The value bytes of an option as it was on the wire.
-fn raw_value(opt: &DhcpOption) -> Vec<u8> {
-    let mut buf = Vec::new();
-    // Encoding a decoded option gives back code, length and value.
-    if opt.encode(&mut Encoder::new(&mut buf)).is_err() || buf.len() < 2 {
-        return Vec::new();
+/// Host name (RFC 2132 section 3.14).
+const OPT_HOSTNAME: u8 = 12;
+
+/// The options of a BOOTP message's option area, in order: code and value,
+/// or the error that ends the walk. Pad options are skipped; the walk stops
+/// at the end option, or at the end of the area.
+fn options(area: &[u8]) -> impl Iterator<Item = (u8, Result<&[u8], ParseError>)> {
+    let mut rest = Some(area);
+    std::iter::from_fn(move || {
+        loop {
+            let (&code, tail) = rest?.split_first()?;
+            match code {
+                bootp::OPT_PAD => rest = Some(tail),
+                bootp::OPT_END => return None,
+                _ => {
+                    let value = tail
+                        .split_first()
+                        .and_then(|(&len, tail)| tail.get(..usize::from(len)).map(|v| (v, len)));
+                    return Some(match value {
+                        Some((value, len)) => {
+                            rest = Some(&tail[1 + usize::from(len)..]);
+                            (code, Ok(value))
+                        }
+                        None => {
+                            rest = None;
+                            (code, Err(ParseError::OptionOverrun { code }))
+                        }
+                    });
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use dhcproto::{
+        Encodable as _,
+        v4::{DhcpOption, Message},
+    };
+
+    use super::*;
+
+    fn discover() -> Vec<u8> {
+        let z = Ipv4Addr::UNSPECIFIED;
+        let mut msg = Message::new(z, z, z, z, &[0x52, 0x54, 0, 0, 0, 1]);
+        msg.opts_mut()
+            .insert(DhcpOption::MessageType(MessageType::Discover));
+        msg.to_vec().expect("encodes")
     }
-    buf.split_off(2)
+
+    #[test]
+    fn an_ethernet_discover_parses() {
+        let req = Request::parse(&discover()).expect("parses");
+        assert_eq!(req.chaddr, MacAddr([0x52, 0x54, 0, 0, 0, 1]));
+        assert_eq!(req.msg_type, Some(MessageType::Discover));
+    }
+
+    #[test]
+    fn hlen_other_than_six_is_refused_without_reading_chaddr() {
+        // 87 and 137 run past the 16-byte chaddr field: dhcproto's
+        // `Message::chaddr` panics on them.
+        for hlen in [0u8, 5, 7, 16, 17, 87, 137, 255] {
+            let mut bytes = discover();
+            bytes[2] = hlen;
+            assert!(
+                matches!(Request::parse(&bytes), Err(ParseError::NotEthernetRequest)),
+                "hlen {hlen}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_hardware_types_are_not_ethernet_requests() {
+        for htype in [0u8, 6, 122, 141, 239, 247] {
+            let mut bytes = discover();
+            bytes[1] = htype;
+            assert!(
+                matches!(Request::parse(&bytes), Err(ParseError::NotEthernetRequest)),
+                "htype {htype}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod walk_tests {
+    use super::*;
+
+    /// A request with the given option area.
+    fn with_options(opts: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; bootp::OFF_OPTIONS];
+        b[0] = bootp::OP_REQUEST;
+        b[1] = bootp::HTYPE_ETHER;
+        b[2] = bootp::HLEN_ETHER;
+        b[bootp::OFF_CHADDR..bootp::OFF_CHADDR + 6].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+        b[bootp::OFF_COOKIE..bootp::OFF_OPTIONS].copy_from_slice(&bootp::MAGIC_COOKIE);
+        b.extend_from_slice(opts);
+        b
+    }
+
+    #[test]
+    fn options_policy_reads_are_read_and_the_last_occurrence_counts() {
+        let req = Request::parse(&with_options(&[
+            53, 1, 1, 0, 0, 93, 2, 0, 7, 60, 9, b'P', b'X', b'E', b'C', b'l', b'i', b'e', b'n',
+            b't', 77, 5, 4, b'i', b'P', b'X', b'E', 82, 6, 1, 4, b'e', b't', b'h', b'0', 12, 2,
+            b'n', b'1', 50, 4, 10, 0, 0, 9, 54, 4, 10, 0, 0, 1, 53, 1, 3, 255, 0xde, 0xad,
+        ]))
+        .expect("parses");
+        assert_eq!(req.msg_type, Some(MessageType::Request));
+        assert_eq!(req.arch, Some(7));
+        assert_eq!(req.vendor, VendorClass::PxeClient);
+        assert!(req.ipxe && req.relay_info);
+        assert_eq!(req.more.user_classes, vec![b"iPXE".to_vec()]);
+        assert_eq!(req.traits().circuit_id, Some(&b"eth0"[..]));
+        assert_eq!(req.more.hostname.as_deref(), Some("n1"));
+        assert_eq!(req.requested_ip, Some(Ipv4Addr::new(10, 0, 0, 9)));
+        assert_eq!(req.server_id, Some(Ipv4Addr::new(10, 0, 0, 1)));
+    }
+
+    #[test]
+    fn lengths_that_lie_are_refused() {
+        for (opts, err) in [
+            (
+                &[53, 2, 1, 1, 255][..],
+                ParseError::OptionLength { code: 53, len: 2 },
+            ),
+            (
+                &[50, 3, 1, 2, 3, 255],
+                ParseError::OptionLength { code: 50, len: 3 },
+            ),
+            (
+                &[54, 5, 1, 2, 3, 4, 5, 255],
+                ParseError::OptionLength { code: 54, len: 5 },
+            ),
+            (
+                &[93, 1, 0, 255],
+                ParseError::OptionLength { code: 93, len: 1 },
+            ),
+            (
+                &[53, 1, 1, 60, 40, b'P'],
+                ParseError::OptionOverrun { code: 60 },
+            ),
+            (&[53, 1, 1, 77], ParseError::OptionOverrun { code: 77 }),
+        ] {
+            assert_eq!(Request::parse(&with_options(opts)), Err(err), "{opts:?}");
+        }
+    }
+
+    #[test]
+    fn no_input_panics_the_parser() {
+        // Every truncation and every single-byte value at every offset of a
+        // PXE-like request.
+        let base = with_options(&[
+            53, 1, 1, 93, 2, 0, 0, 60, 9, b'P', b'X', b'E', b'C', b'l', b'i', b'e', b'n', b't', 255,
+        ]);
+        for len in 0..=base.len() {
+            let _ = Request::parse(&base[..len]);
+        }
+        for at in 0..base.len() {
+            for v in 0..=255u8 {
+                let mut b = base.clone();
+                b[at] = v;
+                let _ = Request::parse(&b);
+            }
+        }
+    }
 }
