@@ -23,6 +23,7 @@ use crate::{
         server::{self, Limits},
         template,
     },
+    health::Health,
     http::{
         BootState,
         admin::{self, AdminState},
@@ -35,7 +36,7 @@ use crate::{
     progress::Progress,
     rawsock::RawSocket,
     tftp,
-    xdp::{AttachMode, FastPath, events},
+    xdp::{AttachMode, FastPath, SyncError, events},
 };
 
 /// Everything `pxe-agent run` needs.
@@ -115,11 +116,16 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     );
 
     let progress = Arc::new(Progress::default());
+    let health = Arc::new(Health::default());
+    let program_id = fast
+        .program_id()
+        .context("failed to read the XDP program's id")?;
     let dhcp = Arc::new(server::Shared::new(
         Arc::new(inv.clone()),
         leases,
         DISCOVERED_CAPACITY,
         progress.clone(),
+        health.clone(),
     ));
     let stop = Arc::new(AtomicBool::new(false));
     let slow_thread = start_slow_path(&cfg, server, dhcp.clone(), stop.clone())?;
@@ -135,6 +141,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         tftp_stats: OnceLock::new(),
     });
     let admin = Arc::new(AdminState {
+        counters: fast.counters_handle(),
         fast: Mutex::new(fast),
         gauges: Mutex::new(AgentGauges {
             hosts: inv.hosts.len(),
@@ -169,6 +176,12 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         shutdown.clone(),
     ));
 
+    let monitor = tokio::spawn(monitor_health(
+        cfg.iface.clone(),
+        program_id,
+        dhcp.clone(),
+        shutdown.clone(),
+    ));
     let watcher = tokio::spawn(watch_inventory(
         cfg.clone(),
         server,
@@ -178,6 +191,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     let _ = shutdown.wait_for(|stop| *stop).await;
     info!("shutting down");
     watcher.await.context("inventory watcher panicked")?;
+    monitor.await.context("health monitor panicked")?;
     if let Some(events) = events {
         events.await.context("event reader panicked")?;
     }
@@ -195,7 +209,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     tokio::task::spawn_blocking(move || slow_thread.join())
         .await
         .context("slow path join failed")?
-        .map_err(|_| anyhow::anyhow!("slow path thread panicked"))?;
+        .map_err(|_| anyhow::anyhow!("slow path supervisor panicked"))?;
     // Dropping the last handle detaches the program.
     drop(admin);
     Ok(())
@@ -320,40 +334,76 @@ async fn watch_inventory(
             continue;
         }
         seen = now;
-        let path = cfg.inventory.clone();
-        let result = tokio::task::spawn_blocking(move || prepare(&path, &server)).await;
-        let mut gauges = shared.gauges.lock().unwrap_or_else(PoisonError::into_inner);
-        match result {
-            Ok(Ok((inv, templates))) => {
-                let count = templates.len();
-                let mut fast = shared.fast.lock().unwrap_or_else(PoisonError::into_inner);
-                match fast.sync(templates) {
-                    Ok(report) => {
-                        shared.boot.dhcp.replace_inventory(Arc::new(inv.clone()));
-                        gauges.hosts = inv.hosts.len();
-                        gauges.templates = count;
-                        gauges.reloads_ok += 1;
-                        info!(
-                            hosts = inv.hosts.len(),
-                            written = report.written,
-                            removed = report.removed,
-                            unchanged = report.unchanged,
-                            "inventory reloaded"
-                        );
-                    }
-                    Err(e) => {
-                        gauges.reloads_rejected += 1;
-                        error!(error = %e, "failed to update the hosts map; the previous entries stay");
-                    }
-                }
-            }
-            Ok(Err(e)) => {
-                gauges.reloads_rejected += 1;
-                warn!("inventory change refused, still serving the previous one: {e}");
-            }
-            Err(e) => error!(error = %e, "inventory reload task failed"),
+        let (path, shared) = (cfg.inventory.clone(), shared.clone());
+        // Loading, compiling and the map writes (up to one `bpf()` call per
+        // template) block: none of it runs on the runtime.
+        if let Err(e) =
+            tokio::task::spawn_blocking(move || apply_inventory(&path, &server, &shared)).await
+        {
+            error!(error = %e, "inventory reload task failed");
         }
     }
+}
+
+/// Loads the inventory at `path` and puts it in force in both paths, or
+/// refuses it and leaves the previous one in force in both.
+fn apply_inventory(path: &Path, server: &Server, shared: &AdminState) {
+    let health = &shared.boot.dhcp.health;
+    let rejected = || {
+        shared
+            .gauges
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reloads_rejected += 1;
+    };
+    let (inv, templates) = match prepare(path, server) {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            rejected();
+            warn!("inventory change refused, still serving the previous one: {e}");
+            return;
+        }
+    };
+    let count = templates.len();
+    let synced = shared
+        .fast
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .sync(templates);
+    let report = match synced {
+        Ok(report) => report,
+        Err(e @ SyncError::RolledBack { .. }) => {
+            rejected();
+            health.set_maps(Ok(()));
+            error!(
+                "inventory change not applied: failed to update the hosts map: {e}; \
+                 still serving the previous inventory on both paths"
+            );
+            return;
+        }
+        Err(e @ SyncError::Mixed { .. }) => {
+            rejected();
+            health.set_maps(Err(e.to_string()));
+            error!("inventory change not applied: {e}");
+            return;
+        }
+    };
+    health.set_maps(Ok(()));
+    let hosts = inv.hosts.len();
+    shared.boot.dhcp.replace_inventory(Arc::new(inv));
+    {
+        let mut gauges = shared.gauges.lock().unwrap_or_else(PoisonError::into_inner);
+        gauges.hosts = hosts;
+        gauges.templates = count;
+        gauges.reloads_ok += 1;
+    }
+    info!(
+        hosts,
+        written = report.written,
+        removed = report.removed,
+        unchanged = report.unchanged,
+        "inventory reloaded"
+    );
 }
 
 /// Modification time, size and inode of the file behind the path
@@ -392,8 +442,106 @@ fn start_slow_path(
         .with_context(|| format!("failed to open a raw socket on {}", cfg.iface))?;
     let limits = cfg.limits;
     info!(iface = %cfg.iface, "slow path listening on UDP port 67");
+    let sock: std::net::UdpSocket = sock.into();
     std::thread::Builder::new()
         .name("dhcp-slow-path".into())
-        .spawn(move || server::serve(sock.into(), raw, server, shared, limits, stop))
+        .spawn(move || supervise_slow_path(&sock, &raw, server, &shared, limits, &stop))
         .context("failed to start the slow path thread")
+}
+
+/// Pause before a slow path that died is started again.
+const SLOW_PATH_RESTART: Duration = Duration::from_millis(200);
+
+/// Runs the slow path until `stop`, starting it again whenever it dies,
+/// so that nothing a client sends can end DHCP service for the others.
+fn supervise_slow_path(
+    sock: &std::net::UdpSocket,
+    raw: &RawSocket,
+    server: Server,
+    shared: &Arc<server::Shared>,
+    limits: Limits,
+    stop: &AtomicBool,
+) {
+    loop {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            server::serve(sock, raw, server, shared.clone(), limits, stop)
+        }));
+        let Err(panic) = run else {
+            shared.health.slow_path_down(None);
+            return;
+        };
+        let why = panic_message(panic.as_ref());
+        error!(panic = %why, "slow path died; starting it again");
+        shared
+            .health
+            .slow_path_down(Some(format!("thread panicked: {why}")));
+        std::thread::sleep(SLOW_PATH_RESTART);
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        shared.health.slow_path_restarted();
+    }
+}
+
+/// The text of a panic payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
+}
+
+/// How often the health monitor asks the kernel and the state store.
+const HEALTH_EVERY: Duration = Duration::from_secs(1);
+/// How often the state store is probed with a write of its own.
+const STORE_PROBE_EVERY: Duration = Duration::from_secs(5);
+
+/// Keeps `Health` current with what only a question shows: whether our
+/// program is still the one attached to the interface, and whether the
+/// state store can still be written. Both questions block, so they run on
+/// the blocking pool.
+async fn monitor_health(
+    iface: String,
+    program_id: u32,
+    shared: Arc<server::Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(HEALTH_EVERY);
+    let mut last_probe: Option<std::time::Instant> = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return,
+            _ = tick.tick() => {}
+        }
+        let probe = last_probe.is_none_or(|t| t.elapsed() >= STORE_PROBE_EVERY);
+        if probe {
+            last_probe = Some(std::time::Instant::now());
+        }
+        let (iface, shared) = (iface.clone(), shared.clone());
+        let _ = tokio::task::spawn_blocking(move || {
+            let xdp = match netdev::xdp_program_id(&iface) {
+                Ok(Some(id)) if id == program_id => Ok(()),
+                Ok(Some(id)) => Err(format!(
+                    "another XDP program (id {id}) is attached to {iface}, not ours (id {program_id})"
+                )),
+                Ok(None) => Err(format!("no XDP program attached to {iface}")),
+                Err(e) => Err(format!("cannot read the XDP state of {iface}: {e}")),
+            };
+            if let Err(why) = &xdp {
+                warn!("{why}");
+            }
+            shared.health.set_xdp(xdp);
+            if probe {
+                let result = shared
+                    .leases
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .probe()
+                    .map_err(|e| e.to_string());
+                shared.health.set_store(result);
+            }
+        })
+        .await;
+    }
 }

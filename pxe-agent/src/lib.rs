@@ -4,6 +4,7 @@
 pub mod app;
 pub mod dhcp;
 pub mod discovered;
+pub mod health;
 pub mod http;
 pub mod inventory;
 pub mod lease;

@@ -4,12 +4,7 @@ use std::{fmt::Write as _, sync::atomic::Ordering};
 
 use pxe_ebpf_common::Counter;
 
-use crate::{
-    dhcp::server,
-    lease::{Lease, LeaseState},
-    tftp::StatsSnapshot,
-    xdp::Stats,
-};
+use crate::{dhcp::server, lease::LeaseState, tftp::StatsSnapshot, xdp::Stats};
 
 /// What the agent exports besides the counters.
 #[derive(Clone, Copy, Debug, Default)]
@@ -26,6 +21,8 @@ pub const SLOW_IGNORED: &str = "pxe_slow_ignored_total";
 pub const SLOW_LIMITED: &str = "pxe_slow_ratelimited_total";
 pub const SLOW_ERRORS: &str = "pxe_slow_errors_total";
 pub const SLOW_RX: &str = "pxe_slow_requests_total";
+pub const SLOW_RESTARTS: &str = "pxe_slow_path_restarts_total";
+pub const READY: &str = "pxe_ready";
 pub const DISCOVERED: &str = "pxe_discovered_hosts";
 pub const LEASES: &str = "pxe_leases";
 pub const TFTP_TRANSFERS: &str = "pxe_tftp_transfers_total";
@@ -41,8 +38,10 @@ pub struct Page<'a> {
     pub fast: &'a Stats,
     pub gauges: &'a AgentGauges,
     pub slow: &'a server::Stats,
+    pub health: &'a crate::health::Health,
     pub discovered: usize,
-    pub leases: &'a [Lease],
+    /// Pool leases by state, from the lease store's index.
+    pub leases: &'a [(LeaseState, usize)],
     /// Counters of the TFTP server, when it runs.
     pub tftp: Option<StatsSnapshot>,
 }
@@ -127,9 +126,18 @@ pub fn render(p: &Page) -> String {
         ("pool_exhausted", &p.slow.pool_exhausted),
         ("lease_store", &p.slow.lease_errors),
         ("send", &p.slow.send_errors),
+        ("panic", &p.slow.panics),
     ] {
         o.sample(SLOW_ERRORS, &format!("kind=\"{kind}\""), load(c));
     }
+    o.head(
+        SLOW_RESTARTS,
+        "counter",
+        "Times the slow path was started again after it died.",
+    );
+    o.sample(SLOW_RESTARTS, "", load(&p.health.slow_path_restarts));
+    o.head(READY, "gauge", "1 while /healthz answers 200.");
+    o.sample(READY, "", u8::from(p.health.check().is_empty()));
     o.head(
         DISCOVERED,
         "gauge",
@@ -144,7 +152,10 @@ pub fn render(p: &Page) -> String {
         o.sample(
             LEASES,
             &format!("state=\"{name}\""),
-            p.leases.iter().filter(|l| l.state == state).count(),
+            p.leases
+                .iter()
+                .find(|(s, _)| *s == state)
+                .map_or(0, |(_, n)| *n),
         );
     }
     if let Some(t) = p.tftp {

@@ -87,3 +87,97 @@ pub fn ipv4_of(iface: &str) -> Result<Ipv4Addr, NetdevError> {
         iface: iface.to_string(),
     })
 }
+
+/// The id of the XDP program attached to `iface`, if any, as the kernel
+/// reports it (rtnetlink `RTM_GETLINK`, attribute `IFLA_XDP`). This sees a
+/// program detached behind the agent's back, which its own handles cannot.
+pub fn xdp_program_id(iface: &str) -> std::io::Result<Option<u32>> {
+    use std::io::{Error, ErrorKind};
+    const IFLA_XDP: u16 = 43;
+    const IFLA_XDP_ATTACHED: u16 = 2;
+    const IFLA_XDP_PROG_ID: u16 = 4;
+    let name = std::ffi::CString::new(iface).map_err(|_| Error::from(ErrorKind::InvalidInput))?;
+    // SAFETY: a NUL-terminated name.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        return Err(Error::last_os_error());
+    }
+    // SAFETY: plain socket creation; the fd is owned below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
+    };
+    if fd < 0 {
+        return Err(Error::last_os_error());
+    }
+    // SAFETY: a fresh fd nothing else owns.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&sock);
+    // nlmsghdr (16 bytes) + ifinfomsg (16 bytes).
+    let mut req = [0u8; 32];
+    req[0..4].copy_from_slice(&32u32.to_ne_bytes());
+    req[4..6].copy_from_slice(&libc::RTM_GETLINK.to_ne_bytes());
+    req[6..8].copy_from_slice(&(libc::NLM_F_REQUEST as u16).to_ne_bytes());
+    req[8..12].copy_from_slice(&1u32.to_ne_bytes());
+    req[20..24].copy_from_slice(&(index as i32).to_ne_bytes());
+    // SAFETY: sends `req` on an open socket; the kernel is the default peer.
+    if unsafe { libc::send(raw, req.as_ptr().cast(), req.len(), 0) } < 0 {
+        return Err(Error::last_os_error());
+    }
+    let mut buf = vec![0u8; 16 << 10];
+    // SAFETY: receives into `buf`, at most its length.
+    let n = unsafe { libc::recv(raw, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        return Err(Error::last_os_error());
+    }
+    let msg = &buf[..n as usize];
+    let bad = || Error::new(ErrorKind::InvalidData, "malformed rtnetlink answer");
+    let kind = u16_at(msg, 4).ok_or_else(bad)?;
+    if kind == libc::NLMSG_ERROR as u16 {
+        let code = msg.get(16..20).ok_or_else(bad)?;
+        let code = i32::from_ne_bytes([code[0], code[1], code[2], code[3]]);
+        return Err(Error::from_raw_os_error(-code));
+    }
+    let len = msg.get(0..4).ok_or_else(bad)?;
+    let len = (u32::from_ne_bytes([len[0], len[1], len[2], len[3]]) as usize).min(msg.len());
+    let top = attrs(msg.get(32..len).ok_or_else(bad)?);
+    let Some((_, xdp)) = top.into_iter().find(|(t, _)| *t == IFLA_XDP) else {
+        return Ok(None);
+    };
+    let nested = attrs(xdp);
+    let attached = nested
+        .iter()
+        .find(|(t, _)| *t == IFLA_XDP_ATTACHED)
+        .and_then(|(_, v)| v.first().copied())
+        .unwrap_or(0);
+    if attached == 0 {
+        return Ok(None);
+    }
+    Ok(nested
+        .iter()
+        .find(|(t, _)| *t == IFLA_XDP_PROG_ID)
+        .and_then(|(_, v)| v.get(..4))
+        .map(|v| u32::from_ne_bytes([v[0], v[1], v[2], v[3]])))
+}
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    b.get(at..at + 2).map(|v| u16::from_ne_bytes([v[0], v[1]]))
+}
+
+/// The netlink attributes in `b`: type (flags masked off) and value.
+fn attrs(b: &[u8]) -> Vec<(u16, &[u8])> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let (Some(alen), Some(atype)) = (u16_at(b, at), u16_at(b, at + 2)) {
+        let alen = usize::from(alen);
+        if alen < 4 || at + alen > b.len() {
+            break;
+        }
+        out.push((atype & 0x3fff, &b[at + 4..at + alen]));
+        at += (alen + 3) & !3;
+    }
+    out
+}

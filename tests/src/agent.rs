@@ -154,6 +154,25 @@ impl Served {
         fs::rename(&tmp, &self.inventory).expect("replace inventory");
     }
 
+    /// The MAC address of the server end, where the agent serves.
+    pub fn server_mac(&self) -> [u8; 6] {
+        let text = self
+            .lab
+            .run_in(
+                self.lab.server_ns(),
+                &[
+                    "cat",
+                    &format!("/sys/class/net/{}/address", self.lab.server_if()),
+                ],
+            )
+            .expect("read the server MAC");
+        let mut mac = [0u8; 6];
+        for (byte, part) in mac.iter_mut().zip(text.trim().split(':')) {
+            *byte = u8::from_str_radix(part, 16).expect("hex MAC");
+        }
+        mac
+    }
+
     pub fn client_cmd(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         self.lab.cmd_in(self.lab.client_ns(), program)
     }

@@ -9,8 +9,10 @@
 //! `decide`.
 
 use std::{
+    fmt::Write as _,
     io,
     net::{Ipv4Addr, SocketAddr, UdpSocket},
+    panic::{self, AssertUnwindSafe},
     sync::{
         Arc, Mutex, PoisonError, RwLock,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -19,11 +21,12 @@ use std::{
 };
 
 use pxe_ebpf_common::{Counter, ReplyDestination, bootp, reply_destination};
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 
 use super::{Answer, PoolAsk, Reply, ReplyKind, Request, Server, decide, encode, nak, pool_reply};
 use crate::{
     discovered::{Registry, Sighting},
+    health::Health,
     inventory::{Inventory, MacAddr},
     lease::{LeaseRequest, LeaseState, LeaseStore, NakReason, Pool, RequestOutcome},
     progress::{self, Progress},
@@ -48,6 +51,8 @@ pub struct Shared {
     pub stats: Stats,
     /// Where each host is in its boot; the slow path records its answers.
     pub progress: Arc<Progress>,
+    /// What `/healthz` reports; the slow path beats here.
+    pub health: Arc<Health>,
 }
 
 /// Counters of the slow path, exported on /metrics.
@@ -66,6 +71,8 @@ pub struct Stats {
     pub pool_exhausted: AtomicU64,
     pub lease_errors: AtomicU64,
     pub send_errors: AtomicU64,
+    /// Requests whose handling panicked (contained, request dropped).
+    pub panics: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -81,14 +88,16 @@ pub struct Limits {
 }
 
 /// Serves until `stop` is set; `sock` is bound to port 67 on the interface,
-/// `raw` sends frames on it.
+/// `raw` sends frames on it. A panic while handling one request is
+/// contained there (see [`SlowPath::handle_batch`]); the caller supervises
+/// this loop for anything else.
 pub fn serve(
-    sock: UdpSocket,
-    raw: RawSocket,
+    sock: &UdpSocket,
+    raw: &RawSocket,
     server: Server,
     shared: Arc<Shared>,
     limits: Limits,
-    stop: Arc<AtomicBool>,
+    stop: &AtomicBool,
 ) {
     let mut path = SlowPath {
         sock,
@@ -101,15 +110,16 @@ pub fn serve(
     };
     let mut buf = vec![[0u8; 1500]; BATCH];
     while !stop.load(Ordering::Relaxed) {
+        path.shared.health.slow_path_beat();
         let received = path.receive(&mut buf);
         path.handle_batch(&buf, &received);
         path.expire_leases();
     }
 }
 
-struct SlowPath {
-    sock: UdpSocket,
-    raw: RawSocket,
+struct SlowPath<'a> {
+    sock: &'a UdpSocket,
+    raw: &'a RawSocket,
     server: Server,
     limiter: Limiter,
     started: Instant,
@@ -125,7 +135,7 @@ struct PendingAck {
     pool: Pool,
 }
 
-impl SlowPath {
+impl SlowPath<'_> {
     /// Waits for a datagram (up to the socket's read timeout), then takes
     /// what else is already queued, up to a batch.
     fn receive(&self, buf: &mut [[u8; 1500]]) -> Vec<(usize, SocketAddr)> {
@@ -168,28 +178,53 @@ impl SlowPath {
         let mut pending = Vec::new();
         for (slot, (len, _from)) in buf.iter().zip(received) {
             bump(&self.shared.stats.rx);
-            let Ok(req) = Request::parse(&slot[..*len]) else {
-                bump(&self.shared.stats.malformed);
-                continue;
-            };
-            let known = inv.host_by_mac(req.chaddr).is_some();
-            if let Err(limited) = self.limiter.admit(req.chaddr, known, mono) {
-                let stats = &self.shared.stats;
-                bump(match limited {
-                    Limited::Mac => &stats.limited_mac,
-                    Limited::Unknown => &stats.limited_unknown,
-                    Limited::Table => &stats.limited_table,
-                });
-                continue;
-            }
-            if !known {
-                self.discovered().record(req.chaddr, sighting(&req), now);
-            }
-            if let Some(ack) = self.answer(&inv, req, now) {
-                pending.push(ack);
+            let bytes = &slot[..*len];
+            // No request may stop the slow path, whatever a parser does
+            // with it: a panic ends this request only.
+            let handled =
+                panic::catch_unwind(AssertUnwindSafe(|| self.handle_one(&inv, bytes, now, mono)));
+            match handled {
+                Ok(Some(ack)) => pending.push(ack),
+                Ok(None) => {}
+                Err(_) => {
+                    bump(&self.shared.stats.panics);
+                    error!(
+                        request = %hex(bytes),
+                        "handling a DHCP request panicked; request dropped"
+                    );
+                }
             }
         }
         self.commit(&inv, pending, now);
+    }
+
+    /// Parses, admits and answers one request; returns it when its lease
+    /// must be committed with the batch.
+    fn handle_one(
+        &mut self,
+        inv: &Inventory,
+        bytes: &[u8],
+        now: u64,
+        mono: f64,
+    ) -> Option<PendingAck> {
+        let Ok(req) = Request::parse(bytes) else {
+            bump(&self.shared.stats.malformed);
+            return None;
+        };
+        let known = inv.host_by_mac(req.chaddr).is_some();
+        if let Err(limited) = self.limiter.admit(req.chaddr, known, mono) {
+            let stats = &self.shared.stats;
+            bump(match limited {
+                Limited::Mac => &stats.limited_mac,
+                Limited::Unknown => &stats.limited_unknown,
+                Limited::Table => &stats.limited_table,
+            });
+            return None;
+        }
+        if !known {
+            self.discovered().record(req.chaddr, sighting(&req), now);
+        }
+        self.answer(inv, req, now)
     }
 
     /// Answers one request, or returns it when its lease must be committed.
@@ -264,6 +299,7 @@ impl SlowPath {
             Ok(o) => o,
             Err(e) => return self.lease_error(&e),
         };
+        self.shared.health.set_store(Ok(()));
         for (p, outcome) in pending.iter().zip(outcomes) {
             match outcome {
                 RequestOutcome::Ack(lease) => {
@@ -386,6 +422,7 @@ impl SlowPath {
     fn lease_error(&self, e: &crate::lease::LeaseError) {
         warn!(error = %e, "lease store failed");
         bump(&self.shared.stats.lease_errors);
+        self.shared.health.set_store(Err(e.to_string()));
     }
 }
 
@@ -415,6 +452,16 @@ fn sighting(req: &Request) -> Sighting {
     }
 }
 
+/// A request as hex, for the log of one that could not be handled.
+fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
 pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -427,6 +474,7 @@ impl Shared {
         leases: LeaseStore,
         discovered_capacity: usize,
         progress: Arc<Progress>,
+        health: Arc<Health>,
     ) -> Shared {
         Shared {
             inventory: RwLock::new(inventory),
@@ -434,6 +482,7 @@ impl Shared {
             discovered: Mutex::new(Registry::new(discovered_capacity)),
             stats: Stats::default(),
             progress,
+            health,
         }
     }
 
@@ -457,11 +506,7 @@ impl Shared {
     /// The MAC holding the pool lease of `ip`.
     pub fn mac_with_lease(&self, ip: Ipv4Addr) -> Option<MacAddr> {
         let store = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        let leases = store.list().ok()?;
-        leases
-            .into_iter()
-            .find(|l| l.ip == ip && l.state == LeaseState::Bound)
-            .map(|l| MacAddr(l.mac))
+        store.bound_at(ip).map(MacAddr)
     }
 
     /// Swaps in a new inventory; MACs it now lists leave the discovered set.

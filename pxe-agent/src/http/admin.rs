@@ -7,13 +7,14 @@ use std::{
 };
 
 use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
+use aya::maps::{MapData, PerCpuArray};
 use serde::{Deserialize, Serialize};
 
 use crate::{
     discovered::Discovered,
     http::BootState,
     inventory::MacAddr,
-    lease::Lease,
+    lease::{Lease, LeaseState},
     metrics::{self, AgentGauges},
     progress::{HostProgress, Stage},
     xdp::{FastPath, Stats},
@@ -21,7 +22,10 @@ use crate::{
 
 /// What the admin endpoints read.
 pub struct AdminState {
+    /// Owned by the reload, which holds it while it writes the maps.
     pub fast: Mutex<FastPath>,
+    /// Read by `/metrics` without waiting for a reload.
+    pub counters: Arc<PerCpuArray<MapData, u64>>,
     pub gauges: Mutex<AgentGauges>,
     /// Inventory, leases, progress and the TFTP counters.
     pub boot: Arc<BootState>,
@@ -51,27 +55,38 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiError> {
-    let fast = Stats::read(lock(&s.fast).counters()).map_err(|e| internal("counters", e))?;
+    let fast = Stats::read(&s.counters).map_err(|e| internal("counters", e))?;
     let gauges = *lock(&s.gauges);
-    let leases = lock(&s.boot.dhcp.leases)
-        .list()
-        .map_err(|e| internal("leases", e))?;
+    let leases = {
+        let store = lock(&s.boot.dhcp.leases);
+        [LeaseState::Bound, LeaseState::Declined].map(|state| (state, store.count(state)))
+    };
     let discovered = lock(&s.boot.dhcp.discovered).len();
     let tftp = s.boot.tftp_stats.get().map(|t| t.snapshot());
     Ok(metrics::render(&metrics::Page {
         fast: &fast,
         gauges: &gauges,
         slow: &s.boot.dhcp.stats,
+        health: &s.boot.dhcp.health,
         discovered,
         leases: &leases,
         tftp,
     }))
 }
 
-/// Ready once the program is attached, the map filled and the listeners
-/// bound, which `app::run` does before binding this endpoint.
-async fn healthz() -> &'static str {
-    "ok\n"
+/// Ready (200) while the program is attached, the maps hold the inventory
+/// in force, the slow path runs and the state store can be written;
+/// otherwise 503 with one line per problem.
+async fn healthz(State(s): State<Arc<AdminState>>) -> (StatusCode, String) {
+    let problems = s.boot.dhcp.health.check();
+    if problems.is_empty() {
+        (StatusCode::OK, "ok\n".to_string())
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            problems.iter().map(|p| format!("{p}\n")).collect(),
+        )
+    }
 }
 
 /// Unknown clients, most recently seen first.

@@ -50,8 +50,7 @@ impl BootState {
 
     /// The MAC behind a client address, for recording progress.
     pub fn mac_at(&self, ip: Ipv4Addr) -> Option<MacAddr> {
-        let inv = self.dhcp.inventory();
-        if let Some(host) = inv.hosts.iter().find(|h| h.ip == ip) {
+        if let Some(host) = self.dhcp.inventory().host_by_ip(ip) {
             return Some(host.mac);
         }
         self.dhcp.mac_with_lease(ip)

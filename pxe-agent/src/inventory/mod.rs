@@ -61,21 +61,25 @@ pub struct Inventory {
     pub discovery: Discovery,
     /// How iPXE clients are recognised and what they are told to load.
     pub ipxe: IpxeSettings,
-    mac_index: MacIndex,
+    index: HostIndex,
 }
 
-/// MAC -> index into [`Inventory::hosts`]. Derived data: two inventories
-/// with the same contents are equal however their indices were built.
+/// MAC and address -> index into [`Inventory::hosts`]. Derived data: two
+/// inventories with the same contents are equal however their indices were
+/// built.
 #[derive(Debug, Clone, Default)]
-struct MacIndex(HashMap<MacAddr, usize>);
+struct HostIndex {
+    by_mac: HashMap<MacAddr, usize>,
+    by_ip: HashMap<Ipv4Addr, usize>,
+}
 
-impl PartialEq for MacIndex {
-    fn eq(&self, _: &MacIndex) -> bool {
+impl PartialEq for HostIndex {
+    fn eq(&self, _: &HostIndex) -> bool {
         true
     }
 }
 
-impl Eq for MacIndex {}
+impl Eq for HostIndex {}
 
 /// An IPv4 subnet that hosts get addresses in, with the settings they get.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -312,11 +316,13 @@ impl Inventory {
     /// changed. With duplicate MACs (which validation refuses) the first
     /// host wins, as a scan would find it.
     pub fn reindex(&mut self) {
-        let mut index = HashMap::with_capacity(self.hosts.len());
+        let mut by_mac = HashMap::with_capacity(self.hosts.len());
+        let mut by_ip = HashMap::with_capacity(self.hosts.len());
         for (at, host) in self.hosts.iter().enumerate() {
-            index.entry(host.mac).or_insert(at);
+            by_mac.entry(host.mac).or_insert(at);
+            by_ip.entry(host.ip).or_insert(at);
         }
-        self.mac_index = MacIndex(index);
+        self.index = HostIndex { by_mac, by_ip };
     }
 
     /// # Panics
@@ -338,7 +344,7 @@ impl Inventory {
     /// the index is visibly stale (a hit that names another MAC, or a
     /// different host count) this scans instead; see [`Inventory`].
     pub fn host_by_mac(&self, mac: MacAddr) -> Option<&Host> {
-        let index = &self.mac_index.0;
+        let index = &self.index.by_mac;
         if let Some(host) = index
             .get(&mac)
             .and_then(|&at| self.hosts.get(at))
@@ -350,6 +356,23 @@ impl Inventory {
             return None;
         }
         self.hosts.iter().find(|host| host.mac == mac)
+    }
+
+    /// The host reserved `ip`, through the index like
+    /// [`Inventory::host_by_mac`]: TFTP and HTTP look one up per request.
+    pub fn host_by_ip(&self, ip: Ipv4Addr) -> Option<&Host> {
+        let index = &self.index.by_ip;
+        if let Some(host) = index
+            .get(&ip)
+            .and_then(|&at| self.hosts.get(at))
+            .filter(|host| host.ip == ip)
+        {
+            return Some(host);
+        }
+        if index.len() == self.hosts.len() && !index.contains_key(&ip) {
+            return None;
+        }
+        self.hosts.iter().find(|host| host.ip == ip)
     }
 
     /// The profile unknown machines get, when discovery names one.
@@ -1534,7 +1557,7 @@ hosts:
     fn host_by_mac_uses_the_index_built_by_reindex() {
         let mut inventory = fleet(50_000);
         inventory.reindex();
-        assert_eq!(inventory.mac_index.0.len(), 50_000);
+        assert_eq!(inventory.index.by_mac.len(), 50_000);
         for n in [0u32, 1, 31_337, 49_999] {
             let [_, a, b, c] = n.to_be_bytes();
             let host = inventory
@@ -1555,7 +1578,7 @@ hosts:
     #[test]
     fn host_by_mac_survives_hosts_changed_after_parse() {
         let mut inventory = parse(FULL).expect("valid");
-        assert_eq!(inventory.mac_index.0.len(), 1, "parse builds the index");
+        assert_eq!(inventory.index.by_mac.len(), 1, "parse builds the index");
         let added = MacAddr([0x52, 0x54, 0, 0, 0, 9]);
         let mut host = inventory.hosts[0].clone();
         host.mac = added;
@@ -1574,7 +1597,7 @@ hosts:
     fn equality_ignores_how_the_index_was_built() {
         let parsed = parse(FULL).expect("valid");
         let mut rebuilt = Inventory {
-            mac_index: MacIndex::default(),
+            index: HostIndex::default(),
             ..parsed.clone()
         };
         assert_eq!(parsed, rebuilt);

@@ -58,7 +58,7 @@ pub(super) fn validate(raw: RawInventory) -> Result<Inventory, Vec<Problem>> {
         hosts: hosts.into_iter().flatten().collect(),
         discovery,
         ipxe,
-        mac_index: Default::default(),
+        index: Default::default(),
     })
 }
 

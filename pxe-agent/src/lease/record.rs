@@ -43,15 +43,19 @@ impl Record {
         matches!(self.state, Stored::Bound | Stored::Released)
     }
 
+    pub fn to_state(&self) -> LeaseState {
+        match self.state {
+            Stored::Bound => LeaseState::Bound,
+            Stored::Declined => LeaseState::Declined,
+            Stored::Released => LeaseState::Released,
+        }
+    }
+
     pub fn to_lease(&self, ip: Ipv4Addr) -> Lease {
         Lease {
             mac: self.mac,
             ip,
-            state: match self.state {
-                Stored::Bound => LeaseState::Bound,
-                Stored::Declined => LeaseState::Declined,
-                Stored::Released => LeaseState::Released,
-            },
+            state: self.to_state(),
             expires: self.expires,
             hostname: self.hostname.clone(),
         }

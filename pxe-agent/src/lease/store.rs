@@ -93,6 +93,12 @@ impl LeaseStore {
         Ok(store)
     }
 
+    /// Makes one durable commit that changes nothing: whether the store can
+    /// be written at all, for health checks.
+    pub fn probe(&self) -> Result<(), LeaseError> {
+        self.commit(&[])
+    }
+
     /// Sets how long an offered address is held for its MAC, in seconds.
     pub fn set_offer_hold(&mut self, secs: u64) {
         self.offer_hold = secs;
@@ -313,6 +319,22 @@ impl LeaseStore {
             expires: offer.until,
             hostname: None,
         })
+    }
+
+    /// How many records are in `state`, from the in-memory index.
+    pub fn count(&self, state: LeaseState) -> usize {
+        self.leases
+            .values()
+            .filter(|r| r.to_state() == state)
+            .count()
+    }
+
+    /// The MAC bound to `ip`, from the in-memory index.
+    pub fn bound_at(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
+        self.leases
+            .get(&u32::from(ip))
+            .filter(|r| r.to_state() == LeaseState::Bound)
+            .map(|r| r.mac)
     }
 
     /// Every lease in the database (bound, released and declined), read

@@ -1,6 +1,8 @@
 //! Loads the embedded XDP object and owns its attachment: dropping a
 //! `FastPath` detaches the program.
 
+use std::sync::Arc;
+
 use aya::{
     Ebpf, EbpfError,
     maps::{DevMap, HashMap, MapData, MapError, PerCpuArray, RingBuf, xdp::XdpMapError},
@@ -12,7 +14,7 @@ use pxe_ebpf_common::{
 };
 use tracing::{info, warn};
 
-use super::maps::{self, SyncReport};
+use super::maps::{self, SyncError, SyncReport};
 use crate::dhcp::template::Templates;
 
 /// The XDP object built by `build.rs` from the `pxe-ebpf` crate.
@@ -58,7 +60,7 @@ pub enum AttachMode {
 pub struct FastPath {
     ebpf: Ebpf,
     hosts: HashMap<MapData, HostKey, ReplyTemplate>,
-    counters: PerCpuArray<MapData, u64>,
+    counters: Arc<PerCpuArray<MapData, u64>>,
     events: Option<RingBuf<MapData>>,
     current: Templates,
     link: Option<XdpLinkId>,
@@ -102,7 +104,7 @@ impl FastPath {
         Ok(FastPath {
             ebpf,
             hosts,
-            counters,
+            counters: Arc::new(counters),
             events: Some(events),
             current: Templates::new(),
             link: None,
@@ -115,6 +117,11 @@ impl FastPath {
             .program(PROGRAM_NAME)
             .and_then(|p| <&Xdp>::try_from(p).ok())
             .expect("loaded in FastPath::load")
+    }
+
+    /// The kernel's id of the loaded program.
+    pub fn program_id(&self) -> Result<u32, aya::programs::ProgramError> {
+        Ok(self.program().info()?.id())
     }
 
     /// Attaches to `iface`; returns the mode that worked.
@@ -152,10 +159,22 @@ impl FastPath {
     }
 
     /// Makes the map hold exactly `desired`, entry by entry (see `maps`).
-    pub fn sync(&mut self, desired: Templates) -> Result<SyncReport, MapError> {
-        let report = maps::sync(&mut self.hosts, &self.current, &desired)?;
-        self.current = desired;
-        Ok(report)
+    ///
+    /// On failure the map holds what it held before, and `current` with it;
+    /// if even the undo failed, `current` is read back from the map, so the
+    /// next sync starts from what the kernel really has.
+    pub fn sync(&mut self, desired: Templates) -> Result<SyncReport, SyncError> {
+        match maps::sync(&mut self.hosts, &self.current, &desired) {
+            Ok(report) => {
+                self.current = desired;
+                Ok(report)
+            }
+            Err(e @ SyncError::RolledBack { .. }) => Err(e),
+            Err(e @ SyncError::Mixed { .. }) => {
+                self.current = self.hosts.iter().filter_map(Result::ok).collect();
+                Err(e)
+            }
+        }
     }
 
     /// Number of templates in the map.
@@ -170,6 +189,12 @@ impl FastPath {
 
     pub fn counters(&self) -> &PerCpuArray<MapData, u64> {
         &self.counters
+    }
+
+    /// The counters map, for readers that must not wait for a reload's
+    /// map writes.
+    pub fn counters_handle(&self) -> Arc<PerCpuArray<MapData, u64>> {
+        self.counters.clone()
     }
 
     /// Raw map access for tests that write templates directly.

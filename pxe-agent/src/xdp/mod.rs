@@ -7,4 +7,5 @@ pub mod maps;
 pub mod stats;
 
 pub use loader::{AttachMode, FastPath, VethPeer, XdpError};
+pub use maps::SyncError;
 pub use stats::Stats;
