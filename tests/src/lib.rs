@@ -15,6 +15,8 @@ mod e2e;
 #[cfg(test)]
 mod flood;
 #[cfg(test)]
+mod hostile;
+#[cfg(test)]
 mod http_boot;
 #[cfg(test)]
 mod persistence;
