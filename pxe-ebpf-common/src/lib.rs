@@ -101,8 +101,13 @@ pub enum BootClass {
     UefiX64 = 2,
     /// UEFI arm64 PXE (arch 11).
     UefiArm64 = 3,
-    /// UEFI HTTP boot (vendor class "HTTPClient", arch 15, 16 or 19).
+    /// UEFI x64 HTTP boot (vendor class "HTTPClient", arch 16, or no
+    /// option 93).
     Http = 4,
+    /// UEFI arm64 HTTP boot ("HTTPClient", arch 19).
+    HttpArm64 = 5,
+    /// UEFI IA32 HTTP boot ("HTTPClient", arch 15).
+    HttpIa32 = 6,
 }
 
 impl BootClass {
@@ -115,16 +120,20 @@ impl BootClass {
             BootClass::Bios => &[None, Some(0)],
             BootClass::UefiX64 => &[Some(7), Some(9)],
             BootClass::UefiArm64 => &[Some(11)],
-            BootClass::Http => &[None, Some(15), Some(16), Some(19)],
+            BootClass::Http => &[None, Some(16)],
+            BootClass::HttpArm64 => &[Some(19)],
+            BootClass::HttpIa32 => &[Some(15)],
         }
     }
 
-    pub const ALL: [BootClass; 5] = [
+    pub const ALL: [BootClass; 7] = [
         BootClass::Plain,
         BootClass::Bios,
         BootClass::UefiX64,
         BootClass::UefiArm64,
         BootClass::Http,
+        BootClass::HttpArm64,
+        BootClass::HttpIa32,
     ];
 }
 
@@ -155,7 +164,9 @@ impl VendorClass {
 /// neither path guesses, the slow path decides.
 pub fn boot_class(arch: Option<u16>, vendor: VendorClass) -> Option<BootClass> {
     match (vendor, arch) {
-        (VendorClass::HttpClient, Some(15 | 16 | 19) | None) => Some(BootClass::Http),
+        (VendorClass::HttpClient, Some(16) | None) => Some(BootClass::Http),
+        (VendorClass::HttpClient, Some(19)) => Some(BootClass::HttpArm64),
+        (VendorClass::HttpClient, Some(15)) => Some(BootClass::HttpIa32),
         (VendorClass::HttpClient, Some(_)) => None,
         (VendorClass::PxeClient, None | Some(0)) => Some(BootClass::Bios),
         (VendorClass::PxeClient, Some(7 | 9)) => Some(BootClass::UefiX64),
@@ -321,6 +332,9 @@ pub enum Counter {
     PassRequestMismatch,
     /// The frame could not grow to the reply's size.
     PassNoRoom,
+    /// Addressed to another machine (Ethernet or IP destination neither
+    /// broadcast nor this server's): seen on a promiscuous port or bridge.
+    PassNotForUs,
     /// A REQUEST selecting another server (RFC 2131 section 4.3.2).
     DropOtherServer,
     /// A helper failed.
@@ -346,6 +360,7 @@ impl Counter {
         Counter::PassMessageType,
         Counter::PassRequestMismatch,
         Counter::PassNoRoom,
+        Counter::PassNotForUs,
         Counter::DropOtherServer,
         Counter::Error,
         Counter::EventLost,
@@ -368,6 +383,7 @@ impl Counter {
             Counter::PassMessageType => "pass_message_type",
             Counter::PassRequestMismatch => "pass_request_mismatch",
             Counter::PassNoRoom => "pass_no_room",
+            Counter::PassNotForUs => "pass_not_for_us",
             Counter::DropOtherServer => "drop_other_server",
             Counter::Error => "error",
             Counter::EventLost => "event_lost",

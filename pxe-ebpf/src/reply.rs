@@ -47,7 +47,12 @@ fn is_dhcp_at(ctx: &XdpContext, l3: usize) -> bool {
 
 /// Per-request fields read before the frame is rewritten.
 struct Request {
+    /// The frame's Ethernet source: the client, its relay, or the router a
+    /// renewing client's unicast came through.
     client_mac: [u8; 6],
+    /// The frame's Ethernet and IP destinations.
+    eth_dst: [u8; 6],
+    ip_dst: [u8; 4],
     xid: [u8; 4],
     flags: [u8; 2],
     ciaddr: [u8; 4],
@@ -110,9 +115,14 @@ fn answer(ctx: &XdpContext, ip_len: usize) -> Result<Outcome, Counter> {
     {
         return Err(Counter::PassMalformed);
     }
+    // SAFETY: the Ethernet header was checked in `handle`.
+    let eth = unsafe { &*(ctx.data() as *const EthHdr) };
+    let ip = ptr_at::<Ipv4Hdr>(ctx, 14).ok_or(Counter::PassMalformed)?;
     let req = Request {
-        // SAFETY: the Ethernet header was checked in `handle`.
-        client_mac: unsafe { (*(ctx.data() as *const EthHdr)).src_addr },
+        client_mac: eth.src_addr,
+        eth_dst: eth.dst_addr,
+        // SAFETY: checked by `ptr_at`.
+        ip_dst: unsafe { (*ip).dst_addr },
         xid: [b[4], b[5], b[6], b[7]],
         flags: [b[10], b[11]],
         ciaddr: [b[12], b[13], b[14], b[15]],
@@ -137,7 +147,9 @@ fn answer(ctx: &XdpContext, ip_len: usize) -> Result<Outcome, Counter> {
         _ => return Err(Counter::PassMessageType),
     };
     let relayed = req.giaddr != [0; 4];
-    if relayed && opts.relay_info {
+    // Option 82 is echoed by the slow path (RFC 3046 2.2), whether a relay
+    // or a snooping switch that left giaddr 0 added it.
+    if opts.relay_info {
         return Err(Counter::PassRelay);
     }
     let class: BootClass =
@@ -146,6 +158,13 @@ fn answer(ctx: &XdpContext, ip_len: usize) -> Result<Outcome, Counter> {
     let tmpl = HOSTS.get_ptr(&key).ok_or(Counter::PassUnknownHost)?;
     // SAFETY: a map value pointer stays valid for this program run.
     let t: &ReplyTemplate = unsafe { &*tmpl };
+    // Only what the stack would deliver to this server: frames to another
+    // machine reach XDP on a promiscuous port or a bridge member.
+    if !(req.eth_dst == [0xff; 6] || req.eth_dst == t.server_mac)
+        || !(req.ip_dst == [0xff; 4] || req.ip_dst == t.server_ip)
+    {
+        return Err(Counter::PassNotForUs);
+    }
     if relayed && mask(req.giaddr, t.netmask) != t.subnet {
         return Err(Counter::PassRelay);
     }
@@ -254,7 +273,9 @@ fn splice(
     );
     let (dst_mac, dst_ip, dst_port) = match dest {
         ReplyDestination::Relay => (req.client_mac, req.giaddr, SERVER_PORT),
-        ReplyDestination::Ciaddr => (req.chaddr, req.ciaddr, CLIENT_PORT),
+        // To the frame's source, as the stack's routing would: the client,
+        // or the router its unicast renewal came through.
+        ReplyDestination::Ciaddr => (req.client_mac, req.ciaddr, CLIENT_PORT),
         ReplyDestination::Broadcast => ([0xff; 6], [0xff; 4], CLIENT_PORT),
         ReplyDestination::Yiaddr => (req.chaddr, t.yiaddr, CLIENT_PORT),
     };

@@ -1,11 +1,12 @@
 //! DHCP policy: what to answer a request with, or why not to answer it.
 //!
-//! Pure functions over the inventory. `fast_path` is the contract of the XDP
-//! program (it answers what `fast_path` answers, from templates compiled by
-//! `reply_for`, and passes the rest with the same reasons); `decide` is the
-//! complete policy the slow path applies to everything else, including
-//! iPXE chainloading and unknown hosts (which need the lease store, so
-//! `decide` hands those back as [`Answer::Pool`]).
+//! Pure functions over the inventory. `decide` is the one policy: the
+//! complete answer to any request, including iPXE chainloading and unknown
+//! hosts (which need the lease store, so `decide` hands those back as
+//! [`Answer::Pool`]). `fast_path` is the XDP program's contract, derived
+//! from `decide`: the requests whose answer the kernel can give from a
+//! template, and why it passes the rest. The templates themselves are
+//! `decide`'s answers to one request of each boot class (`template`).
 
 use std::{borrow::Cow, collections::BTreeMap, net::Ipv4Addr};
 
@@ -69,21 +70,29 @@ pub enum Decision {
     Drop(Counter),
 }
 
-/// What the fast path answers (see the module doc).
+/// What the XDP program does with `req`: a projection of [`decide`], not a
+/// second policy. The kernel answers exactly when `decide` answers with an
+/// OFFER or ACK whose bytes depend on nothing the kernel cannot see: the
+/// request is a DISCOVER or REQUEST without iPXE or relay-agent options,
+/// from firmware of a boot class, for a host whose profile answers every
+/// request of that class alike (so one template per host and class holds
+/// the reply). Everything else is passed up, with the reason the kernel
+/// counts it under; a REQUEST that selects another server is dropped, as
+/// the slow path ignores it.
 pub fn fast_path(req: &Request, inv: &Inventory, server: &Server) -> Decision {
+    // In the kernel's order, so that both name the same reason.
     let Some(msg_type) = req.msg_type else {
         return Decision::Pass(Counter::PassMessageType);
     };
     if req.ipxe {
         return Decision::Pass(Counter::PassIpxe);
     }
-    let kind = match msg_type {
-        MessageType::Discover => ReplyKind::Offer,
-        MessageType::Request => ReplyKind::Ack,
-        _ => return Decision::Pass(Counter::PassMessageType),
-    };
-    let relayed = !req.giaddr.is_unspecified();
-    if relayed && req.relay_info {
+    if !matches!(msg_type, MessageType::Discover | MessageType::Request) {
+        return Decision::Pass(Counter::PassMessageType);
+    }
+    // Option 82 must be echoed (RFC 3046 2.2), from a relay agent or from a
+    // snooping switch that left giaddr 0 alike.
+    if req.relay_info {
         return Decision::Pass(Counter::PassRelay);
     }
     let Some(class) = boot_class(req.arch, req.vendor) else {
@@ -92,22 +101,38 @@ pub fn fast_path(req: &Request, inv: &Inventory, server: &Server) -> Decision {
     let Some(host) = inv.host_by_mac(req.chaddr) else {
         return Decision::Pass(Counter::PassUnknownHost);
     };
-    let Some(reply) = reply_for(inv, host, class, kind, server) else {
+    if !kernel_answers(inv.profile_of(host), host, class, server) {
         return Decision::Pass(Counter::PassUnknownHost);
-    };
-    if relayed && !inv.subnet_of(host).contains(req.giaddr) {
-        return Decision::Pass(Counter::PassRelay);
     }
-    if kind == ReplyKind::Ack {
-        match requested(req, server) {
-            Wanted::OtherServer => return Decision::Drop(Counter::DropOtherServer),
-            Wanted::Address(ip) if ip == reply.yiaddr => {}
-            Wanted::Address(_) | Wanted::Nothing => {
-                return Decision::Pass(Counter::PassRequestMismatch);
-            }
+    match decide(req, inv, server) {
+        Answer::Reply(reply) if reply.kind != ReplyKind::Nak => Decision::Reply(reply),
+        // The kernel sends no NAKs: the slow path does.
+        Answer::Reply(_) => Decision::Pass(Counter::PassRequestMismatch),
+        Answer::Ignore(Counter::DropOtherServer) => Decision::Drop(Counter::DropOtherServer),
+        Answer::Ignore(reason) => Decision::Pass(reason),
+        Answer::Pool(_) | Answer::Release { .. } | Answer::Decline { .. } => {
+            Decision::Pass(Counter::PassUnknownHost)
         }
     }
-    Decision::Reply(reply)
+}
+
+/// Whether the kernel holds a template for `host` in `class`, which is
+/// where the projection narrows `decide`:
+/// - every request of the class that reaches the kernel must get the same
+///   reply: no rule that can apply there reads more of the request than its
+///   class. Rules on the user class or option 82 never apply there (such
+///   requests are passed up first), nor do vendor-class prefixes that
+///   cannot start the class's option 60;
+/// - the class is one the profile boots, or the profile boots nothing: the
+///   map holds what the fleet boots, and the odd firmware of a class the
+///   profile names no file for gets its address-only answer from the slow
+///   path.
+fn kernel_answers(profile: &Profile, host: &Host, class: BootClass, server: &Server) -> bool {
+    let rules = fast_path_rules(profile, class);
+    let Some((boot, _)) = rules.boot_for_arches(&host.labels, class.arches()) else {
+        return false;
+    };
+    boot_answer(profile, boot.as_ref(), class, None, host.mac, server).is_some()
 }
 
 /// The address a DHCPREQUEST asks for (RFC 2131 4.3.2): SELECTING names a
@@ -127,25 +152,6 @@ fn requested(req: &Request, server: &Server) -> Wanted {
         (None, _) if !req.ciaddr.is_unspecified() => Wanted::Address(req.ciaddr),
         (None, _) => Wanted::Nothing,
     }
-}
-
-/// The reply `host` gets when its firmware is of `class`, or `None` when the
-/// fast path cannot answer that class for this host: its profile has boot
-/// answers but none for the class, or a conditional rule needs the request
-/// itself to decide.
-pub fn reply_for(
-    inv: &Inventory,
-    host: &Host,
-    class: BootClass,
-    kind: ReplyKind,
-    server: &Server,
-) -> Option<Reply> {
-    let profile = fast_path_rules(inv.profile_of(host), class);
-    let (boot, rule_options) = profile.boot_for_arches(&host.labels, class.arches())?;
-    let profile = profile.as_ref();
-    let subject = Subject::host(inv, host);
-    let boot = boot_answer(profile, boot.as_ref(), class, None, host.mac, server)?;
-    Some(build(&subject, kind, boot, &rule_options, server))
 }
 
 /// The profile with only the rules that can apply to a request the fast
@@ -175,7 +181,7 @@ fn fast_path_rules(profile: &Profile, class: BootClass) -> Cow<'_, Profile> {
 fn vendor_prefix_fits(prefix: &[u8], class: BootClass) -> bool {
     let compatible = |required: &[u8]| prefix.starts_with(required) || required.starts_with(prefix);
     match class {
-        BootClass::Http => compatible(HTTP_CLIENT),
+        BootClass::Http | BootClass::HttpArm64 | BootClass::HttpIa32 => compatible(HTTP_CLIENT),
         BootClass::Bios | BootClass::UefiX64 | BootClass::UefiArm64 => compatible(PXE_CLIENT),
         BootClass::Plain => !prefix.starts_with(PXE_CLIENT) && !prefix.starts_with(HTTP_CLIENT),
     }
@@ -244,6 +250,8 @@ fn boot_answer(
         BootClass::UefiX64 => Boot::Tftp(pick(&boot.uefi)?),
         BootClass::UefiArm64 => Boot::Tftp(pick(&boot.uefi_arm64)?),
         BootClass::Http => Boot::Http(pick(&boot.http)?),
+        BootClass::HttpArm64 => Boot::Http(pick(&boot.http_arm64)?),
+        BootClass::HttpIa32 => Boot::Http(pick(&boot.http_ia32)?),
     })
 }
 
@@ -365,8 +373,16 @@ pub fn decide(req: &Request, inv: &Inventory, server: &Server) -> Answer {
         return Answer::Ignore(Counter::PassMessageType);
     };
     let relayed = !req.giaddr.is_unspecified();
-    // The segment the client is on: the relay's, or ours.
-    let segment = if relayed { req.giaddr } else { server.ip };
+    // The segment the client is on: the relay's; for a renewal unicast
+    // straight to us (RFC 2131 4.3.2, RENEWING: ciaddr set, no relay),
+    // the one its address is in, which may be behind a router; else ours.
+    let segment = if relayed {
+        req.giaddr
+    } else if !req.ciaddr.is_unspecified() {
+        req.ciaddr
+    } else {
+        server.ip
+    };
     let host = inv.host_by_mac(req.chaddr);
     let kind = match msg_type {
         MessageType::Discover => ReplyKind::Offer,
@@ -652,6 +668,15 @@ hosts:
                     giaddr: Ipv4Addr::new(10, 66, 9, 1),
                     relay_info: true,
                     ..discover(WORKER)
+                },
+                Want::Pass(Counter::PassRelay),
+            ),
+            (
+                // A DHCP-snooping switch inserts option 82 and leaves giaddr 0.
+                "option 82 from an l2 relay agent",
+                Request {
+                    relay_info: true,
+                    ..pxe(discover(WORKER), 0)
                 },
                 Want::Pass(Counter::PassRelay),
             ),
@@ -1061,6 +1086,113 @@ hosts:
             Some(&DhcpOption::BootfileName(
                 b"http://10.66.0.1/s/52:54:00:00:00:01".to_vec()
             ))
+        );
+    }
+
+    const HTTP_ARCHES: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+profiles:
+  - name: worker
+    boot:
+      http: "http://{server}/x64.efi"
+      http_arm64: "http://{server}/arm64.efi"
+  - name: x64-only
+    boot: {http: "http://{server}/x64.efi"}
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, profile: worker}
+  - {mac: "52:54:00:00:00:02", ip: 10.66.1.11, profile: x64-only}
+"#;
+
+    fn http_boot(mac: MacAddr, arch: u16) -> Request {
+        let mut r = discover(mac);
+        r.arch = Some(arch);
+        r.vendor = VendorClass::HttpClient;
+        r.more.vendor_class = Some(b"HTTPClient:Arch:00019:UNDI:003001".to_vec());
+        r
+    }
+
+    fn bootfile(answer: Answer) -> Option<Vec<u8>> {
+        let Answer::Reply(reply) = answer else {
+            panic!("no reply: {answer:?}")
+        };
+        match reply.options.get(OptionCode::BootfileName) {
+            Some(DhcpOption::BootfileName(url)) => Some(url.clone()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn uefi_http_boot_gets_the_url_of_its_own_architecture_or_an_address_only() {
+        let inv = Inventory::parse(Path::new("t.yaml"), HTTP_ARCHES).expect("valid");
+        let url = |mac, arch| bootfile(decide(&http_boot(mac, arch), &inv, &SERVER));
+        assert_eq!(
+            url(WORKER, 16).as_deref(),
+            Some(&b"http://10.66.0.1/x64.efi"[..])
+        );
+        assert_eq!(
+            url(WORKER, 19).as_deref(),
+            Some(&b"http://10.66.0.1/arm64.efi"[..])
+        );
+        // No IA32 entry, and none for arm64 on the second host: an address.
+        assert_eq!(url(WORKER, 15), None);
+        assert_eq!(url(BARE, 19), None);
+        // The kernel holds no template for a class the profile does not boot.
+        assert_eq!(
+            fast_path(&http_boot(BARE, 19), &inv, &SERVER),
+            Decision::Pass(Counter::PassUnknownHost)
+        );
+        assert!(matches!(
+            fast_path(&http_boot(WORKER, 19), &inv, &SERVER),
+            Decision::Reply(_)
+        ));
+    }
+
+    const ROUTED: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+  - cidr: 10.77.0.0/16
+    pool: {start: 10.77.100.1, end: 10.77.100.50}
+discovery: {policy: inspect, profile: worker}
+profiles:
+  - name: worker
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, profile: worker}
+"#;
+
+    #[test]
+    fn a_renewal_unicast_from_a_routed_pool_client_leases_from_its_own_subnet() {
+        let inv = Inventory::parse(Path::new("t.yaml"), ROUTED).expect("valid");
+        // RENEWING (RFC 2131 4.3.2): ciaddr set, no server id, giaddr 0.
+        let renew = Request {
+            ciaddr: Ipv4Addr::new(10, 77, 100, 7),
+            ..request(discover(MacAddr([0x52, 0x54, 0, 0, 0, 9])))
+        };
+        assert_eq!(
+            decide(&renew, &inv, &SERVER),
+            Answer::Pool(PoolAsk {
+                subnet: 1,
+                kind: ReplyKind::Ack,
+                wanted: Some(Ipv4Addr::new(10, 77, 100, 7)),
+            })
+        );
+    }
+
+    #[test]
+    fn a_known_host_behind_an_l2_relay_gets_option_82_echoed() {
+        let info = vec![1, 4, b'e', b't', b'h', b'0'];
+        let mut req = pxe(discover(WORKER), 0);
+        req.relay_info = true;
+        req.more.relay_agent_info = Some(info.clone());
+        let Answer::Reply(reply) = decide(&req, &inv(), &SERVER) else {
+            panic!("no reply")
+        };
+        assert_eq!(
+            reply.options.get(OptionCode::RelayAgentInformation),
+            Some(&DhcpOption::Unknown(UnknownOption::new(
+                OptionCode::RelayAgentInformation,
+                info
+            )))
         );
     }
 }

@@ -12,7 +12,6 @@ pub mod template;
 
 pub use decide::{
     Answer, Decision, PoolAsk, Reply, ReplyKind, Server, decide, fast_path, nak, pool_reply,
-    reply_for,
 };
 pub use encode::encode;
 pub use request::Request;

@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 
 use dhcproto::v4::MessageType;
-use pxe_ebpf_common::{VendorClass, bootp};
+use pxe_ebpf_common::{BootClass, VendorClass, bootp};
 
 use crate::inventory::{MacAddr, Traits, circuit_id, parse_user_classes};
 
@@ -138,7 +138,8 @@ impl Request {
             };
             match code {
                 OPT_MESSAGE_TYPE => match value {
-                    [t] => req.msg_type = Some(MessageType::from(*t)),
+                    // Type 0 is none at all, in the kernel as here.
+                    [t] => req.msg_type = (*t != 0).then(|| MessageType::from(*t)),
                     _ => return Err(wrong()),
                 },
                 OPT_REQUESTED_IP => req.requested_ip = Some(ipv4()?),
@@ -171,6 +172,30 @@ impl Request {
             }
         }
         Ok(req)
+    }
+
+    /// The request of boot class `class` that templates are compiled from:
+    /// a DISCOVER (REQUEST for an ACK, asking for `yiaddr`) from `mac` with
+    /// the class's first option 93 value and the prefix of option 60 that
+    /// puts it in the class, and nothing else.
+    pub fn of_class(mac: MacAddr, class: BootClass, ack_for: Option<Ipv4Addr>) -> Request {
+        let vendor: &[u8] = match class {
+            BootClass::Plain => b"",
+            BootClass::Bios | BootClass::UefiX64 | BootClass::UefiArm64 => bootp::PXE_CLIENT,
+            BootClass::Http | BootClass::HttpArm64 | BootClass::HttpIa32 => bootp::HTTP_CLIENT,
+        };
+        let mut req = Request::template_skeleton();
+        req.chaddr = mac;
+        req.arch = class.arches()[0];
+        if !vendor.is_empty() {
+            req.vendor = VendorClass::from_prefix(vendor);
+            req.more.vendor_class = Some(vendor.to_vec());
+        }
+        if let Some(ip) = ack_for {
+            req.msg_type = Some(MessageType::Request);
+            req.requested_ip = Some(ip);
+        }
+        req
     }
 
     /// A request with every per-request field zero: what templates are

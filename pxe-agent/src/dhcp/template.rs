@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use pxe_ebpf_common::{BootClass, HostKey, ReplyTemplate, bootp};
 
-use super::{Reply, ReplyKind, Request, Server, encode, reply_for};
+use super::{Decision, Reply, ReplyKind, Request, Server, encode, fast_path};
+use crate::inventory::Host;
 use crate::inventory::{Inventory, Problem};
 
 /// Every (host, boot class) the inventory answers, as map entries.
@@ -20,7 +21,7 @@ pub fn compile(inv: &Inventory, server: &Server) -> Result<Templates, Vec<Proble
     let mut problems = Vec::new();
     for host in &inv.hosts {
         for class in BootClass::ALL {
-            let Some(offer) = reply_for(inv, host, class, ReplyKind::Offer, server) else {
+            let Some(offer) = class_reply(inv, host, class, ReplyKind::Offer, server) else {
                 continue;
             };
             match build(&offer, server, inv.subnet_of(host)) {
@@ -39,6 +40,23 @@ pub fn compile(inv: &Inventory, server: &Server) -> Result<Templates, Vec<Proble
         Ok(out)
     } else {
         Err(problems)
+    }
+}
+
+/// The reply the fast path gives every request of `class` from `host`, or
+/// `None` when it passes them: `decide`'s answer to the class's request,
+/// as far as [`fast_path`] lets the kernel give it.
+pub fn class_reply(
+    inv: &Inventory,
+    host: &Host,
+    class: BootClass,
+    kind: ReplyKind,
+    server: &Server,
+) -> Option<Reply> {
+    let ack_for = (kind == ReplyKind::Ack).then_some(host.ip);
+    match fast_path(&Request::of_class(host.mac, class, ack_for), inv, server) {
+        Decision::Reply(reply) => Some(reply),
+        Decision::Pass(_) | Decision::Drop(_) => None,
     }
 }
 
@@ -143,7 +161,7 @@ hosts:
         let host = &inv.hosts[0];
         for (key, t) in &templates {
             let class = BootClass::ALL[key.class as usize];
-            let offer = reply_for(&inv, host, class, ReplyKind::Offer, &SERVER).expect("reply");
+            let offer = class_reply(&inv, host, class, ReplyKind::Offer, &SERVER).expect("reply");
             let bytes = encode(&offer, &Request::template_skeleton()).expect("encodes");
             assert_eq!(&t.payload[..t.len as usize], &bytes[..], "{class:?}");
             assert!(t.payload[t.len as usize..].iter().all(|b| *b == 0));
@@ -174,7 +192,7 @@ hosts:
         let inv = inventory("{}");
         let t = compile(&inv, &SERVER).expect("compiles")
             [&HostKey::new([0x52, 0x54, 0, 0, 0, 1], BootClass::Bios)];
-        let ack = reply_for(
+        let ack = class_reply(
             &inv,
             &inv.hosts[0],
             BootClass::Bios,

@@ -200,8 +200,12 @@ pub struct BootFiles {
     pub uefi: Option<String>,
     /// TFTP file for UEFI ARM64 PXE (client arch 11).
     pub uefi_arm64: Option<String>,
-    /// URL for UEFI HTTP boot (client arch 16 and 19).
+    /// URL for UEFI x64 HTTP boot (client arch 16).
     pub http: Option<String>,
+    /// URL for UEFI arm64 HTTP boot (client arch 19).
+    pub http_arm64: Option<String>,
+    /// URL for UEFI IA32 HTTP boot (client arch 15).
+    pub http_ia32: Option<String>,
 }
 
 /// One machine the agent answers.
@@ -477,6 +481,7 @@ hosts:
                     uefi: Some("snponly.efi".into()),
                     uefi_arm64: Some("snp-arm64.efi".into()),
                     http: Some("http://{server}:8080/ipxe.efi".into()),
+                    ..BootFiles::default()
                 }),
                 kernel: Some("http://{server}:8080/artifacts/vmlinuz".into()),
                 initrd: vec!["http://{server}:8080/artifacts/initrd.img".into()],

@@ -101,6 +101,8 @@ pub(super) struct RawBoot {
     pub uefi: Option<String>,
     pub uefi_arm64: Option<String>,
     pub http: Option<String>,
+    pub http_arm64: Option<String>,
+    pub http_ia32: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -201,6 +201,8 @@ impl BootFiles {
             && self.uefi.is_none()
             && self.uefi_arm64.is_none()
             && self.http.is_none()
+            && self.http_arm64.is_none()
+            && self.http_ia32.is_none()
     }
 
     /// Replaces each entry that `other` sets.
@@ -210,6 +212,8 @@ impl BootFiles {
             (&mut self.uefi, &other.uefi),
             (&mut self.uefi_arm64, &other.uefi_arm64),
             (&mut self.http, &other.http),
+            (&mut self.http_arm64, &other.http_arm64),
+            (&mut self.http_ia32, &other.http_ia32),
         ] {
             if theirs.is_some() {
                 mine.clone_from(theirs);
@@ -489,6 +493,7 @@ mod tests {
                 uefi: file("ipxe.efi"),
                 uefi_arm64: None,
                 http: file("http://{server}:8080/ipxe.efi"),
+                ..BootFiles::default()
             }),
             kernel: None,
             initrd: vec![],

@@ -382,6 +382,8 @@ fn boot_files(boot: &RawBoot) -> BootFiles {
         uefi: boot.uefi.clone(),
         uefi_arm64: boot.uefi_arm64.clone(),
         http: boot.http.clone(),
+        http_arm64: boot.http_arm64.clone(),
+        http_ia32: boot.http_ia32.clone(),
     }
 }
 
@@ -471,10 +473,17 @@ fn check_boot(boot: &RawBoot, report: &mut impl FnMut(&str, String)) {
             report(key, message);
         }
     }
-    if let Some(url) = &boot.http
-        && let Some(message) = url_problem(url, MAX_BOOT_URL_LEN, "dhcp option 67")
-    {
-        report("boot.http", message);
+    let urls = [
+        ("boot.http", &boot.http),
+        ("boot.http_arm64", &boot.http_arm64),
+        ("boot.http_ia32", &boot.http_ia32),
+    ];
+    for (key, url) in urls {
+        if let Some(url) = url
+            && let Some(message) = url_problem(url, MAX_BOOT_URL_LEN, "dhcp option 67")
+        {
+            report(key, message);
+        }
     }
 }
 
