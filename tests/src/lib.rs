@@ -11,6 +11,8 @@ pub mod raw;
 #[cfg(test)]
 mod boot_vm;
 #[cfg(test)]
+mod differential;
+#[cfg(test)]
 mod e2e;
 #[cfg(test)]
 mod flood;

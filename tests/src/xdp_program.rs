@@ -1,7 +1,8 @@
 //! The XDP program in the kernel (`BPF_PROG_TEST_RUN`) on crafted requests:
-//! every answer is checked field by field and against the slow path's own
-//! encoding of the same decision; every pass and drop against its counter and
-//! against `decide`.
+//! every answer is checked field by field and against the complete slow
+//! path (`decide` and `encode` on the same inventory); every pass and drop
+//! against its counter and against `fast_path`, the projection of `decide`
+//! that says what the kernel can answer.
 
 use std::net::Ipv4Addr;
 
@@ -9,7 +10,7 @@ use dhcproto::{
     Decodable as _, Decoder,
     v4::{DhcpOption, Message, MessageType, Opcode, OptionCode},
 };
-use pxe_agent::dhcp::{Decision, Request, encode, fast_path as decide};
+use pxe_agent::dhcp::{Answer, Decision, Request, decide, encode, fast_path};
 use pxe_ebpf_common::Counter;
 
 use crate::{
@@ -39,7 +40,7 @@ fn expect_reply(fx: &Fixture, req: &Req, counter: Counter) -> (crate::frame::Rep
 
     let parsed = Request::parse(&req.payload()).expect("request parses");
     match decide(&parsed, &fx.inv, &fx.server) {
-        Decision::Reply(r) => {
+        Answer::Reply(r) => {
             let slow = encode(&r, &parsed).expect("slow path encodes");
             assert_eq!(
                 slow, reply.payload,
@@ -93,9 +94,9 @@ fn expect_declined(fx: &Fixture, req: &Req, action: u32, counter: Counter) {
         Decision::Pass(counter)
     };
     assert_eq!(
-        decide(&parsed, &fx.inv, &fx.server),
+        fast_path(&parsed, &fx.inv, &fx.server),
         want,
-        "slow path disagrees"
+        "the policy's projection disagrees"
     );
 }
 
@@ -258,6 +259,90 @@ fn relayed_with_option_82_is_passed() {
     req.giaddr = Ipv4Addr::new(10, 66, 200, 1);
     req.relay_info = true;
     expect_declined(&fx, &req, XDP_PASS, Counter::PassRelay);
+}
+
+#[test]
+fn option_82_from_a_snooping_switch_without_giaddr_is_passed() {
+    // RFC 3046 2.2: the answer must echo option 82, which only the slow
+    // path does; a DHCP-snooping switch inserts it and leaves giaddr 0.
+    let fx = Fixture::new();
+    let mut req = Req::discover(WORKER_MAC).pxe(0);
+    req.relay_info = true;
+    expect_declined(&fx, &req, XDP_PASS, Counter::PassRelay);
+}
+
+#[test]
+fn a_routed_renewal_is_answered_to_the_router_it_came_through() {
+    // RENEWING behind a router: unicast to us, ciaddr set, giaddr 0, the
+    // frame from the router's MAC. The ACK goes back to that MAC.
+    let fx = Fixture::new();
+    let router = [0xa6, 0x59, 0xb4, 0xcc, 0x64, 0x43];
+    let mut req = Req::discover(WORKER_MAC).request();
+    req.ciaddr = NODE1;
+    let frame = udp_frame(router, SERVER_MAC, NODE1, SERVER_IP, 68, 67, &req.payload());
+    let (action, out) = fx.run(&frame);
+    assert_eq!(action, XDP_TX);
+    let r = parse_reply(&out);
+    assert_eq!((r.eth_dst, r.ip_dst, r.dport), (router, NODE1, 68));
+}
+
+#[test]
+fn frames_addressed_to_another_machine_are_passed() {
+    let fx = Fixture::new();
+    let req = Req::discover(WORKER_MAC).pxe(0);
+    let other_mac = [0x02, 0, 0, 0, 0, 0x42];
+    let to_other_mac = udp_frame(
+        WORKER_MAC,
+        other_mac,
+        Ipv4Addr::UNSPECIFIED,
+        Ipv4Addr::BROADCAST,
+        68,
+        67,
+        &req.payload(),
+    );
+    expect_verdict(&fx, &to_other_mac, XDP_PASS, Counter::PassNotForUs);
+    let to_other_ip = udp_frame(
+        WORKER_MAC,
+        SERVER_MAC,
+        Ipv4Addr::UNSPECIFIED,
+        Ipv4Addr::new(10, 66, 0, 2),
+        68,
+        67,
+        &req.payload(),
+    );
+    expect_verdict(&fx, &to_other_ip, XDP_PASS, Counter::PassNotForUs);
+    // To us by address, and broadcast, are answered.
+    let to_us = udp_frame(
+        WORKER_MAC,
+        SERVER_MAC,
+        Ipv4Addr::UNSPECIFIED,
+        SERVER_IP,
+        68,
+        67,
+        &req.payload(),
+    );
+    assert_eq!(fx.run(&to_us).0, XDP_TX);
+}
+
+#[test]
+fn uefi_http_boot_of_an_architecture_without_a_url_is_left_to_the_slow_path() {
+    // The worker profile has an x64 `http` URL only: an arm64 (19) or IA32
+    // (15) HTTP-boot client must not be told to fetch it.
+    let fx = Fixture::new();
+    for arch in [15, 19] {
+        let mut req = Req::discover(WORKER_MAC).http();
+        req.arch = Some(arch);
+        expect_declined(&fx, &req, XDP_PASS, Counter::PassUnknownHost);
+        let parsed = Request::parse(&req.payload()).expect("parses");
+        let Answer::Reply(reply) = decide(&parsed, &fx.inv, &fx.server) else {
+            panic!("the slow path does not answer arch {arch}")
+        };
+        assert_eq!(reply.file, None);
+        assert!(
+            reply.options.get(OptionCode::BootfileName).is_none(),
+            "arch {arch} was given a boot URL"
+        );
+    }
 }
 
 #[test]
