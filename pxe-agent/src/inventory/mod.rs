@@ -282,7 +282,7 @@ impl Inventory {
 
     /// Parses and validates `text`; `path` is only used in messages.
     pub fn parse(path: &Path, text: &str) -> Result<Inventory, LoadError> {
-        let raw: raw::RawInventory = serde_yaml::from_str(text).map_err(|e| {
+        let raw: raw::RawInventory = serde_norway::from_str(text).map_err(|e| {
             let mut message = e.to_string();
             // Inside [...] and {...} YAML reads an unquoted `{server}` as a
             // mapping, which the parser reports as a bare type mismatch, or,

@@ -5,7 +5,7 @@
 
 use std::net::Ipv4Addr;
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 /// Longest value a single DHCP option can carry (one length octet,
 /// RFC 2132 section 2).
@@ -158,7 +158,7 @@ fn encode_address_list(items: &[Value]) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
-fn encode_integer(code: u8, number: &serde_yaml::Number) -> Result<Vec<u8>, String> {
+fn encode_integer(code: u8, number: &serde_norway::Number) -> Result<Vec<u8>, String> {
     let width = integer_width(code);
     let value = match (number.as_i64(), number.as_u64()) {
         (Some(signed), _) => i128::from(signed),
@@ -208,7 +208,7 @@ mod tests {
     use super::*;
 
     fn yaml(text: &str) -> Value {
-        serde_yaml::from_str(text).expect("test yaml parses")
+        serde_norway::from_str(text).expect("test yaml parses")
     }
 
     fn encoded(code: u8, text: &str) -> Result<Vec<u8>, String> {

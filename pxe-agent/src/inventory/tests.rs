@@ -251,6 +251,20 @@ fn yaml_syntax_error_reports_file_line_and_column() {
     assert!(text.contains("line") && text.contains("column"), "{text}");
 }
 
+/// The YAML crate's shape errors carry the path to the value and where it
+/// is; the whole message is pinned so that a change of YAML crate cannot
+/// quietly drop either.
+#[test]
+fn shape_error_names_file_host_field_line_and_column() {
+    let text = FULL.replace("ip: 10.66.1.10", "ip: [10.66.1.10]");
+    let err = parse(&text).expect_err("a list is not an address");
+    assert_eq!(
+        err.to_string(),
+        "failed to parse inventory /etc/pxe-agent/inventory.yaml: hosts[0].ip: \
+         invalid type: sequence, expected a string at line 20 column 9"
+    );
+}
+
 #[test]
 fn malformed_mac_is_reported_by_position() {
     let problem = one_problem(&with_hosts(

@@ -652,7 +652,7 @@ fn hosts(
 
 /// Encodes a host's or rule's `options`; `report` gets the key as written.
 fn options(
-    raw: &serde_yaml::Mapping,
+    raw: &serde_norway::Mapping,
     report: &mut impl FnMut(&str, String),
 ) -> BTreeMap<u8, Vec<u8>> {
     let mut options = BTreeMap::new();
@@ -778,9 +778,9 @@ fn unknown_profile(name: &str, profiles: &[Profile]) -> String {
 }
 
 /// The option key as the operator wrote it, for the `options.<key>` field.
-fn option_key_text(key: &serde_yaml::Value) -> String {
+fn option_key_text(key: &serde_norway::Value) -> String {
     match key {
-        serde_yaml::Value::String(text) => text.clone(),
+        serde_norway::Value::String(text) => text.clone(),
         other => option::show(other),
     }
 }
