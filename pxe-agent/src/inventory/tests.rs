@@ -1220,3 +1220,111 @@ fn equality_ignores_how_the_index_was_built() {
     rebuilt.reindex();
     assert_eq!(parsed, rebuilt);
 }
+
+/// A YAML double-quoted string that ends the line it is rendered on and
+/// starts an iPXE shell.
+const INJECTED: &str = r#""undionly.kpxe\n#!ipxe\nshell""#;
+
+#[test]
+fn control_characters_in_boot_strings_are_refused() {
+    let url = r#""http://{server}/ipxe.efi\nshell""#;
+    let cases = [
+        (
+            format!("{{name: w, boot: {{bios: {INJECTED}}}}}"),
+            "profiles[w].boot.bios",
+        ),
+        (
+            format!("{{name: w, boot: {{uefi: {INJECTED}}}}}"),
+            "profiles[w].boot.uefi",
+        ),
+        (
+            format!("{{name: w, boot: {{uefi_arm64: {INJECTED}}}}}"),
+            "profiles[w].boot.uefi_arm64",
+        ),
+        (
+            format!("{{name: w, boot: {{http: {url}}}}}"),
+            "profiles[w].boot.http",
+        ),
+        (format!("{{name: w, chain: {url}}}"), "profiles[w].chain"),
+        (format!("{{name: w, kernel: {url}}}"), "profiles[w].kernel"),
+        (
+            format!("{{name: w, kernel: vmlinuz, initrd: [a, {url}]}}"),
+            "profiles[w].initrd[1]",
+        ),
+        (
+            r#"{name: w, kernel: vmlinuz, cmdline: "console=ttyS0\r\nshell"}"#.to_owned(),
+            "profiles[w].cmdline",
+        ),
+        (
+            r#"{name: w, kernel: vmlinuz, cmdline: "console=ttyS0 \e[2J"}"#.to_owned(),
+            "profiles[w].cmdline",
+        ),
+        (
+            format!("{{name: w, rules: [{{match: {{arch: [7]}}, boot: {{uefi: {INJECTED}}}}}]}}"),
+            "profiles[w].rules[0].boot.uefi",
+        ),
+        (
+            format!("{{name: w, rules: [{{match: {{arch: [16]}}, boot: {{http: {url}}}}}]}}"),
+            "profiles[w].rules[0].boot.http",
+        ),
+    ];
+    for (profile, field) in cases {
+        let text = format!("subnets: []\nprofiles: [{profile}]\nhosts: []\n");
+        let problem = one_problem(&text);
+        assert_eq!(problem.field, field, "{text}");
+        assert!(problem.message.contains("control character"), "{problem}");
+    }
+    let script = format!("subnets: []\nprofiles: []\nhosts: []\nipxe: {{script: {url}}}\n");
+    let problem = one_problem(&script);
+    assert_eq!(problem.field, "ipxe.script");
+    assert!(problem.message.contains("control character"), "{problem}");
+}
+
+#[test]
+fn control_character_message_is_escaped_and_names_the_character() {
+    let text =
+        format!("subnets: []\nprofiles: [{{name: w, boot: {{bios: {INJECTED}}}}}]\nhosts: []\n");
+    let err = parse(&text).expect_err("newline in a boot file");
+    let shown = err.to_string();
+    assert_eq!(
+        shown,
+        "invalid inventory /etc/pxe-agent/inventory.yaml (1 problem):\n  \
+         field profiles[w].boot.bios: \"undionly.kpxe\\n#!ipxe\\nshell\" contains the control \
+         character '\\n' at byte 13; control characters (newlines, tabs, escapes) are not allowed"
+    );
+}
+
+#[test]
+fn control_character_in_a_profile_name_is_refused_and_shown_escaped() {
+    let text = "subnets: []\nprofiles: [{name: \"w\\n#!ipxe\", kernel: \"\"}]\nhosts: []\n";
+    let found = problems(text);
+    let fields: Vec<_> = found.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        ["profiles[0].name", "profiles[w\\n#!ipxe].kernel"],
+        "{found:#?}"
+    );
+    assert!(found[0].message.contains("control character"), "{found:#?}");
+}
+
+#[test]
+fn control_character_in_a_hostname_is_refused_and_shown_escaped() {
+    let problem = one_problem(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: bare, hostname: \"n1\\e[2J\"}\n",
+    ));
+    assert_eq!(problem.field, "hostname");
+    assert_eq!(
+        problem.host.as_deref(),
+        Some("n1\\u{1b}[2J (52:54:00:12:34:56)")
+    );
+    assert!(!problem.to_string().contains('\x1b'), "{problem}");
+}
+
+#[test]
+fn control_character_in_a_label_is_refused() {
+    let problem = one_problem(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: bare, labels: {rack: \"r1\\nshell\"}}\n",
+    ));
+    assert_eq!(problem.field, "labels.rack");
+    assert!(problem.message.contains("control character"), "{problem}");
+}
