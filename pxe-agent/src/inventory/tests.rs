@@ -734,7 +734,8 @@ fn new_keys_parse_into_the_model() {
                     uefi: Some("snponly.efi".into()),
                     ..BootFiles::default()
                 },
-                options: BTreeMap::from([(66, vec![10, 66, 0, 1])]),
+                // Option 66 is a server name: text, even when it is an address.
+                options: BTreeMap::from([(66, b"10.66.0.1".to_vec())]),
             },
             Rule {
                 when: Match {
@@ -1066,7 +1067,7 @@ fn rules_apply_through_boot_for_after_parsing() {
     };
     let (boot, options) = profile.boot_for(&host.labels, &traits);
     assert_eq!(boot.expect("boot").uefi.as_deref(), Some("snponly.efi"));
-    assert_eq!(options, BTreeMap::from([(66, vec![10, 66, 0, 1])]));
+    assert_eq!(options, BTreeMap::from([(66, b"10.66.0.1".to_vec())]));
     let bios = Traits {
         arch: Some(0),
         ..traits
@@ -1327,4 +1328,24 @@ fn control_character_in_a_label_is_refused() {
     ));
     assert_eq!(problem.field, "labels.rack");
     assert!(problem.message.contains("control character"), "{problem}");
+}
+
+#[test]
+fn option_with_a_value_of_the_wrong_format_is_refused_naming_host_field_and_format() {
+    let err = parse(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, ip: 10.66.1.10, hostname: node-1, profile: bare, options: {3: notanip}}\n",
+    ))
+    .expect_err("option 3 holds addresses");
+    assert_eq!(
+        err.to_string(),
+        "invalid inventory /etc/pxe-agent/inventory.yaml (1 problem):\n  \
+         host node-1 (52:54:00:12:34:56): field options.3: option 3 (router) holds one or more \
+         ipv4 addresses (an address or a list); \"notanip\" is not one"
+    );
+    let problem = one_problem(&with_rule("{match: {arch: [7]}, options: {26: '1500'}}"));
+    assert_eq!(problem.field, "profiles[worker].rules[0].options.26");
+    assert!(
+        problem.message.contains("2-byte unsigned integer"),
+        "{problem}"
+    );
 }
