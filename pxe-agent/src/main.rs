@@ -17,7 +17,7 @@ use pxe_agent::{
     http::admin::{HostView, LeaseView},
     progress::{self, Step},
     ratelimit::Rate,
-    tftp, when,
+    terminal, tftp, when,
     xdp::{AttachMode, VethPeer},
 };
 use tokio::sync::watch;
@@ -250,7 +250,11 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let now = progress::now_ms();
             let step = |s: &Option<Step>| {
                 s.as_ref().map_or("-".to_string(), |s| {
-                    format!("{} {}", when::ago(s.at_ms, now), s.detail)
+                    format!(
+                        "{} {}",
+                        when::ago(s.at_ms, now),
+                        terminal::escape(&s.detail)
+                    )
                 })
             };
             println!(
@@ -264,7 +268,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     "{:<17}  {:<15}  {:<12}  {:<9}  {:<28}  {:<28}  {}",
                     h.mac,
                     h.ip,
-                    h.hostname.unwrap_or_default(),
+                    terminal::escape(h.hostname.as_deref().unwrap_or_default()),
                     h.stage
                         .map_or("-".to_string(), |s| format!("{s:?}").to_lowercase()),
                     step(&p.dhcp),
@@ -287,7 +291,10 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 "MAC", "IP", "ARCH", "VENDOR CLASS", "USER CLASS", "RELAY", "REQS"
             );
             for d in list {
-                let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+                let opt = |v: &Option<String>| {
+                    v.as_deref()
+                        .map_or_else(|| "-".into(), |v| terminal::escape(v).into_owned())
+                };
                 println!(
                     "{:<17}  {:<15}  {:>4}  {:<24}  {:<10}  {:<15}  {:>5}  {}",
                     d.mac,
@@ -318,7 +325,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     l.ip,
                     l.state,
                     when::until(l.expires, now),
-                    l.hostname.unwrap_or_default()
+                    terminal::escape(l.hostname.as_deref().unwrap_or_default())
                 );
             }
             Ok(ExitCode::SUCCESS)
