@@ -14,6 +14,7 @@ use std::{
 
 use anyhow::Context as _;
 use axum::Router;
+use pxe_ebpf_common::MAX_TEMPLATES;
 use tokio::{net::TcpListener, sync::watch};
 use tracing::{error, info, warn};
 
@@ -28,7 +29,7 @@ use crate::{
         admin::{self, AdminState},
         boot, sendfile,
     },
-    inventory::{Inventory, LoadError},
+    inventory::{Inventory, LoadError, Problem},
     lease::LeaseStore,
     metrics::AgentGauges,
     netdev,
@@ -72,16 +73,51 @@ const SLOW_PATH_RCVBUF: usize = 8 << 20;
 const DISCOVERED_CAPACITY: usize = 65_536;
 
 /// Loads and compiles an inventory; the error names file, host and field.
+/// `check`, `run` and every reload come through here, so a file `check`
+/// passes is one `run` can load.
 pub fn prepare(
     path: &Path,
     server: &Server,
 ) -> Result<(Inventory, template::Templates), LoadError> {
     let inv = Inventory::load(path)?;
-    let templates = template::compile(&inv, server).map_err(|problems| LoadError::Invalid {
+    let templates = compile(path, &inv, server)?;
+    Ok((inv, templates))
+}
+
+/// Compiles `inv` and checks the result against the limits of the fast
+/// path's maps; `path` is only used in messages.
+fn compile(
+    path: &Path,
+    inv: &Inventory,
+    server: &Server,
+) -> Result<template::Templates, LoadError> {
+    let invalid = |problems| LoadError::Invalid {
         path: path.to_path_buf(),
         problems,
-    })?;
-    Ok((inv, templates))
+    };
+    let templates = template::compile(inv, server).map_err(invalid)?;
+    fits_hosts_map(inv.hosts.len(), templates.len()).map_err(|problem| invalid(vec![problem]))?;
+    Ok(templates)
+}
+
+/// The hosts map holds [`MAX_TEMPLATES`] replies. Filling it with more
+/// fails only in the kernel (E2BIG from `bpf_map_update_elem`), after the
+/// file has been checked, so the limit is an inventory problem.
+fn fits_hosts_map(hosts: usize, replies: usize) -> Result<(), Problem> {
+    let limit = usize::try_from(MAX_TEMPLATES).unwrap_or(usize::MAX);
+    if replies <= limit {
+        return Ok(());
+    }
+    Err(Problem::new(
+        None,
+        "hosts",
+        format!(
+            "{hosts} hosts compile to {replies} replies, one per host and boot class, but the \
+             fast path holds at most {MAX_TEMPLATES}; give profiles fewer boot classes (every \
+             host gets one reply for plain dhcp, plus one for each of bios, uefi, uefi_arm64 \
+             and http its profile sets) or split the inventory between agents"
+        ),
+    ))
 }
 
 /// Runs until `shutdown` turns true.
@@ -396,4 +432,83 @@ fn start_slow_path(
         .name("dhcp-slow-path".into())
         .spawn(move || server::serve(sock.into(), raw, server, shared, limits, stop))
         .context("failed to start the slow path thread")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{fmt::Write as _, fs, process};
+
+    use super::*;
+
+    const SERVER: Server = Server {
+        ip: Ipv4Addr::new(10, 0, 0, 1),
+        mac: [0x02, 0, 0, 0, 0, 1],
+    };
+
+    /// An inventory file of `count` hosts in 10.0.0.0/8 whose profile sets
+    /// every boot class, so that each compiles to five replies.
+    fn every_class_inventory(count: u32) -> String {
+        let mut text = String::from(
+            "subnets: [{cidr: 10.0.0.0/8}]\n\
+             profiles:\n  - name: all\n    boot: {bios: undionly.kpxe, uefi: ipxe.efi, \
+             uefi_arm64: ipxe-arm64.efi, http: \"http://{server}/ipxe.efi\"}\n\
+             hosts:\n",
+        );
+        for n in 0..count {
+            let [_, a, b, c] = (n + 2).to_be_bytes();
+            let _ = writeln!(
+                text,
+                "  - {{mac: \"02:00:00:{a:02x}:{b:02x}:{c:02x}\", ip: 10.{a}.{b}.{c}, profile: all}}"
+            );
+        }
+        text
+    }
+
+    #[test]
+    fn hosts_map_limit_counts_replies_and_says_how_to_stay_under_it() {
+        let limit = MAX_TEMPLATES as usize;
+        assert!(fits_hosts_map(limit / 5, limit).is_ok());
+        let problem = fits_hosts_map(limit / 5 + 1, limit + 1).expect_err("one reply too many");
+        assert_eq!(problem.host, None);
+        assert_eq!(problem.field, "hosts");
+        for expect in [
+            &format!("{} hosts compile to {} replies", limit / 5 + 1, limit + 1),
+            "one per host and boot class",
+            &format!("at most {MAX_TEMPLATES}"),
+            "fewer boot classes",
+            "split the inventory",
+        ] {
+            assert!(
+                problem.message.contains(expect),
+                "{expect:?} missing from {problem}"
+            );
+        }
+    }
+
+    /// What `pxe-agent check` runs: an inventory one host past the map's
+    /// capacity is refused there, not only when `run` fills the map.
+    #[test]
+    fn prepare_refuses_an_inventory_just_over_the_hosts_map_capacity() {
+        let hosts = MAX_TEMPLATES / 5 + 1;
+        let path = std::env::temp_dir().join(format!("pxe-agent-app-{}-big.yaml", process::id()));
+        fs::write(&path, every_class_inventory(hosts)).expect("write the inventory");
+        let result = prepare(&path, &SERVER);
+        let _ = fs::remove_file(&path);
+        let Err(err) = result else {
+            panic!("{hosts} hosts with every boot class were accepted")
+        };
+        let LoadError::Invalid { problems, .. } = &err else {
+            panic!("expected an invalid inventory, got {err:?}")
+        };
+        assert_eq!(problems.len(), 1, "{err}");
+        let text = err.to_string();
+        assert!(text.contains(&*path.to_string_lossy()), "{text}");
+        assert!(
+            text.contains(&format!(
+                "field hosts: {hosts} hosts compile to {} replies",
+                hosts * 5
+            )),
+            "{text}"
+        );
+    }
 }
