@@ -74,12 +74,15 @@ const DISCOVERED_CAPACITY: usize = 65_536;
 
 /// Loads and compiles an inventory; the error names file, host and field.
 /// `check`, `run` and every reload come through here, so a file `check`
-/// passes is one `run` can load.
+/// passes is one `run` can load. `http_port` is where the boot HTTP server
+/// listens, which the default iPXE script URL points at.
 pub fn prepare(
     path: &Path,
     server: &Server,
+    http_port: u16,
 ) -> Result<(Inventory, template::Templates), LoadError> {
-    let inv = Inventory::load(path)?;
+    let mut inv = Inventory::load(path)?;
+    inv.use_http_port(http_port);
     let templates = compile(path, &inv, server)?;
     Ok((inv, templates))
 }
@@ -130,7 +133,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     let server = Server { ip, mac };
     info!(iface = %cfg.iface, server = %ip, "starting");
 
-    let (inv, templates) = prepare(&cfg.inventory, &server)?;
+    let (inv, templates) = prepare(&cfg.inventory, &server, cfg.http_addr.port())?;
     std::fs::create_dir_all(&cfg.state_dir).with_context(|| {
         format!(
             "failed to create the state directory {}",
@@ -357,7 +360,8 @@ async fn watch_inventory(
         }
         seen = now;
         let path = cfg.inventory.clone();
-        let result = tokio::task::spawn_blocking(move || prepare(&path, &server)).await;
+        let http_port = cfg.http_addr.port();
+        let result = tokio::task::spawn_blocking(move || prepare(&path, &server, http_port)).await;
         let mut gauges = shared.gauges.lock().unwrap_or_else(PoisonError::into_inner);
         match result {
             Ok(Ok((inv, templates))) => {
@@ -485,6 +489,17 @@ mod tests {
         }
     }
 
+    #[test]
+    fn prepare_points_the_default_ipxe_script_at_the_http_port() {
+        let path =
+            std::env::temp_dir().join(format!("pxe-agent-app-{}-script.yaml", process::id()));
+        fs::write(&path, every_class_inventory(1)).expect("write the inventory");
+        let result = prepare(&path, &SERVER, 8081);
+        let _ = fs::remove_file(&path);
+        let (inv, _) = result.expect("valid");
+        assert_eq!(inv.ipxe.script, "http://{server}:8081/boot/{mac}.ipxe");
+    }
+
     /// What `pxe-agent check` runs: an inventory one host past the map's
     /// capacity is refused there, not only when `run` fills the map.
     #[test]
@@ -492,7 +507,7 @@ mod tests {
         let hosts = MAX_TEMPLATES / 5 + 1;
         let path = std::env::temp_dir().join(format!("pxe-agent-app-{}-big.yaml", process::id()));
         fs::write(&path, every_class_inventory(hosts)).expect("write the inventory");
-        let result = prepare(&path, &SERVER);
+        let result = prepare(&path, &SERVER, 8080);
         let _ = fs::remove_file(&path);
         let Err(err) = result else {
             panic!("{hosts} hosts with every boot class were accepted")

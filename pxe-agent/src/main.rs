@@ -15,6 +15,7 @@ use pxe_agent::{
     dhcp::{Server, server::Limits},
     discovered::Discovered,
     http::admin::{HostView, LeaseView},
+    inventory,
     progress::{self, Step},
     ratelimit::Rate,
     terminal, tftp, when,
@@ -70,7 +71,11 @@ enum Command {
         rate_unknown: f64,
         /// Address of the boot HTTP server: iPXE scripts (/boot/<mac>.ipxe),
         /// boot files (/), artifacts (/artifacts/) and the phone-home.
-        #[arg(long, default_value = "0.0.0.0:8080")]
+        /// The default iPXE script URL uses its port.
+        #[arg(
+            long,
+            default_value_t = SocketAddr::from((Ipv4Addr::UNSPECIFIED, inventory::DEFAULT_HTTP_PORT)),
+        )]
         http_addr: SocketAddr,
         /// Directory of boot files (iPXE binaries), served over HTTP at /
         /// and over TFTP (UDP port 69).
@@ -209,7 +214,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 ip: server_ip.unwrap_or(Ipv4Addr::BROADCAST),
                 mac: [0; 6],
             };
-            match app::prepare(&file, &server) {
+            match app::prepare(&file, &server, inventory::DEFAULT_HTTP_PORT) {
                 Ok((inv, templates)) => {
                     println!(
                         "{}: ok, {} hosts, {} compiled replies",

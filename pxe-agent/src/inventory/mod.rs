@@ -43,8 +43,16 @@ pub const DEFAULT_LEASE_TIME: u32 = 3600;
 /// is not set; iPXE sends it as `\x04iPXE`.
 pub const DEFAULT_IPXE_USER_CLASS: &str = "iPXE";
 
-/// The script URL iPXE clients get when `ipxe.script` is not set.
-pub const DEFAULT_IPXE_SCRIPT: &str = "http://{server}:8080/boot/{mac}.ipxe";
+/// The port `pxe-agent run` serves boot HTTP on when `--http-addr` does
+/// not say otherwise. The default script URL points at it until the agent
+/// calls [`Inventory::use_http_port`] with the port it really listens on.
+pub const DEFAULT_HTTP_PORT: u16 = 8080;
+
+/// The script URL iPXE clients get when `ipxe.script` is not set: the
+/// agent's own script endpoint, on its boot HTTP port.
+pub fn default_ipxe_script(http_port: u16) -> String {
+    format!("http://{SERVER_PLACEHOLDER}:{http_port}/boot/{MAC_PLACEHOLDER}.ipxe")
+}
 
 /// A validated inventory. Hosts refer to subnets and profiles by index.
 ///
@@ -263,13 +271,17 @@ pub struct IpxeSettings {
     pub user_class: String,
     /// URL of the iPXE script, with `{server}` and `{mac}` as written.
     pub script: String,
+    /// `script` is [`default_ipxe_script`], not the file's, so it follows
+    /// the agent's HTTP port ([`Inventory::use_http_port`]).
+    pub default_script: bool,
 }
 
 impl Default for IpxeSettings {
     fn default() -> IpxeSettings {
         IpxeSettings {
             user_class: DEFAULT_IPXE_USER_CLASS.to_owned(),
-            script: DEFAULT_IPXE_SCRIPT.to_owned(),
+            script: default_ipxe_script(DEFAULT_HTTP_PORT),
+            default_script: true,
         }
     }
 }
@@ -350,6 +362,14 @@ impl Inventory {
             return None;
         }
         self.hosts.iter().find(|host| host.mac == mac)
+    }
+
+    /// Points the default iPXE script URL at the agent's boot HTTP server
+    /// on `http_port`; an `ipxe.script` set in the file is kept as written.
+    pub fn use_http_port(&mut self, http_port: u16) {
+        if self.ipxe.default_script {
+            self.ipxe.script = default_ipxe_script(http_port);
+        }
     }
 
     /// The profile unknown machines get, when discovery names one.

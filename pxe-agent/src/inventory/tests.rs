@@ -712,6 +712,7 @@ fn new_keys_parse_into_the_model() {
         IpxeSettings {
             user_class: "iPXE-lab".into(),
             script: "https://{server}/boot/{mac}.ipxe".into(),
+            default_script: false,
         }
     );
     let worker = &inventory.profiles[0];
@@ -1348,4 +1349,19 @@ fn option_with_a_value_of_the_wrong_format_is_refused_naming_host_field_and_form
         problem.message.contains("2-byte unsigned integer"),
         "{problem}"
     );
+}
+
+#[test]
+fn default_ipxe_script_follows_the_http_port_and_a_written_one_stays() {
+    let mut inventory = parse(FULL).expect("valid");
+    assert!(inventory.ipxe.default_script);
+    inventory.use_http_port(9090);
+    assert_eq!(
+        inventory.ipxe.script,
+        "http://{server}:9090/boot/{mac}.ipxe"
+    );
+    let mut written = parse(EXTENDED).expect("valid");
+    assert!(!written.ipxe.default_script);
+    written.use_http_port(9090);
+    assert_eq!(written.ipxe.script, "https://{server}/boot/{mac}.ipxe");
 }

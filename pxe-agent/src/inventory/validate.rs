@@ -800,6 +800,7 @@ fn ipxe(raw: Option<&RawIpxe>, problems: &mut Vec<Problem>) -> IpxeSettings {
             report("script", message);
         }
         settings.script.clone_from(script);
+        settings.default_script = false;
     }
     settings
 }
