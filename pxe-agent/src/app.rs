@@ -14,6 +14,7 @@ use std::{
 
 use anyhow::Context as _;
 use axum::Router;
+use pxe_ebpf_common::MAX_TEMPLATES;
 use tokio::{net::TcpListener, sync::watch};
 use tracing::{error, info, warn};
 
@@ -29,7 +30,7 @@ use crate::{
         admin::{self, AdminState},
         boot, sendfile,
     },
-    inventory::{Inventory, LoadError},
+    inventory::{Inventory, LoadError, Problem},
     lease::LeaseStore,
     metrics::AgentGauges,
     netdev,
@@ -73,16 +74,54 @@ const SLOW_PATH_RCVBUF: usize = 8 << 20;
 const DISCOVERED_CAPACITY: usize = 65_536;
 
 /// Loads and compiles an inventory; the error names file, host and field.
+/// `check`, `run` and every reload come through here, so a file `check`
+/// passes is one `run` can load. `http_port` is where the boot HTTP server
+/// listens, which the default iPXE script URL points at.
 pub fn prepare(
     path: &Path,
     server: &Server,
+    http_port: u16,
 ) -> Result<(Inventory, template::Templates), LoadError> {
-    let inv = Inventory::load(path)?;
-    let templates = template::compile(&inv, server).map_err(|problems| LoadError::Invalid {
+    let mut inv = Inventory::load(path)?;
+    inv.use_http_port(http_port);
+    let templates = compile(path, &inv, server)?;
+    Ok((inv, templates))
+}
+
+/// Compiles `inv` and checks the result against the limits of the fast
+/// path's maps; `path` is only used in messages.
+fn compile(
+    path: &Path,
+    inv: &Inventory,
+    server: &Server,
+) -> Result<template::Templates, LoadError> {
+    let invalid = |problems| LoadError::Invalid {
         path: path.to_path_buf(),
         problems,
-    })?;
-    Ok((inv, templates))
+    };
+    let templates = template::compile(inv, server).map_err(invalid)?;
+    fits_hosts_map(inv.hosts.len(), templates.len()).map_err(|problem| invalid(vec![problem]))?;
+    Ok(templates)
+}
+
+/// The hosts map holds [`MAX_TEMPLATES`] replies. Filling it with more
+/// fails only in the kernel (E2BIG from `bpf_map_update_elem`), after the
+/// file has been checked, so the limit is an inventory problem.
+fn fits_hosts_map(hosts: usize, replies: usize) -> Result<(), Problem> {
+    let limit = usize::try_from(MAX_TEMPLATES).unwrap_or(usize::MAX);
+    if replies <= limit {
+        return Ok(());
+    }
+    Err(Problem::new(
+        None,
+        "hosts",
+        format!(
+            "{hosts} hosts compile to {replies} replies, one per host and boot class, but the \
+             fast path holds at most {MAX_TEMPLATES}; give profiles fewer boot classes (every \
+             host gets one reply for plain dhcp, plus one for each of bios, uefi, uefi_arm64 \
+             and http its profile sets) or split the inventory between agents"
+        ),
+    ))
 }
 
 /// Runs until `shutdown` turns true.
@@ -95,7 +134,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     let server = Server { ip, mac };
     info!(iface = %cfg.iface, server = %ip, "starting");
 
-    let (inv, templates) = prepare(&cfg.inventory, &server)?;
+    let (inv, templates) = prepare(&cfg.inventory, &server, cfg.http_addr.port())?;
     std::fs::create_dir_all(&cfg.state_dir).with_context(|| {
         format!(
             "failed to create the state directory {}",
@@ -335,10 +374,12 @@ async fn watch_inventory(
         }
         seen = now;
         let (path, shared) = (cfg.inventory.clone(), shared.clone());
+        let http_port = cfg.http_addr.port();
         // Loading, compiling and the map writes (up to one `bpf()` call per
         // template) block: none of it runs on the runtime.
         if let Err(e) =
-            tokio::task::spawn_blocking(move || apply_inventory(&path, &server, &shared)).await
+            tokio::task::spawn_blocking(move || apply_inventory(&path, &server, http_port, &shared))
+                .await
         {
             error!(error = %e, "inventory reload task failed");
         }
@@ -347,7 +388,7 @@ async fn watch_inventory(
 
 /// Loads the inventory at `path` and puts it in force in both paths, or
 /// refuses it and leaves the previous one in force in both.
-fn apply_inventory(path: &Path, server: &Server, shared: &AdminState) {
+fn apply_inventory(path: &Path, server: &Server, http_port: u16, shared: &AdminState) {
     let health = &shared.boot.dhcp.health;
     let rejected = || {
         shared
@@ -356,7 +397,7 @@ fn apply_inventory(path: &Path, server: &Server, shared: &AdminState) {
             .unwrap_or_else(PoisonError::into_inner)
             .reloads_rejected += 1;
     };
-    let (inv, templates) = match prepare(path, server) {
+    let (inv, templates) = match prepare(path, server, http_port) {
         Ok(prepared) => prepared,
         Err(e) => {
             rejected();
@@ -543,5 +584,95 @@ async fn monitor_health(
             }
         })
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{fmt::Write as _, fs, process};
+
+    use super::*;
+
+    const SERVER: Server = Server {
+        ip: Ipv4Addr::new(10, 0, 0, 1),
+        mac: [0x02, 0, 0, 0, 0, 1],
+    };
+
+    /// An inventory file of `count` hosts in 10.0.0.0/8 whose profile sets
+    /// every boot class, so that each compiles to five replies.
+    fn every_class_inventory(count: u32) -> String {
+        let mut text = String::from(
+            "subnets: [{cidr: 10.0.0.0/8}]\n\
+             profiles:\n  - name: all\n    boot: {bios: undionly.kpxe, uefi: ipxe.efi, \
+             uefi_arm64: ipxe-arm64.efi, http: \"http://{server}/ipxe.efi\"}\n\
+             hosts:\n",
+        );
+        for n in 0..count {
+            let [_, a, b, c] = (n + 2).to_be_bytes();
+            let _ = writeln!(
+                text,
+                "  - {{mac: \"02:00:00:{a:02x}:{b:02x}:{c:02x}\", ip: 10.{a}.{b}.{c}, profile: all}}"
+            );
+        }
+        text
+    }
+
+    #[test]
+    fn hosts_map_limit_counts_replies_and_says_how_to_stay_under_it() {
+        let limit = MAX_TEMPLATES as usize;
+        assert!(fits_hosts_map(limit / 5, limit).is_ok());
+        let problem = fits_hosts_map(limit / 5 + 1, limit + 1).expect_err("one reply too many");
+        assert_eq!(problem.host, None);
+        assert_eq!(problem.field, "hosts");
+        for expect in [
+            &format!("{} hosts compile to {} replies", limit / 5 + 1, limit + 1),
+            "one per host and boot class",
+            &format!("at most {MAX_TEMPLATES}"),
+            "fewer boot classes",
+            "split the inventory",
+        ] {
+            assert!(
+                problem.message.contains(expect),
+                "{expect:?} missing from {problem}"
+            );
+        }
+    }
+
+    #[test]
+    fn prepare_points_the_default_ipxe_script_at_the_http_port() {
+        let path =
+            std::env::temp_dir().join(format!("pxe-agent-app-{}-script.yaml", process::id()));
+        fs::write(&path, every_class_inventory(1)).expect("write the inventory");
+        let result = prepare(&path, &SERVER, 8081);
+        let _ = fs::remove_file(&path);
+        let (inv, _) = result.expect("valid");
+        assert_eq!(inv.ipxe.script, "http://{server}:8081/boot/{mac}.ipxe");
+    }
+
+    /// What `pxe-agent check` runs: an inventory one host past the map's
+    /// capacity is refused there, not only when `run` fills the map.
+    #[test]
+    fn prepare_refuses_an_inventory_just_over_the_hosts_map_capacity() {
+        let hosts = MAX_TEMPLATES / 5 + 1;
+        let path = std::env::temp_dir().join(format!("pxe-agent-app-{}-big.yaml", process::id()));
+        fs::write(&path, every_class_inventory(hosts)).expect("write the inventory");
+        let result = prepare(&path, &SERVER, 8080);
+        let _ = fs::remove_file(&path);
+        let Err(err) = result else {
+            panic!("{hosts} hosts with every boot class were accepted")
+        };
+        let LoadError::Invalid { problems, .. } = &err else {
+            panic!("expected an invalid inventory, got {err:?}")
+        };
+        assert_eq!(problems.len(), 1, "{err}");
+        let text = err.to_string();
+        assert!(text.contains(&*path.to_string_lossy()), "{text}");
+        assert!(
+            text.contains(&format!(
+                "field hosts: {hosts} hosts compile to {} replies",
+                hosts * 5
+            )),
+            "{text}"
+        );
     }
 }

@@ -13,6 +13,7 @@ pub mod netdev;
 pub mod progress;
 pub mod ratelimit;
 pub mod rawsock;
+pub mod terminal;
 pub mod tftp;
 pub mod when;
 pub mod wire;

@@ -15,9 +15,10 @@ use pxe_agent::{
     dhcp::{Server, server::Limits},
     discovered::Discovered,
     http::admin::{HostView, LeaseView},
+    inventory,
     progress::{self, Step},
     ratelimit::Rate,
-    tftp, when,
+    terminal, tftp, when,
     xdp::{AttachMode, VethPeer},
 };
 use tokio::sync::watch;
@@ -70,7 +71,11 @@ enum Command {
         rate_unknown: f64,
         /// Address of the boot HTTP server: iPXE scripts (/boot/<mac>.ipxe),
         /// boot files (/), artifacts (/artifacts/) and the phone-home.
-        #[arg(long, default_value = "0.0.0.0:8080")]
+        /// The default iPXE script URL uses its port.
+        #[arg(
+            long,
+            default_value_t = SocketAddr::from((Ipv4Addr::UNSPECIFIED, inventory::DEFAULT_HTTP_PORT)),
+        )]
         http_addr: SocketAddr,
         /// Directory of boot files (iPXE binaries), served over HTTP at /
         /// and over TFTP (UDP port 69).
@@ -209,7 +214,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 ip: server_ip.unwrap_or(Ipv4Addr::BROADCAST),
                 mac: [0; 6],
             };
-            match app::prepare(&file, &server) {
+            match app::prepare(&file, &server, inventory::DEFAULT_HTTP_PORT) {
                 Ok((inv, templates)) => {
                     println!(
                         "{}: ok, {} hosts, {} compiled replies",
@@ -250,7 +255,11 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let now = progress::now_ms();
             let step = |s: &Option<Step>| {
                 s.as_ref().map_or("-".to_string(), |s| {
-                    format!("{} {}", when::ago(s.at_ms, now), s.detail)
+                    format!(
+                        "{} {}",
+                        when::ago(s.at_ms, now),
+                        terminal::escape(&s.detail)
+                    )
                 })
             };
             println!(
@@ -264,7 +273,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     "{:<17}  {:<15}  {:<12}  {:<9}  {:<28}  {:<28}  {}",
                     h.mac,
                     h.ip,
-                    h.hostname.unwrap_or_default(),
+                    terminal::escape(h.hostname.as_deref().unwrap_or_default()),
                     h.stage
                         .map_or("-".to_string(), |s| format!("{s:?}").to_lowercase()),
                     step(&p.dhcp),
@@ -287,7 +296,10 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 "MAC", "IP", "ARCH", "VENDOR CLASS", "USER CLASS", "RELAY", "REQS"
             );
             for d in list {
-                let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+                let opt = |v: &Option<String>| {
+                    v.as_deref()
+                        .map_or_else(|| "-".into(), |v| terminal::escape(v).into_owned())
+                };
                 println!(
                     "{:<17}  {:<15}  {:>4}  {:<24}  {:<10}  {:<15}  {:>5}  {}",
                     d.mac,
@@ -318,7 +330,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     l.ip,
                     l.state,
                     when::until(l.expires, now),
-                    l.hostname.unwrap_or_default()
+                    terminal::escape(l.hostname.as_deref().unwrap_or_default())
                 );
             }
             Ok(ExitCode::SUCCESS)

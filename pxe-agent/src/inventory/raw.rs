@@ -79,7 +79,7 @@ pub(super) struct RawRule {
     pub boot: Option<RawBoot>,
     /// As [`RawHost::options`].
     #[serde(default)]
-    pub options: serde_yaml::Mapping,
+    pub options: serde_norway::Mapping,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -116,5 +116,5 @@ pub(super) struct RawHost {
     pub labels: BTreeMap<String, String>,
     /// Keys and values keep their YAML type: the type picks the encoding.
     #[serde(default)]
-    pub options: serde_yaml::Mapping,
+    pub options: serde_norway::Mapping,
 }

@@ -259,6 +259,17 @@ fn not_an_address(text: &str) -> String {
     format!("{text:?} is not an ipv4 address")
 }
 
+/// Why `text` may not go into a boot answer or an iPXE script, if it may
+/// not: a control character (a newline above all) would end the line it
+/// is rendered on and start an iPXE command of the client's choosing.
+fn control_problem(text: &str) -> Option<String> {
+    let (at, bad) = text.char_indices().find(|(_, c)| c.is_control())?;
+    Some(format!(
+        "{text:?} contains the control character {bad:?} at byte {at}; \
+         control characters (newlines, tabs, escapes) are not allowed"
+    ))
+}
+
 /// Hostnames and domains: letters, digits, `-` and `.`, at most `limit`
 /// bytes.
 fn name_problem(name: &str, limit: usize) -> Option<String> {
@@ -290,13 +301,19 @@ fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<Profile> {
         let prefix = if entry.name.is_empty() {
             format!("profiles[{index}]")
         } else {
-            format!("profiles[{}]", entry.name)
+            format!("profiles[{}]", entry.name.escape_debug())
         };
         if entry.name.is_empty() {
             problems.push(Problem::new(
                 None,
                 format!("profiles[{index}].name"),
                 "must not be empty",
+            ));
+        } else if let Some(message) = control_problem(&entry.name) {
+            problems.push(Problem::new(
+                None,
+                format!("profiles[{index}].name"),
+                message,
             ));
         } else if let Some(first) = out.iter().position(|p| p.name == entry.name) {
             problems.push(Problem::new(
@@ -337,14 +354,21 @@ fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<Profile> {
             .collect();
         if entry.kernel.as_deref() == Some("") {
             report("kernel", "must not be empty".to_owned());
+        } else if let Some(message) = entry.kernel.as_deref().and_then(control_problem) {
+            report("kernel", message);
         }
         for (position, initrd) in entry.initrd.iter().enumerate() {
-            if initrd.is_empty() {
-                report(
-                    &format!("initrd[{position}]"),
-                    "must not be empty".to_owned(),
-                );
+            let message = if initrd.is_empty() {
+                Some("must not be empty".to_owned())
+            } else {
+                control_problem(initrd)
+            };
+            if let Some(message) = message {
+                report(&format!("initrd[{position}]"), message);
             }
+        }
+        if let Some(message) = entry.cmdline.as_deref().and_then(control_problem) {
+            report("cmdline", message);
         }
         if entry.kernel.is_none() {
             if !entry.initrd.is_empty() {
@@ -469,7 +493,9 @@ fn check_boot(boot: &RawBoot, report: &mut impl FnMut(&str, String)) {
         let Some(file) = file else { continue };
         if file.is_empty() {
             report(key, "must not be empty".to_owned());
-        } else if let Some(message) = too_long(file, MAX_BOOT_FILE_LEN, "the bootp file field") {
+        } else if let Some(message) = control_problem(file)
+            .or_else(|| too_long(file, MAX_BOOT_FILE_LEN, "the bootp file field"))
+        {
             report(key, message);
         }
     }
@@ -488,10 +514,13 @@ fn check_boot(boot: &RawBoot, report: &mut impl FnMut(&str, String)) {
 }
 
 /// Why `url` is not an `http://` or `https://` URL of at most `limit` bytes
-/// once its placeholders are replaced, if it is not.
+/// once its placeholders are replaced, without control characters, if it
+/// is not.
 fn url_problem(url: &str, limit: usize, container: &str) -> Option<String> {
     let lower = url.to_ascii_lowercase();
-    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+    if let Some(message) = control_problem(url) {
+        Some(message)
+    } else if !(lower.starts_with("http://") || lower.starts_with("https://")) {
         Some(format!("{url:?} is not an http:// or https:// url"))
     } else {
         too_long(url, limit, container)
@@ -538,15 +567,17 @@ fn hosts(
         .iter()
         .zip(&macs)
         .enumerate()
-        .map(|(index, (host, mac))| match (mac, &host.hostname) {
-            (Some(mac), Some(name)) => format!("{name} ({mac})"),
-            (Some(mac), None) => mac.to_string(),
-            (None, Some(name)) => format!("{name} (hosts[{index}])"),
-            (None, None) => format!("hosts[{index}]"),
-        })
+        .map(
+            |(index, (host, mac))| match (mac, host.hostname.as_deref().map(str::escape_debug)) {
+                (Some(mac), Some(name)) => format!("{name} ({mac})"),
+                (Some(mac), None) => mac.to_string(),
+                (None, Some(name)) => format!("{name} (hosts[{index}])"),
+                (None, None) => format!("hosts[{index}]"),
+            },
+        )
         .collect();
     // For duplicate MACs, where the label cannot tell the hosts apart.
-    let by_position = |index: usize| match &raw[index].hostname {
+    let by_position = |index: usize| match raw[index].hostname.as_deref().map(str::escape_debug) {
         Some(name) => format!("hosts[{index}] ({name})"),
         None => format!("hosts[{index}]"),
     };
@@ -586,6 +617,12 @@ fn hosts(
             && let Some(message) = name_problem(hostname, MAX_HOSTNAME_LEN)
         {
             report("hostname", message);
+        }
+        // Labels reach the iPXE script template as variables.
+        for (key, value) in &entry.labels {
+            if let Some(message) = control_problem(key).or_else(|| control_problem(value)) {
+                report(&format!("labels.{}", key.escape_debug()), message);
+            }
         }
 
         let ip = match entry.ip.parse::<Ipv4Addr>() {
@@ -661,7 +698,7 @@ fn hosts(
 
 /// Encodes a host's or rule's `options`; `report` gets the key as written.
 fn options(
-    raw: &serde_yaml::Mapping,
+    raw: &serde_norway::Mapping,
     report: &mut impl FnMut(&str, String),
 ) -> BTreeMap<u8, Vec<u8>> {
     let mut options = BTreeMap::new();
@@ -772,12 +809,16 @@ fn ipxe(raw: Option<&RawIpxe>, problems: &mut Vec<Problem>) -> IpxeSettings {
             report("script", message);
         }
         settings.script.clone_from(script);
+        settings.default_script = false;
     }
     settings
 }
 
 fn unknown_profile(name: &str, profiles: &[Profile]) -> String {
-    let known: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
+    let known: Vec<String> = profiles
+        .iter()
+        .map(|p| p.name.escape_debug().to_string())
+        .collect();
     let known = if known.is_empty() {
         "no profiles are defined".to_owned()
     } else {
@@ -787,9 +828,9 @@ fn unknown_profile(name: &str, profiles: &[Profile]) -> String {
 }
 
 /// The option key as the operator wrote it, for the `options.<key>` field.
-fn option_key_text(key: &serde_yaml::Value) -> String {
+fn option_key_text(key: &serde_norway::Value) -> String {
     match key {
-        serde_yaml::Value::String(text) => text.clone(),
+        serde_norway::Value::String(text) => text.clone(),
         other => option::show(other),
     }
 }

@@ -1,0 +1,1368 @@
+use super::*;
+
+const EXAMPLE: &str = include_str!("../../../examples/inventory.yaml");
+
+/// The format as given in the reference, with every key set.
+const FULL: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+    router: 10.66.0.1
+    dns: [10.66.0.1]
+    domain: lab.example
+    lease_time: 7200
+profiles:
+  - name: worker
+    boot:
+      bios: undionly.kpxe
+      uefi: snponly.efi
+      uefi_arm64: snp-arm64.efi
+      http: http://{server}:8080/ipxe.efi
+    kernel: http://{server}:8080/artifacts/vmlinuz
+    initrd: ["http://{server}:8080/artifacts/initrd.img"]
+    cmdline: console=ttyS0
+hosts:
+  - mac: "52:54:00:12:34:56"
+    ip: 10.66.1.10
+    hostname: node-1
+    profile: worker
+    labels: {role: worker, rack: r1}
+    options: {42: 10.66.0.1}
+"#;
+
+const MAC1: MacAddr = MacAddr([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]);
+
+fn path() -> &'static Path {
+    Path::new("/etc/pxe-agent/inventory.yaml")
+}
+
+fn parse(text: &str) -> Result<Inventory, LoadError> {
+    Inventory::parse(path(), text)
+}
+
+fn problems(text: &str) -> Vec<Problem> {
+    match parse(text) {
+        Err(LoadError::Invalid { problems, .. }) => problems,
+        other => panic!("expected validation problems, got {other:?}"),
+    }
+}
+
+/// One subnet, profiles `worker` (with boot) and `bare`, then `hosts`.
+fn with_hosts(hosts: &str) -> String {
+    format!(
+        "subnets:\n  - cidr: 10.66.0.0/16\n    router: 10.66.0.1\n\
+             profiles:\n  - name: worker\n    boot: {{bios: undionly.kpxe}}\n  - name: bare\n\
+             hosts:\n{hosts}"
+    )
+}
+
+fn one_problem(text: &str) -> Problem {
+    let mut found = problems(text);
+    assert_eq!(found.len(), 1, "expected one problem, got {found:#?}");
+    found.remove(0)
+}
+
+#[test]
+fn full_format_parses_into_the_model() {
+    let inventory = parse(FULL).expect("valid");
+    assert_eq!(
+        inventory.subnets,
+        vec![Subnet {
+            network: Ipv4Addr::new(10, 66, 0, 0),
+            prefix: 16,
+            router: Some(Ipv4Addr::new(10, 66, 0, 1)),
+            dns: vec![Ipv4Addr::new(10, 66, 0, 1)],
+            domain: Some("lab.example".into()),
+            lease_time: 7200,
+            pool: None,
+        }]
+    );
+    assert_eq!(
+        inventory.profiles,
+        vec![Profile {
+            name: "worker".into(),
+            boot: Some(BootFiles {
+                bios: Some("undionly.kpxe".into()),
+                uefi: Some("snponly.efi".into()),
+                uefi_arm64: Some("snp-arm64.efi".into()),
+                http: Some("http://{server}:8080/ipxe.efi".into()),
+                ..BootFiles::default()
+            }),
+            kernel: Some("http://{server}:8080/artifacts/vmlinuz".into()),
+            initrd: vec!["http://{server}:8080/artifacts/initrd.img".into()],
+            cmdline: Some("console=ttyS0".into()),
+            chain: None,
+            local_disk: false,
+            rules: vec![],
+        }]
+    );
+    let labels = BTreeMap::from([
+        ("rack".into(), "r1".into()),
+        ("role".into(), "worker".into()),
+    ]);
+    assert_eq!(
+        inventory.hosts,
+        vec![Host {
+            mac: MAC1,
+            ip: Ipv4Addr::new(10, 66, 1, 10),
+            hostname: Some("node-1".into()),
+            profile: 0,
+            subnet: 0,
+            labels,
+            options: BTreeMap::from([(42, vec![10, 66, 0, 1])]),
+        }]
+    );
+}
+
+#[test]
+fn shipped_example_is_valid() {
+    let inventory = parse(EXAMPLE).expect("examples/inventory.yaml is valid");
+    assert_eq!(inventory.subnets.len(), 1);
+    assert_eq!(inventory.subnets[0].to_string(), "10.66.0.0/16");
+    let names: Vec<_> = inventory.profiles.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["worker", "bare", "inspector"]);
+    let pool = inventory.subnets[0].pool.expect("the example has a pool");
+    assert_eq!(pool.to_string(), "10.66.200.1-10.66.200.250");
+    assert_eq!(inventory.discovery.policy, DiscoveryPolicy::Inspect);
+    let inspector = inventory.discovery_profile().expect("discovery profile");
+    assert_eq!(inspector.name, "inspector");
+    assert!(inspector.boot.is_some() && inspector.kernel.is_some());
+    let node2 = inventory
+        .host_by_mac("52:54:00:12:34:57".parse().expect("mac"))
+        .expect("node-2");
+    let (boot, _) = inventory
+        .profile_of(node2)
+        .boot_for_arches(&node2.labels, &[Some(7), Some(9)])
+        .expect("a label rule is decided without the request");
+    assert_eq!(
+        boot.and_then(|b| b.uefi).as_deref(),
+        Some("snponly.efi"),
+        "the example's rule applies to node-2 in rack r2"
+    );
+    let node3 = inventory
+        .host_by_mac("52:54:00:12:34:58".parse().expect("mac"))
+        .expect("node-3");
+    assert_eq!(node3.hostname.as_deref(), Some("node-3"));
+    assert_eq!(inventory.profile_of(node3).boot, None);
+    let node1 = inventory.host_by_mac(MAC1).expect("node-1");
+    assert_eq!(node1.options.get(&42), Some(&vec![10, 66, 0, 1]));
+    assert_eq!(inventory.profile_of(node1).name, "worker");
+}
+
+#[test]
+fn lookups_follow_host_indices() {
+    let inventory = parse(FULL).expect("valid");
+    let host = inventory.host_by_mac(MAC1).expect("known mac");
+    assert_eq!(inventory.subnet_of(host).lease_time, 7200);
+    assert_eq!(inventory.profile_of(host).name, "worker");
+    assert!(inventory.host_by_mac(MacAddr([0; 6])).is_none());
+}
+
+#[test]
+fn defaults_apply_to_optional_keys() {
+    let text = "subnets: [{cidr: 10.0.0.0/8}]\nprofiles: [{name: p}]\n\
+                    hosts: [{mac: 52:54:00:12:34:56, ip: 10.0.0.5, profile: p}]\n";
+    let inventory = parse(text).expect("valid");
+    let subnet = &inventory.subnets[0];
+    assert_eq!(
+        (subnet.router, subnet.dns.len(), subnet.domain.as_ref()),
+        (None, 0, None)
+    );
+    assert_eq!(subnet.lease_time, DEFAULT_LEASE_TIME);
+    let host = &inventory.hosts[0];
+    assert_eq!(host.mac, MAC1, "an unquoted mac is read as text");
+    assert!(host.hostname.is_none() && host.labels.is_empty() && host.options.is_empty());
+    assert_eq!(host.label(), "52:54:00:12:34:56");
+}
+
+#[test]
+fn profile_without_boot_is_accepted() {
+    let inventory = parse(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: bare}\n",
+    ))
+    .expect("valid");
+    let host = &inventory.hosts[0];
+    assert_eq!(inventory.profile_of(host).name, "bare");
+    assert_eq!(inventory.profile_of(host).boot, None);
+}
+
+#[test]
+fn empty_lists_are_valid() {
+    let inventory = parse("subnets: []\nprofiles: []\nhosts: []\n").expect("valid");
+    assert_eq!(inventory, Inventory::default());
+}
+
+#[test]
+fn missing_top_level_key_is_a_syntax_error() {
+    let err = parse("subnets: []\nprofiles: []\n").expect_err("no hosts key");
+    assert!(
+        matches!(&err, LoadError::Syntax { message, .. } if message.contains("hosts")),
+        "{err}"
+    );
+    // An emptied file must not read as an empty inventory.
+    let err = parse("").expect_err("empty file");
+    assert!(
+        matches!(&err, LoadError::Syntax { message, .. } if message.contains("missing field")),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let text = FULL.replace("    hostname: node-1", "    hostnme: node-1");
+    let err = parse(&text).expect_err("unknown key");
+    let LoadError::Syntax { message, .. } = &err else {
+        panic!("expected a syntax error, got {err:?}")
+    };
+    assert!(message.contains("unknown field `hostnme`"), "{message}");
+    assert!(message.contains("line"), "{message}");
+    let boot = FULL.replace("      bios:", "      legacy:");
+    assert!(
+        parse(&boot)
+            .expect_err("unknown boot key")
+            .to_string()
+            .contains("`legacy`")
+    );
+}
+
+#[test]
+fn unquoted_placeholder_in_a_flow_list_gets_a_quoting_hint() {
+    let text = FULL.replace(
+        "initrd: [\"http://{server}:8080/artifacts/initrd.img\"]",
+        "initrd: [http://{server}:8080/i]",
+    );
+    let err = parse(&text).expect_err("flow list reads {server} as a mapping");
+    let LoadError::Syntax { message, .. } = &err else {
+        panic!("expected a syntax error, got {err:?}")
+    };
+    assert!(
+        message.contains("profiles[0].initrd[0]") && message.contains("quote values"),
+        "{message}"
+    );
+}
+
+#[test]
+fn yaml_syntax_error_reports_file_line_and_column() {
+    let err = parse("subnets: [\nprofiles: []\n").expect_err("broken yaml");
+    assert!(matches!(err, LoadError::Syntax { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("failed to parse inventory /etc/pxe-agent/inventory.yaml: "),
+        "{text}"
+    );
+    assert!(text.contains("line") && text.contains("column"), "{text}");
+}
+
+/// The YAML crate's shape errors carry the path to the value and where it
+/// is; the whole message is pinned so that a change of YAML crate cannot
+/// quietly drop either.
+#[test]
+fn shape_error_names_file_host_field_line_and_column() {
+    let text = FULL.replace("ip: 10.66.1.10", "ip: [10.66.1.10]");
+    let err = parse(&text).expect_err("a list is not an address");
+    assert_eq!(
+        err.to_string(),
+        "failed to parse inventory /etc/pxe-agent/inventory.yaml: hosts[0].ip: \
+         invalid type: sequence, expected a string at line 20 column 9"
+    );
+}
+
+#[test]
+fn malformed_mac_is_reported_by_position() {
+    let problem = one_problem(&with_hosts(
+        "  - {mac: 52:54:00:12:34, ip: 10.66.1.10, profile: bare}\n",
+    ));
+    assert_eq!(problem.host.as_deref(), Some("hosts[0]"));
+    assert_eq!(problem.field, "mac");
+    assert!(
+        problem
+            .message
+            .contains("\"52:54:00:12:34\" is not a mac address"),
+        "{problem}"
+    );
+}
+
+#[test]
+fn malformed_mac_keeps_the_hostname_in_the_label() {
+    let problem = one_problem(&with_hosts(
+        "  - {mac: zz, ip: 10.66.1.10, profile: bare, hostname: node-9}\n",
+    ));
+    assert_eq!(problem.host.as_deref(), Some("node-9 (hosts[0])"));
+}
+
+#[test]
+fn duplicate_mac_names_both_hosts() {
+    let problem = one_problem(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: bare, hostname: node-1}\n\
+             \x20 - {mac: 52-54-00-12-34-56, ip: 10.66.1.11, profile: bare, hostname: node-2}\n",
+    ));
+    assert_eq!(problem.host.as_deref(), Some("node-2 (52:54:00:12:34:56)"));
+    assert_eq!(problem.field, "mac");
+    assert!(problem.message.contains("hosts[0] (node-1)"), "{problem}");
+    assert!(problem.message.contains("hosts[1] (node-2)"), "{problem}");
+}
+
+#[test]
+fn duplicate_ip_names_the_other_host() {
+    let problem = one_problem(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: bare, hostname: node-1}\n\
+             \x20 - {mac: 52:54:00:12:34:57, ip: 10.66.1.10, profile: bare}\n",
+    ));
+    assert_eq!(problem.host.as_deref(), Some("52:54:00:12:34:57"));
+    assert_eq!(problem.field, "ip");
+    assert_eq!(
+        problem.message,
+        "10.66.1.10 is already assigned to node-1 (52:54:00:12:34:56)"
+    );
+}
+
+#[test]
+fn ip_outside_every_subnet_is_refused() {
+    let problem = one_problem(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, ip: 10.9.9.9, profile: bare, hostname: node-1}\n",
+    ));
+    assert_eq!(
+        problem.to_string(),
+        "host node-1 (52:54:00:12:34:56): field ip: 10.9.9.9 is outside every subnet"
+    );
+}
+
+#[test]
+fn malformed_ip_is_refused() {
+    let problem = one_problem(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, ip: 10.66.1, profile: bare}\n",
+    ));
+    assert_eq!(problem.field, "ip");
+    assert!(
+        problem
+            .message
+            .contains("\"10.66.1\" is not an ipv4 address"),
+        "{problem}"
+    );
+}
+
+#[test]
+fn network_broadcast_and_router_addresses_are_refused() {
+    for (ip, what) in [
+        ("10.66.0.0", "network address"),
+        ("10.66.255.255", "broadcast address"),
+        ("10.66.0.1", "router address"),
+    ] {
+        let problem = one_problem(&with_hosts(&format!(
+            "  - {{mac: 52:54:00:12:34:56, ip: {ip}, profile: bare}}\n"
+        )));
+        assert_eq!(problem.field, "ip");
+        assert!(problem.message.contains(what), "{ip}: {problem}");
+        assert!(problem.message.contains("10.66.0.0/16"), "{ip}: {problem}");
+    }
+}
+
+#[test]
+fn unknown_profile_lists_the_known_ones() {
+    let problem = one_problem(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: wrker}\n",
+    ));
+    assert_eq!(problem.field, "profile");
+    assert_eq!(
+        problem.message,
+        "unknown profile \"wrker\" (known: worker, bare)"
+    );
+}
+
+#[test]
+fn duplicate_profile_names_are_refused() {
+    let text = "subnets: []\nprofiles: [{name: worker}, {name: bare}, {name: worker}]\nhosts: []\n";
+    let problem = one_problem(text);
+    assert_eq!(problem.host, None);
+    assert_eq!(problem.field, "profiles[2].name");
+    assert!(problem.message.contains("profiles[0]"), "{problem}");
+}
+
+#[test]
+fn malformed_cidr_is_refused() {
+    for cidr in [
+        "10.66.0.0",
+        "10.66.0/16",
+        "10.66.0.0/33",
+        "10.66.0.0/x",
+        "10.66.1.0/16",
+        "10.66.0.0/31",
+    ] {
+        let problem = one_problem(&format!(
+            "subnets: [{{cidr: {cidr}}}]\nprofiles: []\nhosts: []\n"
+        ));
+        assert_eq!(
+            (problem.host.as_deref(), problem.field.as_str()),
+            (None, "subnets[0].cidr"),
+            "{cidr}"
+        );
+    }
+}
+
+#[test]
+fn cidr_with_host_bits_suggests_the_network() {
+    let problem = one_problem("subnets: [{cidr: 10.66.1.0/16}]\nprofiles: []\nhosts: []\n");
+    assert!(problem.message.contains("10.66.0.0/16"), "{problem}");
+}
+
+#[test]
+fn router_outside_its_subnet_is_refused() {
+    let problem = one_problem(
+        "subnets: [{cidr: 10.66.0.0/16, router: 10.67.0.1}]\nprofiles: []\nhosts: []\n",
+    );
+    assert_eq!(problem.field, "subnets[0].router");
+    assert_eq!(problem.message, "10.67.0.1 is outside 10.66.0.0/16");
+}
+
+#[test]
+fn malformed_dns_server_is_refused() {
+    let problem = one_problem(
+        "subnets: [{cidr: 10.66.0.0/16, dns: [10.66.0.1, dns1]}]\nprofiles: []\nhosts: []\n",
+    );
+    assert_eq!(problem.field, "subnets[0].dns[1]");
+}
+
+#[test]
+fn overlapping_subnets_are_refused() {
+    let problem = one_problem(
+        "subnets: [{cidr: 10.66.0.0/16}, {cidr: 10.66.4.0/24}]\nprofiles: []\nhosts: []\n",
+    );
+    assert_eq!(problem.field, "subnets[1].cidr");
+    assert!(
+        problem
+            .message
+            .contains("overlaps subnets[0] (10.66.0.0/16)"),
+        "{problem}"
+    );
+}
+
+#[test]
+fn zero_lease_time_is_refused() {
+    let problem =
+        one_problem("subnets: [{cidr: 10.66.0.0/16, lease_time: 0}]\nprofiles: []\nhosts: []\n");
+    assert_eq!(problem.field, "subnets[0].lease_time");
+}
+
+#[test]
+fn bad_domain_is_refused() {
+    let problem = one_problem(
+        "subnets: [{cidr: 10.66.0.0/16, domain: lab_example}]\nprofiles: []\nhosts: []\n",
+    );
+    assert_eq!(problem.field, "subnets[0].domain");
+}
+
+#[test]
+fn bad_option_codes_are_refused() {
+    for (code, expect) in [
+        ("0", "pad"),
+        ("255", "end"),
+        ("256", "1..=254"),
+        ("53", "message type"),
+        ("61", "client"),
+        ("82", "relay"),
+        ("foo", "1..=254"),
+    ] {
+        let problem = one_problem(&with_hosts(&format!(
+            "  - {{mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: bare, options: {{{code}: 1}}}}\n"
+        )));
+        assert_eq!(problem.field, format!("options.{code}"));
+        assert!(problem.message.contains(expect), "{code}: {problem}");
+    }
+}
+
+#[test]
+fn option_values_are_encoded_by_type() {
+    let inventory = parse(&with_hosts(
+        "  - mac: 52:54:00:12:34:56\n    ip: 10.66.1.10\n    profile: bare\n    options:\n\
+             \x20     26: 1500\n      6: [10.66.0.1, 10.66.0.2]\n      19: false\n      43: hex:0102\n      12: node\n",
+    ))
+    .expect("valid");
+    let options = &inventory.hosts[0].options;
+    assert_eq!(options[&26], vec![0x05, 0xdc]);
+    assert_eq!(options[&6], vec![10, 66, 0, 1, 10, 66, 0, 2]);
+    assert_eq!(options[&19], vec![0]);
+    assert_eq!(options[&43], vec![1, 2]);
+    assert_eq!(options[&12], b"node".to_vec());
+}
+
+#[test]
+fn option_value_longer_than_255_bytes_is_refused() {
+    let long = "x".repeat(256);
+    let problem = one_problem(&with_hosts(&format!(
+        "  - {{mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: bare, options: {{224: {long}}}}}\n"
+    )));
+    assert_eq!(problem.field, "options.224");
+    assert!(problem.message.contains("256 bytes"), "{problem}");
+}
+
+#[test]
+fn boot_file_name_longer_than_127_bytes_is_refused() {
+    let fits = "f".repeat(127);
+    let text =
+        format!("subnets: []\nprofiles: [{{name: worker, boot: {{uefi: {fits}}}}}]\nhosts: []\n");
+    parse(&text).expect("127 bytes fit");
+    let long = "f".repeat(128);
+    let text =
+        format!("subnets: []\nprofiles: [{{name: worker, boot: {{uefi: {long}}}}}]\nhosts: []\n");
+    let problem = one_problem(&text);
+    assert_eq!(problem.field, "profiles[worker].boot.uefi");
+    assert!(problem.message.contains("127"), "{problem}");
+}
+
+#[test]
+fn boot_file_length_counts_the_server_placeholder_as_an_address() {
+    // 120 bytes as written, 127 once "{server}" becomes 255.255.255.255.
+    let name = format!("{{server}}/{}", "f".repeat(111));
+    let text =
+        format!("subnets: []\nprofiles: [{{name: w, boot: {{bios: '{name}'}}}}]\nhosts: []\n");
+    parse(&text).expect("fits once expanded");
+    let name = format!("{{server}}/{}", "f".repeat(112));
+    let text =
+        format!("subnets: []\nprofiles: [{{name: w, boot: {{bios: '{name}'}}}}]\nhosts: []\n");
+    assert_eq!(one_problem(&text).field, "profiles[w].boot.bios");
+}
+
+#[test]
+fn http_boot_url_longer_than_255_bytes_is_refused() {
+    let url = format!("http://{{server}}/{}", "a".repeat(240));
+    let text =
+        format!("subnets: []\nprofiles: [{{name: worker, boot: {{http: '{url}'}}}}]\nhosts: []\n");
+    let problem = one_problem(&text);
+    assert_eq!(problem.field, "profiles[worker].boot.http");
+    assert!(problem.message.contains("255"), "{problem}");
+}
+
+#[test]
+fn http_boot_url_needs_an_http_scheme() {
+    let text = "subnets: []\nprofiles: [{name: worker, boot: {http: ipxe.efi}}]\nhosts: []\n";
+    assert_eq!(one_problem(text).field, "profiles[worker].boot.http");
+}
+
+#[test]
+fn initrd_without_kernel_is_refused() {
+    let text = "subnets: []\nprofiles: [{name: worker, initrd: [initrd.img]}]\nhosts: []\n";
+    assert_eq!(one_problem(text).field, "profiles[worker].initrd");
+}
+
+#[test]
+fn bad_hostnames_are_refused() {
+    for hostname in ["node_1", "node 1", "'node-1;'", "''", &"n".repeat(64)] {
+        let problem = one_problem(&with_hosts(&format!(
+            "  - {{mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: bare, hostname: {hostname}}}\n"
+        )));
+        assert_eq!(problem.field, "hostname", "{hostname}");
+    }
+    let ok = "n".repeat(63);
+    parse(&with_hosts(&format!(
+        "  - {{mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: bare, hostname: {ok}.lab-1}}\n"
+    )))
+    .expect_err("63 bytes plus a domain is too long");
+    parse(&with_hosts(&format!(
+        "  - {{mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: bare, hostname: {ok}}}\n"
+    )))
+    .expect("63 bytes fit");
+}
+
+#[test]
+fn all_problems_are_reported_together() {
+    let text = "subnets:\n  - {cidr: 10.66.0.0/16, router: 10.67.0.1, lease_time: 0}\n  - {cidr: bogus}\n\
+                    profiles:\n  - {name: worker, boot: {http: tftp://x}}\n  - {name: worker}\n\
+                    hosts:\n\
+                    \x20 - {mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: worker, hostname: node-1}\n\
+                    \x20 - {mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: nope, hostname: bad_name}\n\
+                    \x20 - {mac: xx, ip: 10.9.9.9, profile: worker, options: {53: 1, 42: [nope]}}\n";
+    let found = problems(text);
+    let fields: Vec<_> = found
+        .iter()
+        .map(|p| (p.host.as_deref(), p.field.as_str()))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            (None, "subnets[0].router"),
+            (None, "subnets[0].lease_time"),
+            (None, "subnets[1].cidr"),
+            (None, "profiles[worker].boot.http"),
+            (None, "profiles[1].name"),
+            (Some("bad_name (52:54:00:12:34:56)"), "mac"),
+            (Some("bad_name (52:54:00:12:34:56)"), "hostname"),
+            (Some("bad_name (52:54:00:12:34:56)"), "ip"),
+            (Some("bad_name (52:54:00:12:34:56)"), "profile"),
+            (Some("hosts[2]"), "mac"),
+            (Some("hosts[2]"), "ip"),
+            (Some("hosts[2]"), "options.53"),
+            (Some("hosts[2]"), "options.42"),
+        ],
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn invalid_error_display_names_file_host_and_field_one_per_line() {
+    let err = parse(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, ip: 10.9.9.9, profile: bare, hostname: node-1}\n\
+             \x20 - {mac: 52:54:00:12:34:57, ip: 10.66.1.11, profile: nope}\n",
+    ))
+    .expect_err("invalid");
+    assert_eq!(
+        err.to_string(),
+        "invalid inventory /etc/pxe-agent/inventory.yaml (2 problems):\n\
+             \x20 host node-1 (52:54:00:12:34:56): field ip: 10.9.9.9 is outside every subnet\n\
+             \x20 host 52:54:00:12:34:57: field profile: unknown profile \"nope\" (known: worker, bare)"
+    );
+}
+
+#[test]
+fn problem_without_host_displays_field_only() {
+    let problem = Problem::new(None, "subnets[0].cidr", "\"x\" is not a cidr");
+    assert_eq!(
+        problem.to_string(),
+        "field subnets[0].cidr: \"x\" is not a cidr"
+    );
+}
+
+#[test]
+fn host_label_matches_problem_host() {
+    let inventory = parse(FULL).expect("valid");
+    let host = &inventory.hosts[0];
+    assert_eq!(host.label(), "node-1 (52:54:00:12:34:56)");
+    let problem = Problem::new(Some(host.label()), "ip", "in use");
+    assert_eq!(
+        problem.to_string(),
+        "host node-1 (52:54:00:12:34:56): field ip: in use"
+    );
+}
+
+#[test]
+fn subnet_netmask_broadcast_and_contains() {
+    let subnet = |network: [u8; 4], prefix| Subnet {
+        network: Ipv4Addr::from(network),
+        prefix,
+        router: None,
+        dns: vec![],
+        domain: None,
+        lease_time: DEFAULT_LEASE_TIME,
+        pool: None,
+    };
+    let lab = subnet([10, 66, 0, 0], 16);
+    assert_eq!(lab.netmask(), Ipv4Addr::new(255, 255, 0, 0));
+    assert_eq!(lab.broadcast(), Ipv4Addr::new(10, 66, 255, 255));
+    assert!(lab.contains(Ipv4Addr::new(10, 66, 200, 1)));
+    assert!(!lab.contains(Ipv4Addr::new(10, 67, 0, 1)));
+    let everything = subnet([0, 0, 0, 0], 0);
+    assert_eq!(everything.netmask(), Ipv4Addr::UNSPECIFIED);
+    assert!(everything.contains(Ipv4Addr::new(192, 0, 2, 1)));
+    let single = subnet([192, 0, 2, 7], 32);
+    assert_eq!(single.netmask(), Ipv4Addr::BROADCAST);
+    assert!(single.contains(Ipv4Addr::new(192, 0, 2, 7)));
+    assert!(!single.contains(Ipv4Addr::new(192, 0, 2, 8)));
+}
+
+/// [`FULL`] plus every key added for discovery, iPXE and rules.
+const EXTENDED: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+    router: 10.66.0.1
+    pool: {start: 10.66.200.1, end: 10.66.200.250}
+  - cidr: 10.67.0.0/24
+discovery: {policy: inspect, profile: inspector, lease_time: 600}
+ipxe:
+  user_class: iPXE-lab
+  script: "https://{server}/boot/{mac}.ipxe"
+profiles:
+  - name: worker
+    boot: {bios: undionly.kpxe, uefi: ipxe.efi}
+    chain: "http://installer.example/boot.ipxe"
+    rules:
+      - match:
+          arch: [7, 9]
+          vendor_class: "PXEClient:Arch:00007"
+          user_class: iPXE
+          circuit_id: rack1-sw1-port3
+          labels: {rack: r1}
+        boot: {uefi: snponly.efi}
+        options: {66: 10.66.0.1}
+      - match: {labels: {rack: r2}}
+        options: {224: hex:0102}
+  - name: inspector
+    boot: {bios: undionly.kpxe}
+hosts:
+  - {mac: "52:54:00:12:34:56", ip: 10.66.1.10, profile: worker, labels: {rack: r1}}
+"#;
+
+#[test]
+fn new_keys_parse_into_the_model() {
+    let inventory = parse(EXTENDED).expect("valid");
+    assert_eq!(
+        inventory.subnets[0].pool,
+        Some(Range {
+            start: Ipv4Addr::new(10, 66, 200, 1),
+            end: Ipv4Addr::new(10, 66, 200, 250),
+        })
+    );
+    assert_eq!(inventory.subnets[1].pool, None);
+    assert_eq!(
+        inventory.discovery,
+        Discovery {
+            policy: DiscoveryPolicy::Inspect,
+            profile: Some(1),
+            lease_time: Some(600),
+        }
+    );
+    assert_eq!(
+        inventory.ipxe,
+        IpxeSettings {
+            user_class: "iPXE-lab".into(),
+            script: "https://{server}/boot/{mac}.ipxe".into(),
+            default_script: false,
+        }
+    );
+    let worker = &inventory.profiles[0];
+    assert_eq!(
+        worker.chain.as_deref(),
+        Some("http://installer.example/boot.ipxe")
+    );
+    assert_eq!(
+        worker.rules,
+        vec![
+            Rule {
+                when: Match {
+                    arch: vec![7, 9],
+                    vendor_class: Some("PXEClient:Arch:00007".into()),
+                    user_class: Some("iPXE".into()),
+                    circuit_id: Some("rack1-sw1-port3".into()),
+                    labels: BTreeMap::from([("rack".into(), "r1".into())]),
+                },
+                boot: BootFiles {
+                    uefi: Some("snponly.efi".into()),
+                    ..BootFiles::default()
+                },
+                // Option 66 is a server name: text, even when it is an address.
+                options: BTreeMap::from([(66, b"10.66.0.1".to_vec())]),
+            },
+            Rule {
+                when: Match {
+                    labels: BTreeMap::from([("rack".into(), "r2".into())]),
+                    ..Match::default()
+                },
+                boot: BootFiles::default(),
+                options: BTreeMap::from([(224, vec![1, 2])]),
+            },
+        ]
+    );
+    assert_eq!(inventory.profiles[1].chain, None);
+    assert!(inventory.profiles[1].rules.is_empty());
+}
+
+#[test]
+fn new_keys_default_when_absent() {
+    let inventory = parse(FULL).expect("valid");
+    assert_eq!(inventory.subnets[0].pool, None);
+    assert_eq!(inventory.discovery, Discovery::default());
+    assert_eq!(inventory.discovery.policy, DiscoveryPolicy::Ignore);
+    assert_eq!(inventory.discovery_profile(), None);
+    assert_eq!(inventory.ipxe.user_class, "iPXE");
+    assert_eq!(
+        inventory.ipxe.script,
+        "http://{server}:8080/boot/{mac}.ipxe"
+    );
+    assert_eq!(inventory.pools().count(), 0);
+    let partial = parse(&EXTENDED.replace("  user_class: iPXE-lab\n", "")).expect("valid");
+    assert_eq!(partial.ipxe.user_class, DEFAULT_IPXE_USER_CLASS);
+    assert_eq!(partial.ipxe.script, "https://{server}/boot/{mac}.ipxe");
+}
+
+#[test]
+fn unknown_keys_in_new_blocks_are_refused() {
+    for (from, to, key) in [
+        ("pool: {start:", "pool: {first:", "first"),
+        ("lease_time: 600}", "lease: 600}", "lease"),
+        ("  script:", "  scrpt:", "scrpt"),
+        ("vendor_class:", "vendor:", "vendor"),
+        ("        options: {66", "        option: {66", "option"),
+    ] {
+        let err = parse(&EXTENDED.replacen(from, to, 1)).expect_err(key);
+        let message = err.to_string();
+        assert!(
+            matches!(err, LoadError::Syntax { .. })
+                && message.contains(&format!("unknown field `{key}`")),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn discovery_lease_time_defaults_to_the_subnet() {
+    let inventory = parse(EXTENDED).expect("valid");
+    let subnet = &inventory.subnets[0];
+    assert_eq!(inventory.discovery.lease_time_in(subnet), 600);
+    let defaulted = parse(&EXTENDED.replace(", lease_time: 600", "")).expect("valid");
+    assert_eq!(
+        defaulted.discovery.lease_time_in(subnet),
+        DEFAULT_LEASE_TIME
+    );
+}
+
+/// One /16 subnet with `pool` (written as YAML), no profiles or hosts.
+fn with_pool(pool: &str) -> String {
+    format!(
+        "subnets: [{{cidr: 10.66.0.0/16, router: 10.66.0.1, pool: {pool}}}]\n\
+             profiles: []\nhosts: []\n"
+    )
+}
+
+#[test]
+fn pool_outside_its_subnet_is_refused() {
+    let problem = one_problem(&with_pool("{start: 10.66.200.1, end: 10.67.0.9}"));
+    assert_eq!(problem.field, "subnets[0].pool.end");
+    assert_eq!(problem.message, "10.67.0.9 is outside 10.66.0.0/16");
+    let problem = one_problem(&with_pool("{start: 10.65.0.1, end: 10.66.0.9}"));
+    assert_eq!(problem.field, "subnets[0].pool.start");
+}
+
+#[test]
+fn pool_with_start_after_end_is_refused() {
+    let problem = one_problem(&with_pool("{start: 10.66.200.250, end: 10.66.200.1}"));
+    assert_eq!(problem.field, "subnets[0].pool");
+    assert_eq!(
+        problem.message,
+        "start 10.66.200.250 is after end 10.66.200.1"
+    );
+}
+
+#[test]
+fn pool_covering_network_broadcast_or_router_is_refused() {
+    for (pool, covered) in [
+        (
+            "{start: 10.66.0.0, end: 10.66.0.0}",
+            "10.66.0.0, the network",
+        ),
+        (
+            "{start: 10.66.255.0, end: 10.66.255.255}",
+            "10.66.255.255, the broadcast",
+        ),
+        (
+            "{start: 10.66.0.1, end: 10.66.0.20}",
+            "10.66.0.1, the router",
+        ),
+    ] {
+        let problem = one_problem(&with_pool(pool));
+        assert_eq!(problem.field, "subnets[0].pool", "{pool}");
+        assert!(problem.message.contains(covered), "{pool}: {problem}");
+    }
+    let all = problems(&with_pool("{start: 10.66.0.0, end: 10.66.255.255}"));
+    assert_eq!(all.len(), 3, "{all:#?}");
+}
+
+#[test]
+fn malformed_pool_addresses_are_refused_together() {
+    let found = problems(&with_pool("{start: 10.66.200, end: pool-end}"));
+    let fields: Vec<_> = found.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(fields, ["subnets[0].pool.start", "subnets[0].pool.end"]);
+    assert!(
+        found[0].message.contains("not an ipv4 address"),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn reservation_inside_a_pool_is_refused() {
+    let text = EXTENDED.replace("ip: 10.66.1.10", "ip: 10.66.200.7");
+    let problem = one_problem(&text);
+    assert_eq!(problem.host.as_deref(), Some("52:54:00:12:34:56"));
+    assert_eq!(problem.field, "ip");
+    assert!(
+        problem
+            .message
+            .contains("inside the discovery pool 10.66.200.1-10.66.200.250 of subnets[0]"),
+        "{problem}"
+    );
+    // Just outside both ends is fine.
+    for ip in ["10.66.200.0", "10.66.200.251"] {
+        parse(&EXTENDED.replace("ip: 10.66.1.10", &format!("ip: {ip}"))).expect(ip);
+    }
+}
+
+#[test]
+fn inspect_without_a_pool_is_refused() {
+    let text = EXTENDED.replace("    pool: {start: 10.66.200.1, end: 10.66.200.250}\n", "");
+    let problem = one_problem(&text);
+    assert_eq!(problem.field, "discovery.policy");
+    assert!(
+        problem.message.contains("no subnet has a pool"),
+        "{problem}"
+    );
+}
+
+#[test]
+fn inspect_without_a_profile_is_refused() {
+    let text = EXTENDED.replace(" profile: inspector,", "");
+    let problem = one_problem(&text);
+    assert_eq!(problem.field, "discovery.profile");
+    assert!(problem.message.contains("required"), "{problem}");
+    let text = EXTENDED.replace("profile: inspector", "profile: inspecter");
+    let problem = one_problem(&text);
+    assert_eq!(problem.field, "discovery.profile");
+    assert_eq!(
+        problem.message,
+        "unknown profile \"inspecter\" (known: worker, inspector)"
+    );
+}
+
+#[test]
+fn discovery_policy_and_lease_time_are_checked() {
+    let text = EXTENDED.replace("policy: inspect", "policy: inspekt");
+    let problem = one_problem(&text);
+    assert_eq!(problem.field, "discovery.policy");
+    assert!(problem.message.contains("\"inspekt\""), "{problem}");
+    let problem = one_problem(&EXTENDED.replace("lease_time: 600", "lease_time: 0"));
+    assert_eq!(problem.field, "discovery.lease_time");
+}
+
+#[test]
+fn ignore_policy_needs_neither_pool_nor_profile() {
+    let inventory = parse("subnets: []\nprofiles: []\nhosts: []\ndiscovery: {policy: ignore}\n")
+        .expect("valid");
+    assert_eq!(inventory.discovery, Discovery::default());
+    let err = parse("subnets: []\nprofiles: []\nhosts: []\ndiscovery: {profile: x}\n")
+        .expect_err("policy is required in the block");
+    assert!(err.to_string().contains("missing field `policy`"), "{err}");
+}
+
+#[test]
+fn ipxe_user_class_must_fit_an_option() {
+    let problem = one_problem(&EXTENDED.replace("user_class: iPXE-lab", "user_class: ''"));
+    assert_eq!(problem.field, "ipxe.user_class");
+    let long = "u".repeat(256);
+    let problem = one_problem(&EXTENDED.replace("iPXE-lab", &long));
+    assert_eq!(problem.field, "ipxe.user_class");
+    assert!(problem.message.contains("255"), "{problem}");
+}
+
+#[test]
+fn ipxe_script_must_be_an_http_url() {
+    let problem = one_problem(&EXTENDED.replace(
+        "script: \"https://{server}/boot/{mac}.ipxe\"",
+        "script: boot.ipxe",
+    ));
+    assert_eq!(problem.field, "ipxe.script");
+    assert!(problem.message.contains("http://"), "{problem}");
+}
+
+#[test]
+fn ipxe_script_length_counts_server_and_mac_placeholders() {
+    // "http://{server}/{mac}" is 21 bytes as written and 7 + 15 + 1 + 17
+    // = 40 once expanded, so 215 more fit and 216 do not.
+    let script = |pad: usize| {
+        EXTENDED.replace(
+            "\"https://{server}/boot/{mac}.ipxe\"",
+            &format!("'http://{{server}}/{{mac}}{}'", "x".repeat(pad)),
+        )
+    };
+    parse(&script(215)).expect("255 bytes once expanded");
+    let problem = one_problem(&script(216));
+    assert_eq!(problem.field, "ipxe.script");
+    assert!(
+        problem
+            .message
+            .contains("up to 256 once {server} and {mac}"),
+        "{problem}"
+    );
+}
+
+#[test]
+fn profile_chain_must_be_a_short_http_url() {
+    let text = EXTENDED.replace("http://installer.example/boot.ipxe", "boot.ipxe");
+    let problem = one_problem(&text);
+    assert_eq!(problem.field, "profiles[worker].chain");
+    let long = format!("http://installer.example/{}", "c".repeat(231));
+    let problem = one_problem(&EXTENDED.replace("http://installer.example/boot.ipxe", &long));
+    assert_eq!(problem.field, "profiles[worker].chain");
+    assert!(problem.message.contains("255"), "{problem}");
+}
+
+/// A profile `worker` whose only rule is `rule` (flow YAML).
+fn with_rule(rule: &str) -> String {
+    format!("subnets: []\nprofiles:\n  - name: worker\n    rules: [{rule}]\nhosts: []\n")
+}
+
+#[test]
+fn rule_without_match_keys_is_refused() {
+    for rule in [
+        "{match: {}, options: {66: x}}",
+        "{match: {arch: [], labels: {}}, options: {66: x}}",
+        "{options: {66: x}}",
+    ] {
+        let problem = one_problem(&with_rule(rule));
+        assert_eq!(problem.field, "profiles[worker].rules[0].match", "{rule}");
+        assert!(
+            problem.message.contains("matches every request"),
+            "{problem}"
+        );
+    }
+}
+
+#[test]
+fn rule_without_boot_or_options_is_refused() {
+    for rule in ["{match: {arch: [7]}}", "{match: {arch: [7]}, boot: {}}"] {
+        let problem = one_problem(&with_rule(rule));
+        assert_eq!(problem.field, "profiles[worker].rules[0]", "{rule}");
+        assert!(problem.message.contains("changes nothing"), "{problem}");
+    }
+}
+
+#[test]
+fn rule_match_strings_must_be_non_empty_and_fit_an_option() {
+    let long = "v".repeat(256);
+    let found = problems(&with_rule(&format!(
+        "{{match: {{vendor_class: '', user_class: {long}, circuit_id: ''}}, options: {{66: x}}}}"
+    )));
+    let fields: Vec<_> = found.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "profiles[worker].rules[0].match.vendor_class",
+            "profiles[worker].rules[0].match.user_class",
+            "profiles[worker].rules[0].match.circuit_id",
+        ]
+    );
+}
+
+#[test]
+fn rule_arch_outside_u16_is_a_syntax_error() {
+    let err =
+        parse(&with_rule("{match: {arch: [65536]}, options: {66: x}}")).expect_err("too large");
+    assert!(matches!(err, LoadError::Syntax { .. }), "{err}");
+}
+
+#[test]
+fn rule_options_and_boot_are_checked_like_hosts_and_profiles() {
+    let long = "f".repeat(128);
+    let found = problems(&with_rule(&format!(
+        "{{match: {{arch: [7]}}, boot: {{uefi: {long}, http: tftp://x}}, options: {{53: 1, 42: [nope], 66: ok}}}}"
+    )));
+    let fields: Vec<_> = found.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "profiles[worker].rules[0].boot.uefi",
+            "profiles[worker].rules[0].boot.http",
+            "profiles[worker].rules[0].options.53",
+            "profiles[worker].rules[0].options.42",
+        ],
+        "{found:#?}"
+    );
+    assert!(found[2].message.contains("message type"), "{found:#?}");
+}
+
+#[test]
+fn rules_apply_through_boot_for_after_parsing() {
+    let inventory = parse(EXTENDED).expect("valid");
+    let host = inventory.host_by_mac(MAC1).expect("host");
+    let profile = inventory.profile_of(host);
+    let ipxe = parse_user_classes(b"\x04iPXE");
+    let option82 = b"\x01\x0frack1-sw1-port3\x02\x04\x0a\x0b\x0c\x0d";
+    let traits = Traits {
+        arch: Some(7),
+        vendor_class: Some(b"PXEClient:Arch:00007:UNDI:003016"),
+        user_classes: &ipxe,
+        circuit_id: circuit_id(option82),
+    };
+    let (boot, options) = profile.boot_for(&host.labels, &traits);
+    assert_eq!(boot.expect("boot").uefi.as_deref(), Some("snponly.efi"));
+    assert_eq!(options, BTreeMap::from([(66, b"10.66.0.1".to_vec())]));
+    let bios = Traits {
+        arch: Some(0),
+        ..traits
+    };
+    let (boot, options) = profile.boot_for(&host.labels, &bios);
+    assert_eq!(boot, profile.boot);
+    assert!(options.is_empty());
+}
+
+#[test]
+fn new_problems_are_reported_together_in_order() {
+    let text = "subnets:\n  - {cidr: 10.66.0.0/16, pool: {start: 10.66.9.9, end: 10.66.0.1}}\n\
+                    profiles:\n  - {name: w, chain: ftp://x, rules: [{match: {}}]}\n\
+                    hosts: [{mac: 52:54:00:12:34:56, ip: 10.66.5.5, profile: w}]\n\
+                    discovery: {policy: inspect, lease_time: 0}\n\
+                    ipxe: {user_class: '', script: tftp://x}\n";
+    let found = problems(text);
+    let fields: Vec<_> = found
+        .iter()
+        .map(|p| (p.host.as_deref(), p.field.as_str()))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            (None, "subnets[0].pool"),
+            (None, "profiles[w].chain"),
+            (None, "profiles[w].rules[0].match"),
+            (None, "profiles[w].rules[0]"),
+            (None, "discovery.profile"),
+            (None, "discovery.lease_time"),
+            (None, "ipxe.user_class"),
+            (None, "ipxe.script"),
+        ],
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn unquoted_mac_placeholder_gets_a_quoting_hint() {
+    for text in [
+        "subnets: []\nprofiles: []\nhosts: []\nipxe: {script: http://x/{mac}.ipxe}\n",
+        "subnets: []\nprofiles: [{name: w, chain: http://{server}/c}]\nhosts: []\n",
+    ] {
+        let err = parse(text).expect_err("a flow mapping cannot hold {mac} unquoted");
+        let message = err.to_string();
+        assert!(
+            message.contains("line") && message.contains("quote values"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn range_contains_len_and_display() {
+    let pool = Range {
+        start: Ipv4Addr::new(10, 66, 200, 1),
+        end: Ipv4Addr::new(10, 66, 200, 250),
+    };
+    assert_eq!(pool.len(), 250);
+    assert!(!pool.is_empty());
+    assert!(pool.contains(Ipv4Addr::new(10, 66, 200, 1)));
+    assert!(pool.contains(Ipv4Addr::new(10, 66, 200, 250)));
+    assert!(!pool.contains(Ipv4Addr::new(10, 66, 200, 251)));
+    assert!(!pool.contains(Ipv4Addr::new(10, 66, 200, 0)));
+    assert_eq!(pool.to_string(), "10.66.200.1-10.66.200.250");
+    assert_eq!(pool.addresses().count(), 250);
+    assert_eq!(pool.addresses().last(), Some(pool.end));
+    let single = Range {
+        start: pool.start,
+        end: pool.start,
+    };
+    assert_eq!(single.len(), 1);
+    let everything = Range {
+        start: Ipv4Addr::UNSPECIFIED,
+        end: Ipv4Addr::BROADCAST,
+    };
+    assert_eq!(everything.len(), 1 << 32);
+    let backwards = Range {
+        start: pool.end,
+        end: pool.start,
+    };
+    assert!(backwards.is_empty());
+    assert_eq!(backwards.len(), 0);
+    assert_eq!(backwards.addresses().count(), 0);
+}
+
+fn fleet(count: u32) -> Inventory {
+    let mut inventory = parse(FULL).expect("valid");
+    let template = inventory.hosts[0].clone();
+    inventory.hosts = (0..count)
+        .map(|n| {
+            let [_, a, b, c] = n.to_be_bytes();
+            Host {
+                mac: MacAddr([0x52, 0x54, 0x00, a, b, c]),
+                ip: Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 66, 0, 2)) + n),
+                ..template.clone()
+            }
+        })
+        .collect();
+    inventory
+}
+
+#[test]
+fn host_by_mac_uses_the_index_built_by_reindex() {
+    let mut inventory = fleet(50_000);
+    inventory.reindex();
+    assert_eq!(inventory.index.by_mac.len(), 50_000);
+    for n in [0u32, 1, 31_337, 49_999] {
+        let [_, a, b, c] = n.to_be_bytes();
+        let host = inventory
+            .host_by_mac(MacAddr([0x52, 0x54, 0x00, a, b, c]))
+            .expect("known");
+        assert_eq!(
+            host.ip,
+            Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 66, 0, 2)) + n)
+        );
+    }
+    assert!(
+        inventory
+            .host_by_mac(MacAddr([0x52, 0x54, 1, 0, 0, 0]))
+            .is_none()
+    );
+}
+
+#[test]
+fn host_by_mac_survives_hosts_changed_after_parse() {
+    let mut inventory = parse(FULL).expect("valid");
+    assert_eq!(inventory.index.by_mac.len(), 1, "parse builds the index");
+    let added = MacAddr([0x52, 0x54, 0, 0, 0, 9]);
+    let mut host = inventory.hosts[0].clone();
+    host.mac = added;
+    inventory.hosts.insert(0, host);
+    // Stale index: node-1 moved to position 1 and `added` is unknown to it.
+    assert_eq!(inventory.host_by_mac(MAC1).map(|h| h.mac), Some(MAC1));
+    assert_eq!(inventory.host_by_mac(added).map(|h| h.mac), Some(added));
+    inventory.hosts.remove(1);
+    assert!(inventory.host_by_mac(MAC1).is_none());
+    inventory.reindex();
+    assert_eq!(inventory.host_by_mac(added).map(|h| h.mac), Some(added));
+    assert!(inventory.host_by_mac(MAC1).is_none());
+}
+
+#[test]
+fn equality_ignores_how_the_index_was_built() {
+    let parsed = parse(FULL).expect("valid");
+    let mut rebuilt = Inventory {
+        index: HostIndex::default(),
+        ..parsed.clone()
+    };
+    assert_eq!(parsed, rebuilt);
+    rebuilt.reindex();
+    assert_eq!(parsed, rebuilt);
+}
+
+/// A YAML double-quoted string that ends the line it is rendered on and
+/// starts an iPXE shell.
+const INJECTED: &str = r#""undionly.kpxe\n#!ipxe\nshell""#;
+
+#[test]
+fn control_characters_in_boot_strings_are_refused() {
+    let url = r#""http://{server}/ipxe.efi\nshell""#;
+    let cases = [
+        (
+            format!("{{name: w, boot: {{bios: {INJECTED}}}}}"),
+            "profiles[w].boot.bios",
+        ),
+        (
+            format!("{{name: w, boot: {{uefi: {INJECTED}}}}}"),
+            "profiles[w].boot.uefi",
+        ),
+        (
+            format!("{{name: w, boot: {{uefi_arm64: {INJECTED}}}}}"),
+            "profiles[w].boot.uefi_arm64",
+        ),
+        (
+            format!("{{name: w, boot: {{http: {url}}}}}"),
+            "profiles[w].boot.http",
+        ),
+        (format!("{{name: w, chain: {url}}}"), "profiles[w].chain"),
+        (format!("{{name: w, kernel: {url}}}"), "profiles[w].kernel"),
+        (
+            format!("{{name: w, kernel: vmlinuz, initrd: [a, {url}]}}"),
+            "profiles[w].initrd[1]",
+        ),
+        (
+            r#"{name: w, kernel: vmlinuz, cmdline: "console=ttyS0\r\nshell"}"#.to_owned(),
+            "profiles[w].cmdline",
+        ),
+        (
+            r#"{name: w, kernel: vmlinuz, cmdline: "console=ttyS0 \e[2J"}"#.to_owned(),
+            "profiles[w].cmdline",
+        ),
+        (
+            format!("{{name: w, rules: [{{match: {{arch: [7]}}, boot: {{uefi: {INJECTED}}}}}]}}"),
+            "profiles[w].rules[0].boot.uefi",
+        ),
+        (
+            format!("{{name: w, rules: [{{match: {{arch: [16]}}, boot: {{http: {url}}}}}]}}"),
+            "profiles[w].rules[0].boot.http",
+        ),
+    ];
+    for (profile, field) in cases {
+        let text = format!("subnets: []\nprofiles: [{profile}]\nhosts: []\n");
+        let problem = one_problem(&text);
+        assert_eq!(problem.field, field, "{text}");
+        assert!(problem.message.contains("control character"), "{problem}");
+    }
+    let script = format!("subnets: []\nprofiles: []\nhosts: []\nipxe: {{script: {url}}}\n");
+    let problem = one_problem(&script);
+    assert_eq!(problem.field, "ipxe.script");
+    assert!(problem.message.contains("control character"), "{problem}");
+}
+
+#[test]
+fn control_character_message_is_escaped_and_names_the_character() {
+    let text =
+        format!("subnets: []\nprofiles: [{{name: w, boot: {{bios: {INJECTED}}}}}]\nhosts: []\n");
+    let err = parse(&text).expect_err("newline in a boot file");
+    let shown = err.to_string();
+    assert_eq!(
+        shown,
+        "invalid inventory /etc/pxe-agent/inventory.yaml (1 problem):\n  \
+         field profiles[w].boot.bios: \"undionly.kpxe\\n#!ipxe\\nshell\" contains the control \
+         character '\\n' at byte 13; control characters (newlines, tabs, escapes) are not allowed"
+    );
+}
+
+#[test]
+fn control_character_in_a_profile_name_is_refused_and_shown_escaped() {
+    let text = "subnets: []\nprofiles: [{name: \"w\\n#!ipxe\", kernel: \"\"}]\nhosts: []\n";
+    let found = problems(text);
+    let fields: Vec<_> = found.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        ["profiles[0].name", "profiles[w\\n#!ipxe].kernel"],
+        "{found:#?}"
+    );
+    assert!(found[0].message.contains("control character"), "{found:#?}");
+}
+
+#[test]
+fn control_character_in_a_hostname_is_refused_and_shown_escaped() {
+    let problem = one_problem(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: bare, hostname: \"n1\\e[2J\"}\n",
+    ));
+    assert_eq!(problem.field, "hostname");
+    assert_eq!(
+        problem.host.as_deref(),
+        Some("n1\\u{1b}[2J (52:54:00:12:34:56)")
+    );
+    assert!(!problem.to_string().contains('\x1b'), "{problem}");
+}
+
+#[test]
+fn control_character_in_a_label_is_refused() {
+    let problem = one_problem(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, ip: 10.66.1.10, profile: bare, labels: {rack: \"r1\\nshell\"}}\n",
+    ));
+    assert_eq!(problem.field, "labels.rack");
+    assert!(problem.message.contains("control character"), "{problem}");
+}
+
+#[test]
+fn option_with_a_value_of_the_wrong_format_is_refused_naming_host_field_and_format() {
+    let err = parse(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, ip: 10.66.1.10, hostname: node-1, profile: bare, options: {3: notanip}}\n",
+    ))
+    .expect_err("option 3 holds addresses");
+    assert_eq!(
+        err.to_string(),
+        "invalid inventory /etc/pxe-agent/inventory.yaml (1 problem):\n  \
+         host node-1 (52:54:00:12:34:56): field options.3: option 3 (router) holds one or more \
+         ipv4 addresses (an address or a list); \"notanip\" is not one"
+    );
+    let problem = one_problem(&with_rule("{match: {arch: [7]}, options: {26: '1500'}}"));
+    assert_eq!(problem.field, "profiles[worker].rules[0].options.26");
+    assert!(
+        problem.message.contains("2-byte unsigned integer"),
+        "{problem}"
+    );
+}
+
+#[test]
+fn default_ipxe_script_follows_the_http_port_and_a_written_one_stays() {
+    let mut inventory = parse(FULL).expect("valid");
+    assert!(inventory.ipxe.default_script);
+    inventory.use_http_port(9090);
+    assert_eq!(
+        inventory.ipxe.script,
+        "http://{server}:9090/boot/{mac}.ipxe"
+    );
+    let mut written = parse(EXTENDED).expect("valid");
+    assert!(!written.ipxe.default_script);
+    written.use_http_port(9090);
+    assert_eq!(written.ipxe.script, "https://{server}/boot/{mac}.ipxe");
+}
