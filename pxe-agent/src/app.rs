@@ -26,7 +26,7 @@ use crate::{
     http::{
         BootState,
         admin::{self, AdminState},
-        boot, sendfile,
+        boot, limit, sendfile,
     },
     inventory::{Inventory, LoadError},
     lease::LeaseStore,
@@ -55,6 +55,8 @@ pub struct RunConfig {
     pub limits: Limits,
     /// Where scripts, boot files and artifacts are served.
     pub http_addr: SocketAddr,
+    /// Connection bound and deadlines of that listener.
+    pub http_limits: limit::Limits,
     /// Served over HTTP at `/` (and TFTP): iPXE binaries.
     pub boot_root: Option<PathBuf>,
     /// Largest TFTP `windowsize` granted (1..=64).
@@ -133,6 +135,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         artifacts: cfg.artifacts.clone(),
         progress,
         tftp_stats: OnceLock::new(),
+        http_stats: limit::Stats::default(),
     });
     let admin = Arc::new(AdminState {
         fast: Mutex::new(fast),
@@ -149,14 +152,14 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         None => None,
     };
     let mut servers = Vec::new();
-    let boot_listener = TcpListener::bind(cfg.http_addr)
-        .await
+    let boot_listener = limit::bind(cfg.http_addr)
         .with_context(|| format!("failed to bind the boot HTTP address {}", cfg.http_addr))?;
     info!(addr = %cfg.http_addr, "serving iPXE scripts, boot files and artifacts");
     servers.push(tokio::spawn(sendfile::serve(
         boot_listener,
         boot::router(boot.clone()),
         boot,
+        cfg.http_limits,
         shutdown.clone(),
     )));
     let admin_listener = TcpListener::bind(cfg.metrics_addr)
