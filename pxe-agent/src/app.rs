@@ -28,7 +28,7 @@ use crate::{
     http::{
         BootState,
         admin::{self, AdminState},
-        boot, sendfile,
+        boot, limit, sendfile,
     },
     inventory::{Inventory, LoadError, Problem},
     lease::LeaseStore,
@@ -57,6 +57,8 @@ pub struct RunConfig {
     pub limits: Limits,
     /// Where scripts, boot files and artifacts are served.
     pub http_addr: SocketAddr,
+    /// Connection bound and deadlines of that listener.
+    pub http_limits: limit::Limits,
     /// Served over HTTP at `/` (and TFTP): iPXE binaries.
     pub boot_root: Option<PathBuf>,
     /// Largest TFTP `windowsize` granted (1..=64).
@@ -178,6 +180,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         artifacts: cfg.artifacts.clone(),
         progress,
         tftp_stats: OnceLock::new(),
+        http_stats: limit::Stats::default(),
     });
     let admin = Arc::new(AdminState {
         counters: fast.counters_handle(),
@@ -195,14 +198,14 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         None => None,
     };
     let mut servers = Vec::new();
-    let boot_listener = TcpListener::bind(cfg.http_addr)
-        .await
+    let boot_listener = limit::bind(cfg.http_addr)
         .with_context(|| format!("failed to bind the boot HTTP address {}", cfg.http_addr))?;
     info!(addr = %cfg.http_addr, "serving iPXE scripts, boot files and artifacts");
     servers.push(tokio::spawn(sendfile::serve(
         boot_listener,
         boot::router(boot.clone()),
         boot,
+        cfg.http_limits,
         shutdown.clone(),
     )));
     let admin_listener = TcpListener::bind(cfg.metrics_addr)

@@ -14,7 +14,10 @@ use pxe_agent::{
     app::{self, RunConfig},
     dhcp::{Server, server::Limits},
     discovered::Discovered,
-    http::admin::{HostView, LeaseView},
+    http::{
+        admin::{HostView, LeaseView},
+        limit,
+    },
     inventory,
     progress::{self, Step},
     ratelimit::Rate,
@@ -77,6 +80,22 @@ enum Command {
             default_value_t = SocketAddr::from((Ipv4Addr::UNSPECIFIED, inventory::DEFAULT_HTTP_PORT)),
         )]
         http_addr: SocketAddr,
+        /// Boot HTTP connections served at once; more wait in the listen
+        /// backlog until one ends. Each holds up to two open files.
+        #[arg(long, default_value_t = limit::DEFAULT_MAX_CONNECTIONS as u32,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        http_max_connections: u32,
+        /// Milliseconds a boot HTTP client has to send a whole request head,
+        /// from its connection (or its previous response) on; also the
+        /// keep-alive idle time.
+        #[arg(long, default_value_t = limit::DEFAULT_HEADER_TIMEOUT.as_millis() as u64,
+              value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+        http_header_timeout_ms: u64,
+        /// Milliseconds a boot HTTP response may wait for the client to read
+        /// before the connection is dropped.
+        #[arg(long, default_value_t = limit::DEFAULT_WRITE_TIMEOUT.as_millis() as u64,
+              value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+        http_write_timeout_ms: u64,
         /// Directory of boot files (iPXE binaries), served over HTTP at /
         /// and over TFTP (UDP port 69).
         #[arg(long)]
@@ -172,6 +191,9 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             rate_per_mac,
             rate_unknown,
             http_addr,
+            http_max_connections,
+            http_header_timeout_ms,
+            http_write_timeout_ms,
             boot_root,
             tftp_max_windowsize,
             tftp_busy_poll_us,
@@ -201,6 +223,11 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     tracked_macs: 65_536,
                 },
                 http_addr,
+                http_limits: limit::Limits {
+                    max_connections: http_max_connections as usize,
+                    header_timeout: Duration::from_millis(http_header_timeout_ms),
+                    write_timeout: Duration::from_millis(http_write_timeout_ms),
+                },
                 boot_root,
                 tftp_max_windowsize,
                 tftp_busy_poll: Duration::from_micros(tftp_busy_poll_us),

@@ -4,7 +4,7 @@ use std::{fmt::Write as _, sync::atomic::Ordering};
 
 use pxe_ebpf_common::Counter;
 
-use crate::{dhcp::server, lease::LeaseState, tftp::StatsSnapshot, xdp::Stats};
+use crate::{dhcp::server, http::limit, lease::LeaseState, tftp::StatsSnapshot, xdp::Stats};
 
 /// What the agent exports besides the counters.
 #[derive(Clone, Copy, Debug, Default)]
@@ -32,6 +32,11 @@ pub const TFTP_ACTIVE: &str = "pxe_tftp_active_transfers";
 pub const INVENTORY_HOSTS: &str = "pxe_inventory_hosts";
 pub const INVENTORY_TEMPLATES: &str = "pxe_inventory_templates";
 pub const INVENTORY_RELOADS: &str = "pxe_inventory_reloads_total";
+pub const HTTP_CONNECTIONS: &str = "pxe_http_connections_total";
+pub const HTTP_OPEN: &str = "pxe_http_open_connections";
+pub const HTTP_AT_LIMIT: &str = "pxe_http_at_limit_total";
+pub const HTTP_DROPPED: &str = "pxe_http_dropped_total";
+pub const HTTP_ACCEPT_ERRORS: &str = "pxe_http_accept_errors_total";
 
 /// Everything one scrape shows.
 pub struct Page<'a> {
@@ -44,6 +49,8 @@ pub struct Page<'a> {
     pub leases: &'a [(LeaseState, usize)],
     /// Counters of the TFTP server, when it runs.
     pub tftp: Option<StatsSnapshot>,
+    /// Counters of the boot HTTP listener.
+    pub http: limit::StatsSnapshot,
 }
 
 struct Out(String);
@@ -183,6 +190,39 @@ pub fn render(p: &Page) -> String {
         o.head(TFTP_ACTIVE, "gauge", "TFTP transfers running.");
         o.sample(TFTP_ACTIVE, "", t.active);
     }
+    let h = &p.http;
+    o.head(
+        HTTP_CONNECTIONS,
+        "counter",
+        "Connections the boot HTTP listener accepted.",
+    );
+    o.sample(HTTP_CONNECTIONS, "", h.accepted);
+    o.head(HTTP_OPEN, "gauge", "Boot HTTP connections being served.");
+    o.sample(HTTP_OPEN, "", h.open);
+    o.head(
+        HTTP_AT_LIMIT,
+        "counter",
+        "Times every boot HTTP connection slot was taken, so new connections waited in the listen backlog.",
+    );
+    o.sample(HTTP_AT_LIMIT, "", h.at_limit);
+    o.head(
+        HTTP_DROPPED,
+        "counter",
+        "Boot HTTP connections the server closed, by reason.",
+    );
+    for (reason, v) in [
+        ("head_timeout", h.head_timeouts),
+        ("write_timeout", h.write_timeouts),
+        ("short_body", h.short_bodies),
+    ] {
+        o.sample(HTTP_DROPPED, &format!("reason=\"{reason}\""), v);
+    }
+    o.head(
+        HTTP_ACCEPT_ERRORS,
+        "counter",
+        "Failed accepts of the boot HTTP listener (EMFILE, ENFILE, ...), each followed by a pause.",
+    );
+    o.sample(HTTP_ACCEPT_ERRORS, "", h.accept_errors);
     o.head(INVENTORY_HOSTS, "gauge", "Hosts in the serving inventory.");
     o.sample(INVENTORY_HOSTS, "", p.gauges.hosts);
     o.head(

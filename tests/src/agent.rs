@@ -193,29 +193,44 @@ pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
 
 /// Spawns `pxe-agent run` on the lab's server end with the inventory at
 /// `inventory`, the state directory `<dir>/state` and `extra` arguments,
-/// appending its output to `<dir>/agent.log`.
-fn spawn_agent(lab: &Lab, dir: &Scratch, inventory: &Path, extra: &[&str]) -> ChildGuard {
+/// appending its output to `<dir>/agent.log`; with `nofile`, under that
+/// open-files limit (soft and hard, set by `prlimit`, which then execs the
+/// agent in place of itself).
+fn spawn_agent(
+    lab: &Lab,
+    dir: &Scratch,
+    inventory: &Path,
+    extra: &[&str],
+    nofile: Option<u64>,
+) -> ChildGuard {
     let log = fs::File::options()
         .create(true)
         .append(true)
         .open(dir.path("agent.log"))
         .expect("agent log");
+    let mut cmd = match nofile {
+        Some(n) => {
+            let mut cmd = lab.cmd_in(lab.server_ns(), "prlimit");
+            cmd.arg(format!("--nofile={n}")).arg(agent_bin());
+            cmd
+        }
+        None => lab.cmd_in(lab.server_ns(), agent_bin()),
+    };
     ChildGuard::spawn(
-        lab.cmd_in(lab.server_ns(), agent_bin())
-            .args([
-                "run",
-                "--interface",
-                lab.server_if(),
-                "--xdp-mode",
-                "native",
-                "--inventory",
-            ])
-            .arg(inventory)
-            .arg("--state-dir")
-            .arg(dir.path("state"))
-            .args(extra)
-            .stderr(log.try_clone().expect("log fd"))
-            .stdout(log),
+        cmd.args([
+            "run",
+            "--interface",
+            lab.server_if(),
+            "--xdp-mode",
+            "native",
+            "--inventory",
+        ])
+        .arg(inventory)
+        .arg("--state-dir")
+        .arg(dir.path("state"))
+        .args(extra)
+        .stderr(log.try_clone().expect("log fd"))
+        .stdout(log),
     )
     .expect("spawn agent")
 }
@@ -224,12 +239,23 @@ impl Served {
     /// Like [`Served::start`], with `extra` arguments to `pxe-agent run`
     /// (`["--rate-unknown", "500"]`).
     pub fn start_with(name: &str, inventory: &str, extra: &[&str]) -> Served {
+        Served::start_limited(name, inventory, extra, None)
+    }
+
+    /// Like [`Served::start_with`], the agent limited to `nofile` open files
+    /// when given.
+    pub fn start_limited(
+        name: &str,
+        inventory: &str,
+        extra: &[&str],
+        nofile: Option<u64>,
+    ) -> Served {
         crate::fixture::assert_root();
         let lab = Lab::new(name).expect("lab");
         let dir = Scratch::new(name);
         let path = dir.path("inventory.yaml");
         fs::write(&path, inventory).expect("write inventory");
-        let agent = spawn_agent(&lab, &dir, &path, extra);
+        let agent = spawn_agent(&lab, &dir, &path, extra, nofile);
         let peer = ChildGuard::spawn(
             lab.cmd_in(lab.client_ns(), agent_bin())
                 .args(["veth-peer", "--interface", lab.client_if()])
@@ -280,7 +306,7 @@ impl Served {
             self.agent.try_wait().expect("poll agent").is_some(),
             "restart: the previous agent is still running"
         );
-        self.agent = spawn_agent(&self.lab, &self.dir, &self.inventory, extra);
+        self.agent = spawn_agent(&self.lab, &self.dir, &self.inventory, extra, None);
         self.wait_ready();
     }
 

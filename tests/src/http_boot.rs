@@ -1,8 +1,17 @@
 //! End to end over the boot HTTP server with curl: per-host iPXE scripts
 //! (only to the host's own address), artifacts with ranges and validators,
-//! and the phone-home that completes a host's boot progress.
+//! and the phone-home that completes a host's boot progress; and the
+//! server's bounds under abuse (slow and silent clients, clients that stop
+//! reading, more connections than descriptors or slots).
 
-use std::{fs, process::Output};
+use std::{
+    fs,
+    io::{ErrorKind, Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
+    process::{Output, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
 
 use crate::{
     agent::{Scratch, Served, agent_bin},
@@ -281,4 +290,345 @@ fn boot_root_is_served_over_tftp_and_http_and_recorded() {
     assert!(row.contains("undionly.kpxe 70000 B done"), "{row}");
     let stats = served.stats();
     assert_eq!(stats["pxe_tftp_transfers_total{outcome=\"done\"}"], 1);
+}
+
+// The boot HTTP server under abuse: slow and silent clients, clients that
+// stop reading, more connections than the agent has descriptors or slots.
+
+const BOOT_FILE_URL: &str = "http://10.66.0.1:8080/ipxe.efi";
+const BIG_URL: &str = "http://10.66.0.1:8080/artifacts/big.img";
+const BOOT_ADDR: ([u8; 4], u16) = ([10, 66, 0, 1], 8080);
+
+/// An agent serving a boot root (`ipxe.efi`, 100 KiB) and an artifact
+/// (`big.img`, `big` bytes) with `extra` arguments, under an open-files
+/// limit when `nofile` is given; the client end has 10.66.1.10.
+struct Abused {
+    served: Served,
+    efi: Vec<u8>,
+    big: Vec<u8>,
+    _boot: Scratch,
+    _artifacts: Scratch,
+}
+
+impl Abused {
+    fn start(big: usize, extra: &[&str], nofile: Option<u64>) -> Abused {
+        let boot = Scratch::new("bootroot");
+        let artifacts = Scratch::new("artifacts");
+        let efi: Vec<u8> = (0..100 * 1024u32).map(|i| (i % 241) as u8).collect();
+        let big: Vec<u8> = (0..big).map(|i| (i * 7 % 251) as u8).collect();
+        fs::write(boot.path("ipxe.efi"), &efi).expect("boot file");
+        fs::write(artifacts.path("big.img"), &big).expect("artifact");
+        let mut args = vec![
+            "--boot-root",
+            boot.0.to_str().expect("utf-8 path"),
+            "--artifacts",
+            artifacts.0.to_str().expect("utf-8 path"),
+        ];
+        args.extend_from_slice(extra);
+        let served = Served::start_limited("pxabuse", &inventory(), &args, nofile);
+        served
+            .lab
+            .run_in(
+                served.lab.client_ns(),
+                &[
+                    "ip",
+                    "addr",
+                    "add",
+                    "10.66.1.10/16",
+                    "dev",
+                    served.lab.client_if(),
+                ],
+            )
+            .expect("client address");
+        Abused {
+            served,
+            efi,
+            big,
+            _boot: boot,
+            _artifacts: artifacts,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.served.agent_pid()
+    }
+
+    /// `n` connections from the client namespace, each sending nothing.
+    fn idle_connections(&self, n: usize) -> Vec<TcpStream> {
+        let conns = crate::raw::in_netns(self.served.lab.client_ns(), move || {
+            (0..n)
+                .map(|_| {
+                    TcpStream::connect_timeout(&SocketAddr::from(BOOT_ADDR), Duration::from_secs(5))
+                })
+                .collect::<std::io::Result<Vec<_>>>()
+        })
+        .expect("client namespace");
+        conns.unwrap_or_else(|e| panic!("connect: {e}; agent log:\n{}", self.served.log()))
+    }
+
+    fn connect(&self) -> TcpStream {
+        self.idle_connections(1).pop().expect("one connection")
+    }
+
+    /// Fetches the boot file with curl; panics with the agent's log unless
+    /// it arrives whole within `within`.
+    fn fetch_boot_file(&self, within: Duration) {
+        let start = Instant::now();
+        let out = self
+            .served
+            .client_cmd("curl")
+            .args(["-s", "--max-time"])
+            .arg(within.as_secs().to_string())
+            .arg(BOOT_FILE_URL)
+            .output()
+            .expect("run curl");
+        assert!(
+            out.stdout == self.efi,
+            "boot file not served within {within:?} ({} bytes after {:?}, curl {}); agent log:\n{}",
+            out.stdout.len(),
+            start.elapsed(),
+            out.status,
+            self.served.log()
+        );
+    }
+
+    fn metric(&self, name: &str) -> u64 {
+        self.served
+            .stats()
+            .get(name)
+            .copied()
+            .unwrap_or_else(|| panic!("no metric {name}; agent log:\n{}", self.served.log()))
+    }
+}
+
+/// CPU time (user and system) the process has used.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
+    // Fields after the command name, which may hold spaces; utime and
+    // stime are fields 14 and 15 (proc(5)), in clock ticks.
+    let rest = &stat[stat.rfind(')').expect("stat comm") + 2..];
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|f| f.parse().expect("stat number"))
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).expect("CLK_TCK");
+    Duration::from_millis((fields[0] + fields[1]) * 1000 / hz)
+}
+
+/// Sockets the process holds open.
+fn open_sockets(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("read fds")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+        })
+        .count()
+}
+
+/// True once the peer closed (EOF or reset) within `within`.
+fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    stream.set_read_timeout(Some(within)).expect("read timeout");
+    let mut buf = [0u8; 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn a_slowloris_client_is_disconnected_by_the_head_deadline() {
+    let agent = Abused::start(1024, &["--http-header-timeout-ms", "1000"], None);
+    let mut slow = agent.connect();
+    slow.set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("read timeout");
+    let start = Instant::now();
+    let head = b"GET /ipxe.efi HTTP/1.1\r\nHost: 10.66.0.1\r\nX-Slow: ";
+    let mut closed = None;
+    let mut buf = [0u8; 256];
+    // A byte every 100 ms, for up to 6 s: each read would have come well
+    // within a per-read timeout.
+    for byte in head.iter().chain([b'a'; 60].iter()) {
+        if slow.write_all(&[*byte]).is_err() {
+            closed = Some(start.elapsed());
+            break;
+        }
+        match slow.read(&mut buf) {
+            Ok(0) => {
+                closed = Some(start.elapsed());
+                break;
+            }
+            Ok(_) => panic!("answered an unfinished head"),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => {
+                closed = Some(start.elapsed());
+                break;
+            }
+        }
+    }
+    let closed = closed.unwrap_or_else(|| {
+        panic!(
+            "a client dripping its head still connected after {:?}",
+            start.elapsed()
+        )
+    });
+    assert!(
+        closed < Duration::from_millis(2500),
+        "closed after {closed:?}"
+    );
+    assert_eq!(
+        agent.metric("pxe_http_dropped_total{reason=\"head_timeout\"}"),
+        1
+    );
+    agent.fetch_boot_file(Duration::from_secs(5));
+}
+
+#[test]
+fn descriptor_exhaustion_does_not_spin_and_serving_resumes() {
+    // The default bound (1024) is past what 256 descriptors hold: accepts
+    // fail with EMFILE. Heads may take 30 s, so the connections stay.
+    let agent = Abused::start(1024, &["--http-header-timeout-ms", "30000"], Some(256));
+    // From the first connection on: the spin starts with the first
+    // failed accept, while the clients are still connecting.
+    let (wall, before) = (Instant::now(), cpu_time(agent.pid()));
+    let idle = agent.idle_connections(400);
+    thread::sleep(Duration::from_secs(3));
+    let (wall, used) = (wall.elapsed(), cpu_time(agent.pid()) - before);
+    assert!(
+        used < wall / 10,
+        "agent used {used:?} of CPU in {wall:?} with its descriptors exhausted; log:\n{}",
+        agent.served.log()
+    );
+    let log = agent.served.log();
+    assert_eq!(
+        log.matches("boot HTTP accept failed").count(),
+        1,
+        "one warning per episode; log:\n{log}"
+    );
+    drop(idle);
+    agent.fetch_boot_file(Duration::from_secs(10));
+    // Only now: the metrics endpoint needs a descriptor too.
+    assert!(agent.metric("pxe_http_accept_errors_total") > 0);
+}
+
+#[test]
+fn a_bound_below_the_descriptor_limit_serves_while_idle_connections_are_open() {
+    // 100 slots fit 256 descriptors; 300 connections do not.
+    let agent = Abused::start(
+        1024,
+        &[
+            "--http-max-connections",
+            "100",
+            "--http-header-timeout-ms",
+            "1000",
+        ],
+        Some(256),
+    );
+    let idle = agent.idle_connections(300);
+    thread::sleep(Duration::from_millis(500));
+    let before = cpu_time(agent.pid());
+    agent.fetch_boot_file(Duration::from_secs(10));
+    assert_eq!(agent.metric("pxe_http_accept_errors_total"), 0);
+    assert!(agent.metric("pxe_http_at_limit_total") > 0);
+    let used = cpu_time(agent.pid()) - before;
+    assert!(used < Duration::from_secs(1), "agent used {used:?} of CPU");
+    drop(idle);
+}
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_and_the_next_download_works() {
+    const BIG: usize = 64 << 20;
+    let agent = Abused::start(BIG, &["--http-write-timeout-ms", "1000"], None);
+    let mut stalled = agent.connect();
+    stalled
+        .write_all(b"GET /artifacts/big.img HTTP/1.1\r\nHost: 10.66.0.1\r\n\r\n")
+        .expect("request");
+    // Socket buffers take a few MiB; the rest waits for a reader that
+    // does not come.
+    thread::sleep(Duration::from_millis(2500));
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .expect("read timeout");
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let closed = loop {
+        match stalled.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => got += n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                break false;
+            }
+            Err(_) => break true,
+        }
+    };
+    assert!(
+        closed && got < BIG,
+        "a stalled client kept its connection (closed: {closed}, {got} bytes)"
+    );
+    assert_eq!(
+        agent.metric("pxe_http_dropped_total{reason=\"write_timeout\"}"),
+        1
+    );
+    let out = agent
+        .served
+        .client_cmd("curl")
+        .args(["-s", "--max-time", "20", BIG_URL])
+        .output()
+        .expect("run curl");
+    assert!(
+        out.stdout == agent.big,
+        "next download differs ({} bytes)",
+        out.stdout.len()
+    );
+}
+
+#[test]
+fn connections_past_the_bound_do_not_break_a_normal_request() {
+    const BIG: usize = 32 << 20;
+    let agent = Abused::start(
+        BIG,
+        &[
+            "--http-max-connections",
+            "32",
+            "--http-header-timeout-ms",
+            "1000",
+        ],
+        None,
+    );
+    let sockets = open_sockets(agent.pid());
+    // A download under way when the flood starts, about 3 s long.
+    let download = agent
+        .served
+        .client_cmd("curl")
+        .args(["-s", "--max-time", "30", "--limit-rate", "10M", BIG_URL])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run curl");
+    thread::sleep(Duration::from_millis(300));
+    let mut idle = agent.idle_connections(100);
+    thread::sleep(Duration::from_millis(500));
+    let held = open_sockets(agent.pid()) - sockets;
+    assert!(
+        held <= 32,
+        "agent holds {held} connections past a bound of 32"
+    );
+    agent.fetch_boot_file(Duration::from_secs(10));
+    let out = download.wait_with_output().expect("curl");
+    assert!(
+        out.stdout == agent.big,
+        "download under way differs ({} bytes)",
+        out.stdout.len()
+    );
+    // The silent connections were dropped at their head deadline.
+    assert!(closed_within(&mut idle[0], Duration::from_secs(1)));
+    assert!(agent.metric("pxe_http_dropped_total{reason=\"head_timeout\"}") > 0);
 }

@@ -71,6 +71,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         discovered,
         leases: &leases,
         tftp,
+        http: s.boot.http_stats.snapshot(),
     }))
 }
 

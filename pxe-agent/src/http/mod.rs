@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod artifacts;
 pub mod boot;
+pub mod limit;
 pub mod script;
 pub mod sendfile;
 
@@ -36,6 +37,8 @@ pub struct BootState {
     pub progress: Arc<Progress>,
     /// The TFTP server's counters, once it runs.
     pub tftp_stats: OnceLock<Arc<tftp::Stats>>,
+    /// The boot listener's connection counters.
+    pub http_stats: limit::Stats,
 }
 
 impl BootState {

@@ -1,0 +1,251 @@
+//! What one client may hold of the boot listener: the connection bound, the
+//! request-head and write deadlines, the back-off after failed accepts, and
+//! the counters of connections refused a slot or dropped. The connection
+//! loop that applies them is `http::sendfile`.
+
+use std::{
+    io,
+    sync::atomic::{AtomicU64, Ordering},
+    time::Duration,
+};
+
+use tracing::{info, warn};
+
+/// Bounds of the boot listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections served at once. Past it, new connections are not
+    /// accepted: they wait, handshake done, in the kernel's listen backlog
+    /// ([`BACKLOG`]) until a slot frees.
+    pub max_connections: usize,
+    /// Time a request head has to arrive complete, counted from when the
+    /// server starts waiting for it: the accept, or the end of the previous
+    /// response on a keep-alive connection. So it also ends idle keep-alive
+    /// connections.
+    pub header_timeout: Duration,
+    /// Longest a response may wait for the client to take more bytes; a
+    /// client that stops reading is dropped after it.
+    pub write_timeout: Duration,
+}
+
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
+        }
+    }
+}
+
+/// Listen backlog of the boot listener: where a boot storm past
+/// `max_connections` waits. The kernel caps it at `net.core.somaxconn`
+/// (4096 by default since Linux 5.4).
+pub const BACKLOG: u32 = 4096;
+
+/// Descriptors one connection can hold: its socket and the file it sends.
+pub const FDS_PER_CONNECTION: u64 = 2;
+
+/// Descriptors the rest of the agent needs (maps, sockets, the lease
+/// database, the log).
+const FDS_RESERVED: u64 = 64;
+
+/// Binds the boot listener with [`BACKLOG`].
+pub fn bind(addr: std::net::SocketAddr) -> io::Result<tokio::net::TcpListener> {
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    sock.set_reuseaddr(true)?;
+    sock.bind(addr)?;
+    sock.listen(BACKLOG)
+}
+
+/// Raises the soft `RLIMIT_NOFILE` toward the hard one until it holds
+/// `max_connections` (systemd starts services with a soft limit of 1024),
+/// and returns the soft limit then in force.
+pub fn raise_open_files(max_connections: usize) -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit, which lim is.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let want = (max_connections as u64)
+        .saturating_mul(FDS_PER_CONNECTION)
+        .saturating_add(FDS_RESERVED)
+        .min(lim.rlim_max);
+    if want > lim.rlim_cur {
+        lim.rlim_cur = want;
+        // SAFETY: setrlimit reads one rlimit, which lim is.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(lim.rlim_cur)
+}
+
+/// The most connections `nofile` descriptors can serve at once.
+pub fn connections_within(nofile: u64) -> u64 {
+    nofile.saturating_sub(FDS_RESERVED) / FDS_PER_CONNECTION
+}
+
+/// Counters of the boot listener, exported on /metrics.
+#[derive(Default, Debug)]
+pub struct Stats {
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Connections being served now.
+    pub open: AtomicU64,
+    /// Times every slot was taken, so new connections waited in the backlog.
+    pub at_limit: AtomicU64,
+    /// Connections dropped because a request head did not arrive in time.
+    pub head_timeouts: AtomicU64,
+    /// Connections dropped because the client stopped taking the response.
+    pub write_timeouts: AtomicU64,
+    /// Connections closed because a file ended before the length announced
+    /// in its response head (it shrank while being sent).
+    pub short_bodies: AtomicU64,
+    /// Failed accepts (EMFILE, ENFILE, ENOBUFS, ...).
+    pub accept_errors: AtomicU64,
+}
+
+/// A copy of [`Stats`] for one scrape.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub accepted: u64,
+    pub open: u64,
+    pub at_limit: u64,
+    pub head_timeouts: u64,
+    pub write_timeouts: u64,
+    pub short_bodies: u64,
+    pub accept_errors: u64,
+}
+
+impl Stats {
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            accepted: load(&self.accepted),
+            open: load(&self.open),
+            at_limit: load(&self.at_limit),
+            head_timeouts: load(&self.head_timeouts),
+            write_timeouts: load(&self.write_timeouts),
+            short_bodies: load(&self.short_bodies),
+            accept_errors: load(&self.accept_errors),
+        }
+    }
+
+    pub(crate) fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Keeps [`Stats::open`] right however a connection task ends.
+pub(crate) struct OpenConnection<'a>(&'a Stats);
+
+impl<'a> OpenConnection<'a> {
+    pub(crate) fn new(stats: &'a Stats) -> Self {
+        Stats::bump(&stats.accepted);
+        Stats::bump(&stats.open);
+        OpenConnection(stats)
+    }
+}
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// First pause after a failed accept.
+const BACKOFF_FIRST: Duration = Duration::from_millis(50);
+/// Longest pause between accepts while they keep failing.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Pauses between failing accepts. A failed accept leaves the connection in
+/// the backlog and the listener readable, so retrying at once spins a core
+/// until a descriptor frees; this doubles the pause instead, and logs once
+/// per episode rather than per attempt.
+#[derive(Debug, Default)]
+pub struct AcceptBackoff {
+    /// Failures since the last accept that worked.
+    failures: u64,
+    next: Duration,
+}
+
+impl AcceptBackoff {
+    /// Records a failed accept; how long to wait before the next one.
+    pub fn failed(&mut self, error: &io::Error) -> Duration {
+        if self.failures == 0 {
+            warn!(
+                %error,
+                "boot HTTP accept failed; pausing accepts (up to {} ms) until it succeeds",
+                BACKOFF_MAX.as_millis()
+            );
+            self.next = BACKOFF_FIRST;
+        }
+        self.failures += 1;
+        let pause = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        pause
+    }
+
+    /// Records an accept that worked, ending an episode of failures.
+    pub fn succeeded(&mut self) {
+        if self.failures > 0 {
+            info!(failures = self.failures, "boot HTTP accepts work again");
+            self.failures = 0;
+        }
+    }
+}
+
+/// True for accept errors that concern only the connection being accepted
+/// (it was reset before we took it), after which the next accept can follow
+/// at once. Anything else, EMFILE and ENFILE first, is retried after a pause.
+pub fn is_per_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_backoff_doubles_to_a_second_and_starts_over_after_a_success() {
+        let emfile = io::Error::from_raw_os_error(libc::EMFILE);
+        let mut b = AcceptBackoff::default();
+        let pauses: Vec<u128> = (0..7).map(|_| b.failed(&emfile).as_millis()).collect();
+        assert_eq!(pauses, [50, 100, 200, 400, 800, 1000, 1000]);
+        b.succeeded();
+        assert_eq!(b.failed(&emfile), BACKOFF_FIRST);
+    }
+
+    #[test]
+    fn descriptor_exhaustion_is_not_a_per_connection_error() {
+        for errno in [libc::EMFILE, libc::ENFILE, libc::ENOBUFS, libc::ENOMEM] {
+            assert!(!is_per_connection(&io::Error::from_raw_os_error(errno)));
+        }
+        assert!(is_per_connection(&io::Error::from_raw_os_error(
+            libc::ECONNABORTED
+        )));
+    }
+
+    #[test]
+    fn connections_fit_the_descriptor_limit() {
+        assert_eq!(connections_within(1024), 480);
+        assert_eq!(connections_within(10), 0);
+    }
+}
