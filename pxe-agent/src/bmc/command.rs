@@ -275,6 +275,30 @@ impl IpmiCommand for GetBootFlags {
     }
 }
 
+/// Administrator privilege level (IPMI 2.0 Table 6-1).
+pub const ADMINISTRATOR: u8 = 0x04;
+
+/// Set Session Privilege Level (§22.18, App netfn 06h, cmd 3Bh); answers
+/// the new level.
+pub struct SetSessionPrivilege(pub u8);
+
+impl From<SetSessionPrivilege> for Message {
+    fn from(c: SetSessionPrivilege) -> Message {
+        Message::new_request(NetFn::App, 0x3b, vec![c.0 & 0x0f])
+    }
+}
+
+impl IpmiCommand for SetSessionPrivilege {
+    type Output = u8;
+    type Error = DecodeError;
+
+    fn parse_success_response(data: &[u8]) -> Result<u8, DecodeError> {
+        data.first().map(|l| l & 0x0f).ok_or(DecodeError {
+            cmd: CommandName::SetSessionPrivilege,
+        })
+    }
+}
+
 /// Get Device ID, ipmi-rs's own command, reduced to [`BmcInfo`].
 pub fn bmc_info(id: &ipmi_rs::app::DeviceId) -> BmcInfo {
     BmcInfo {
@@ -439,6 +463,19 @@ mod tests {
         }
         // The locked bit (selector bit 7) does not change which parameter it is.
         assert!(GetBootFlags::parse_success_response(&[0x01, 0x85, 0x80, 0x04, 0, 0, 0]).is_ok());
+    }
+
+    #[test]
+    fn set_session_privilege_asks_for_administrator() {
+        assert_eq!(
+            wire(SetSessionPrivilege(ADMINISTRATOR)),
+            (0x06 << 2 >> 2, 0x3b, vec![0x04])
+        );
+        assert_eq!(
+            SetSessionPrivilege::parse_success_response(&[0x04]),
+            Ok(0x04)
+        );
+        assert!(SetSessionPrivilege::parse_success_response(&[]).is_err());
     }
 
     #[test]

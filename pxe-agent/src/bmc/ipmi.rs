@@ -41,8 +41,8 @@ use super::{
     Bmc, BmcAddress, BmcError, BmcInfo, BootFlags, BootTarget, CommandName, Credentials,
     HandshakeStep, PowerAction, PowerState, ProtocolError,
     command::{
-        BootParameter, ChassisControl, DecodeError, GetBootFlags, GetChassisStatus,
-        KEEP_VALID_PAST_TIMEOUT, SetSystemBootOptions, bmc_info,
+        ADMINISTRATOR, BootParameter, ChassisControl, DecodeError, GetBootFlags, GetChassisStatus,
+        KEEP_VALID_PAST_TIMEOUT, SetSessionPrivilege, SetSystemBootOptions, bmc_info,
     },
     rakp,
 };
@@ -438,8 +438,36 @@ impl Inner {
             .map_err(|_| unreachable(Retry::NewSession))?;
         let password = self.creds.password().expose();
         match rmcp.activate(true, Some(self.creds.user()), Some(password)) {
-            Ok(()) => Ok(Ipmi::new(rmcp)),
-            Err(e) => Err(self.classify_activation(e, read_timeout)),
+            Ok(()) => {}
+            Err(e) => return Err(self.classify_activation(e, read_timeout)),
+        }
+        // A new session runs at User privilege (IPMI 2.0 §22.18); chassis
+        // control and boot options need more, and ipmi-rs does not raise it.
+        let mut ipmi = Ipmi::new(rmcp);
+        match self.send(
+            &mut ipmi,
+            SetSessionPrivilege(ADMINISTRATOR),
+            CommandName::SetSessionPrivilege,
+        ) {
+            Ok(_) => Ok(ipmi),
+            // 80h: level not available to this user; 81h: above the user's
+            // or channel's limit.
+            Err(Failure {
+                error:
+                    BmcError::CompletionCode {
+                        code: 0x80 | 0x81 | 0xd4,
+                        ..
+                    },
+                ..
+            }) => Err(Failure {
+                error: BmcError::InsufficientPrivilege {
+                    bmc: self.endpoint.clone(),
+                    user: self.creds.user().to_owned(),
+                },
+                retry: Retry::No,
+                sent: false,
+            }),
+            Err(failure) => Err(failure),
         }
     }
 
@@ -496,8 +524,10 @@ impl Inner {
                     self.diagnose(HandshakeStep::OpenSession, read_timeout)
                 }
                 V2::RakpMessage2Parse(_) => self.diagnose(HandshakeStep::Rakp2, read_timeout),
-                // The BMC's RAKP 2 auth code did not match our password.
-                V2::ServerAuthenticationFailed => failure(self.auth_failed(), Retry::No),
+                // The BMC's RAKP 2 auth code did not match: a wrong
+                // password, or a BMC that keyed it with the user's lower
+                // privilege. The replay tells which.
+                V2::ServerAuthenticationFailed => self.diagnose_auth(read_timeout),
                 // The BMC found our RAKP 3 auth code wrong: same cause.
                 V2::RakpMessage4Parse(RakpMessage4ParseError::ErrorStatusCode(
                     RakpMessage4ErrorStatusCode::InvalidIntegrityCheckValue,
@@ -521,22 +551,65 @@ impl Inner {
     }
 
     fn diagnose(&self, step: HandshakeStep, read_timeout: Duration) -> Failure {
-        let status = self
+        let addr = self
             .endpoint
             .to_socket_addrs()
             .ok()
-            .and_then(|mut addrs| addrs.next())
-            .and_then(|addr| rakp::probe(addr, self.creds.user(), read_timeout));
-        match status {
+            .and_then(|mut a| a.next());
+        let probe = |privilege| {
+            addr.and_then(|addr| {
+                let password = self.creds.password().expose();
+                rakp::probe(addr, self.creds.user(), password, privilege, read_timeout)
+            })
+        };
+        match probe(rakp::ADMIN) {
+            // A role-based lookup fails as "unauthorized name" both for an
+            // unknown user and for one whose maximum privilege is below
+            // Administrator (ipmi_sim does this); a name-only lookup at
+            // User tells them apart.
+            Some(rakp::Status::Rakp2(0x0d))
+                if matches!(
+                    probe(rakp::NAME_ONLY_USER),
+                    Some(rakp::Status::Accepted { .. })
+                ) =>
+            {
+                self.rmcp_status(HandshakeStep::Rakp2, 0x0a)
+            }
             Some(rakp::Status::OpenSession(code)) => {
                 self.rmcp_status(HandshakeStep::OpenSession, code)
             }
             Some(rakp::Status::Rakp2(code)) => self.rmcp_status(HandshakeStep::Rakp2, code),
-            Some(rakp::Status::Accepted) | None => Failure {
+            Some(rakp::Status::Accepted { .. }) | None => Failure {
                 error: self.protocol(ProtocolError::Handshake(step)),
                 retry: Retry::NewSession,
                 sent: false,
             },
+        }
+    }
+
+    fn diagnose_auth(&self, read_timeout: Duration) -> Failure {
+        let addr = self
+            .endpoint
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next());
+        let password = self.creds.password().expose();
+        let status = addr.and_then(|addr| {
+            rakp::probe(addr, self.creds.user(), password, rakp::ADMIN, read_timeout)
+        });
+        let error = match status {
+            Some(rakp::Status::Accepted {
+                verified_at: Some(level),
+            }) if level < rakp::ADMIN => BmcError::InsufficientPrivilege {
+                bmc: self.endpoint.clone(),
+                user: self.creds.user().to_owned(),
+            },
+            _ => self.auth_failed(),
+        };
+        Failure {
+            error,
+            retry: Retry::No,
+            sent: false,
         }
     }
 

@@ -107,6 +107,7 @@ pub enum CommandName {
     ChassisControl,
     SetSystemBootOptions,
     GetSystemBootOptions,
+    SetSessionPrivilege,
 }
 
 impl fmt::Display for CommandName {
@@ -117,6 +118,7 @@ impl fmt::Display for CommandName {
             CommandName::ChassisControl => "Chassis Control",
             CommandName::SetSystemBootOptions => "Set System Boot Options",
             CommandName::GetSystemBootOptions => "Get System Boot Options",
+            CommandName::SetSessionPrivilege => "Set Session Privilege Level",
         })
     }
 }

@@ -7,8 +7,11 @@
 //! short, and it does not export its Open Session status type. The IPMI
 //! driver runs this only after a handshake already failed at one of those
 //! steps, to tell a wrong user or missing privilege from a garbled answer.
-//! It computes no keys and never sees the password.
+//! It derives no session keys; it uses the password only to check which
+//! privilege the BMC's RAKP 2 auth code was computed for.
 
+use hmac::{Hmac, Mac};
+use sha1::Sha1;
 use std::{
     net::{SocketAddr, UdpSocket},
     time::Duration,
@@ -20,8 +23,11 @@ use std::{
 pub(super) enum Status {
     OpenSession(u8),
     Rakp2(u8),
-    /// Both steps succeeded this time.
-    Accepted,
+    /// Both steps succeeded; the BMC's RAKP 2 auth code verifies with the
+    /// password at this privilege byte (`None`: at none of 1-4).
+    Accepted {
+        verified_at: Option<u8>,
+    },
 }
 
 const RMCP_IPMI: [u8; 4] = [0x06, 0x00, 0xff, 0x07];
@@ -33,7 +39,19 @@ const ADMINISTRATOR: u8 = 0x04;
 /// Arbitrary non-zero remote console session ID for the probe.
 const CONSOLE_SESSION: [u8; 4] = [0x70, 0x78, 0x65, 0x01];
 
-pub(super) fn probe(addr: SocketAddr, user: &str, timeout: Duration) -> Option<Status> {
+/// Name-only lookup (RAKP 1 byte 25 bit 4) at User privilege: finds the
+/// user whatever its maximum privilege.
+pub(super) const NAME_ONLY_USER: u8 = 0x12;
+/// Role-based lookup at Administrator, as ipmi-rs requests.
+pub(super) const ADMIN: u8 = ADMINISTRATOR;
+
+pub(super) fn probe(
+    addr: SocketAddr,
+    user: &str,
+    password: &[u8],
+    privilege: u8,
+    timeout: Duration,
+) -> Option<Status> {
     let bind: SocketAddr = if addr.is_ipv4() {
         "0.0.0.0:0".parse().ok()?
     } else {
@@ -43,7 +61,7 @@ pub(super) fn probe(addr: SocketAddr, user: &str, timeout: Duration) -> Option<S
     sock.set_read_timeout(Some(timeout)).ok()?;
     sock.connect(addr).ok()?;
 
-    let mut open = vec![0x00, ADMINISTRATOR, 0, 0];
+    let mut open = vec![0x00, privilege & 0x0f, 0, 0];
     open.extend_from_slice(&CONSOLE_SESSION);
     for (ty, alg) in [(0x00, 0x01), (0x01, 0x01), (0x02, 0x01)] {
         open.extend_from_slice(&[ty, 0, 0, 0x08, alg, 0, 0, 0]);
@@ -58,13 +76,33 @@ pub(super) fn probe(addr: SocketAddr, user: &str, timeout: Duration) -> Option<S
     let mut rakp1 = vec![0x00, 0, 0, 0];
     rakp1.extend_from_slice(&managed);
     rakp1.extend_from_slice(&[0x5a; 16]);
-    rakp1.extend_from_slice(&[ADMINISTRATOR, 0, 0, u8::try_from(user.len()).ok()?]);
+    rakp1.extend_from_slice(&[privilege, 0, 0, u8::try_from(user.len()).ok()?]);
     rakp1.extend_from_slice(user.as_bytes());
     let answer = exchange(&sock, RAKP1, &rakp1, RAKP2)?;
     match answer.get(1)? {
-        0 => Some(Status::Accepted),
-        &code => Some(Status::Rakp2(code)),
+        0 => {}
+        &code => return Some(Status::Rakp2(code)),
     }
+    let (managed_random, guid, code) = (answer.get(8..24)?, answer.get(24..40)?, answer.get(40..)?);
+    // RAKP 2 auth code (§13.31): HMAC-SHA1 keyed with the password over
+    // both session IDs, both randoms, the GUID, the role byte and the name.
+    // Some BMCs (ipmi_sim) compute it with the user's own maximum privilege
+    // when that is below the one requested.
+    let verified_at = (1..=4u8).rev().find(|&level| {
+        let role = (privilege & 0xf0) | level;
+        let Ok(mut mac) = <Hmac<Sha1> as Mac>::new_from_slice(password) else {
+            return false;
+        };
+        mac.update(&CONSOLE_SESSION);
+        mac.update(&managed);
+        mac.update(&[0x5a; 16]);
+        mac.update(managed_random);
+        mac.update(guid);
+        mac.update(&[role, rakp1[27]]);
+        mac.update(user.as_bytes());
+        mac.verify_slice(code).is_ok()
+    });
+    Some(Status::Accepted { verified_at })
 }
 
 /// Sends one session-less RMCP+ payload and returns the payload of the answer
