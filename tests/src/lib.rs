@@ -9,6 +9,8 @@ pub mod loadgen;
 pub mod raw;
 
 #[cfg(test)]
+mod bmc;
+#[cfg(test)]
 mod boot_vm;
 #[cfg(test)]
 mod differential;

@@ -49,6 +49,9 @@ pub const PACKAGES: &[&str] = &[
     "ipxe-qemu",
     "ovmf",
     "radvd",
+    // BMC tests: the IPMI simulator and a reference lanplus client.
+    "openipmi",
+    "ipmitool",
 ];
 
 /// The bpf-linker release the eBPF build is known to work with.
