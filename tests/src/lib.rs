@@ -27,6 +27,8 @@ mod persistence;
 #[cfg(test)]
 mod relay;
 #[cfg(test)]
+mod reload;
+#[cfg(test)]
 mod slow_path;
 #[cfg(test)]
 mod tftp;
