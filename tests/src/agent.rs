@@ -154,6 +154,17 @@ impl Served {
         fs::rename(&tmp, &self.inventory).expect("replace inventory");
     }
 
+    /// Gives the client end an address (`10.66.1.10/16`), for clients that
+    /// need one (curl, tftp).
+    pub fn add_client_address(&self, cidr: &str) {
+        self.lab
+            .run_in(
+                self.lab.client_ns(),
+                &["ip", "addr", "add", cidr, "dev", self.lab.client_if()],
+            )
+            .expect("client address");
+    }
+
     /// The MAC address of the server end, where the agent serves.
     pub fn server_mac(&self) -> [u8; 6] {
         let text = self

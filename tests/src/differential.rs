@@ -17,6 +17,7 @@ use pxe_ebpf_common::{Counter, bootp};
 use crate::{
     fixture::{Fixture, XDP_DROP, XDP_PASS, XDP_TX},
     frame::{RELAY_MAC, SERVER_IP, SERVER_MAC, parse_reply, udp_frame},
+    rng::Rng,
 };
 
 /// Profiles of every kind the fast path meets: all boot classes, none,
@@ -82,30 +83,6 @@ const GIADDRS: [Ipv4Addr; 3] = [
 /// Requests generated and sent through both paths.
 const REQUESTS: usize = 100_000;
 
-/// xorshift64*: reproducible requests without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn one_in(&mut self, n: usize) -> bool {
-        self.below(n) == 0
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-}
-
 /// How the request reaches the server.
 #[derive(Clone, Copy, Debug)]
 enum Delivery {
@@ -138,7 +115,7 @@ fn generate(rng: &mut Rng) -> Generated {
     p[0] = bootp::OP_REQUEST;
     p[1] = bootp::HTYPE_ETHER;
     p[2] = bootp::HLEN_ETHER;
-    p[4..8].copy_from_slice(&(rng.next() as u32).to_be_bytes());
+    p[4..8].copy_from_slice(&(rng.next_u64() as u32).to_be_bytes());
     if rng.one_in(4) {
         p[bootp::OFF_FLAGS] = 0x80;
     }
@@ -166,7 +143,7 @@ fn generate(rng: &mut Rng) -> Generated {
         0..=4 => bootp::DHCPDISCOVER,
         5..=7 => bootp::DHCPREQUEST,
         8 => rng.pick(&[4u8, 7, 8, 2, 5, 6]),
-        _ => rng.next() as u8,
+        _ => rng.next_u64() as u8,
     };
     if !rng.one_in(50) {
         option(&mut opts, bootp::OPT_MESSAGE_TYPE, &[msg_type]);
@@ -229,7 +206,7 @@ fn generate(rng: &mut Rng) -> Generated {
     }
     for _ in 0..rng.below(3) {
         let len = rng.below(40);
-        let value: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let value: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
         option(&mut opts, rng.pick(&[43u8, 61, 97, 94, 224, 250]), &value);
     }
     // Option order as the client chose it.

@@ -207,6 +207,20 @@ pub fn udp_frame(
     f
 }
 
+/// `payload` broadcast from a client without an address, as PXE firmware
+/// sends its DISCOVER.
+pub fn client_broadcast(mac: [u8; 6], payload: &[u8]) -> Vec<u8> {
+    udp_frame(
+        mac,
+        [0xff; 6],
+        Ipv4Addr::UNSPECIFIED,
+        Ipv4Addr::BROADCAST,
+        68,
+        67,
+        payload,
+    )
+}
+
 /// Inserts an 802.1Q tag after the MAC addresses.
 pub fn vlan_tagged(frame: &[u8], vid: u16) -> Vec<u8> {
     let mut f = frame[..12].to_vec();

@@ -18,11 +18,13 @@ use pxe_agent::{
     dhcp::{Answer, Request, Server, decide, encode},
     inventory::Inventory,
 };
+use pxe_ebpf_common::bootp;
 
 use crate::{
     agent::Served,
-    frame::{RELAY_MAC, Req, SERVER_IP, parse_reply, udp_frame},
+    frame::{RELAY_MAC, Req, SERVER_IP, client_broadcast, parse_reply, udp_frame},
     raw::{RawSocket, in_netns, is_dhcp_reply},
+    rng::Rng,
     slow_path::INVENTORY,
 };
 
@@ -150,6 +152,17 @@ fn assert_still_answers(served: &Served, sock: &RawSocket) {
     assert_eq!(healthz(served), "200", "healthz after the probes");
 }
 
+/// The known host's PXE DISCOVER with one header byte changed.
+fn known_discover_with(xid: u32, at: usize, value: u8) -> Vec<u8> {
+    let mut payload = Req {
+        xid,
+        ..Req::discover(KNOWN_MAC).pxe(0)
+    }
+    .payload();
+    payload[at] = value;
+    client_broadcast(KNOWN_MAC, &payload)
+}
+
 #[test]
 fn a_request_with_hlen_past_chaddr_does_not_stop_the_slow_path() {
     let served = Served::start("pxhlen", INVENTORY);
@@ -159,21 +172,7 @@ fn a_request_with_hlen_past_chaddr_does_not_stop_the_slow_path() {
     // A real PXE DISCOVER with only hlen changed: 87 and 137 were seen to
     // panic dhcproto's chaddr accessor.
     for (i, hlen) in [87u8, 137, 17, 255].into_iter().enumerate() {
-        let mut payload = Req {
-            xid: 0x0bad_1000 + i as u32,
-            ..Req::discover(KNOWN_MAC).pxe(0)
-        }
-        .payload();
-        payload[2] = hlen;
-        let frame = udp_frame(
-            KNOWN_MAC,
-            [0xff; 6],
-            Ipv4Addr::UNSPECIFIED,
-            Ipv4Addr::BROADCAST,
-            68,
-            67,
-            &payload,
-        );
+        let frame = known_discover_with(0x0bad_1000 + i as u32, bootp::OFF_HLEN, hlen);
         sock.send(&frame).expect("send");
     }
     std::thread::sleep(Duration::from_millis(500));
@@ -191,22 +190,8 @@ fn a_reserved_mac_under_another_hardware_type_gets_no_answer() {
     let sock = client_socket(&served);
     for (i, htype) in [141u8, 247, 239, 122].into_iter().enumerate() {
         let xid = 0x0bad_2000 + i as u32;
-        let mut payload = Req {
-            xid,
-            ..Req::discover(KNOWN_MAC).pxe(0)
-        }
-        .payload();
-        payload[1] = htype;
-        let frame = udp_frame(
-            KNOWN_MAC,
-            [0xff; 6],
-            Ipv4Addr::UNSPECIFIED,
-            Ipv4Addr::BROADCAST,
-            68,
-            67,
-            &payload,
-        );
-        sock.send(&frame).expect("send");
+        sock.send(&known_discover_with(xid, bootp::OFF_HTYPE, htype))
+            .expect("send");
         assert_eq!(
             reply_to(&sock, xid, Duration::from_millis(500)),
             None,
@@ -214,22 +199,6 @@ fn a_reserved_mac_under_another_hardware_type_gets_no_answer() {
         );
     }
     assert_still_answers(&served, &sock);
-}
-
-/// xorshift64*: reproducible mutations without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
 }
 
 /// Requests of the shapes clients send: PXE BIOS and UEFI, UEFI HTTP boot,
@@ -284,7 +253,7 @@ fn mutate(rng: &mut Rng, mut p: Vec<u8>) -> Vec<u8> {
         0 => {
             for _ in 0..1 + rng.below(4) {
                 let at = rng.below(240);
-                p[at] = rng.next() as u8;
+                p[at] = rng.next_u64() as u8;
             }
         }
         1 => {
@@ -301,27 +270,27 @@ fn mutate(rng: &mut Rng, mut p: Vec<u8>) -> Vec<u8> {
             }
             if !lengths.is_empty() {
                 let at = lengths[rng.below(lengths.len())];
-                p[at] = rng.next() as u8;
+                p[at] = rng.next_u64() as u8;
             }
         }
         2 => p.truncate(rng.below(p.len())),
         3 => {
             for _ in 0..1 + rng.below(32) {
                 let at = 240 + rng.below(p.len() - 240);
-                p[at] = rng.next() as u8;
+                p[at] = rng.next_u64() as u8;
             }
         }
-        4 => p.extend((0..rng.below(400)).map(|_| rng.next() as u8)),
-        5 => p[2] = rng.next() as u8,
-        6 => p[1] = rng.next() as u8,
+        4 => p.extend((0..rng.below(400)).map(|_| rng.next_u64() as u8)),
+        5 => p[2] = rng.next_u64() as u8,
+        6 => p[1] = rng.next_u64() as u8,
         _ => {
             // Options replaced by random ones of random lengths.
             p.truncate(240);
             for _ in 0..rng.below(40) {
                 let len = rng.below(40);
-                p.push(rng.next() as u8);
+                p.push(rng.next_u64() as u8);
                 p.push(len as u8);
-                p.extend((0..len).map(|_| rng.next() as u8));
+                p.extend((0..len).map(|_| rng.next_u64() as u8));
             }
             if rng.below(2) == 0 {
                 p.push(255);
@@ -363,15 +332,7 @@ fn a_hundred_thousand_mutated_requests_leave_the_agent_serving() {
         let seed = &seeds[i % seeds.len()];
         let payload = mutate(&mut rng, seed.payload());
         let frame = if seed.giaddr.is_unspecified() {
-            udp_frame(
-                seed.mac,
-                [0xff; 6],
-                Ipv4Addr::UNSPECIFIED,
-                Ipv4Addr::BROADCAST,
-                68,
-                67,
-                &payload,
-            )
+            client_broadcast(seed.mac, &payload)
         } else {
             udp_frame(
                 RELAY_MAC,

@@ -37,20 +37,7 @@ fn served(name: &str, client_ip: &str, size: usize) -> (Served, Scratch, Vec<u8>
     let dir = artifacts.0.to_str().expect("utf-8 path").to_string();
     let served = Served::start_with(name, &inventory(), &["--artifacts", &dir]);
     served.set_client_mac("52:54:00:12:34:56");
-    served
-        .lab
-        .run_in(
-            served.lab.client_ns(),
-            &[
-                "ip",
-                "addr",
-                "add",
-                client_ip,
-                "dev",
-                served.lab.client_if(),
-            ],
-        )
-        .expect("client address");
+    served.add_client_address(client_ip);
     (served, artifacts, kernel)
 }
 
@@ -244,20 +231,7 @@ fn boot_root_is_served_over_tftp_and_http_and_recorded() {
     let root = boot.0.to_str().expect("utf-8 path").to_string();
     let served = Served::start_with("pxtftp", &inventory(), &["--boot-root", &root]);
     served.set_client_mac("52:54:00:12:34:56");
-    served
-        .lab
-        .run_in(
-            served.lab.client_ns(),
-            &[
-                "ip",
-                "addr",
-                "add",
-                "10.66.1.10/16",
-                "dev",
-                served.lab.client_if(),
-            ],
-        )
-        .expect("client address");
+    served.add_client_address("10.66.1.10/16");
     let out = served.dir.path("got.kpxe");
     let get = served
         .client_cmd("tftp")
@@ -326,20 +300,7 @@ impl Abused {
         ];
         args.extend_from_slice(extra);
         let served = Served::start_limited("pxabuse", &inventory(), &args, nofile);
-        served
-            .lab
-            .run_in(
-                served.lab.client_ns(),
-                &[
-                    "ip",
-                    "addr",
-                    "add",
-                    "10.66.1.10/16",
-                    "dev",
-                    served.lab.client_if(),
-                ],
-            )
-            .expect("client address");
+        served.add_client_address("10.66.1.10/16");
         Abused {
             served,
             efi,

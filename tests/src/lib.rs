@@ -7,6 +7,7 @@ pub mod fixture;
 pub mod frame;
 pub mod loadgen;
 pub mod raw;
+pub mod rng;
 
 #[cfg(test)]
 mod bmc;

@@ -52,20 +52,7 @@ fn metrics_tftp_and_http_answer_while_a_large_inventory_reloads() {
     fs::write(boot.path("undionly.kpxe"), vec![7u8; 4096]).expect("boot file");
     let root = boot.0.to_str().expect("utf-8 path").to_string();
     let served = Served::start_with("pxreload", INVENTORY, &["--boot-root", &root]);
-    served
-        .lab
-        .run_in(
-            served.lab.client_ns(),
-            &[
-                "ip",
-                "addr",
-                "add",
-                "10.66.1.10/16",
-                "dev",
-                served.lab.client_if(),
-            ],
-        )
-        .expect("client address");
+    served.add_client_address("10.66.1.10/16");
     let big = big_inventory();
     let reloads = |s: &Served| {
         s.stats()

@@ -15,7 +15,10 @@ use pxe_ebpf_common::Counter;
 
 use crate::{
     fixture::{BARE_MAC, Fixture, UNKNOWN_MAC, WORKER_MAC, XDP_DROP, XDP_PASS, XDP_TX},
-    frame::{RELAY_MAC, Req, SERVER_IP, SERVER_MAC, parse_reply, udp_frame, vlan_tagged},
+    frame::{
+        RELAY_MAC, Req, SERVER_IP, SERVER_MAC, client_broadcast, parse_reply, udp_frame,
+        vlan_tagged,
+    },
 };
 
 const NODE1: Ipv4Addr = Ipv4Addr::new(10, 66, 1, 10);
@@ -449,15 +452,7 @@ fn truncated_request_is_passed_as_malformed() {
     // IP claims more than the frame holds.
     expect_verdict(&fx, &good[..200], XDP_PASS, Counter::PassMalformed);
     // Consistent headers but a BOOTP message shorter than its fixed part.
-    let short = udp_frame(
-        WORKER_MAC,
-        [0xff; 6],
-        Ipv4Addr::UNSPECIFIED,
-        Ipv4Addr::BROADCAST,
-        68,
-        67,
-        &good[42..42 + 200],
-    );
+    let short = client_broadcast(WORKER_MAC, &good[42..42 + 200]);
     expect_verdict(&fx, &short, XDP_PASS, Counter::PassMalformed);
 }
 
@@ -467,15 +462,7 @@ fn missing_end_option_is_passed_as_malformed() {
     let mut payload = Req::discover(WORKER_MAC).pxe(0).payload();
     let end = payload.iter().rposition(|b| *b == 255).expect("end option");
     payload[end] = 0;
-    let frame = udp_frame(
-        WORKER_MAC,
-        [0xff; 6],
-        Ipv4Addr::UNSPECIFIED,
-        Ipv4Addr::BROADCAST,
-        68,
-        67,
-        &payload,
-    );
+    let frame = client_broadcast(WORKER_MAC, &payload);
     expect_verdict(&fx, &frame, XDP_PASS, Counter::PassMalformed);
 }
 
@@ -485,15 +472,7 @@ fn option_running_past_the_message_is_passed_as_malformed() {
     let mut payload = Req::discover(WORKER_MAC).payload();
     payload.truncate(payload.iter().rposition(|b| *b == 255).expect("end option"));
     payload.extend_from_slice(&[224, 200, 1, 2, 3]);
-    let frame = udp_frame(
-        WORKER_MAC,
-        [0xff; 6],
-        Ipv4Addr::UNSPECIFIED,
-        Ipv4Addr::BROADCAST,
-        68,
-        67,
-        &payload,
-    );
+    let frame = client_broadcast(WORKER_MAC, &payload);
     expect_verdict(&fx, &frame, XDP_PASS, Counter::PassMalformed);
 }
 
@@ -513,15 +492,7 @@ fn oversized_option_list_is_passed() {
         payload.extend_from_slice(&[230, 1, i]);
     }
     payload.push(255);
-    let frame = udp_frame(
-        WORKER_MAC,
-        [0xff; 6],
-        Ipv4Addr::UNSPECIFIED,
-        Ipv4Addr::BROADCAST,
-        68,
-        67,
-        &payload,
-    );
+    let frame = client_broadcast(WORKER_MAC, &payload);
     expect_verdict(&fx, &frame, XDP_PASS, Counter::PassOptions);
 }
 
