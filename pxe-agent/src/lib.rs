@@ -2,6 +2,7 @@
 //! them in step with the inventory file and exports the fast path's counters.
 
 pub mod app;
+pub mod audit;
 pub mod bmc;
 pub mod dhcp;
 pub mod discovered;

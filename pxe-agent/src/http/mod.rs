@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod artifacts;
+pub mod auth;
 pub mod boot;
 pub mod limit;
 pub mod script;
