@@ -476,6 +476,7 @@ impl Shared {
         progress: Arc<Progress>,
         health: Arc<Health>,
     ) -> Shared {
+        progress.set_inventory(inventory.hosts.iter().map(|h| h.mac));
         Shared {
             inventory: RwLock::new(inventory),
             leases: Mutex::new(leases),
@@ -520,6 +521,7 @@ impl Shared {
                 reg.adopt(host.mac);
             }
         }
+        self.progress.set_inventory(inv.hosts.iter().map(|h| h.mac));
         *self
             .inventory
             .write()
