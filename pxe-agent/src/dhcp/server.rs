@@ -28,7 +28,10 @@ use crate::{
     discovered::{Registry, Sighting},
     health::Health,
     inventory::{Inventory, MacAddr},
-    lease::{LeaseRequest, LeaseState, LeaseStore, NakReason, Pool, RequestOutcome},
+    lease::{
+        DeclineOutcome, LeaseRequest, LeaseState, LeaseStore, NakReason, Pool, Quarantine,
+        RequestOutcome,
+    },
     progress::{self, Progress},
     ratelimit::{Limited, Limiter, Rate},
     rawsock::RawSocket,
@@ -37,8 +40,10 @@ use crate::{
 
 /// Requests read before their pool leases are committed together.
 const BATCH: usize = 64;
-/// How long a declined address is kept from every client, in seconds.
-const QUARANTINE: u64 = 600;
+/// What a DHCPDECLINE may quarantine, and for how long.
+const QUARANTINE: Quarantine = Quarantine::DEFAULT;
+/// How often a decline refused for a quarantine limit is logged.
+const DECLINE_WARN_EVERY: Duration = Duration::from_secs(60);
 /// How often expired leases are swept.
 const EXPIRE_EVERY: Duration = Duration::from_secs(10);
 
@@ -70,6 +75,11 @@ pub struct Stats {
     pub malformed: AtomicU64,
     pub pool_exhausted: AtomicU64,
     pub lease_errors: AtomicU64,
+    /// DHCPDECLINEs refused: for an address not given to the MAC, past the
+    /// MAC's quarantine limit, past the pool's.
+    pub declines_not_given: AtomicU64,
+    pub declines_mac_limit: AtomicU64,
+    pub declines_pool_limit: AtomicU64,
     pub send_errors: AtomicU64,
     /// Requests whose handling panicked (contained, request dropped).
     pub panics: AtomicU64,
@@ -106,6 +116,7 @@ pub fn serve(
         limiter: Limiter::new(limits.per_mac, limits.unknown, limits.tracked_macs),
         started: Instant::now(),
         last_expire: Instant::now(),
+        decline_warned: None,
         shared,
     };
     let mut buf = vec![[0u8; 1500]; BATCH];
@@ -124,6 +135,8 @@ struct SlowPath<'a> {
     limiter: Limiter,
     started: Instant,
     last_expire: Instant,
+    /// When a decline refused for a quarantine limit was last logged.
+    decline_warned: Option<Instant>,
     shared: Arc<Shared>,
 }
 
@@ -251,17 +264,53 @@ impl SlowPath<'_> {
                     self.lease_error(&e);
                 }
             }
-            Answer::Decline { ip } => {
-                match self.leases().decline(req.chaddr.0, ip, now, QUARANTINE) {
-                    Ok(true) => {
-                        warn!(mac = %req.chaddr, %ip, "address declined by its client: quarantined")
-                    }
-                    Ok(false) => {}
-                    Err(e) => self.lease_error(&e),
-                }
-            }
+            Answer::Decline { ip } => self.decline(inv, &req, ip, now),
         }
         None
+    }
+
+    /// A pool client's DHCPDECLINE: quarantines the address within the
+    /// lease store's limits, and counts the declines those limits refuse.
+    fn decline(&mut self, inv: &Inventory, req: &Request, ip: Ipv4Addr, now: u64) {
+        let outcome = match pool_containing(inv, ip) {
+            Some(pool) => self
+                .leases()
+                .decline(req.chaddr.0, &pool, ip, now, &QUARANTINE),
+            None => Ok(DeclineOutcome::NotGiven),
+        };
+        let stats = &self.shared.stats;
+        match outcome {
+            Ok(DeclineOutcome::Quarantined) => {
+                warn!(mac = %req.chaddr, %ip, "address declined by its client: quarantined")
+            }
+            Ok(DeclineOutcome::NotGiven) => {
+                bump(&stats.declines_not_given);
+                debug!(mac = %req.chaddr, %ip, "decline of an address not given to this MAC ignored");
+            }
+            Ok(limited @ (DeclineOutcome::MacLimit | DeclineOutcome::PoolLimit)) => {
+                let (counter, what) = if limited == DeclineOutcome::MacLimit {
+                    (&stats.declines_mac_limit, "this MAC has")
+                } else {
+                    (&stats.declines_pool_limit, "the pool has")
+                };
+                bump(counter);
+                // Declines past a limit come in floods: one line a minute.
+                if self
+                    .decline_warned
+                    .is_none_or(|at| at.elapsed() >= DECLINE_WARN_EVERY)
+                {
+                    self.decline_warned = Some(Instant::now());
+                    warn!(
+                        mac = %req.chaddr,
+                        %ip,
+                        "decline ignored: {what} as many addresses in quarantine as allowed \
+                         (counted in {})",
+                        crate::metrics::SLOW_DECLINES_REFUSED
+                    );
+                }
+            }
+            Err(e) => self.lease_error(&e),
+        }
     }
 
     fn offer(&mut self, inv: &Inventory, req: &Request, ask: &PoolAsk, pool: &Pool, now: u64) {
@@ -437,6 +486,25 @@ fn pool_of(inv: &Inventory, ask: &PoolAsk) -> Pool {
         end: range.end,
         lease_time: inv.discovery.lease_time_in(subnet),
     }
+}
+
+/// The lease pool whose range holds `ip`, if any subnet's does.
+fn pool_containing(inv: &Inventory, ip: Ipv4Addr) -> Option<Pool> {
+    inv.subnets
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.pool.is_some_and(|r| (r.start..=r.end).contains(&ip)))
+        .map(|(subnet, _)| {
+            pool_of(
+                inv,
+                &PoolAsk {
+                    subnet,
+                    kind: ReplyKind::Ack,
+                    wanted: None,
+                },
+            )
+        })
+        .next()
 }
 
 fn sighting(req: &Request) -> Sighting {
