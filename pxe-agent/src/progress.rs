@@ -88,6 +88,10 @@ pub struct HostProgress {
     pub artifact: Option<Step>,
     pub artifacts_fetched: u64,
     pub booted: Option<Step>,
+    /// The last DHCPDECLINE of its reserved address: another machine holds
+    /// it. Not a boot stage.
+    #[serde(default)]
+    pub declined: Option<Step>,
 }
 
 impl HostProgress {
@@ -254,6 +258,10 @@ impl Progress {
         self.with(mac, |p| p.booted = Some(Step { at_ms, detail }));
     }
 
+    pub fn declined(&self, mac: MacAddr, at_ms: u64, detail: String) {
+        self.with(mac, |p| p.declined = Some(Step { at_ms, detail }));
+    }
+
     pub fn get(&self, mac: MacAddr) -> Option<HostProgress> {
         self.lock().hosts.get(&mac).map(|e| e.progress.clone())
     }
@@ -311,7 +319,9 @@ mod tests {
     #[test]
     fn random_macs_stay_within_the_bound_and_inventory_hosts_survive() {
         let p = Progress::default();
-        let hosts: Vec<MacAddr> = (0..100u8).map(|i| MacAddr([0x52, 0x54, 0, 0, 1, i])).collect();
+        let hosts: Vec<MacAddr> = (0..100u8)
+            .map(|i| MacAddr([0x52, 0x54, 0, 0, 1, i]))
+            .collect();
         p.set_inventory(hosts.iter().copied());
         for (i, &h) in hosts.iter().enumerate() {
             p.booted(h, i as u64, "ok".into());

@@ -205,9 +205,15 @@ mod tests {
                 }
             }
         }
-        assert!(refused.is_empty(), "other unknown MACs refused: {refused:?}");
+        assert!(
+            refused.is_empty(),
+            "other unknown MACs refused: {refused:?}"
+        );
         // Its burst plus its rate over the five seconds, no more.
-        assert!(hot_admitted <= 20 + 50 + 1, "hot MAC admitted {hot_admitted}");
+        assert!(
+            hot_admitted <= 20 + 50 + 1,
+            "hot MAC admitted {hot_admitted}"
+        );
     }
 
     #[test]

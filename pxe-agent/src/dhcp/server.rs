@@ -80,6 +80,8 @@ pub struct Stats {
     pub declines_not_given: AtomicU64,
     pub declines_mac_limit: AtomicU64,
     pub declines_pool_limit: AtomicU64,
+    /// DHCPDECLINEs of reserved addresses by their own hosts.
+    pub reservation_declines: AtomicU64,
     pub send_errors: AtomicU64,
     /// Requests whose handling panicked (contained, request dropped).
     pub panics: AtomicU64,
@@ -265,6 +267,7 @@ impl SlowPath<'_> {
                 }
             }
             Answer::Decline { ip } => self.decline(inv, &req, ip, now),
+            Answer::ReservationDeclined { ip } => self.reservation_declined(inv, &req, ip),
         }
         None
     }
@@ -311,6 +314,26 @@ impl SlowPath<'_> {
             }
             Err(e) => self.lease_error(&e),
         }
+    }
+
+    /// A reserved host declined its address: another machine on the link
+    /// holds it, and only an operator can settle that. Nothing is
+    /// quarantined (the address is the host's alone); the conflict is
+    /// logged, counted and shown in the host's progress.
+    fn reservation_declined(&self, inv: &Inventory, req: &Request, ip: Ipv4Addr) {
+        let host = inv
+            .host_by_mac(req.chaddr)
+            .map_or_else(|| req.chaddr.to_string(), |h| h.label());
+        warn!(
+            %host,
+            mac = %req.chaddr,
+            %ip,
+            "host {host} declined its reserved address {ip}: another machine on the link uses it"
+        );
+        bump(&self.shared.stats.reservation_declines);
+        self.shared
+            .progress
+            .declined(req.chaddr, progress::now_ms(), ip.to_string());
     }
 
     fn offer(&mut self, inv: &Inventory, req: &Request, ask: &PoolAsk, pool: &Pool, now: u64) {

@@ -338,7 +338,9 @@ fn expire_drops_ended_bindings_and_quarantines() {
     let a = bind(&mut store, mac(1), &short, T0);
     let b = bind(&mut store, mac(2), &short, T0);
     assert_eq!(
-        store.decline(mac(2), &short, b, T0 + 10, &quarantine(30)).unwrap(),
+        store
+            .decline(mac(2), &short, b, T0 + 10, &quarantine(30))
+            .unwrap(),
         DeclineOutcome::Quarantined
     );
     let c = bind(&mut store, mac(3), &short, T0 + 100);
@@ -390,11 +392,15 @@ fn decline_quarantines_and_is_listed() {
     let a = bind(&mut store, mac(1), &pool, T0);
     // Only the MAC the address was given to can decline it.
     assert_eq!(
-        store.decline(mac(2), &pool, a, T0, &quarantine(600)).unwrap(),
+        store
+            .decline(mac(2), &pool, a, T0, &quarantine(600))
+            .unwrap(),
         DeclineOutcome::NotGiven
     );
     assert_eq!(
-        store.decline(mac(1), &pool, a, T0 + 5, &quarantine(600)).unwrap(),
+        store
+            .decline(mac(1), &pool, a, T0 + 5, &quarantine(600))
+            .unwrap(),
         DeclineOutcome::Quarantined
     );
 
@@ -427,7 +433,9 @@ fn offered_address_can_be_declined() {
     let mut store = open(&dir);
     let a = store.offer(mac(1), &POOL, None, T0).unwrap().unwrap();
     assert_eq!(
-        store.decline(mac(1), &POOL, a, T0, &quarantine(600)).unwrap(),
+        store
+            .decline(mac(1), &POOL, a, T0, &quarantine(600))
+            .unwrap(),
         DeclineOutcome::Quarantined
     );
     assert_ne!(store.offer(mac(1), &POOL, None, T0).unwrap(), Some(a));
@@ -533,7 +541,10 @@ fn spoofed_declines_quarantine_at_most_a_tenth_of_the_pool() {
         .map(|n| bind(&mut store, mac(n), &POOL, after_offers))
         .collect();
     assert_eq!(bound.len(), 191 - cap);
-    assert_eq!(store.offer(mac(250), &POOL, None, after_offers).unwrap(), None);
+    assert_eq!(
+        store.offer(mac(250), &POOL, None, after_offers).unwrap(),
+        None
+    );
     // The quarantine ends and the sweep drops it; the addresses are free.
     let ended = T0 + Quarantine::DEFAULT.secs;
     assert_eq!(store.expire(ended - 1).unwrap(), 0);
