@@ -290,14 +290,14 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 })
             };
             println!(
-                "{:<17}  {:<15}  {:<12}  {:<9}  {:<28}  {:<28}  booted",
-                "MAC", "IP", "HOSTNAME", "STAGE", "LAST DHCP", "LAST TFTP/SCRIPT"
+                "{:<17}  {:<15}  {:<12}  {:<9}  {:<28}  {:<28}  {:<28}  declined",
+                "MAC", "IP", "HOSTNAME", "STAGE", "LAST DHCP", "LAST TFTP/SCRIPT", "BOOTED"
             );
             for h in list {
                 let p = &h.progress;
                 let middle = p.script.as_ref().or(p.tftp.as_ref()).cloned();
                 println!(
-                    "{:<17}  {:<15}  {:<12}  {:<9}  {:<28}  {:<28}  {}",
+                    "{:<17}  {:<15}  {:<12}  {:<9}  {:<28}  {:<28}  {:<28}  {}",
                     h.mac,
                     h.ip,
                     terminal::escape(h.hostname.as_deref().unwrap_or_default()),
@@ -306,6 +306,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     step(&p.dhcp),
                     step(&middle),
                     step(&p.booted),
+                    step(&p.declined),
                 );
             }
             Ok(ExitCode::SUCCESS)

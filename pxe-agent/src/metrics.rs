@@ -20,6 +20,8 @@ pub const SLOW_REPLIES: &str = "pxe_slow_replies_total";
 pub const SLOW_IGNORED: &str = "pxe_slow_ignored_total";
 pub const SLOW_LIMITED: &str = "pxe_slow_ratelimited_total";
 pub const SLOW_ERRORS: &str = "pxe_slow_errors_total";
+pub const SLOW_DECLINES_REFUSED: &str = "pxe_slow_declines_refused_total";
+pub const RESERVATION_DECLINES: &str = "pxe_reservation_declines_total";
 pub const SLOW_RX: &str = "pxe_slow_requests_total";
 pub const SLOW_RESTARTS: &str = "pxe_slow_path_restarts_total";
 pub const READY: &str = "pxe_ready";
@@ -137,6 +139,28 @@ pub fn render(p: &Page) -> String {
     ] {
         o.sample(SLOW_ERRORS, &format!("kind=\"{kind}\""), load(c));
     }
+    o.head(
+        SLOW_DECLINES_REFUSED,
+        "counter",
+        "DHCPDECLINEs of pool addresses not acted on, by reason: the address was not given to that MAC, or quarantining it would pass the MAC's or the pool's limit.",
+    );
+    for (reason, c) in [
+        ("not_given", &p.slow.declines_not_given),
+        ("mac_limit", &p.slow.declines_mac_limit),
+        ("pool_limit", &p.slow.declines_pool_limit),
+    ] {
+        o.sample(
+            SLOW_DECLINES_REFUSED,
+            &format!("reason=\"{reason}\""),
+            load(c),
+        );
+    }
+    o.head(
+        RESERVATION_DECLINES,
+        "counter",
+        "DHCPDECLINEs of a reserved address by its own host: another machine uses it (`pxe-agent hosts` names the host).",
+    );
+    o.sample(RESERVATION_DECLINES, "", load(&p.slow.reservation_declines));
     o.head(
         SLOW_RESTARTS,
         "counter",

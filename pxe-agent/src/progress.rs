@@ -1,9 +1,14 @@
 //! Boot progress per host: the last DHCP answer, TFTP transfer, iPXE script
 //! fetch, artifact fetches and the phone-home from the booted system, so
 //! `pxe-agent hosts` can say where each machine is in the boot chain.
+//!
+//! Bounded: inventory hosts are always kept (the inventory bounds them),
+//! and MACs the inventory does not list (every slow-path answer, NAKs to
+//! random MACs included, records one) hold at most [`DEFAULT_CAPACITY`]
+//! entries, the least recently updated making room for a new one.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap, HashSet},
     sync::{Mutex, PoisonError},
     time::{SystemTime, UNIX_EPOCH},
 };
@@ -83,6 +88,10 @@ pub struct HostProgress {
     pub artifact: Option<Step>,
     pub artifacts_fetched: u64,
     pub booted: Option<Step>,
+    /// The last DHCPDECLINE of its reserved address: another machine holds
+    /// it. Not a boot stage.
+    #[serde(default)]
+    pub declined: Option<Step>,
 }
 
 impl HostProgress {
@@ -106,19 +115,124 @@ impl HostProgress {
     }
 }
 
-#[derive(Default)]
+/// How many MACs outside the inventory are tracked, as many as the storm
+/// guard and the discovered registry track.
+pub const DEFAULT_CAPACITY: usize = 65_536;
+
 pub struct Progress {
-    hosts: Mutex<HashMap<MacAddr, HostProgress>>,
+    inner: Mutex<Tracked>,
+}
+
+impl Default for Progress {
+    fn default() -> Progress {
+        Progress::new(DEFAULT_CAPACITY)
+    }
+}
+
+struct Entry {
+    progress: HostProgress,
+    /// Key of this entry in `Tracked::order`.
+    touched: u64,
+}
+
+struct Tracked {
+    hosts: HashMap<MacAddr, Entry>,
+    /// The MACs outside the inventory, least recently updated first.
+    order: BTreeMap<u64, MacAddr>,
+    inventory: HashSet<MacAddr>,
+    capacity: usize,
+    tick: u64,
+}
+
+impl Tracked {
+    fn update(&mut self, mac: MacAddr, f: impl FnOnce(&mut HostProgress)) {
+        self.tick += 1;
+        let tick = self.tick;
+        let listed = self.inventory.contains(&mac);
+        if let Some(entry) = self.hosts.get_mut(&mac) {
+            if !listed {
+                self.order.remove(&entry.touched);
+                self.order.insert(tick, mac);
+            }
+            entry.touched = tick;
+            return f(&mut entry.progress);
+        }
+        if !listed {
+            if self.capacity == 0 {
+                return;
+            }
+            if self.order.len() >= self.capacity
+                && let Some((_, oldest)) = self.order.pop_first()
+            {
+                self.hosts.remove(&oldest);
+            }
+            self.order.insert(tick, mac);
+        }
+        let mut progress = HostProgress {
+            mac: mac.to_string(),
+            ..Default::default()
+        };
+        f(&mut progress);
+        self.hosts.insert(
+            mac,
+            Entry {
+                progress,
+                touched: tick,
+            },
+        );
+    }
+
+    fn set_inventory(&mut self, inventory: HashSet<MacAddr>) {
+        self.inventory = inventory;
+        self.order.clear();
+        for (mac, entry) in &self.hosts {
+            if !self.inventory.contains(mac) {
+                self.order.insert(entry.touched, *mac);
+            }
+        }
+        while self.order.len() > self.capacity {
+            if let Some((_, oldest)) = self.order.pop_first() {
+                self.hosts.remove(&oldest);
+            }
+        }
+    }
 }
 
 impl Progress {
+    /// Tracks inventory hosts and at most `capacity` other MACs.
+    pub fn new(capacity: usize) -> Progress {
+        Progress {
+            inner: Mutex::new(Tracked {
+                hosts: HashMap::new(),
+                order: BTreeMap::new(),
+                inventory: HashSet::new(),
+                capacity,
+                tick: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tracked> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn with(&self, mac: MacAddr, f: impl FnOnce(&mut HostProgress)) {
-        let mut hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = hosts.entry(mac).or_insert_with(|| HostProgress {
-            mac: mac.to_string(),
-            ..Default::default()
-        });
-        f(entry);
+        self.lock().update(mac, f);
+    }
+
+    /// The MACs of the serving inventory, whose progress is never evicted;
+    /// MACs it no longer lists count against the capacity again.
+    pub fn set_inventory(&self, macs: impl IntoIterator<Item = MacAddr>) {
+        self.lock().set_inventory(macs.into_iter().collect());
+    }
+
+    /// How many MACs have progress recorded.
+    pub fn len(&self) -> usize {
+        self.lock().hosts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     pub fn dhcp(&self, mac: MacAddr, at_ms: u64, detail: String) {
@@ -144,22 +258,21 @@ impl Progress {
         self.with(mac, |p| p.booted = Some(Step { at_ms, detail }));
     }
 
+    pub fn declined(&self, mac: MacAddr, at_ms: u64, detail: String) {
+        self.with(mac, |p| p.declined = Some(Step { at_ms, detail }));
+    }
+
     pub fn get(&self, mac: MacAddr) -> Option<HostProgress> {
-        self.hosts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&mac)
-            .cloned()
+        self.lock().hosts.get(&mac).map(|e| e.progress.clone())
     }
 
     /// Hosts with any progress, by MAC.
     pub fn list(&self) -> Vec<HostProgress> {
         let mut all: Vec<HostProgress> = self
-            .hosts
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .hosts
             .values()
-            .cloned()
+            .map(|e| e.progress.clone())
             .collect();
         all.sort_by(|a, b| a.mac.cmp(&b.mac));
         all
@@ -201,5 +314,64 @@ mod tests {
         assert!(sent.abs_diff(now - 150) < 20, "sent {sent}, now {now}");
         p.dhcp(MAC, sent, "ack".into());
         assert_eq!(p.get(MAC).and_then(|h| h.stage()), Some(Stage::Booted));
+    }
+
+    #[test]
+    fn random_macs_stay_within_the_bound_and_inventory_hosts_survive() {
+        let p = Progress::default();
+        let hosts: Vec<MacAddr> = (0..100u8)
+            .map(|i| MacAddr([0x52, 0x54, 0, 0, 1, i]))
+            .collect();
+        p.set_inventory(hosts.iter().copied());
+        for (i, &h) in hosts.iter().enumerate() {
+            p.booted(h, i as u64, "ok".into());
+        }
+        // A pseudo-random walk over MACs: NAKs to 200,000 clients that never
+        // come back.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for n in 0..200_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let b = x.to_be_bytes();
+            let mac = MacAddr([0x02, b[1], b[2], b[3], b[4], b[5]]);
+            p.dhcp(mac, 1_000 + n, "nak 0.0.0.0 (slow path)".into());
+        }
+        assert!(
+            p.len() <= DEFAULT_CAPACITY + hosts.len(),
+            "{} entries tracked",
+            p.len()
+        );
+        for (i, &h) in hosts.iter().enumerate() {
+            let got = p.get(h).and_then(|h| h.booted).map(|s| s.at_ms);
+            assert_eq!(got, Some(i as u64), "progress of inventory host {h} lost");
+        }
+    }
+
+    #[test]
+    fn the_least_recently_updated_unknown_mac_is_evicted() {
+        let p = Progress::new(2);
+        let (a, b, c) = (
+            MacAddr([2, 0, 0, 0, 1, 1]),
+            MacAddr([2, 0, 0, 0, 1, 2]),
+            MacAddr([2, 0, 0, 0, 1, 3]),
+        );
+        p.dhcp(a, 1, "offer".into());
+        p.dhcp(b, 2, "offer".into());
+        // a is updated again, so b is the one to go.
+        p.tftp(a, 3, "undionly.kpxe".into());
+        p.dhcp(c, 4, "offer".into());
+        assert_eq!((p.get(a).is_some(), p.get(b).is_some()), (true, false));
+        assert!(p.get(c).is_some());
+        // A host added to the inventory is kept; one removed from it counts
+        // against the bound again.
+        p.set_inventory([b, c]);
+        p.dhcp(b, 5, "offer".into());
+        p.set_inventory([b]);
+        assert_eq!(p.len(), 3);
+        p.dhcp(MacAddr([2, 0, 0, 0, 1, 4]), 6, "offer".into());
+        p.dhcp(MacAddr([2, 0, 0, 0, 1, 5]), 7, "offer".into());
+        assert_eq!(p.len(), 3, "b plus two others");
+        assert!(p.get(b).is_some());
     }
 }

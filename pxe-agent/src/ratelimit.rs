@@ -71,11 +71,13 @@ impl Limiter {
         }
     }
 
-    /// Takes a token for a request from `mac` at `now` (seconds).
+    /// Takes a token for a request from `mac` at `now` (seconds). The MAC's
+    /// own bucket is charged first: a request it refuses costs the shared
+    /// unknown bucket nothing, so one unknown MAC sending far above its rate
+    /// spends at most its own rate of the shared budget and cannot starve
+    /// the other unknown machines. A request the shared bucket refuses gets
+    /// its MAC's token back.
     pub fn admit(&mut self, mac: MacAddr, known: bool, now: f64) -> Result<(), Limited> {
-        if !known && !self.unknown_bucket.take(self.unknown, now) {
-            return Err(Limited::Unknown);
-        }
         if !self.buckets.contains_key(&mac) && self.buckets.len() >= self.capacity {
             self.evict_idle(now);
             if self.buckets.len() >= self.capacity {
@@ -87,11 +89,14 @@ impl Limiter {
             .buckets
             .entry(mac)
             .or_insert_with(|| Bucket::full(rate, now));
-        if bucket.take(rate, now) {
-            Ok(())
-        } else {
-            Err(Limited::Mac)
+        if !bucket.take(rate, now) {
+            return Err(Limited::Mac);
         }
+        if !known && !self.unknown_bucket.take(self.unknown, now) {
+            bucket.tokens += 1.0;
+            return Err(Limited::Unknown);
+        }
+        Ok(())
     }
 
     /// Forgets buckets that have refilled completely: they hold no state.
@@ -164,6 +169,71 @@ mod tests {
             .count();
         assert_eq!(admitted, 5);
         assert_eq!(l.admit(MAC, true, 0.0), Ok(()));
+    }
+
+    #[test]
+    fn one_hot_unknown_mac_does_not_starve_other_unknown_macs() {
+        // The agent's defaults: 10/s (burst 20) per MAC, 2,000/s for all
+        // unknown MACs together; a shared budget below the hot MAC's rate
+        // shows it is not the shared bucket that sheds the hot MAC.
+        let mut l = Limiter::new(
+            Rate {
+                per_sec: 10.0,
+                burst: 20.0,
+            },
+            Rate {
+                per_sec: 200.0,
+                burst: 200.0,
+            },
+            1000,
+        );
+        let hot = MacAddr([2, 0, 0, 0, 9, 9]);
+        let others: Vec<MacAddr> = (0..50u8).map(|i| MacAddr([2, 0, 0, 0, 4, i])).collect();
+        let (mut hot_admitted, mut refused) = (0, Vec::new());
+        // Five seconds in steps of 0.5 ms: the hot MAC sends at each step
+        // (2,000/s); every 10 ms the next of the others sends, so each sends
+        // twice a second, as a firmware retrying its DISCOVER does.
+        for step in 0..10_000u32 {
+            let now = f64::from(step) * 0.0005;
+            if l.admit(hot, false, now).is_ok() {
+                hot_admitted += 1;
+            }
+            if step % 20 == 0 {
+                let mac = others[(step / 20) as usize % others.len()];
+                if let Err(why) = l.admit(mac, false, now) {
+                    refused.push((now, mac, why));
+                }
+            }
+        }
+        assert!(
+            refused.is_empty(),
+            "other unknown MACs refused: {refused:?}"
+        );
+        // Its burst plus its rate over the five seconds, no more.
+        assert!(
+            hot_admitted <= 20 + 50 + 1,
+            "hot MAC admitted {hot_admitted}"
+        );
+    }
+
+    #[test]
+    fn a_request_the_shared_bucket_refuses_keeps_its_mac_token() {
+        let mut l = Limiter::new(
+            Rate {
+                per_sec: 1.0,
+                burst: 1.0,
+            },
+            Rate {
+                per_sec: 1.0,
+                burst: 1.0,
+            },
+            10,
+        );
+        assert_eq!(l.admit(MacAddr([2, 0, 0, 0, 5, 1]), false, 0.0), Ok(()));
+        let mac = MacAddr([2, 0, 0, 0, 5, 2]);
+        assert_eq!(l.admit(mac, false, 0.0), Err(Limited::Unknown));
+        // Known, it has the token the shared refusal did not spend.
+        assert_eq!(l.admit(mac, true, 0.0), Ok(()));
     }
 
     #[test]

@@ -335,3 +335,80 @@ fn unknown_mac_flood_is_shed_while_known_host_gets_every_xdp_answer() {
         "agent RSS grew by {grown} KiB during the flood ({rss_before} -> {rss_after} KiB)"
     );
 }
+
+/// DISCOVERs from one unknown MAC at about `per_sec`, until `stop`;
+/// returns how many went out.
+fn flood_from_one_mac(sock: &RawSocket, per_sec: u32, stop: &AtomicBool) -> u64 {
+    let mut req = Req::discover([0x02, 0xf1, 0xee, 0, 0, 1]).pxe(0);
+    req.broadcast = true;
+    let frame = req.frame();
+    let (start, mut sent) = (Instant::now(), 0u64);
+    while !stop.load(Ordering::Relaxed) {
+        let due = (start.elapsed().as_secs_f64() * f64::from(per_sec)) as u64;
+        while sent < due {
+            match sock.send(&frame) {
+                Ok(()) => sent += 1,
+                Err(e) if is_congestion(&e) => break,
+                Err(e) => panic!("flood send failed: {e}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    sent
+}
+
+#[test]
+fn one_unknown_mac_flooding_does_not_starve_another_unknown_mac() {
+    // The shared budget of unknown MACs well below the flood: shedding the
+    // flood must be the flooding MAC's own bucket's work.
+    const FLOOD_RATE: u32 = 5_000;
+    let served = Served::start_with("pxhot", INVENTORY, &["--rate-unknown", "200"]);
+    served.set_client_mac("52:54:00:aa:bb:02");
+    let before = served.stats();
+    let iface = served.lab.client_if().to_string();
+    let sock = in_netns(served.lab.client_ns(), move || RawSocket::send_only(&iface))
+        .expect("enter client namespace")
+        .expect("flood socket");
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooder = {
+        let stop = stop.clone();
+        std::thread::spawn(move || flood_from_one_mac(&sock, FLOOD_RATE, &stop))
+    };
+    // Let the flood run past the shared bucket's burst first.
+    std::thread::sleep(Duration::from_secs(2));
+    let asked = Instant::now();
+    let lease = served.udhcpc(&["-V", "PXEClient", "-x", "0x5d:0000"]);
+    let took = asked.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let sent = flooder.join().expect("flood thread");
+    let stats = served.stats();
+    let delta =
+        |name: &str| stats.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    println!(
+        "flood: {sent} DISCOVERs from one MAC; shed by its bucket {}, by the shared one {}",
+        delta("pxe_slow_ratelimited_total{scope=\"mac\"}"),
+        delta("pxe_slow_ratelimited_total{scope=\"unknown\"}"),
+    );
+    assert!(
+        sent > u64::from(FLOOD_RATE),
+        "the flood was too slow: {sent} DISCOVERs"
+    );
+    let ip: Ipv4Addr = lease["ip"].parse().expect("udhcpc reports an address");
+    assert!(
+        (Ipv4Addr::new(10, 66, 100, 1)..=Ipv4Addr::new(10, 66, 199, 254)).contains(&ip),
+        "the second unknown MAC got no pool lease: {lease:?}"
+    );
+    // Every flood request its own bucket refused left the shared budget
+    // alone: the shared bucket refused nothing, and the first DISCOVER (the
+    // client retries each second) was answered.
+    assert!(delta("pxe_slow_ratelimited_total{scope=\"mac\"}") > 0);
+    assert_eq!(
+        delta("pxe_slow_ratelimited_total{scope=\"unknown\"}"),
+        0,
+        "the flooding MAC spent the budget unknown MACs share"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "the second unknown MAC waited {took:?} for its lease"
+    );
+}

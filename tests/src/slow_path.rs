@@ -106,3 +106,65 @@ fn unknown_mac_gets_pool_lease_and_is_listed_for_adoption() {
         "{leases}"
     );
 }
+
+#[test]
+fn reserved_host_declining_its_address_is_logged_counted_and_listed() {
+    use crate::{
+        frame::{Req, SERVER_IP},
+        raw::{RawSocket, in_netns},
+    };
+    use dhcproto::v4::MessageType;
+    use std::time::{Duration, Instant};
+
+    let served = Served::start("pxdecl", INVENTORY);
+    let reserved = std::net::Ipv4Addr::new(10, 66, 1, 10);
+    // RFC 2131 4.4.1: DECLINE carries the address (option 50) and the
+    // server identifier, broadcast from 0.0.0.0.
+    let mut decline = Req::discover([0x52, 0x54, 0, 0x12, 0x34, 0x56]);
+    decline.msg_type = MessageType::Decline;
+    decline.requested_ip = Some(reserved);
+    decline.server_id = Some(SERVER_IP);
+    decline.xid = 0xdec1_0001;
+    let iface = served.lab.client_if().to_string();
+    let sock = in_netns(served.lab.client_ns(), move || RawSocket::send_only(&iface))
+        .expect("enter client namespace")
+        .expect("client socket");
+    sock.send(&decline.frame()).expect("send DECLINE");
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while slow(&served, "pxe_reservation_declines_total") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the DECLINE was not counted; agent log:\n{}",
+            served.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(slow(&served, "pxe_reservation_declines_total"), 1);
+    assert_eq!(served.stats()["pxe_leases{state=\"declined\"}"], 0);
+    let log = served.log();
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains("node-1 (52:54:00:12:34:56)")
+            && l.contains("declined its reserved address 10.66.1.10")),
+        "no warning naming the host:\n{log}"
+    );
+    let table = served.cli(&["hosts"]);
+    assert!(
+        table
+            .lines()
+            .next()
+            .is_some_and(|h| h.ends_with("declined")),
+        "{table}"
+    );
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("52:54:00:12:34:56"))
+        .unwrap_or_else(|| panic!("host not listed:\n{table}"));
+    // The last column: when, then the address declined.
+    let words: Vec<&str> = row.split_whitespace().collect();
+    assert!(
+        matches!(words[..], [.., "now" | "ago", "10.66.1.10"]),
+        "the decline is not shown: {row}"
+    );
+}

@@ -113,6 +113,8 @@ pub fn fast_path(req: &Request, inv: &Inventory, server: &Server) -> Decision {
         Answer::Pool(_) | Answer::Release { .. } | Answer::Decline { .. } => {
             Decision::Pass(Counter::PassUnknownHost)
         }
+        // Not reached: only DISCOVERs and REQUESTs get this far.
+        Answer::ReservationDeclined { .. } => Decision::Pass(Counter::PassMessageType),
     }
 }
 
@@ -355,6 +357,12 @@ pub enum Answer {
     Decline {
         ip: Ipv4Addr,
     },
+    /// A reserved host declined its reserved address `ip` (RFC 2131 4.3.3):
+    /// it found another machine using it. Nothing to answer or lease; the
+    /// caller records the conflict for the operator.
+    ReservationDeclined {
+        ip: Ipv4Addr,
+    },
 }
 
 /// What the lease store must settle before a pool client is answered.
@@ -388,10 +396,15 @@ pub fn decide(req: &Request, inv: &Inventory, server: &Server) -> Answer {
         MessageType::Discover => ReplyKind::Offer,
         MessageType::Request => ReplyKind::Ack,
         MessageType::Release if host.is_none() => return Answer::Release { ip: req.ciaddr },
-        MessageType::Decline if host.is_none() => match req.requested_ip {
-            Some(ip) => return Answer::Decline { ip },
-            None => return Answer::Ignore(Counter::PassMalformed),
-        },
+        MessageType::Decline => {
+            return match (host, req.requested_ip) {
+                (_, None) => Answer::Ignore(Counter::PassMalformed),
+                (None, Some(ip)) => Answer::Decline { ip },
+                (Some(h), Some(ip)) if ip == h.ip => Answer::ReservationDeclined { ip },
+                // Not an address we gave it: nothing of ours is in conflict.
+                (Some(_), Some(_)) => Answer::Ignore(Counter::PassRequestMismatch),
+            };
+        }
         MessageType::Inform => return inform(req, inv, server),
         _ => return Answer::Ignore(Counter::PassMessageType),
     };
@@ -868,7 +881,9 @@ hosts:
             },
             Answer::Ignore(c) => Slow::Ignore(c),
             Answer::Release { ip } => Slow::Release(ip),
-            Answer::Decline { .. } => panic!("unexpected decline"),
+            Answer::Decline { .. } | Answer::ReservationDeclined { .. } => {
+                panic!("unexpected decline")
+            }
         }
     }
 
@@ -1193,6 +1208,47 @@ hosts:
                 OptionCode::RelayAgentInformation,
                 info
             )))
+        );
+    }
+
+    #[test]
+    fn a_reserved_host_declining_its_address_is_a_reservation_conflict() {
+        let inv = inv();
+        let decline = |mac, ip| Request {
+            msg_type: Some(MessageType::Decline),
+            requested_ip: ip,
+            server_id: Some(SERVER.ip),
+            ..discover(mac)
+        };
+        let cases = [
+            (
+                "its reserved address",
+                decline(WORKER, Some(RESERVED)),
+                Answer::ReservationDeclined { ip: RESERVED },
+            ),
+            (
+                "an address not its own",
+                decline(WORKER, Some(Ipv4Addr::new(10, 66, 7, 7))),
+                Answer::Ignore(Counter::PassRequestMismatch),
+            ),
+            (
+                "no address",
+                decline(WORKER, None),
+                Answer::Ignore(Counter::PassMalformed),
+            ),
+            (
+                "an unknown MAC declines a pool address",
+                decline(MacAddr([9; 6]), Some(RESERVED)),
+                Answer::Decline { ip: RESERVED },
+            ),
+        ];
+        for (name, req, want) in cases {
+            assert_eq!(decide(&req, &inv, &SERVER), want, "{name}");
+        }
+        // The kernel passes every DECLINE up, so the slow path sees it.
+        assert_eq!(
+            fast_path(&decline(WORKER, Some(RESERVED)), &inv, &SERVER),
+            Decision::Pass(Counter::PassMessageType)
         );
     }
 }

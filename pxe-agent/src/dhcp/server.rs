@@ -28,7 +28,10 @@ use crate::{
     discovered::{Registry, Sighting},
     health::Health,
     inventory::{Inventory, MacAddr},
-    lease::{LeaseRequest, LeaseState, LeaseStore, NakReason, Pool, RequestOutcome},
+    lease::{
+        DeclineOutcome, LeaseRequest, LeaseState, LeaseStore, NakReason, Pool, Quarantine,
+        RequestOutcome,
+    },
     progress::{self, Progress},
     ratelimit::{Limited, Limiter, Rate},
     rawsock::RawSocket,
@@ -37,8 +40,10 @@ use crate::{
 
 /// Requests read before their pool leases are committed together.
 const BATCH: usize = 64;
-/// How long a declined address is kept from every client, in seconds.
-const QUARANTINE: u64 = 600;
+/// What a DHCPDECLINE may quarantine, and for how long.
+const QUARANTINE: Quarantine = Quarantine::DEFAULT;
+/// How often a decline refused for a quarantine limit is logged.
+const DECLINE_WARN_EVERY: Duration = Duration::from_secs(60);
 /// How often expired leases are swept.
 const EXPIRE_EVERY: Duration = Duration::from_secs(10);
 
@@ -70,6 +75,13 @@ pub struct Stats {
     pub malformed: AtomicU64,
     pub pool_exhausted: AtomicU64,
     pub lease_errors: AtomicU64,
+    /// DHCPDECLINEs refused: for an address not given to the MAC, past the
+    /// MAC's quarantine limit, past the pool's.
+    pub declines_not_given: AtomicU64,
+    pub declines_mac_limit: AtomicU64,
+    pub declines_pool_limit: AtomicU64,
+    /// DHCPDECLINEs of reserved addresses by their own hosts.
+    pub reservation_declines: AtomicU64,
     pub send_errors: AtomicU64,
     /// Requests whose handling panicked (contained, request dropped).
     pub panics: AtomicU64,
@@ -106,6 +118,7 @@ pub fn serve(
         limiter: Limiter::new(limits.per_mac, limits.unknown, limits.tracked_macs),
         started: Instant::now(),
         last_expire: Instant::now(),
+        decline_warned: None,
         shared,
     };
     let mut buf = vec![[0u8; 1500]; BATCH];
@@ -124,6 +137,8 @@ struct SlowPath<'a> {
     limiter: Limiter,
     started: Instant,
     last_expire: Instant,
+    /// When a decline refused for a quarantine limit was last logged.
+    decline_warned: Option<Instant>,
     shared: Arc<Shared>,
 }
 
@@ -251,17 +266,74 @@ impl SlowPath<'_> {
                     self.lease_error(&e);
                 }
             }
-            Answer::Decline { ip } => {
-                match self.leases().decline(req.chaddr.0, ip, now, QUARANTINE) {
-                    Ok(true) => {
-                        warn!(mac = %req.chaddr, %ip, "address declined by its client: quarantined")
-                    }
-                    Ok(false) => {}
-                    Err(e) => self.lease_error(&e),
-                }
-            }
+            Answer::Decline { ip } => self.decline(inv, &req, ip, now),
+            Answer::ReservationDeclined { ip } => self.reservation_declined(inv, &req, ip),
         }
         None
+    }
+
+    /// A pool client's DHCPDECLINE: quarantines the address within the
+    /// lease store's limits, and counts the declines those limits refuse.
+    fn decline(&mut self, inv: &Inventory, req: &Request, ip: Ipv4Addr, now: u64) {
+        let outcome = match pool_containing(inv, ip) {
+            Some(pool) => self
+                .leases()
+                .decline(req.chaddr.0, &pool, ip, now, &QUARANTINE),
+            None => Ok(DeclineOutcome::NotGiven),
+        };
+        let stats = &self.shared.stats;
+        match outcome {
+            Ok(DeclineOutcome::Quarantined) => {
+                warn!(mac = %req.chaddr, %ip, "address declined by its client: quarantined")
+            }
+            Ok(DeclineOutcome::NotGiven) => {
+                bump(&stats.declines_not_given);
+                debug!(mac = %req.chaddr, %ip, "decline of an address not given to this MAC ignored");
+            }
+            Ok(limited @ (DeclineOutcome::MacLimit | DeclineOutcome::PoolLimit)) => {
+                let (counter, what) = if limited == DeclineOutcome::MacLimit {
+                    (&stats.declines_mac_limit, "this MAC has")
+                } else {
+                    (&stats.declines_pool_limit, "the pool has")
+                };
+                bump(counter);
+                // Declines past a limit come in floods: one line a minute.
+                if self
+                    .decline_warned
+                    .is_none_or(|at| at.elapsed() >= DECLINE_WARN_EVERY)
+                {
+                    self.decline_warned = Some(Instant::now());
+                    warn!(
+                        mac = %req.chaddr,
+                        %ip,
+                        "decline ignored: {what} as many addresses in quarantine as allowed \
+                         (counted in {})",
+                        crate::metrics::SLOW_DECLINES_REFUSED
+                    );
+                }
+            }
+            Err(e) => self.lease_error(&e),
+        }
+    }
+
+    /// A reserved host declined its address: another machine on the link
+    /// holds it, and only an operator can settle that. Nothing is
+    /// quarantined (the address is the host's alone); the conflict is
+    /// logged, counted and shown in the host's progress.
+    fn reservation_declined(&self, inv: &Inventory, req: &Request, ip: Ipv4Addr) {
+        let host = inv
+            .host_by_mac(req.chaddr)
+            .map_or_else(|| req.chaddr.to_string(), |h| h.label());
+        warn!(
+            %host,
+            mac = %req.chaddr,
+            %ip,
+            "host {host} declined its reserved address {ip}: another machine on the link uses it"
+        );
+        bump(&self.shared.stats.reservation_declines);
+        self.shared
+            .progress
+            .declined(req.chaddr, progress::now_ms(), ip.to_string());
     }
 
     fn offer(&mut self, inv: &Inventory, req: &Request, ask: &PoolAsk, pool: &Pool, now: u64) {
@@ -439,6 +511,25 @@ fn pool_of(inv: &Inventory, ask: &PoolAsk) -> Pool {
     }
 }
 
+/// The lease pool whose range holds `ip`, if any subnet's does.
+fn pool_containing(inv: &Inventory, ip: Ipv4Addr) -> Option<Pool> {
+    inv.subnets
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.pool.is_some_and(|r| (r.start..=r.end).contains(&ip)))
+        .map(|(subnet, _)| {
+            pool_of(
+                inv,
+                &PoolAsk {
+                    subnet,
+                    kind: ReplyKind::Ack,
+                    wanted: None,
+                },
+            )
+        })
+        .next()
+}
+
 fn sighting(req: &Request) -> Sighting {
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let traits = req.traits();
@@ -476,6 +567,7 @@ impl Shared {
         progress: Arc<Progress>,
         health: Arc<Health>,
     ) -> Shared {
+        progress.set_inventory(inventory.hosts.iter().map(|h| h.mac));
         Shared {
             inventory: RwLock::new(inventory),
             leases: Mutex::new(leases),
@@ -520,6 +612,7 @@ impl Shared {
                 reg.adopt(host.mac);
             }
         }
+        self.progress.set_inventory(inv.hosts.iter().map(|h| h.mac));
         *self
             .inventory
             .write()

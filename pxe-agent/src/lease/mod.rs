@@ -130,6 +130,52 @@ pub struct Lease {
     pub hostname: Option<String>,
 }
 
+/// What DHCPDECLINE may quarantine (see [`LeaseStore::decline`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quarantine {
+    /// How long a declined address is kept from every client, in seconds.
+    pub secs: u64,
+    /// Addresses one MAC may have in quarantine at once.
+    pub per_mac: usize,
+    /// Share of a pool that may be in quarantine at once, in percent; at
+    /// least one address of any pool may be.
+    pub pool_percent: u8,
+}
+
+impl Quarantine {
+    /// Ten minutes, two addresses a MAC, a tenth of the pool: a client that
+    /// really meets a conflict declines one address and takes the next,
+    /// while spoofed DISCOVER+DECLINE pairs cannot empty the pool.
+    pub const DEFAULT: Quarantine = Quarantine {
+        secs: 600,
+        per_mac: 2,
+        pool_percent: 10,
+    };
+
+    /// How many addresses of `pool` may be in quarantine at once.
+    pub fn pool_cap(&self, pool: &Pool) -> usize {
+        let size = u64::from(u32::from(pool.end).saturating_sub(u32::from(pool.start))) + 1;
+        let cap = size * u64::from(self.pool_percent.min(100)) / 100;
+        usize::try_from(cap.max(1)).unwrap_or(usize::MAX)
+    }
+}
+
+/// What became of a DHCPDECLINE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeclineOutcome {
+    /// The address is quarantined.
+    Quarantined,
+    /// Refused: the address is not in the pool, or was neither bound nor
+    /// offered to this MAC (RFC 2131 4.3.3: a client declines the address
+    /// it was given).
+    NotGiven,
+    /// Refused: the MAC already has [`Quarantine::per_mac`] addresses in
+    /// quarantine.
+    MacLimit,
+    /// Refused: the pool already has its share in quarantine.
+    PoolLimit,
+}
+
 /// One DHCPREQUEST for [`LeaseStore::request_batch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseRequest<'a> {

@@ -3,7 +3,7 @@
 //! bind, release or decline an address; not the DHCP messages around them.
 
 use super::{
-    LeaseError, LeaseRequest, NakReason, Pool, RequestOutcome,
+    DeclineOutcome, LeaseError, LeaseRequest, NakReason, Pool, Quarantine, RequestOutcome,
     record::{Record, Stored},
 };
 use crate::lease::{Lease, LeaseState};
@@ -250,16 +250,23 @@ impl LeaseStore {
     }
 
     /// DHCPDECLINE: `mac` found `ip` in use on the link, so the address is
-    /// quarantined, offered to no one, until `now + quarantine`
-    /// (RFC 2131 section 4.3.3). Only the MAC the address was bound or
-    /// offered to can decline it; returns whether it did.
+    /// quarantined, offered to no one, until `now + limits.secs`
+    /// (RFC 2131 section 4.3.3). A decline counts only when it is safe to
+    /// believe, since any client can send one with any MAC: the address must
+    /// be in `pool` and bound or offered to `mac` (the client declines what
+    /// it was given), `mac` must have fewer than `limits.per_mac` addresses
+    /// in quarantine, and the pool fewer than its share
+    /// ([`Quarantine::pool_cap`]). Otherwise nothing changes and the outcome
+    /// says why. Quarantines that ended by `now` count against neither
+    /// limit, whether or not [`LeaseStore::expire`] has swept them yet.
     pub fn decline(
         &mut self,
         mac: [u8; 6],
+        pool: &Pool,
         ip: Ipv4Addr,
         now: u64,
-        quarantine: u64,
-    ) -> Result<bool, LeaseError> {
+        limits: &Quarantine,
+    ) -> Result<DeclineOutcome, LeaseError> {
         self.drop_lapsed_offers(now);
         let key = u32::from(ip);
         let bound = self
@@ -267,20 +274,37 @@ impl LeaseStore {
             .get(&key)
             .is_some_and(|r| r.mac == mac && r.state == Stored::Bound);
         let offered = self.offers.get(&key).is_some_and(|o| o.mac == mac);
-        if !bound && !offered {
-            return Ok(false);
+        if !pool.contains(ip) || (!bound && !offered) {
+            return Ok(DeclineOutcome::NotGiven);
+        }
+        let quarantined = |r: &Record| r.state == Stored::Declined && r.expires > now;
+        let by_mac = self
+            .leases
+            .values()
+            .filter(|r| r.mac == mac && quarantined(r))
+            .count();
+        if by_mac >= limits.per_mac {
+            return Ok(DeclineOutcome::MacLimit);
+        }
+        let in_pool = self
+            .leases
+            .range(u32::from(pool.start)..=u32::from(pool.end))
+            .filter(|(_, r)| quarantined(r))
+            .count();
+        if in_pool >= limits.pool_cap(pool) {
+            return Ok(DeclineOutcome::PoolLimit);
         }
         let declined = Record {
             mac,
             state: Stored::Declined,
-            expires: now.saturating_add(quarantine),
+            expires: now.saturating_add(limits.secs),
             hostname: None,
         };
         let mut undo = Undo::new();
         self.put(key, Some(declined), &mut undo);
         self.commit_or_undo(undo)?;
         self.unhold(mac);
-        Ok(true)
+        Ok(DeclineOutcome::Quarantined)
     }
 
     /// Deletes bindings that expired and quarantines that ended by `now`,

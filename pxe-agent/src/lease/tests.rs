@@ -85,6 +85,13 @@ fn bind(store: &mut LeaseStore, mac: [u8; 6], pool: &Pool, now: u64) -> Ipv4Addr
     }
 }
 
+fn quarantine(secs: u64) -> Quarantine {
+    Quarantine {
+        secs,
+        ..Quarantine::DEFAULT
+    }
+}
+
 fn acked(outcome: RequestOutcome) -> Lease {
     match outcome {
         RequestOutcome::Ack(lease) => lease,
@@ -330,7 +337,12 @@ fn expire_drops_ended_bindings_and_quarantines() {
     let short = small_pool(5, 60);
     let a = bind(&mut store, mac(1), &short, T0);
     let b = bind(&mut store, mac(2), &short, T0);
-    assert!(store.decline(mac(2), b, T0 + 10, 30).unwrap());
+    assert_eq!(
+        store
+            .decline(mac(2), &short, b, T0 + 10, &quarantine(30))
+            .unwrap(),
+        DeclineOutcome::Quarantined
+    );
     let c = bind(&mut store, mac(3), &short, T0 + 100);
     let d = bind(&mut store, mac(4), &short, T0 + 100);
     assert!(store.release(mac(4), d, T0 + 101).unwrap());
@@ -379,8 +391,18 @@ fn decline_quarantines_and_is_listed() {
     let pool = small_pool(2, 3600);
     let a = bind(&mut store, mac(1), &pool, T0);
     // Only the MAC the address was given to can decline it.
-    assert!(!store.decline(mac(2), a, T0, 600).unwrap());
-    assert!(store.decline(mac(1), a, T0 + 5, 600).unwrap());
+    assert_eq!(
+        store
+            .decline(mac(2), &pool, a, T0, &quarantine(600))
+            .unwrap(),
+        DeclineOutcome::NotGiven
+    );
+    assert_eq!(
+        store
+            .decline(mac(1), &pool, a, T0 + 5, &quarantine(600))
+            .unwrap(),
+        DeclineOutcome::Quarantined
+    );
 
     let listed = store.list().unwrap();
     assert_eq!(listed.len(), 1);
@@ -410,8 +432,125 @@ fn offered_address_can_be_declined() {
     let dir = TempDir::new("decline-offer");
     let mut store = open(&dir);
     let a = store.offer(mac(1), &POOL, None, T0).unwrap().unwrap();
-    assert!(store.decline(mac(1), a, T0, 600).unwrap());
+    assert_eq!(
+        store
+            .decline(mac(1), &POOL, a, T0, &quarantine(600))
+            .unwrap(),
+        DeclineOutcome::Quarantined
+    );
     assert_ne!(store.offer(mac(1), &POOL, None, T0).unwrap(), Some(a));
+}
+
+#[test]
+fn decline_counts_only_for_the_address_given_to_that_mac() {
+    let dir = TempDir::new("decline-given");
+    let mut store = open(&dir);
+    let q = Quarantine::DEFAULT;
+    let a = store.offer(mac(1), &POOL, None, T0).unwrap().unwrap();
+    let b = bind(&mut store, mac(2), &POOL, T0);
+    for (who, ip) in [(mac(3), a), (mac(3), b), (mac(1), b), (mac(1), ip(99))] {
+        assert_eq!(
+            store.decline(who, &POOL, ip, T0, &q).unwrap(),
+            DeclineOutcome::NotGiven,
+            "{who:?} declining {ip}"
+        );
+    }
+    // Outside the pool it names, even the MAC's own offer does not count.
+    let elsewhere = Pool {
+        start: ip(150),
+        end: ip(160),
+        ..POOL
+    };
+    assert_eq!(
+        store.decline(mac(1), &elsewhere, a, T0, &q).unwrap(),
+        DeclineOutcome::NotGiven
+    );
+    assert_eq!(store.count(LeaseState::Declined), 0);
+    assert_eq!(store.lease_of(mac(1)).map(|l| l.ip), Some(a));
+}
+
+/// DISCOVER then DECLINE of the offered address, as a client that found
+/// it in use does (or one spoofing a MAC to take the pool away).
+fn offer_and_decline(
+    store: &mut LeaseStore,
+    who: [u8; 6],
+    pool: &Pool,
+    now: u64,
+) -> (Ipv4Addr, DeclineOutcome) {
+    let offered = store
+        .offer(who, pool, None, now)
+        .expect("offer")
+        .expect("pool has room");
+    let outcome = store
+        .decline(who, pool, offered, now, &Quarantine::DEFAULT)
+        .expect("decline");
+    (offered, outcome)
+}
+
+#[test]
+fn one_mac_quarantines_at_most_its_share_until_the_quarantine_ends() {
+    let dir = TempDir::new("decline-mac");
+    let mut store = open(&dir);
+    let per_mac = Quarantine::DEFAULT.per_mac;
+    for _ in 0..per_mac {
+        assert_eq!(
+            offer_and_decline(&mut store, mac(1), &POOL, T0).1,
+            DeclineOutcome::Quarantined
+        );
+    }
+    let (kept, outcome) = offer_and_decline(&mut store, mac(1), &POOL, T0 + 1);
+    assert_eq!(outcome, DeclineOutcome::MacLimit);
+    assert_eq!(store.count(LeaseState::Declined), per_mac);
+    // The refused decline left the offer as it was.
+    assert_eq!(store.lease_of(mac(1)).map(|l| l.ip), Some(kept));
+    // Once its quarantines end, the MAC may decline again, swept or not.
+    let later = T0 + Quarantine::DEFAULT.secs;
+    assert_eq!(
+        offer_and_decline(&mut store, mac(1), &POOL, later).1,
+        DeclineOutcome::Quarantined
+    );
+    assert_eq!(store.expire(later).unwrap(), per_mac);
+    assert_eq!(store.count(LeaseState::Declined), 1);
+}
+
+#[test]
+fn spoofed_declines_quarantine_at_most_a_tenth_of_the_pool() {
+    let dir = TempDir::new("decline-pool");
+    let mut store = open(&dir);
+    // 191 addresses: 19 may be in quarantine.
+    let cap = Quarantine::DEFAULT.pool_cap(&POOL);
+    assert_eq!(cap, 19);
+    let mut outcomes = HashMap::new();
+    for n in 0..150u8 {
+        let spoofed = [0x02, 0xde, 0xc1, 0, 0, n];
+        let (_, outcome) = offer_and_decline(&mut store, spoofed, &POOL, T0);
+        *outcomes.entry(outcome).or_insert(0) += 1;
+    }
+    assert_eq!(
+        outcomes,
+        HashMap::from([
+            (DeclineOutcome::Quarantined, cap),
+            (DeclineOutcome::PoolLimit, 150 - cap)
+        ])
+    );
+    assert_eq!(store.count(LeaseState::Declined), cap);
+    // Once the spoofers' offers lapse, every address but the quarantined
+    // ones goes to real clients.
+    let after_offers = T0 + DEFAULT_OFFER_HOLD;
+    let bound: HashSet<Ipv4Addr> = (0..(191 - cap) as u8)
+        .map(|n| bind(&mut store, mac(n), &POOL, after_offers))
+        .collect();
+    assert_eq!(bound.len(), 191 - cap);
+    assert_eq!(
+        store.offer(mac(250), &POOL, None, after_offers).unwrap(),
+        None
+    );
+    // The quarantine ends and the sweep drops it; the addresses are free.
+    let ended = T0 + Quarantine::DEFAULT.secs;
+    assert_eq!(store.expire(ended - 1).unwrap(), 0);
+    assert_eq!(store.expire(ended).unwrap(), cap);
+    assert_eq!(store.count(LeaseState::Declined), 0);
+    assert!(store.offer(mac(250), &POOL, None, ended).unwrap().is_some());
 }
 
 #[test]
