@@ -15,6 +15,7 @@ pub mod netdev;
 pub mod progress;
 pub mod ratelimit;
 pub mod rawsock;
+pub mod recovery;
 pub mod terminal;
 pub mod tftp;
 pub mod when;

@@ -3,7 +3,8 @@
 //! Owns the driver-facing [`Bmc`] trait (power, boot device, identity), the
 //! types it speaks in, [`BmcError`], the BMC address format
 //! ([`address::BmcAddress`]) and the credentials ([`credential`]). The IPMI
-//! driver lives in [`ipmi`], its wire commands in [`command`].
+//! driver lives in [`ipmi`], its wire commands in [`command`]; [`fake`] is
+//! a simulated BMC for tests of the callers.
 //!
 //! It does not decide *when* to power-cycle or re-provision a host: that is
 //! the recovery controller's job, which (like the CLI and the API) only calls
@@ -12,6 +13,7 @@
 pub mod address;
 pub mod command;
 pub mod credential;
+pub mod fake;
 pub mod ipmi;
 mod rakp;
 

@@ -11,6 +11,7 @@
 mod error;
 mod file;
 mod mac;
+mod oob;
 mod option;
 mod raw;
 mod rule;
@@ -25,6 +26,11 @@ use std::{
 
 pub use error::{LoadError, Problem};
 pub use mac::{MacAddr, ParseMacError};
+pub use oob::{
+    AfterBoot, BmcSettings, BootMode, DEFAULT_BOOT_FILE_DEADLINE, DEFAULT_DHCP_DEADLINE,
+    DEFAULT_MAX_ATTEMPTS, DEFAULT_RECOVERY_DEADLINE, DEFAULT_SCRIPT_DEADLINE, PasswordSource,
+    RecoverySettings, StageDeadlines, parse_duration,
+};
 pub use rule::{BootAnswer, Match, Rule, Traits, circuit_id, parse_user_classes};
 
 /// Placeholder in boot strings for the server's address, substituted when
@@ -229,6 +235,10 @@ pub struct Host {
     pub labels: BTreeMap<String, String>,
     /// Extra DHCP options: code -> encoded value bytes (at most 255).
     pub options: BTreeMap<u8, Vec<u8>>,
+    /// How to reach the host's BMC, password included (read at load).
+    pub bmc: Option<BmcSettings>,
+    /// When the host is recovered through its BMC; `None`: only on request.
+    pub recovery: Option<RecoverySettings>,
 }
 
 impl Host {
@@ -301,7 +311,19 @@ impl Inventory {
     }
 
     /// Parses and validates `text`; `path` is only used in messages.
+    ///
+    /// Passwords named by `bmc` blocks are read now, from their files
+    /// (relative paths are relative to `path`'s directory) or environment
+    /// variables.
     pub fn parse(path: &Path, text: &str) -> Result<Inventory, LoadError> {
+        Inventory::parse_with(path, text, &oob::System)
+    }
+
+    fn parse_with(
+        path: &Path,
+        text: &str,
+        secrets: &dyn oob::SecretSource,
+    ) -> Result<Inventory, LoadError> {
         let raw: raw::RawInventory = serde_norway::from_str(text).map_err(|e| {
             let mut message = e.to_string();
             // Inside [...] and {...} YAML reads an unquoted `{server}` as a
@@ -320,10 +342,12 @@ impl Inventory {
                 message,
             }
         })?;
-        let mut inventory = validate::validate(raw).map_err(|problems| LoadError::Invalid {
-            path: PathBuf::from(path),
-            problems,
-        })?;
+        let mut secrets = oob::Secrets::new(secrets, path);
+        let mut inventory =
+            validate::validate(raw, &mut secrets).map_err(|problems| LoadError::Invalid {
+                path: PathBuf::from(path),
+                problems,
+            })?;
         inventory.reindex();
         Ok(inventory)
     }

@@ -68,6 +68,10 @@ pub(super) struct RawProfile {
     pub local_disk: bool,
     #[serde(default)]
     pub rules: Vec<RawRule>,
+    /// Defaults for the `bmc` blocks of the profile's hosts.
+    pub bmc: Option<RawBmc>,
+    /// Defaults for the recovery policy of the profile's hosts.
+    pub recovery: Option<RawRecovery>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -117,4 +121,41 @@ pub(super) struct RawHost {
     /// Keys and values keep their YAML type: the type picks the encoding.
     #[serde(default)]
     pub options: serde_norway::Mapping,
+    pub bmc: Option<RawBmc>,
+    pub recovery: Option<RawRecovery>,
+}
+
+/// A `bmc` block, on a host or (as defaults) on a profile.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBmc {
+    pub address: Option<String>,
+    pub username: Option<String>,
+    pub password_file: Option<String>,
+    pub password_env: Option<String>,
+    pub boot_mode: Option<String>,
+    /// Accepted by the parser only to be refused with the reason; never
+    /// read, so the value goes nowhere.
+    pub password: Option<serde::de::IgnoredAny>,
+}
+
+/// A `recovery` block, on a host or (as defaults) on a profile. Durations
+/// stay text so that validation can name a bad one.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRecovery {
+    pub expect_boot: Option<bool>,
+    pub deadline: Option<String>,
+    pub max_attempts: Option<u32>,
+    pub heartbeat: Option<String>,
+    pub after_boot: Option<String>,
+    pub stages: Option<RawStages>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStages {
+    pub dhcp: Option<String>,
+    pub boot_file: Option<String>,
+    pub script: Option<String>,
 }

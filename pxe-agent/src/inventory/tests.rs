@@ -1,4 +1,5 @@
 use super::*;
+use std::time::Duration;
 
 const EXAMPLE: &str = include_str!("../../../examples/inventory.yaml");
 
@@ -109,6 +110,8 @@ fn full_format_parses_into_the_model() {
             subnet: 0,
             labels,
             options: BTreeMap::from([(42, vec![10, 66, 0, 1])]),
+            bmc: None,
+            recovery: None,
         }]
     );
 }
@@ -1365,4 +1368,453 @@ fn default_ipxe_script_follows_the_http_port_and_a_written_one_stays() {
     assert!(!written.ipxe.default_script);
     written.use_http_port(9090);
     assert_eq!(written.ipxe.script, "https://{server}/boot/{mac}.ipxe");
+}
+
+/// Passwords for the `bmc` tests: files and environment variables that
+/// exist only here.
+struct FakeSecrets {
+    files: HashMap<PathBuf, Vec<u8>>,
+    vars: HashMap<String, String>,
+}
+
+impl oob::SecretSource for FakeSecrets {
+    fn read_file(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+        self.files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+    }
+
+    fn var(&self, name: &str) -> Option<std::ffi::OsString> {
+        self.vars.get(name).map(Into::into)
+    }
+}
+
+const BMC_SECRET: &str = "s3cr3t-bmc-pass";
+
+fn secrets() -> FakeSecrets {
+    FakeSecrets {
+        files: HashMap::from([
+            (
+                PathBuf::from("/etc/pxe-agent/bmc/node-1.password"),
+                format!("{BMC_SECRET}\n").into_bytes(),
+            ),
+            (PathBuf::from("/etc/pxe-agent/bmc/empty"), Vec::new()),
+            (
+                PathBuf::from("/etc/pxe-agent/bmc/long"),
+                b"x".repeat(21).into_iter().collect(),
+            ),
+        ]),
+        vars: HashMap::from([("NODE2_BMC".to_owned(), "env-secret".to_owned())]),
+    }
+}
+
+fn parse_oob(text: &str) -> Result<Inventory, LoadError> {
+    Inventory::parse_with(path(), text, &secrets())
+}
+
+fn oob_problems(text: &str) -> Vec<Problem> {
+    match parse_oob(text) {
+        Err(LoadError::Invalid { problems, .. }) => problems,
+        other => panic!("expected validation problems, got {other:?}"),
+    }
+}
+
+/// One host `node-1` with `block` (indented as host keys) and profile
+/// `worker` with `profile` (indented as profile keys).
+fn oob_host(profile: &str, block: &str) -> String {
+    format!(
+        "subnets: [{{cidr: 10.66.0.0/16}}]\n\
+         profiles:\n  - name: worker\n{profile}\
+         hosts:\n  - mac: \"52:54:00:12:34:56\"\n    ip: 10.66.1.10\n    hostname: node-1\n    profile: worker\n{block}"
+    )
+}
+
+const NODE1_BMC: &str = "    bmc:
+      address: ipmi://10.77.0.2:623
+      username: admin
+      password_file: /etc/pxe-agent/bmc/node-1.password
+";
+
+fn only_oob_problem(text: &str) -> Problem {
+    let mut found = oob_problems(text);
+    assert_eq!(found.len(), 1, "expected one problem, got {found:#?}");
+    found.remove(0)
+}
+
+fn node1() -> Option<String> {
+    Some("node-1 (52:54:00:12:34:56)".to_owned())
+}
+
+#[test]
+fn bmc_and_recovery_blocks_parse_into_the_model() {
+    let text = oob_host(
+        "",
+        "    bmc:
+      address: ipmi://10.77.0.2:623
+      username: admin
+      password_file: /etc/pxe-agent/bmc/node-1.password
+      boot_mode: uefi
+    recovery:
+      expect_boot: true
+      deadline: 10m
+      max_attempts: 3
+      heartbeat: 5m
+      after_boot: disk
+      stages: {dhcp: 90s, boot_file: 1m, script: 1m30s}
+",
+    );
+    let inventory = parse_oob(&text).expect("valid");
+    let host = &inventory.hosts[0];
+    let bmc = host.bmc.as_ref().expect("bmc");
+    assert_eq!(
+        bmc.address,
+        crate::bmc::BmcAddress::Ipmi {
+            host: "10.77.0.2".into(),
+            port: 623
+        }
+    );
+    assert_eq!(bmc.credentials.user(), "admin");
+    assert_eq!(
+        bmc.credentials.password().expose(),
+        BMC_SECRET.as_bytes(),
+        "read at load, without the file's trailing newline"
+    );
+    assert_eq!(bmc.boot_mode, BootMode::Uefi);
+    assert_eq!(
+        bmc.password_from,
+        PasswordSource::File("/etc/pxe-agent/bmc/node-1.password".into())
+    );
+    assert_eq!(
+        host.recovery,
+        Some(RecoverySettings {
+            expect_boot: true,
+            deadline: Duration::from_secs(600),
+            max_attempts: 3,
+            heartbeat: Some(Duration::from_secs(300)),
+            after_boot: AfterBoot::Disk,
+            stages: StageDeadlines {
+                dhcp: Duration::from_secs(90),
+                boot_file: Duration::from_secs(60),
+                script: Duration::from_secs(90),
+            },
+        })
+    );
+    assert!(
+        !format!("{inventory:?}").contains(BMC_SECRET),
+        "the password never prints"
+    );
+}
+
+#[test]
+fn bmc_defaults_are_port_623_legacy_and_no_recovery() {
+    let text = oob_host(
+        "",
+        "    bmc: {address: \"ipmi://bmc-1.rack3\", username: admin, password_env: NODE2_BMC}\n",
+    );
+    let inventory = parse_oob(&text).expect("valid");
+    let host = &inventory.hosts[0];
+    let bmc = host.bmc.as_ref().expect("bmc");
+    assert_eq!(bmc.address.endpoint(), "bmc-1.rack3:623");
+    assert_eq!(bmc.boot_mode, BootMode::Legacy);
+    assert_eq!(bmc.credentials.password().expose(), b"env-secret");
+    assert_eq!(host.recovery, None, "recovery only on request");
+}
+
+#[test]
+fn recovery_block_defaults_fill_unset_keys() {
+    let text = oob_host(
+        "",
+        &format!("{NODE1_BMC}    recovery: {{expect_boot: true}}\n"),
+    );
+    let recovery = parse_oob(&text).expect("valid").hosts[0].recovery;
+    assert_eq!(
+        recovery,
+        Some(RecoverySettings {
+            expect_boot: true,
+            ..RecoverySettings::default()
+        })
+    );
+    let defaults = RecoverySettings::default();
+    assert_eq!(
+        (defaults.deadline, defaults.max_attempts, defaults.heartbeat),
+        (Duration::from_secs(600), 3, None)
+    );
+    assert_eq!(defaults.after_boot, AfterBoot::Disk);
+    assert_eq!(
+        defaults.stages,
+        StageDeadlines {
+            dhcp: Duration::from_secs(180),
+            boot_file: Duration::from_secs(120),
+            script: Duration::from_secs(120),
+        }
+    );
+}
+
+#[test]
+fn profile_bmc_and_recovery_are_defaults_that_hosts_override() {
+    let text = oob_host(
+        "    bmc: {username: ops, password_file: /etc/pxe-agent/bmc/node-1.password, boot_mode: uefi}
+    recovery: {expect_boot: true, deadline: 20m, heartbeat: 5m, max_attempts: 5}
+",
+        "    bmc: {address: ipmi://10.77.0.2, password_env: NODE2_BMC}
+    recovery: {deadline: 15m, heartbeat: \"off\", after_boot: none}
+",
+    );
+    let inventory = parse_oob(&text).expect("valid");
+    let host = &inventory.hosts[0];
+    let bmc = host.bmc.as_ref().expect("bmc");
+    assert_eq!(bmc.credentials.user(), "ops", "from the profile");
+    assert_eq!(bmc.boot_mode, BootMode::Uefi, "from the profile");
+    assert_eq!(
+        bmc.password_from,
+        PasswordSource::Env("NODE2_BMC".into()),
+        "the host's source replaces the profile's"
+    );
+    assert_eq!(
+        host.recovery,
+        Some(RecoverySettings {
+            expect_boot: true,
+            deadline: Duration::from_secs(900),
+            max_attempts: 5,
+            heartbeat: None,
+            after_boot: AfterBoot::None,
+            stages: StageDeadlines::default(),
+        })
+    );
+}
+
+#[test]
+fn relative_password_file_is_read_next_to_the_inventory() {
+    let text = oob_host(
+        "",
+        "    bmc: {address: ipmi://10.77.0.2, username: admin, password_file: bmc/node-1.password}\n",
+    );
+    let inventory = parse_oob(&text).expect("valid");
+    assert_eq!(
+        inventory.hosts[0].bmc.as_ref().map(|b| &b.password_from),
+        Some(&PasswordSource::File(
+            "/etc/pxe-agent/bmc/node-1.password".into()
+        ))
+    );
+}
+
+#[test]
+fn inline_password_is_refused_with_the_reason_and_not_echoed() {
+    let text = oob_host(
+        "",
+        "    bmc: {address: ipmi://10.77.0.2, username: admin, password: hunter2}\n",
+    );
+    let problems = oob_problems(&text);
+    let inline = problems
+        .iter()
+        .find(|p| p.field == "bmc.password")
+        .expect("inline password refused");
+    assert_eq!(inline.host, node1());
+    assert!(
+        inline.message.contains("inline passwords are refused")
+            && inline.message.contains("password_file")
+            && inline.message.contains("password_env"),
+        "{inline}"
+    );
+    let all = format!("{:?}", parse_oob(&text).unwrap_err());
+    assert!(!all.contains("hunter2"), "{all}");
+    // In a profile too.
+    let profile = oob_host("    bmc: {password: hunter2}\n", "");
+    let problem = only_oob_problem(&profile);
+    assert_eq!(problem.field, "profiles[worker].bmc.password");
+}
+
+#[test]
+fn both_password_sources_are_refused() {
+    let text = oob_host(
+        "",
+        "    bmc: {address: ipmi://10.77.0.2, username: admin, password_env: NODE2_BMC, password_file: /etc/pxe-agent/bmc/node-1.password}\n",
+    );
+    let problem = only_oob_problem(&text);
+    assert_eq!(
+        (problem.host, problem.field.as_str()),
+        (node1(), "bmc.password_env")
+    );
+    assert!(problem.message.contains("not both"), "{}", problem.message);
+}
+
+#[test]
+fn missing_password_file_names_file_host_and_field() {
+    let text = oob_host(
+        "",
+        "    bmc: {address: ipmi://10.77.0.2, username: admin, password_file: /etc/pxe-agent/bmc/missing}\n",
+    );
+    let err = parse_oob(&text).expect_err("unreadable");
+    let LoadError::Invalid { problems, .. } = &err else {
+        panic!("expected problems, got {err:?}")
+    };
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert_eq!(problems[0].host, node1());
+    assert_eq!(problems[0].field, "bmc.password_file");
+    assert!(
+        problems[0]
+            .message
+            .starts_with("cannot read password file /etc/pxe-agent/bmc/missing: "),
+        "{}",
+        problems[0].message
+    );
+    let shown = err.to_string();
+    assert!(
+        shown.contains("/etc/pxe-agent/inventory.yaml")
+            && shown.contains("host node-1 (52:54:00:12:34:56): field bmc.password_file"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn real_unreadable_password_file_is_a_problem() {
+    // Through the real file system: a directory cannot be read as a file.
+    let text = oob_host(
+        "",
+        &format!(
+            "    bmc: {{address: ipmi://10.77.0.2, username: admin, password_file: {}}}\n",
+            std::env::temp_dir().display()
+        ),
+    );
+    let err = parse(&text).expect_err("a directory");
+    let LoadError::Invalid { problems, .. } = &err else {
+        panic!("expected problems, got {err:?}")
+    };
+    assert_eq!(problems[0].field, "bmc.password_file", "{problems:#?}");
+}
+
+#[test]
+fn empty_password_file_is_refused() {
+    let text = oob_host(
+        "",
+        "    bmc: {address: ipmi://10.77.0.2, username: admin, password_file: /etc/pxe-agent/bmc/empty}\n",
+    );
+    let problem = only_oob_problem(&text);
+    assert_eq!(problem.field, "bmc.password_file");
+    assert!(problem.message.contains("is empty"), "{}", problem.message);
+}
+
+#[test]
+fn unset_password_variable_is_a_problem() {
+    let text = oob_host(
+        "",
+        "    bmc: {address: ipmi://10.77.0.2, username: admin, password_env: NOT_SET_ANYWHERE}\n",
+    );
+    let problem = only_oob_problem(&text);
+    assert_eq!(
+        (problem.host, problem.field.as_str()),
+        (node1(), "bmc.password_env")
+    );
+    assert_eq!(
+        problem.message,
+        "environment variable NOT_SET_ANYWHERE is not set"
+    );
+}
+
+#[test]
+fn password_longer_than_ipmi_allows_is_refused_without_its_content() {
+    let text = oob_host(
+        "",
+        "    bmc: {address: ipmi://10.77.0.2, username: admin, password_file: /etc/pxe-agent/bmc/long}\n",
+    );
+    let problem = only_oob_problem(&text);
+    assert_eq!(problem.field, "bmc.password_file");
+    assert!(
+        problem.message.contains("longer than 20 bytes") && !problem.message.contains("xxx"),
+        "{}",
+        problem.message
+    );
+}
+
+#[test]
+fn missing_or_bad_bmc_keys_are_named() {
+    let missing = oob_problems(&oob_host("", "    bmc: {boot_mode: bios}\n"));
+    let fields: Vec<&str> = missing.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "bmc.address",
+            "bmc.username",
+            "bmc.boot_mode",
+            "bmc.password_file"
+        ],
+        "{missing:#?}"
+    );
+    assert!(missing[2].message.contains("expected legacy or uefi"));
+    let bad = only_oob_problem(&oob_host(
+        "",
+        &NODE1_BMC.replace("ipmi://10.77.0.2:623", "ipmi://10.77.0.2:99999"),
+    ));
+    assert_eq!(bad.field, "bmc.address");
+    assert!(bad.message.contains("invalid port"), "{}", bad.message);
+    let scheme = only_oob_problem(&oob_host("", &NODE1_BMC.replace("ipmi://", "idrac://")));
+    assert!(scheme.message.contains("unknown BMC address scheme"));
+    let user = only_oob_problem(&oob_host("", &NODE1_BMC.replace("admin", &"u".repeat(17))));
+    assert_eq!(user.field, "bmc.username");
+}
+
+#[test]
+fn bmc_address_in_a_profile_is_refused() {
+    let problem = only_oob_problem(&oob_host(
+        "    bmc: {address: ipmi://10.77.0.2}\n",
+        NODE1_BMC,
+    ));
+    assert_eq!(
+        (problem.host, problem.field.as_str()),
+        (None, "profiles[worker].bmc.address")
+    );
+}
+
+#[test]
+fn bad_recovery_values_are_named() {
+    let text = oob_host(
+        "",
+        &format!(
+            "{NODE1_BMC}    recovery: {{deadline: 10, heartbeat: 5x, max_attempts: 0, after_boot: pxe, stages: {{dhcp: 100ms}}}}\n"
+        ),
+    );
+    let problems = oob_problems(&text);
+    let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "recovery.deadline",
+            "recovery.heartbeat",
+            "recovery.stages.dhcp",
+            "recovery.max_attempts",
+            "recovery.after_boot"
+        ],
+        "{problems:#?}"
+    );
+    assert!(problems.iter().all(|p| p.host == node1()));
+    assert!(problems[0].message.contains("not a duration"));
+    assert!(problems[2].message.contains("minimum of 1s"));
+    assert!(problems[3].message.contains("out of range 1..=100"));
+}
+
+#[test]
+fn bad_profile_recovery_is_reported_once_with_the_profile() {
+    let problem = only_oob_problem(&oob_host("    recovery: {deadline: soon}\n", NODE1_BMC));
+    assert_eq!(
+        (problem.host, problem.field.as_str()),
+        (None, "profiles[worker].recovery.deadline")
+    );
+}
+
+#[test]
+fn recovery_without_a_bmc_is_refused() {
+    let problem = only_oob_problem(&oob_host("", "    recovery: {expect_boot: true}\n"));
+    assert_eq!((problem.host, problem.field.as_str()), (node1(), "bmc"));
+    // A profile's recovery block applies to every host of it.
+    let problem = only_oob_problem(&oob_host("    recovery: {expect_boot: true}\n", ""));
+    assert_eq!(problem.field, "bmc");
+}
+
+#[test]
+fn unknown_keys_in_bmc_and_recovery_are_syntax_errors() {
+    let err = parse_oob(&oob_host("", "    bmc: {adress: ipmi://x}\n")).expect_err("typo");
+    assert!(err.to_string().contains("unknown field `adress`"), "{err}");
+    let err = parse_oob(&oob_host("", "    recovery: {deadlin: 1m}\n")).expect_err("typo");
+    assert!(err.to_string().contains("unknown field `deadlin`"), "{err}");
 }

@@ -11,6 +11,7 @@ use std::{
 use super::{
     BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Inventory, IpxeSettings,
     MAC_PLACEHOLDER, MacAddr, Match, Problem, Profile, Range, Rule, SERVER_PLACEHOLDER, Subnet,
+    oob::{self, Secrets},
     option,
     raw::{
         RawBoot, RawDiscovery, RawHost, RawInventory, RawIpxe, RawMatch, RawProfile, RawRange,
@@ -35,11 +36,21 @@ const MAC_TEXT_LEN: usize = 17;
 const MAX_CLASS_LEN: usize = 255;
 
 /// Checks `raw` and builds the inventory, or returns every problem found.
-pub(super) fn validate(raw: RawInventory) -> Result<Inventory, Vec<Problem>> {
+/// Passwords named by `bmc` blocks are read through `secrets`.
+pub(super) fn validate(
+    raw: RawInventory,
+    secrets: &mut Secrets<'_>,
+) -> Result<Inventory, Vec<Problem>> {
     let mut problems = Vec::new();
     let subnets = subnets(&raw.subnets, &mut problems);
     let profiles = profiles(&raw.profiles, &mut problems);
-    let hosts = hosts(&raw.hosts, &subnets, &profiles, &mut problems);
+    let hosts = hosts(
+        &raw.hosts,
+        &subnets,
+        (&raw.profiles, &profiles),
+        secrets,
+        &mut problems,
+    );
     let discovery = discovery(
         raw.discovery.as_ref(),
         &raw.subnets,
@@ -370,6 +381,12 @@ fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<Profile> {
         if let Some(message) = entry.cmdline.as_deref().and_then(control_problem) {
             report("cmdline", message);
         }
+        if let Some(bmc) = &entry.bmc {
+            oob::check_profile_bmc(bmc, &mut report);
+        }
+        if let Some(recovery) = &entry.recovery {
+            oob::check_profile_recovery(recovery, &mut report);
+        }
         if entry.kernel.is_none() {
             if !entry.initrd.is_empty() {
                 report(
@@ -556,10 +573,13 @@ fn too_long(text: &str, limit: usize, container: &str) -> Option<String> {
 }
 
 /// One entry per raw host, `None` where the host has any problem.
+/// `profiles` as written (for their `bmc` and `recovery` defaults) and as
+/// checked, one entry each.
 fn hosts(
     raw: &[RawHost],
     subnets: &[Option<Subnet>],
-    profiles: &[Profile],
+    (raw_profiles, profiles): (&[RawProfile], &[Profile]),
+    secrets: &mut Secrets<'_>,
     problems: &mut Vec<Problem>,
 ) -> Vec<Option<Host>> {
     let macs: Vec<Option<MacAddr>> = raw.iter().map(|h| h.mac.parse().ok()).collect();
@@ -677,6 +697,27 @@ fn hosts(
             report(&format!("options.{key}"), message)
         });
 
+        let defaults = profile.and_then(|at| raw_profiles.get(at));
+        let bmc = oob::bmc(
+            defaults.and_then(|p| p.bmc.as_ref()),
+            entry.bmc.as_ref(),
+            secrets,
+            &mut report,
+        );
+        let recovery = oob::recovery(
+            defaults.and_then(|p| p.recovery.as_ref()),
+            entry.recovery.as_ref(),
+            &mut report,
+        );
+        if recovery.is_some() && entry.bmc.is_none() {
+            report(
+                "bmc",
+                "is required with a recovery block (on the host or its profile): \
+                 recovery acts through the host's BMC"
+                    .to_owned(),
+            );
+        }
+
         let host = match (mac, ip, subnet, profile) {
             (Some(mac), Some(ip), Some(subnet), Some(profile)) if problems.len() == before => {
                 Some(Host {
@@ -687,6 +728,8 @@ fn hosts(
                     subnet,
                     labels: entry.labels.clone(),
                     options,
+                    bmc,
+                    recovery,
                 })
             }
             _ => None,

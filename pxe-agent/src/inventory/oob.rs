@@ -1,0 +1,548 @@
+//! Out-of-band settings of a host: its BMC (address, user, where the
+//! password comes from, boot mode) and its recovery policy (whether a boot
+//! is expected, deadlines, attempts, heartbeat, what is left set once
+//! booted). Owns their model, their defaults, the merge of a profile's
+//! defaults with a host's own block, reading the password when the
+//! inventory loads, and the duration format (`30s`, `10m`, `1h30m`).
+//!
+//! It does not talk to a BMC nor decide when to recover a host: that is
+//! `bmc` and `recovery`. Passwords are never inline in the file and never
+//! appear in a [`Problem`].
+
+use std::{
+    collections::HashMap,
+    ffi::OsString,
+    fmt, io,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use super::raw::{RawBmc, RawRecovery, RawStages};
+use crate::bmc::{BmcAddress, Credentials, Password};
+
+/// Default of `recovery.deadline`: how long a host marked `expect_boot` has
+/// to phone home, and the phone-home stage of a recovery.
+pub const DEFAULT_RECOVERY_DEADLINE: Duration = Duration::from_secs(10 * 60);
+/// Default of `recovery.max_attempts`.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+/// Highest `recovery.max_attempts`: more is a loop, not a policy.
+const MAX_ATTEMPTS_LIMIT: u32 = 100;
+/// Default of `recovery.stages.dhcp`: power action to the first DHCP answer.
+pub const DEFAULT_DHCP_DEADLINE: Duration = Duration::from_secs(3 * 60);
+/// Default of `recovery.stages.boot_file`: DHCP answer to the boot file.
+pub const DEFAULT_BOOT_FILE_DEADLINE: Duration = Duration::from_secs(2 * 60);
+/// Default of `recovery.stages.script`: boot file to the iPXE script.
+pub const DEFAULT_SCRIPT_DEADLINE: Duration = Duration::from_secs(2 * 60);
+
+/// How to reach a host's BMC and boot it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BmcSettings {
+    pub address: BmcAddress,
+    /// User name and the password read when the inventory loaded.
+    pub credentials: Credentials,
+    /// Where the password came from, for messages.
+    pub password_from: PasswordSource,
+    pub boot_mode: BootMode,
+}
+
+/// Where a BMC password is read from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PasswordSource {
+    File(PathBuf),
+    Env(String),
+}
+
+impl fmt::Display for PasswordSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PasswordSource::File(path) => write!(f, "file {}", path.display()),
+            PasswordSource::Env(name) => write!(f, "environment variable {name}"),
+        }
+    }
+}
+
+/// The firmware mode the boot-device override asks for (the EFI bit of
+/// boot flags, IPMI 2.0 §28.13 parameter 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BootMode {
+    #[default]
+    Legacy,
+    Uefi,
+}
+
+impl BootMode {
+    pub fn is_efi(self) -> bool {
+        self == BootMode::Uefi
+    }
+}
+
+/// What boot device is left set once a recovered host has booted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AfterBoot {
+    /// Persistent boot from disk, so the next reboot does not reinstall.
+    #[default]
+    Disk,
+    /// Leave the boot device alone (the PXE override was one-time).
+    None,
+}
+
+/// Deadlines of the stages of a recovery before the phone-home.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageDeadlines {
+    /// From the power action to the first DHCP answer.
+    pub dhcp: Duration,
+    /// From the DHCP answer to the boot file (TFTP or HTTP).
+    pub boot_file: Duration,
+    /// From the boot file to the iPXE script.
+    pub script: Duration,
+}
+
+impl Default for StageDeadlines {
+    fn default() -> Self {
+        StageDeadlines {
+            dhcp: DEFAULT_DHCP_DEADLINE,
+            boot_file: DEFAULT_BOOT_FILE_DEADLINE,
+            script: DEFAULT_SCRIPT_DEADLINE,
+        }
+    }
+}
+
+/// When and how a host is recovered through its BMC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoverySettings {
+    /// Recover the host when it has not phoned home within `deadline` of
+    /// the agent learning of it.
+    pub expect_boot: bool,
+    /// How long to wait for the phone-home (also the last stage of a
+    /// recovery).
+    pub deadline: Duration,
+    /// Recovery attempts before the host is `failed`; at least 1.
+    pub max_attempts: u32,
+    /// A booted host that has not phoned home for this long is recovered.
+    pub heartbeat: Option<Duration>,
+    pub after_boot: AfterBoot,
+    pub stages: StageDeadlines,
+}
+
+impl Default for RecoverySettings {
+    fn default() -> Self {
+        RecoverySettings {
+            expect_boot: false,
+            deadline: DEFAULT_RECOVERY_DEADLINE,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            heartbeat: None,
+            after_boot: AfterBoot::Disk,
+            stages: StageDeadlines::default(),
+        }
+    }
+}
+
+/// Where validation reads passwords from: the real file system and
+/// environment, or a fake in tests.
+pub(super) trait SecretSource {
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>>;
+    fn var(&self, name: &str) -> Option<OsString>;
+}
+
+/// The process's file system and environment.
+pub(super) struct System;
+
+impl SecretSource for System {
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+
+    fn var(&self, name: &str) -> Option<OsString> {
+        std::env::var_os(name)
+    }
+}
+
+/// Reads secrets through a [`SecretSource`], each file and variable once
+/// however many hosts share it.
+pub(super) struct Secrets<'a> {
+    source: &'a dyn SecretSource,
+    /// Relative `password_file`s are relative to this directory (the
+    /// inventory file's).
+    base: PathBuf,
+    cache: HashMap<PasswordSource, Result<Password, String>>,
+}
+
+impl<'a> Secrets<'a> {
+    pub(super) fn new(source: &'a dyn SecretSource, inventory: &Path) -> Secrets<'a> {
+        Secrets {
+            source,
+            base: inventory
+                .parent()
+                .map(Path::to_owned)
+                .unwrap_or_else(|| PathBuf::from(".")),
+            cache: HashMap::new(),
+        }
+    }
+
+    fn resolve(&self, file: &str) -> PathBuf {
+        let path = Path::new(file);
+        if path.is_absolute() {
+            path.to_owned()
+        } else {
+            self.base.join(path)
+        }
+    }
+
+    /// The password, or why it cannot be had; the reason never holds any
+    /// of the secret.
+    fn password(&mut self, from: &PasswordSource) -> Result<Password, String> {
+        if let Some(cached) = self.cache.get(from) {
+            return cached.clone();
+        }
+        let read = match from {
+            PasswordSource::File(path) => self
+                .source
+                .read_file(path)
+                .map_err(|e| format!("cannot read password file {}: {e}", path.display()))
+                .map(trim_line_end)
+                .and_then(|bytes| {
+                    if bytes.is_empty() {
+                        Err(format!("password file {} is empty", path.display()))
+                    } else {
+                        Ok(Password::new(bytes))
+                    }
+                }),
+            PasswordSource::Env(name) => match self.source.var(name) {
+                None => Err(format!("environment variable {name} is not set")),
+                Some(value) if value.is_empty() => {
+                    Err(format!("environment variable {name} is empty"))
+                }
+                Some(value) => Ok(Password::new(value.into_encoded_bytes())),
+            },
+        };
+        self.cache.insert(from.clone(), read.clone());
+        read
+    }
+}
+
+/// A password file usually ends with the newline of the editor or of
+/// `echo`: one trailing `\n` or `\r\n` is not part of the password.
+fn trim_line_end(mut bytes: Vec<u8>) -> Vec<u8> {
+    if bytes.last() == Some(&b'\n') {
+        bytes.pop();
+        if bytes.last() == Some(&b'\r') {
+            bytes.pop();
+        }
+    }
+    bytes
+}
+
+/// Parses `30s`, `10m`, `1h`, `1h30m`, `500ms`: whole numbers, each with
+/// a unit (`ms`, `s`, `m`, `h`), largest first; at least 1 s in total.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let malformed = || {
+        format!("{text:?} is not a duration (expected a number with a unit: 30s, 10m, 1h, 1h30m)")
+    };
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(malformed());
+    }
+    let mut total = Duration::ZERO;
+    let mut last_unit = u64::MAX;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(malformed());
+        }
+        let number: u64 = rest[..digits].parse().map_err(|_| malformed())?;
+        rest = &rest[digits..];
+        let unit_len = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+        let unit_ms = match &rest[..unit_len] {
+            "ms" => 1,
+            "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            _ => return Err(malformed()),
+        };
+        if unit_ms >= last_unit {
+            return Err(malformed());
+        }
+        last_unit = unit_ms;
+        rest = &rest[unit_len..];
+        let ms = number.checked_mul(unit_ms).ok_or_else(malformed)?;
+        total = total
+            .checked_add(Duration::from_millis(ms))
+            .ok_or_else(malformed)?;
+    }
+    if total < Duration::from_secs(1) {
+        return Err(format!("{text:?} is shorter than the minimum of 1s"));
+    }
+    // Deadlines become unix-millisecond times: keep far from overflow.
+    if total > Duration::from_secs(365 * 24 * 3600) {
+        return Err(format!("{text:?} is longer than the maximum of one year"));
+    }
+    Ok(total)
+}
+
+/// A profile's `bmc` block as defaults for its hosts; `report` gets keys
+/// relative to the block.
+pub(super) fn check_profile_bmc(raw: &RawBmc, report: &mut impl FnMut(&str, String)) {
+    if raw.password.is_some() {
+        report("bmc.password", inline_password());
+    }
+    if raw.address.is_some() {
+        report(
+            "bmc.address",
+            "is per host: a BMC address in a profile would be shared by all its hosts; \
+             set it on each host"
+                .to_owned(),
+        );
+    }
+    if raw.password_file.is_some() && raw.password_env.is_some() {
+        report("bmc.password_env", both_sources());
+    }
+    if let Some(mode) = &raw.boot_mode
+        && let Err(message) = boot_mode(mode)
+    {
+        report("bmc.boot_mode", message);
+    }
+}
+
+/// A profile's `recovery` block as defaults for its hosts.
+pub(super) fn check_profile_recovery(raw: &RawRecovery, report: &mut impl FnMut(&str, String)) {
+    apply(&mut RecoverySettings::default(), raw, report);
+}
+
+fn inline_password() -> String {
+    "inline passwords are refused: the inventory is often world-readable, \
+     kept in version control and printed in diffs; use password_file (a file \
+     readable only by the agent) or password_env (an environment variable) instead"
+        .to_owned()
+}
+
+fn both_sources() -> String {
+    "set either password_file or password_env, not both".to_owned()
+}
+
+fn boot_mode(text: &str) -> Result<BootMode, String> {
+    match text {
+        "legacy" => Ok(BootMode::Legacy),
+        "uefi" => Ok(BootMode::Uefi),
+        other => Err(format!(
+            "unknown boot mode {other:?} (expected legacy or uefi)"
+        )),
+    }
+}
+
+/// The host's BMC from its own block over its profile's; `None` without
+/// an address in either (reported when the host has a block of its own).
+/// `report` gets keys relative to the host (`bmc.password_file`).
+pub(super) fn bmc(
+    profile: Option<&RawBmc>,
+    host: Option<&RawBmc>,
+    secrets: &mut Secrets<'_>,
+    report: &mut impl FnMut(&str, String),
+) -> Option<BmcSettings> {
+    let own = host?;
+    let mut ok = true;
+    if own.password.is_some() {
+        report("bmc.password", inline_password());
+        ok = false;
+    }
+    if own.password_file.is_some() && own.password_env.is_some() {
+        report("bmc.password_env", both_sources());
+        ok = false;
+    }
+    let address = match &own.address {
+        None => {
+            report(
+                "bmc.address",
+                "is required: the BMC's address, e.g. ipmi://10.77.0.2:623".to_owned(),
+            );
+            None
+        }
+        Some(text) => match text.parse::<BmcAddress>() {
+            Ok(address) => Some(address),
+            Err(e) => {
+                report("bmc.address", e.to_string());
+                None
+            }
+        },
+    };
+    let pick = |f: fn(&RawBmc) -> Option<&String>| f(own).or_else(|| profile.and_then(f)).cloned();
+    let username = pick(|b| b.username.as_ref());
+    if username.is_none() {
+        report(
+            "bmc.username",
+            "is required (on the host or in its profile's bmc block)".to_owned(),
+        );
+    }
+    let mode = match (&own.boot_mode, profile.and_then(|p| p.boot_mode.as_ref())) {
+        (Some(text), _) => boot_mode(text)
+            .map_err(|message| report("bmc.boot_mode", message))
+            .ok(),
+        // Reported with the profile, not again for each of its hosts.
+        (None, Some(text)) => boot_mode(text).ok(),
+        (None, None) => Some(BootMode::default()),
+    };
+    // The password source is one setting: a host that names one replaces
+    // its profile's, whichever kind either is.
+    let source_of = |b: &RawBmc| {
+        b.password_file
+            .as_deref()
+            .map(|f| {
+                (
+                    "bmc.password_file",
+                    PasswordSource::File(secrets.resolve(f)),
+                )
+            })
+            .or_else(|| {
+                b.password_env
+                    .clone()
+                    .map(|n| ("bmc.password_env", PasswordSource::Env(n)))
+            })
+    };
+    let source = source_of(own).or_else(|| profile.and_then(source_of));
+    let password = match &source {
+        None => {
+            report(
+                "bmc.password_file",
+                "a password is required: set password_file or password_env (on the host \
+                 or in its profile's bmc block)"
+                    .to_owned(),
+            );
+            None
+        }
+        Some((field, from)) => secrets
+            .password(from)
+            .map_err(|message| report(field, message))
+            .ok(),
+    };
+    let (address, username, mode, password, (field, from)) =
+        (address?, username?, mode?, password?, source?);
+    if !ok {
+        return None;
+    }
+    let credentials = Credentials::new(username, password)
+        .map_err(|e| {
+            let field = match e {
+                crate::bmc::CredentialError::PasswordTooLong { .. } => field,
+                _ => "bmc.username",
+            };
+            report(field, e.to_string());
+        })
+        .ok()?;
+    Some(BmcSettings {
+        address,
+        credentials,
+        password_from: from,
+        boot_mode: mode,
+    })
+}
+
+/// The host's recovery policy from its own block over its profile's;
+/// `None` when neither has one. `report` gets keys relative to the host
+/// (`recovery.deadline`); the profile's own problems were reported with
+/// the profile ([`check_profile_recovery`]), not again for each host.
+pub(super) fn recovery(
+    profile: Option<&RawRecovery>,
+    host: Option<&RawRecovery>,
+    report: &mut impl FnMut(&str, String),
+) -> Option<RecoverySettings> {
+    if profile.is_none() && host.is_none() {
+        return None;
+    }
+    let mut out = RecoverySettings::default();
+    if let Some(profile) = profile {
+        apply(&mut out, profile, &mut |_, _| {});
+    }
+    if let Some(host) = host {
+        apply(&mut out, host, report);
+    }
+    Some(out)
+}
+
+/// Sets the keys `raw` has over `out`.
+fn apply(out: &mut RecoverySettings, raw: &RawRecovery, report: &mut impl FnMut(&str, String)) {
+    fn duration(key: &str, text: &str, report: &mut impl FnMut(&str, String)) -> Option<Duration> {
+        parse_duration(text)
+            .map_err(|message| report(&format!("recovery.{key}"), message))
+            .ok()
+    }
+    if let Some(expect) = raw.expect_boot {
+        out.expect_boot = expect;
+    }
+    if let Some(d) = raw
+        .deadline
+        .as_ref()
+        .and_then(|t| duration("deadline", t, report))
+    {
+        out.deadline = d;
+    }
+    if let Some(text) = &raw.heartbeat {
+        if text == "off" {
+            out.heartbeat = None;
+        } else if let Some(d) = duration("heartbeat", text, report) {
+            out.heartbeat = Some(d);
+        }
+    }
+    if let Some(RawStages {
+        dhcp,
+        boot_file,
+        script,
+    }) = &raw.stages
+    {
+        for (key, text, slot) in [
+            ("stages.dhcp", dhcp, &mut out.stages.dhcp),
+            ("stages.boot_file", boot_file, &mut out.stages.boot_file),
+            ("stages.script", script, &mut out.stages.script),
+        ] {
+            if let Some(d) = text.as_ref().and_then(|t| duration(key, t, report)) {
+                *slot = d;
+            }
+        }
+    }
+    if let Some(attempts) = raw.max_attempts {
+        if (1..=MAX_ATTEMPTS_LIMIT).contains(&attempts) {
+            out.max_attempts = attempts;
+        } else {
+            report(
+                "recovery.max_attempts",
+                format!("{attempts} is out of range 1..={MAX_ATTEMPTS_LIMIT}"),
+            );
+        }
+    }
+    if let Some(after) = &raw.after_boot {
+        match after.as_str() {
+            "disk" => out.after_boot = AfterBoot::Disk,
+            "none" => out.after_boot = AfterBoot::None,
+            other => report(
+                "recovery.after_boot",
+                format!("unknown after_boot {other:?} (expected disk or none)"),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_units_largest_first() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1s500ms"), Ok(Duration::from_millis(1500)));
+        for bad in ["", "10", "m", "10x", "1m1h", "1s1s", "-1s", "1.5m", "10 m"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(parse_duration("500ms").unwrap_err().contains("minimum"));
+        assert!(parse_duration("9000h").unwrap_err().contains("maximum"));
+        assert!(parse_duration("99999999999999999999h").is_err());
+    }
+
+    #[test]
+    fn one_trailing_newline_is_not_part_of_a_password_file() {
+        assert_eq!(trim_line_end(b"secret\n".to_vec()), b"secret");
+        assert_eq!(trim_line_end(b"secret\r\n".to_vec()), b"secret");
+        assert_eq!(trim_line_end(b"secret\n\n".to_vec()), b"secret\n");
+        assert_eq!(trim_line_end(b" secret ".to_vec()), b" secret ");
+    }
+}

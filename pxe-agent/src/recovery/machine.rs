@@ -1,0 +1,649 @@
+//! [`Controller`]: the per-host recovery state machine. Owns the states,
+//! their deadlines, attempts and back-off, the after-boot boot device, the
+//! transition journal and counts, and writing each host's record to the
+//! [`RecoveryStore`] whenever it changes. It never sleeps and never calls
+//! a BMC: time comes in as `now_ms`, BMC calls go out as [`Action`]s and
+//! their results come back through [`Controller::complete`].
+//!
+//! ```text
+//! idle ──request / no phone-home──▶ recovering ──power up──▶ awaiting-dhcp
+//!   ▲                                  ▲   │                    │ dhcp
+//!   │ cancel                      retry│   │bmc error           ▼
+//!   │                                  │   ▼             awaiting-boot-file
+//!   │                               backoff ◀──timeout──        │ boot file
+//!   │                                  │                        ▼
+//!   │                     attempts out │                  awaiting-script
+//!   │                                  ▼                        │ script
+//!   │                               failed                      ▼
+//!   │                                                  awaiting-phone-home
+//!   │                                                           │ phone-home
+//!   └──────── (any state) ───────phone-home──────────────▶ booted
+//!                                   heartbeat lost: booted ──▶ recovering
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Action, ActionError, ActionKind, Done, Observation, Plan, Policy, Reason, RecoveryStore,
+    RequestError, State, StoreError, Transition, ms,
+};
+use crate::{
+    bmc::{BmcError, BootDevice, BootTarget},
+    inventory::{AfterBoot, MacAddr},
+};
+
+/// What a host's recovery record holds on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Record {
+    pub state: State,
+    /// The attempt of the current (or last) recovery, 1-based; 0 before one.
+    pub attempt: u32,
+    /// When the current state ends by itself (stage deadline, back-off,
+    /// `expect_boot` or heartbeat watch), unix milliseconds.
+    pub deadline_ms: Option<u64>,
+    /// In `recovering`: the boot device is set, the power action is next.
+    #[serde(default)]
+    pub boot_device_set: bool,
+    /// In `booted`: the after-boot boot device is still to be set.
+    #[serde(default)]
+    pub after_boot: Option<AfterBootJob>,
+    pub last: Option<LastTransition>,
+    /// The last BMC error, as its message (it names the BMC, never a
+    /// password).
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// Bumped with every change an action depends on: results of actions
+    /// asked at an older epoch are stale.
+    pub epoch: u64,
+}
+
+/// The after-boot boot device still to be set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct AfterBootJob {
+    /// Failed tries so far.
+    pub tries: u32,
+    /// Not before this time (back-off after a failed try).
+    pub not_before_ms: u64,
+}
+
+/// The last transition of a host, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastTransition {
+    pub from: State,
+    pub to: State,
+    pub reason: Reason,
+    pub at_ms: u64,
+}
+
+/// One host as `pxe-agent hosts` and the API show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostStatus {
+    pub mac: String,
+    pub state: State,
+    pub attempt: u32,
+    pub max_attempts: Option<u32>,
+    pub deadline_ms: Option<u64>,
+    pub last_transition: Option<LastTransition>,
+    pub last_error: Option<String>,
+    /// The after-boot boot device is still to be set.
+    pub after_boot_pending: bool,
+    /// In the inventory with a BMC (records of others wait for the next
+    /// inventory to decide).
+    pub managed: bool,
+}
+
+#[derive(Debug)]
+struct Host {
+    /// `None` for a record loaded from disk whose host the inventory has
+    /// not (yet) confirmed: it stays untouched until then.
+    plan: Option<Plan>,
+    record: Record,
+    /// An action for the current epoch is out (queued or running).
+    issued: bool,
+    /// Loaded from disk and not yet given its plan.
+    resumed: bool,
+}
+
+/// The recovery state machine of every managed host. See the module
+/// documentation.
+#[derive(Debug)]
+pub struct Controller {
+    store: RecoveryStore,
+    policy: Policy,
+    hosts: BTreeMap<MacAddr, Host>,
+    journal: Vec<Transition>,
+    counts: BTreeMap<(State, State, Reason), u64>,
+    dirty: BTreeSet<MacAddr>,
+    removed: BTreeSet<MacAddr>,
+    store_errors: u64,
+    stale_results: u64,
+}
+
+impl Controller {
+    /// Loads every host's record from `store`: a host that was, say,
+    /// awaiting its script when the agent stopped resumes awaiting it, with
+    /// the same deadline. Hosts act only once [`Controller::set_hosts`]
+    /// gave them their plan.
+    pub fn new(store: RecoveryStore, policy: Policy) -> Result<Controller, StoreError> {
+        let hosts = store
+            .load()?
+            .into_iter()
+            .map(|(mac, record)| {
+                (
+                    mac,
+                    Host {
+                        plan: None,
+                        record,
+                        issued: false,
+                        resumed: true,
+                    },
+                )
+            })
+            .collect();
+        Ok(Controller {
+            store,
+            policy,
+            hosts,
+            journal: Vec::new(),
+            counts: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            removed: BTreeSet::new(),
+            store_errors: 0,
+            stale_results: 0,
+        })
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The hosts the inventory manages (those with a BMC), with their
+    /// plans. New hosts start idle (an `expect_boot` one must phone home
+    /// within its deadline from now); hosts no longer listed are forgotten,
+    /// on disk too. A host loaded from disk keeps its state; its
+    /// `expect_boot` and heartbeat watches restart from `now_ms` if they
+    /// would end sooner, since its phone-homes could not reach a stopped
+    /// agent.
+    pub fn set_hosts(&mut self, plans: impl IntoIterator<Item = (MacAddr, Plan)>, now_ms: u64) {
+        let plans: BTreeMap<MacAddr, Plan> = plans.into_iter().collect();
+        let gone: Vec<MacAddr> = self
+            .hosts
+            .keys()
+            .filter(|mac| !plans.contains_key(mac))
+            .copied()
+            .collect();
+        for mac in gone {
+            self.hosts.remove(&mac);
+            self.dirty.remove(&mac);
+            self.removed.insert(mac);
+        }
+        for (mac, plan) in plans {
+            let host = self.hosts.entry(mac).or_insert_with(|| Host {
+                plan: None,
+                record: Record {
+                    state: State::Idle,
+                    attempt: 0,
+                    deadline_ms: None,
+                    boot_device_set: false,
+                    after_boot: None,
+                    last: None,
+                    last_error: None,
+                    epoch: 0,
+                },
+                issued: false,
+                resumed: false,
+            });
+            let old = host.plan.replace(plan);
+            let watch = |plan: &Plan, state: State| match state {
+                State::Idle => plan.settings.expect_boot.then_some(plan.settings.deadline),
+                State::Booted => plan.settings.heartbeat,
+                _ => None,
+            };
+            let record = &mut host.record;
+            if !matches!(record.state, State::Idle | State::Booted) {
+                continue;
+            }
+            let window = watch(&plan, record.state);
+            let fresh = window.map(|w| now_ms.saturating_add(ms(w)));
+            record.deadline_ms = match old {
+                // Loaded from disk: never sooner than a fresh watch.
+                None if host.resumed => match (record.deadline_ms, fresh) {
+                    (Some(stored), Some(fresh)) => Some(stored.max(fresh)),
+                    (_, fresh) => fresh,
+                },
+                None => fresh,
+                Some(old) if watch(&old, record.state) == window => continue,
+                Some(_) => fresh,
+            };
+            host.resumed = false;
+            self.dirty.insert(mac);
+        }
+        for host in self.hosts.values_mut() {
+            host.resumed = false;
+        }
+        self.flush();
+    }
+
+    /// A boot-chain step seen for `mac`. Moves an awaiting host forward
+    /// (never back: a host that starts the chain over must still meet the
+    /// deadline of the stage it was in), and a phone-home makes any host
+    /// `booted`.
+    pub fn observe(&mut self, mac: MacAddr, observation: Observation, now_ms: u64) {
+        let Some(host) = self.hosts.get_mut(&mac) else {
+            return;
+        };
+        let Some(plan) = host.plan else { return };
+        let state = host.record.state;
+        if observation == Observation::PhoneHome {
+            if state == State::Booted {
+                // The heartbeat watch moves on in memory only: a write per
+                // phone-home would cost a commit per host every few minutes,
+                // and a restart restarts the watch anyway.
+                host.record.deadline_ms = plan
+                    .settings
+                    .heartbeat
+                    .map(|hb| now_ms.saturating_add(ms(hb)));
+                return;
+            }
+            // Whatever boot override a recovery left set must not make the
+            // next reboot reinstall.
+            let after_boot = state != State::Idle && plan.settings.after_boot == AfterBoot::Disk;
+            let deadline = plan
+                .settings
+                .heartbeat
+                .map(|hb| now_ms.saturating_add(ms(hb)));
+            self.transition(mac, State::Booted, Reason::PhoneHome, deadline, now_ms);
+            if let Some(host) = self.hosts.get_mut(&mac) {
+                host.record.after_boot = after_boot.then_some(AfterBootJob {
+                    tries: 0,
+                    not_before_ms: now_ms,
+                });
+            }
+            self.flush();
+            return;
+        }
+        if !state.is_awaiting() {
+            return;
+        }
+        let (to, reason) = match observation {
+            Observation::Dhcp => (State::AwaitingBootFile, Reason::DhcpSeen),
+            Observation::BootFile => (State::AwaitingScript, Reason::BootFileSeen),
+            Observation::Script => (State::AwaitingPhoneHome, Reason::ScriptSeen),
+            Observation::Artifacts => (State::AwaitingPhoneHome, Reason::ArtifactsSeen),
+            Observation::PhoneHome => return,
+        };
+        if to <= state {
+            return;
+        }
+        let stages = plan.settings.stages;
+        let window = match to {
+            State::AwaitingBootFile => stages.boot_file,
+            State::AwaitingScript => stages.script,
+            _ => plan.settings.deadline,
+        };
+        self.transition(
+            mac,
+            to,
+            reason,
+            Some(now_ms.saturating_add(ms(window))),
+            now_ms,
+        );
+        self.flush();
+    }
+
+    /// An operator asks for `mac` to be recovered now.
+    pub fn request(&mut self, mac: MacAddr, now_ms: u64) -> Result<(), RequestError> {
+        let state = self.managed_state(mac)?;
+        if state.is_active() {
+            return Err(RequestError::InProgress { mac, state });
+        }
+        self.start(mac, Reason::Requested, now_ms);
+        self.flush();
+        Ok(())
+    }
+
+    /// An operator stops `mac`'s recovery. The host goes idle without an
+    /// `expect_boot` watch (the operator took over) until it phones home
+    /// or is requested again. An action already running still finishes.
+    pub fn cancel(&mut self, mac: MacAddr, now_ms: u64) -> Result<(), RequestError> {
+        let state = self.managed_state(mac)?;
+        if !state.is_active() {
+            return Err(RequestError::NotRecovering { mac, state });
+        }
+        self.transition(mac, State::Idle, Reason::Cancelled, None, now_ms);
+        self.flush();
+        Ok(())
+    }
+
+    fn managed_state(&self, mac: MacAddr) -> Result<State, RequestError> {
+        match self.hosts.get(&mac) {
+            Some(host) if host.plan.is_some() => Ok(host.record.state),
+            _ => Err(RequestError::NotManaged { mac }),
+        }
+    }
+
+    /// Ends the states whose deadline passed and returns the BMC actions
+    /// to run now. Call it on a timer (see [`Controller::next_deadline`])
+    /// and after every input.
+    pub fn tick(&mut self, now_ms: u64) -> Vec<Action> {
+        let due: Vec<(MacAddr, State)> = self
+            .hosts
+            .iter()
+            .filter(|(_, h)| h.plan.is_some())
+            .filter(|(_, h)| h.record.deadline_ms.is_some_and(|d| d <= now_ms))
+            .map(|(mac, h)| (*mac, h.record.state))
+            .collect();
+        for (mac, state) in due {
+            match state {
+                State::Idle => self.start(mac, Reason::NoPhoneHome, now_ms),
+                State::Booted => self.start(mac, Reason::HeartbeatLost, now_ms),
+                State::Backoff => self.retry(mac, now_ms),
+                State::AwaitingDhcp => self.fail_attempt(mac, Reason::DhcpTimeout, now_ms),
+                State::AwaitingBootFile => {
+                    self.fail_attempt(mac, Reason::BootFileTimeout, now_ms);
+                }
+                State::AwaitingScript => self.fail_attempt(mac, Reason::ScriptTimeout, now_ms),
+                State::AwaitingPhoneHome => {
+                    self.fail_attempt(mac, Reason::PhoneHomeTimeout, now_ms);
+                }
+                State::Recovering | State::Failed => {}
+            }
+        }
+        let mut actions = Vec::new();
+        for (mac, host) in &mut self.hosts {
+            let Some(plan) = host.plan else { continue };
+            if host.issued {
+                continue;
+            }
+            let record = &host.record;
+            let kind = match record.state {
+                State::Recovering if record.boot_device_set => ActionKind::PowerUp,
+                State::Recovering => ActionKind::SetBootDevice(BootTarget {
+                    device: BootDevice::Pxe,
+                    persistent: false,
+                    efi: plan.efi,
+                }),
+                State::Booted
+                    if record
+                        .after_boot
+                        .is_some_and(|job| job.not_before_ms <= now_ms) =>
+                {
+                    ActionKind::SetBootDevice(BootTarget {
+                        device: BootDevice::Disk,
+                        persistent: true,
+                        efi: plan.efi,
+                    })
+                }
+                _ => continue,
+            };
+            host.issued = true;
+            actions.push(Action {
+                mac: *mac,
+                kind,
+                epoch: record.epoch,
+            });
+        }
+        self.flush();
+        actions
+    }
+
+    /// Whether `action` is still wanted: queued actions whose host moved on
+    /// (phoned home, was cancelled) are dropped instead of run.
+    pub fn is_current(&self, action: &Action) -> bool {
+        self.hosts
+            .get(&action.mac)
+            .is_some_and(|h| h.issued && h.record.epoch == action.epoch)
+    }
+
+    /// The result of `action`. Results of stale actions are counted and
+    /// otherwise ignored.
+    pub fn complete(&mut self, action: &Action, result: Result<Done, ActionError>, now_ms: u64) {
+        if !self.is_current(action) {
+            self.stale_results += 1;
+            return;
+        }
+        let mac = action.mac;
+        let Some(host) = self.hosts.get_mut(&mac) else {
+            return;
+        };
+        let Some(plan) = host.plan else { return };
+        host.issued = false;
+        let record = &mut host.record;
+        if let Err(e) = &result {
+            record.last_error = Some(e.to_string());
+            self.dirty.insert(mac);
+        }
+        match (record.state, result) {
+            (State::Booted, Ok(_)) => {
+                record.after_boot = None;
+                record.last_error = None;
+                self.dirty.insert(mac);
+            }
+            (State::Booted, Err(e)) => {
+                let tries = record.after_boot.map_or(0, |job| job.tries) + 1;
+                record.after_boot =
+                    (!e.is_permanent() && tries < plan.settings.max_attempts).then(|| {
+                        AfterBootJob {
+                            tries,
+                            not_before_ms: now_ms.saturating_add(ms(self.policy.backoff(tries))),
+                        }
+                    });
+                record.epoch += 1;
+                self.dirty.insert(mac);
+            }
+            (State::Recovering, Ok(Done::BootDeviceSet)) => {
+                record.boot_device_set = true;
+                record.epoch += 1;
+                self.dirty.insert(mac);
+            }
+            (State::Recovering, Ok(done)) => {
+                let reason = if done == Done::PoweredOn {
+                    Reason::PoweredOn
+                } else {
+                    Reason::PowerCycled
+                };
+                self.power_done(mac, plan, reason, now_ms);
+            }
+            // The action went out but its answer was lost: whether the host
+            // restarted shows in the DHCP stage, which has its own deadline.
+            // Sending a cycle again could restart a host already booting.
+            (State::Recovering, Err(ActionError::Bmc(BmcError::OutcomeUnknown { .. }))) => {
+                self.power_done(mac, plan, Reason::PowerOutcomeUnknown, now_ms);
+            }
+            (State::Recovering, Err(e)) if e.is_permanent() => {
+                self.transition(mac, State::Failed, Reason::BmcPermanentError, None, now_ms);
+            }
+            (State::Recovering, Err(_)) => self.fail_attempt(mac, Reason::BmcError, now_ms),
+            _ => {}
+        }
+        self.flush();
+    }
+
+    fn power_done(&mut self, mac: MacAddr, plan: Plan, reason: Reason, now_ms: u64) {
+        let deadline = now_ms.saturating_add(ms(plan.settings.stages.dhcp));
+        self.transition(mac, State::AwaitingDhcp, reason, Some(deadline), now_ms);
+    }
+
+    /// Starts a new recovery at attempt 1.
+    fn start(&mut self, mac: MacAddr, reason: Reason, now_ms: u64) {
+        if let Some(host) = self.hosts.get_mut(&mac) {
+            host.record.attempt = 1;
+            host.record.last_error = None;
+        }
+        self.transition(mac, State::Recovering, reason, None, now_ms);
+    }
+
+    fn retry(&mut self, mac: MacAddr, now_ms: u64) {
+        if let Some(host) = self.hosts.get_mut(&mac) {
+            host.record.attempt += 1;
+        }
+        self.transition(mac, State::Recovering, Reason::Retry, None, now_ms);
+    }
+
+    /// The current attempt failed for `reason`: back off, or `failed` once
+    /// the attempts are used up.
+    fn fail_attempt(&mut self, mac: MacAddr, reason: Reason, now_ms: u64) {
+        let Some(host) = self.hosts.get(&mac) else {
+            return;
+        };
+        let (Some(plan), attempt) = (host.plan, host.record.attempt) else {
+            return;
+        };
+        if attempt >= plan.settings.max_attempts {
+            self.transition(mac, State::Failed, reason, None, now_ms);
+        } else {
+            let wait = self.policy.backoff(attempt);
+            let until = now_ms.saturating_add(ms(wait));
+            self.transition(mac, State::Backoff, reason, Some(until), now_ms);
+        }
+    }
+
+    /// Moves `mac` to `to`, records why, and marks the record for writing.
+    fn transition(
+        &mut self,
+        mac: MacAddr,
+        to: State,
+        reason: Reason,
+        deadline_ms: Option<u64>,
+        now_ms: u64,
+    ) {
+        let Some(host) = self.hosts.get_mut(&mac) else {
+            return;
+        };
+        let record = &mut host.record;
+        let from = record.state;
+        record.state = to;
+        record.deadline_ms = deadline_ms;
+        record.boot_device_set = false;
+        record.after_boot = None;
+        record.epoch += 1;
+        record.last = Some(LastTransition {
+            from,
+            to,
+            reason,
+            at_ms: now_ms,
+        });
+        host.issued = false;
+        self.dirty.insert(mac);
+        *self.counts.entry((from, to, reason)).or_default() += 1;
+        self.journal.push(Transition {
+            mac,
+            from,
+            to,
+            reason,
+            at_ms: now_ms,
+            attempt: record.attempt,
+        });
+    }
+
+    /// Writes every changed record in one commit. A failed write is logged
+    /// and counted; the records stay in memory and are written whole with
+    /// their next change, so the file catches up.
+    fn flush(&mut self) {
+        if self.dirty.is_empty() && self.removed.is_empty() {
+            return;
+        }
+        let changes: Vec<(MacAddr, Option<&Record>)> = self
+            .removed
+            .iter()
+            .map(|mac| (*mac, None))
+            .chain(
+                self.dirty
+                    .iter()
+                    .filter_map(|mac| self.hosts.get(mac).map(|h| (*mac, Some(&h.record)))),
+            )
+            .collect();
+        match self.store.write(&changes) {
+            Ok(()) => {
+                self.dirty.clear();
+                self.removed.clear();
+            }
+            Err(e) => {
+                self.store_errors += 1;
+                tracing::warn!(error = %e, "failed to persist recovery state");
+            }
+        }
+    }
+
+    /// The transitions since the last call, oldest first, for the log.
+    pub fn take_transitions(&mut self) -> Vec<Transition> {
+        std::mem::take(&mut self.journal)
+    }
+
+    /// Transitions so far by (from, to, reason), for
+    /// [`metrics::TRANSITIONS`](super::metrics::TRANSITIONS).
+    pub fn transition_counts(&self) -> &BTreeMap<(State, State, Reason), u64> {
+        &self.counts
+    }
+
+    /// Managed hosts per state, every state listed.
+    pub fn hosts_per_state(&self) -> BTreeMap<State, usize> {
+        let mut out: BTreeMap<State, usize> = State::ALL.iter().map(|s| (*s, 0)).collect();
+        for host in self.hosts.values().filter(|h| h.plan.is_some()) {
+            *out.entry(host.record.state).or_default() += 1;
+        }
+        out
+    }
+
+    /// Hosts in an `awaiting-*` state: the input to storm control.
+    pub fn awaiting(&self) -> usize {
+        self.hosts
+            .values()
+            .filter(|h| h.plan.is_some() && h.record.state.is_awaiting())
+            .count()
+    }
+
+    /// Failed writes to the store so far.
+    pub fn store_errors(&self) -> u64 {
+        self.store_errors
+    }
+
+    /// Results that arrived for actions no longer current.
+    pub fn stale_results(&self) -> u64 {
+        self.stale_results
+    }
+
+    /// The earliest deadline of any managed host: when `tick` next has
+    /// something to do by itself.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.hosts
+            .values()
+            .filter(|h| h.plan.is_some())
+            .flat_map(|h| {
+                let after_boot = h
+                    .record
+                    .after_boot
+                    .filter(|_| !h.issued)
+                    .map(|j| j.not_before_ms);
+                [h.record.deadline_ms, after_boot]
+            })
+            .flatten()
+            .min()
+    }
+
+    /// One host's status.
+    pub fn status(&self, mac: MacAddr) -> Option<HostStatus> {
+        self.hosts.get(&mac).map(|h| status(mac, h))
+    }
+
+    /// Every host with a record, by MAC.
+    pub fn snapshot(&self) -> Vec<HostStatus> {
+        self.hosts.iter().map(|(mac, h)| status(*mac, h)).collect()
+    }
+}
+
+fn status(mac: MacAddr, host: &Host) -> HostStatus {
+    HostStatus {
+        mac: mac.to_string(),
+        state: host.record.state,
+        attempt: host.record.attempt,
+        max_attempts: host.plan.map(|p| p.settings.max_attempts),
+        deadline_ms: host.record.deadline_ms,
+        last_transition: host.record.last,
+        last_error: host.record.last_error.clone(),
+        after_boot_pending: host.record.after_boot.is_some(),
+        managed: host.plan.is_some(),
+    }
+}

@@ -1,0 +1,498 @@
+//! [`Sequencer`]: storm-aware ordering of BMC actions across hosts. Owns
+//! the queue between the controller and the executor, the limit on
+//! actions running at once, the rate of power-ups, and holding power-ups
+//! while the boot chain is busy (too many hosts awaiting a stage, or the
+//! DHCP slow path receiving more than a threshold); and the counts of
+//! why power-ups waited. Powering a rack at once makes every host DHCP,
+//! TFTP and fetch its kernel in the same minute; sequencing keeps a
+//! recovery of hundreds of hosts from being the outage it repairs.
+//!
+//! Like the controller it is pure: `now_ms` is passed in, nothing sleeps.
+//! It does not know what actions do beyond [`ActionKind::is_power`].
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::{Action, ActionKind};
+use crate::inventory::MacAddr;
+
+/// The sequencing knobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SequencePolicy {
+    /// Actions running at once, across all BMCs.
+    pub max_in_flight: usize,
+    /// Power-ups per second, on average.
+    pub power_ups_per_second: f64,
+    /// Power-ups allowed back to back before the rate applies.
+    pub power_up_burst: u32,
+    /// Hold power-ups while this many hosts are awaiting a boot stage
+    /// (power-ups running count too: their hosts are about to be).
+    pub max_awaiting: usize,
+    /// Hold power-ups while the DHCP slow path receives more requests per
+    /// second than this.
+    pub max_slow_path_rate: f64,
+}
+
+impl Default for SequencePolicy {
+    fn default() -> Self {
+        SequencePolicy {
+            max_in_flight: 16,
+            power_ups_per_second: 2.0,
+            power_up_burst: 1,
+            max_awaiting: 64,
+            max_slow_path_rate: 2000.0,
+        }
+    }
+}
+
+/// What the agent measures that the sequencer cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Load {
+    /// Hosts in an `awaiting-*` state ([`Controller::awaiting`](super::Controller::awaiting)).
+    pub awaiting: usize,
+    /// Requests per second reaching the DHCP slow path, recently.
+    pub slow_path_rate: f64,
+}
+
+/// Why a queued action waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Gate {
+    /// `max_in_flight` actions were running.
+    Concurrency,
+    /// The power-up rate was used up.
+    Rate,
+    /// Too many hosts were awaiting a boot stage.
+    Awaiting,
+    /// The slow path was too busy.
+    SlowPath,
+}
+
+impl Gate {
+    pub const ALL: [Gate; 4] = [
+        Gate::Concurrency,
+        Gate::Rate,
+        Gate::Awaiting,
+        Gate::SlowPath,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Gate::Concurrency => "concurrency",
+            Gate::Rate => "rate",
+            Gate::Awaiting => "awaiting",
+            Gate::SlowPath => "slow-path",
+        }
+    }
+}
+
+/// Counters for metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SequenceStats {
+    pub queued: usize,
+    pub in_flight: usize,
+    /// Actions that waited, by the gate that held them (each action counts
+    /// once per gate).
+    pub waits: BTreeMap<Gate, u64>,
+    /// Milliseconds released actions spent queued, in total.
+    pub wait_ms_total: u64,
+    /// Actions released.
+    pub released: u64,
+}
+
+#[derive(Debug)]
+struct Queued {
+    action: Action,
+    since_ms: u64,
+    /// Gates that have held it, so each counts once.
+    held: Vec<Gate>,
+}
+
+/// The queue of actions waiting to run. See the module documentation.
+#[derive(Debug)]
+pub struct Sequencer {
+    policy: SequencePolicy,
+    queue: VecDeque<Queued>,
+    /// Running actions by host (at most one per host).
+    running: BTreeMap<MacAddr, ActionKind>,
+    /// Generic cell rate algorithm: the theoretical time, in microseconds,
+    /// at which the next power-up conforms (RFC 2697's token bucket
+    /// expressed as a schedule, exact with integers).
+    tat_us: u64,
+    stats: SequenceStats,
+}
+
+impl Sequencer {
+    pub fn new(policy: SequencePolicy) -> Sequencer {
+        Sequencer {
+            policy,
+            queue: VecDeque::new(),
+            running: BTreeMap::new(),
+            tat_us: 0,
+            stats: SequenceStats::default(),
+        }
+    }
+
+    pub fn policy(&self) -> &SequencePolicy {
+        &self.policy
+    }
+
+    /// Microseconds between power-ups at the configured rate.
+    fn interval_us(&self) -> u64 {
+        let rate = self.policy.power_ups_per_second;
+        if rate.is_finite() && rate > 0.0 {
+            // Truncation is fine: sub-microsecond precision is noise.
+            (1_000_000.0 / rate).ceil() as u64
+        } else {
+            u64::MAX / 4
+        }
+    }
+
+    /// Queues `action` behind those already waiting.
+    pub fn push(&mut self, action: Action, now_ms: u64) {
+        self.queue.push_back(Queued {
+            action,
+            since_ms: now_ms,
+            held: Vec::new(),
+        });
+    }
+
+    /// Returns the actions that may start now, in queue order, and marks
+    /// them running. Actions `wanted` says no to are dropped. Actions that
+    /// are not power-ups only wait for the concurrency limit; power-ups also
+    /// wait for the rate and for the boot chain to calm down, and keep
+    /// their order among themselves.
+    pub fn release(
+        &mut self,
+        now_ms: u64,
+        load: Load,
+        mut wanted: impl FnMut(&Action) -> bool,
+    ) -> Vec<Action> {
+        self.queue.retain(|q| wanted(&q.action));
+        let policy = self.policy;
+        let now_us = now_ms.saturating_mul(1000);
+        let interval = self.interval_us();
+        let tolerance = interval.saturating_mul(u64::from(policy.power_up_burst.max(1) - 1));
+        let mut power_running = self.running.values().filter(|k| k.is_power()).count();
+        let mut out = Vec::new();
+        // The gate holding the first held power-up: every later one waits
+        // behind it, for the same reason, so that they keep their order.
+        let mut power_held: Option<Gate> = None;
+        let mut keep = VecDeque::with_capacity(self.queue.len());
+        while let Some(mut q) = self.queue.pop_front() {
+            let is_power = q.action.kind.is_power();
+            let gate = if self.running.len() >= policy.max_in_flight {
+                Some(Gate::Concurrency)
+            } else if self.running.contains_key(&q.action.mac) {
+                // Not a limit, only one call at a time per BMC: not counted.
+                keep.push_back(q);
+                continue;
+            } else if !is_power {
+                None
+            } else if power_held.is_some() {
+                power_held
+            } else if load.awaiting + power_running >= policy.max_awaiting {
+                Some(Gate::Awaiting)
+            } else if load.slow_path_rate > policy.max_slow_path_rate {
+                Some(Gate::SlowPath)
+            } else if self.tat_us > now_us.saturating_add(tolerance) {
+                Some(Gate::Rate)
+            } else {
+                None
+            };
+            if let Some(gate) = gate {
+                if !q.held.contains(&gate) {
+                    q.held.push(gate);
+                    *self.stats.waits.entry(gate).or_default() += 1;
+                }
+                if is_power {
+                    power_held = Some(gate);
+                }
+                keep.push_back(q);
+                continue;
+            }
+            if q.action.kind.is_power() {
+                self.tat_us = self.tat_us.max(now_us).saturating_add(interval);
+                power_running += 1;
+            }
+            self.running.insert(q.action.mac, q.action.kind);
+            self.stats.wait_ms_total += now_ms.saturating_sub(q.since_ms);
+            self.stats.released += 1;
+            out.push(q.action);
+        }
+        self.queue = keep;
+        out
+    }
+
+    /// `action` finished (whatever its result): its slot is free.
+    pub fn finished(&mut self, action: &Action) {
+        self.running.remove(&action.mac);
+    }
+
+    /// When a power-up held only by the rate may go, unix milliseconds: a
+    /// timer for the agent's loop.
+    pub fn next_release_ms(&self) -> Option<u64> {
+        let tolerance = self
+            .interval_us()
+            .saturating_mul(u64::from(self.policy.power_up_burst.max(1) - 1));
+        self.queue
+            .iter()
+            .any(|q| q.action.kind.is_power())
+            .then(|| self.tat_us.saturating_sub(tolerance).div_ceil(1000))
+    }
+
+    pub fn queue_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn stats(&self) -> SequenceStats {
+        SequenceStats {
+            queued: self.queue.len(),
+            in_flight: self.running.len(),
+            ..self.stats.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bmc::{BootDevice, BootTarget};
+
+    fn mac(n: u16) -> MacAddr {
+        let [a, b] = n.to_be_bytes();
+        MacAddr([2, 0, 0, 0, a, b])
+    }
+
+    fn power(n: u16) -> Action {
+        Action {
+            mac: mac(n),
+            kind: ActionKind::PowerUp,
+            epoch: 1,
+        }
+    }
+
+    fn boot_device(n: u16) -> Action {
+        Action {
+            mac: mac(n),
+            kind: ActionKind::SetBootDevice(BootTarget {
+                device: BootDevice::Pxe,
+                persistent: false,
+                efi: false,
+            }),
+            epoch: 1,
+        }
+    }
+
+    fn policy() -> SequencePolicy {
+        SequencePolicy {
+            max_in_flight: 100,
+            power_ups_per_second: 2.0,
+            power_up_burst: 1,
+            max_awaiting: 1000,
+            max_slow_path_rate: 100.0,
+        }
+    }
+
+    /// Runs the fake clock from 0 in steps of `step_ms` until `end_ms`,
+    /// finishing every action at once, and returns (time, action) of each
+    /// release.
+    fn run(
+        seq: &mut Sequencer,
+        end_ms: u64,
+        step_ms: u64,
+        mut load: impl FnMut(u64, usize) -> Load,
+    ) -> Vec<(u64, Action)> {
+        let mut released = Vec::new();
+        let mut now = 0;
+        while now <= end_ms {
+            let powered = released
+                .iter()
+                .filter(|(_, a): &&(u64, Action)| a.kind.is_power())
+                .count();
+            for action in seq.release(now, load(now, powered), |_| true) {
+                seq.finished(&action);
+                released.push((now, action));
+            }
+            now += step_ms;
+        }
+        released
+    }
+
+    #[test]
+    fn power_ups_keep_to_the_rate() {
+        let mut seq = Sequencer::new(policy());
+        for n in 0..10 {
+            seq.push(power(n), 0);
+        }
+        let times: Vec<u64> = run(&mut seq, 10_000, 10, |_, _| Load::default())
+            .iter()
+            .map(|(t, _)| *t)
+            .collect();
+        assert_eq!(
+            times,
+            [0, 500, 1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500]
+        );
+        assert_eq!(seq.stats().waits.get(&Gate::Rate), Some(&9));
+        assert_eq!(
+            seq.stats().wait_ms_total,
+            (0..10u64).map(|n| n * 500).sum::<u64>()
+        );
+    }
+
+    #[test]
+    fn a_burst_goes_at_once_then_the_rate_applies() {
+        let mut seq = Sequencer::new(SequencePolicy {
+            power_up_burst: 3,
+            power_ups_per_second: 1.0,
+            ..policy()
+        });
+        for n in 0..5 {
+            seq.push(power(n), 0);
+        }
+        let times: Vec<u64> = run(&mut seq, 10_000, 100, |_, _| Load::default())
+            .iter()
+            .map(|(t, _)| *t)
+            .collect();
+        assert_eq!(times, [0, 0, 0, 1000, 2000]);
+    }
+
+    #[test]
+    fn in_any_window_no_more_power_ups_than_the_rate_allows() {
+        let mut seq = Sequencer::new(SequencePolicy {
+            power_ups_per_second: 5.0,
+            ..policy()
+        });
+        // Arrivals spread unevenly over the run.
+        let mut now = 0;
+        let mut times = Vec::new();
+        let mut next = 0u16;
+        while now <= 20_000 {
+            if now % 700 == 0 && next < 60 {
+                for _ in 0..3 {
+                    seq.push(power(next), now);
+                    next += 1;
+                }
+            }
+            for action in seq.release(now, Load::default(), |_| true) {
+                seq.finished(&action);
+                times.push(now);
+            }
+            now += 7;
+        }
+        assert_eq!(times.len(), 60);
+        for pair in times.windows(2) {
+            assert!(pair[1] - pair[0] >= 200, "{pair:?}");
+        }
+    }
+
+    #[test]
+    fn concurrency_limit_holds_actions_until_one_finishes() {
+        let mut seq = Sequencer::new(SequencePolicy {
+            max_in_flight: 2,
+            ..policy()
+        });
+        for n in 0..4 {
+            seq.push(boot_device(n), 0);
+        }
+        let first = seq.release(0, Load::default(), |_| true);
+        assert_eq!(first, [boot_device(0), boot_device(1)]);
+        assert!(seq.release(10, Load::default(), |_| true).is_empty());
+        assert_eq!(seq.in_flight(), 2);
+        seq.finished(&first[0]);
+        assert_eq!(seq.release(20, Load::default(), |_| true), [boot_device(2)]);
+        assert_eq!(seq.stats().waits.get(&Gate::Concurrency), Some(&2));
+        assert_eq!(seq.queue_len(), 1);
+    }
+
+    #[test]
+    fn power_ups_wait_while_too_many_hosts_are_awaiting() {
+        let mut seq = Sequencer::new(SequencePolicy {
+            max_awaiting: 3,
+            power_ups_per_second: 1000.0,
+            power_up_burst: 10,
+            ..policy()
+        });
+        for n in 0..6 {
+            seq.push(power(n), 0);
+        }
+        // Every powered host awaits its boot for 5 s, then is done.
+        let released = run(&mut seq, 20_000, 100, |now, _| {
+            Load {
+                awaiting: 0,
+                slow_path_rate: 0.0,
+            }
+            .with_awaiting(now)
+        });
+        let times: Vec<u64> = released.iter().map(|(t, _)| *t).collect();
+        assert_eq!(times, [0, 0, 0, 5000, 5000, 5000]);
+        assert_eq!(seq.stats().waits.get(&Gate::Awaiting), Some(&3));
+    }
+
+    impl Load {
+        /// Three hosts awaiting from 0 to 5 s, none after.
+        fn with_awaiting(self, now: u64) -> Load {
+            Load {
+                awaiting: if (1..5000).contains(&now) { 3 } else { 0 },
+                ..self
+            }
+        }
+    }
+
+    #[test]
+    fn power_ups_wait_while_the_slow_path_is_busy_but_others_do_not() {
+        let mut seq = Sequencer::new(policy());
+        seq.push(power(1), 0);
+        seq.push(boot_device(2), 0);
+        let busy = Load {
+            awaiting: 0,
+            slow_path_rate: 500.0,
+        };
+        assert_eq!(seq.release(0, busy, |_| true), [boot_device(2)]);
+        assert!(seq.release(1000, busy, |_| true).is_empty());
+        assert_eq!(
+            seq.release(2000, Load::default(), |_| true),
+            [power(1)],
+            "released once the slow path calmed down"
+        );
+        assert_eq!(seq.stats().waits.get(&Gate::SlowPath), Some(&1));
+        assert_eq!(seq.stats().wait_ms_total, 2000);
+    }
+
+    #[test]
+    fn power_ups_keep_their_order_and_unwanted_ones_are_dropped() {
+        let mut seq = Sequencer::new(policy());
+        for n in 0..3 {
+            seq.push(power(n), 0);
+        }
+        let order: Vec<MacAddr> = run(&mut seq, 5000, 50, |_, _| Load::default())
+            .iter()
+            .map(|(_, a)| a.mac)
+            .collect();
+        assert_eq!(order, [mac(0), mac(1), mac(2)]);
+        let mut seq = Sequencer::new(policy());
+        seq.push(power(0), 0);
+        seq.push(power(1), 0);
+        assert!(
+            seq.release(0, Load::default(), |a| a.mac != mac(0))
+                .iter()
+                .all(|a| a.mac == mac(1))
+        );
+        assert_eq!(seq.queue_len(), 0);
+    }
+
+    #[test]
+    fn one_action_per_host_at_a_time() {
+        let mut seq = Sequencer::new(policy());
+        seq.push(boot_device(1), 0);
+        seq.push(boot_device(1), 0);
+        let first = seq.release(0, Load::default(), |_| true);
+        assert_eq!(first.len(), 1);
+        assert!(seq.release(1, Load::default(), |_| true).is_empty());
+        seq.finished(&first[0]);
+        assert_eq!(seq.release(2, Load::default(), |_| true).len(), 1);
+    }
+}

@@ -1,0 +1,803 @@
+//! Recovery scenarios against the fake BMC: the controller, sequencer and
+//! executor driven together by a fake clock.
+
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
+
+use super::*;
+use crate::{
+    bmc::{
+        BmcError, BootDevice, BootFlags, PowerAction, PowerState,
+        fake::{Boot, Call, FakeBmc, Seen},
+    },
+    inventory::{AfterBoot, RecoverySettings, StageDeadlines},
+};
+
+const T0: u64 = 1_700_000_000_000;
+const MIN: u64 = 60_000;
+const SEC: u64 = 1000;
+
+fn mac(n: u8) -> MacAddr {
+    MacAddr([0x52, 0x54, 0, 0, 0, n])
+}
+
+/// A directory under the temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!("pxe-recovery-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn settings() -> RecoverySettings {
+    RecoverySettings {
+        max_attempts: 3,
+        ..RecoverySettings::default()
+    }
+}
+
+fn plan(settings: RecoverySettings) -> Plan {
+    Plan {
+        settings,
+        efi: false,
+    }
+}
+
+fn open(dir: &TempDir) -> Controller {
+    Controller::new(
+        RecoveryStore::open_in(&dir.0).expect("open store"),
+        Policy::default(),
+    )
+    .expect("load")
+}
+
+/// Controller, sequencer and executor with one fake BMC per host, and the
+/// clock they share.
+struct Lab {
+    dir: TempDir,
+    ctl: Controller,
+    seq: Sequencer,
+    exec: Executor<FakeBmc>,
+    bmcs: BTreeMap<MacAddr, FakeBmc>,
+    plans: Vec<(MacAddr, Plan)>,
+    now: u64,
+}
+
+impl Lab {
+    fn new(name: &str, hosts: &[(MacAddr, RecoverySettings, PowerState)]) -> Lab {
+        let dir = TempDir::new(name);
+        let mut ctl = open(&dir);
+        let plans: Vec<(MacAddr, Plan)> = hosts.iter().map(|(m, s, _)| (*m, plan(*s))).collect();
+        ctl.set_hosts(plans.clone(), T0);
+        let bmcs: BTreeMap<MacAddr, FakeBmc> = hosts
+            .iter()
+            .map(|(m, _, power)| (*m, FakeBmc::new(format!("bmc-{m}:623"), *power)))
+            .collect();
+        let mut exec = Executor::new();
+        exec.set_bmcs(bmcs.iter().map(|(m, b)| (*m, Arc::new(b.clone()))));
+        Lab {
+            dir,
+            ctl,
+            seq: Sequencer::new(SequencePolicy {
+                power_ups_per_second: 1000.0,
+                power_up_burst: 100,
+                ..SequencePolicy::default()
+            }),
+            exec,
+            bmcs,
+            plans,
+            now: T0,
+        }
+    }
+
+    fn bmc(&self, mac: MacAddr) -> &FakeBmc {
+        &self.bmcs[&mac]
+    }
+
+    fn state(&self, mac: MacAddr) -> State {
+        self.ctl.status(mac).expect("known host").state
+    }
+
+    fn attempt(&self, mac: MacAddr) -> u32 {
+        self.ctl.status(mac).expect("known host").attempt
+    }
+
+    /// Queues what the controller wants and starts what the sequencer
+    /// releases.
+    fn dispatch(&mut self) {
+        for action in self.ctl.tick(self.now) {
+            self.seq.push(action, self.now);
+        }
+        let load = Load {
+            awaiting: self.ctl.awaiting(),
+            slow_path_rate: 0.0,
+        };
+        let ctl = &self.ctl;
+        for action in self.seq.release(self.now, load, |a| ctl.is_current(a)) {
+            self.exec.start(action);
+        }
+    }
+
+    fn feed(&mut self, done: Completion) {
+        self.seq.finished(&done.action);
+        self.ctl.complete(&done.action, done.result, self.now);
+    }
+
+    /// Runs ticks and BMC calls until nothing is left to do at `now`.
+    async fn settle(&mut self) {
+        loop {
+            self.dispatch();
+            if self.exec.is_idle() {
+                break;
+            }
+            while let Some(done) = self.exec.next().await {
+                self.feed(done);
+            }
+        }
+    }
+
+    async fn advance(&mut self, ms: u64) {
+        self.now += ms;
+        self.settle().await;
+    }
+
+    async fn observe(&mut self, mac: MacAddr, observation: Observation) {
+        self.ctl.observe(mac, observation, self.now);
+        self.settle().await;
+    }
+
+    fn path(&self) -> Vec<(State, State, Reason)> {
+        self.ctl
+            .snapshot()
+            .iter()
+            .filter_map(|s| s.last_transition)
+            .map(|t| (t.from, t.to, t.reason))
+            .collect()
+    }
+}
+
+fn reasons(transitions: &[Transition]) -> Vec<(State, Reason)> {
+    transitions.iter().map(|t| (t.to, t.reason)).collect()
+}
+
+const PXE_LEGACY: Boot = Boot {
+    device: Some(BootDevice::Pxe),
+    efi: false,
+};
+
+#[tokio::test(start_paused = true)]
+async fn requested_recovery_of_a_running_host_reaches_booted_and_leaves_disk_persistent() {
+    let host = mac(1);
+    let mut lab = Lab::new("happy", &[(host, settings(), PowerState::On)]);
+    lab.ctl.request(host, lab.now).expect("managed and idle");
+    lab.settle().await;
+    assert_eq!(lab.state(host), State::AwaitingDhcp);
+    assert_eq!(
+        lab.bmc(host).calls()[..2],
+        [
+            Seen::SetBootDevice(BootTarget {
+                device: BootDevice::Pxe,
+                persistent: false,
+                efi: false
+            }),
+            Seen::PowerStatus,
+        ]
+    );
+    assert_eq!(lab.bmc(host).calls()[2], Seen::Power(PowerAction::Cycle));
+    assert_eq!(lab.bmc(host).boots(), [PXE_LEGACY], "one-time PXE used");
+    assert!(!lab.bmc(host).flags().valid, "the one-time flag is cleared");
+
+    lab.advance(40 * SEC).await;
+    lab.observe(host, Observation::Dhcp).await;
+    assert_eq!(lab.state(host), State::AwaitingBootFile);
+    lab.observe(host, Observation::BootFile).await;
+    lab.observe(host, Observation::Script).await;
+    assert_eq!(lab.state(host), State::AwaitingPhoneHome);
+    lab.observe(host, Observation::Artifacts).await;
+    assert_eq!(lab.state(host), State::AwaitingPhoneHome);
+    lab.advance(5 * MIN).await;
+    lab.observe(host, Observation::PhoneHome).await;
+    assert_eq!(lab.state(host), State::Booted);
+
+    assert_eq!(
+        lab.bmc(host).flags(),
+        BootFlags {
+            valid: true,
+            persistent: true,
+            efi: false,
+            selector: BootDevice::Disk.selector()
+        },
+        "after_boot: disk, persistent, so a reboot does not reinstall"
+    );
+    assert!(!lab.ctl.status(host).unwrap().after_boot_pending);
+    let transitions = lab.ctl.take_transitions();
+    assert_eq!(
+        reasons(&transitions),
+        [
+            (State::Recovering, Reason::Requested),
+            (State::AwaitingDhcp, Reason::PowerCycled),
+            (State::AwaitingBootFile, Reason::DhcpSeen),
+            (State::AwaitingScript, Reason::BootFileSeen),
+            (State::AwaitingPhoneHome, Reason::ScriptSeen),
+            (State::Booted, Reason::PhoneHome),
+        ]
+    );
+    assert_eq!(transitions[0].at_ms, T0);
+    assert_eq!(transitions[5].at_ms, T0 + 40 * SEC + 5 * MIN);
+    assert!(lab.ctl.take_transitions().is_empty(), "drained");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_host_that_is_off_is_powered_on_not_cycled() {
+    let host = mac(1);
+    let mut lab = Lab::new("off", &[(host, settings(), PowerState::Off)]);
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.settle().await;
+    assert_eq!(lab.state(host), State::AwaitingDhcp);
+    assert!(
+        lab.bmc(host)
+            .calls()
+            .contains(&Seen::Power(PowerAction::On))
+    );
+    assert_eq!(
+        lab.path(),
+        [(State::Recovering, State::AwaitingDhcp, Reason::PoweredOn)]
+    );
+    assert_eq!(lab.bmc(host).boots(), [PXE_LEGACY]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn uefi_hosts_get_the_efi_bit() {
+    let host = mac(1);
+    let mut lab = Lab::new("uefi", &[(host, settings(), PowerState::On)]);
+    lab.plans[0].1.efi = true;
+    lab.ctl.set_hosts(lab.plans.clone(), lab.now);
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.settle().await;
+    assert_eq!(
+        lab.bmc(host).boots(),
+        [Boot {
+            device: Some(BootDevice::Pxe),
+            efi: true
+        }]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_boot_is_retried_with_doubling_backoff_then_failed() {
+    let host = mac(1);
+    let mut lab = Lab::new("retries", &[(host, settings(), PowerState::On)]);
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.settle().await;
+    // Attempt 1: no DHCP within 3 minutes.
+    lab.advance(3 * MIN - 1).await;
+    assert_eq!(lab.state(host), State::AwaitingDhcp);
+    lab.advance(1).await;
+    assert_eq!(lab.state(host), State::Backoff);
+    assert_eq!(
+        lab.ctl.status(host).unwrap().deadline_ms,
+        Some(T0 + 3 * MIN + 30 * SEC),
+        "first back-off is 30 s"
+    );
+    lab.advance(30 * SEC).await;
+    assert_eq!(
+        (lab.state(host), lab.attempt(host)),
+        (State::AwaitingDhcp, 2)
+    );
+    // Attempt 2 gets further: DHCP, then no boot file.
+    lab.observe(host, Observation::Dhcp).await;
+    lab.advance(2 * MIN).await;
+    assert_eq!(lab.state(host), State::Backoff);
+    let backoff_end = lab.ctl.status(host).unwrap().deadline_ms.unwrap();
+    assert_eq!(backoff_end - lab.now, 60 * SEC, "doubled");
+    lab.advance(60 * SEC - 1).await;
+    assert_eq!(lab.state(host), State::Backoff);
+    lab.advance(1).await;
+    assert_eq!(
+        (lab.state(host), lab.attempt(host)),
+        (State::AwaitingDhcp, 3)
+    );
+    // Attempt 3 of 3.
+    lab.advance(3 * MIN).await;
+    assert_eq!(lab.state(host), State::Failed);
+    lab.advance(60 * MIN).await;
+    assert_eq!(lab.state(host), State::Failed, "stays failed");
+    assert_eq!(lab.bmc(host).boots().len(), 3, "one power-up per attempt");
+    assert_eq!(
+        reasons(&lab.ctl.take_transitions()),
+        [
+            (State::Recovering, Reason::Requested),
+            (State::AwaitingDhcp, Reason::PowerCycled),
+            (State::Backoff, Reason::DhcpTimeout),
+            (State::Recovering, Reason::Retry),
+            (State::AwaitingDhcp, Reason::PowerCycled),
+            (State::AwaitingBootFile, Reason::DhcpSeen),
+            (State::Backoff, Reason::BootFileTimeout),
+            (State::Recovering, Reason::Retry),
+            (State::AwaitingDhcp, Reason::PowerCycled),
+            (State::Failed, Reason::DhcpTimeout),
+        ]
+    );
+    // A failed host is recovered again on request, from attempt 1.
+    lab.ctl.request(host, lab.now).unwrap();
+    assert_eq!((lab.state(host), lab.attempt(host)), (State::Recovering, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn phone_home_deadline_is_the_recovery_deadline() {
+    let host = mac(1);
+    let s = RecoverySettings {
+        deadline: Duration::from_secs(20 * 60),
+        max_attempts: 1,
+        ..settings()
+    };
+    let mut lab = Lab::new("phone-home", &[(host, s, PowerState::On)]);
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.settle().await;
+    lab.observe(host, Observation::Script).await;
+    assert_eq!(lab.state(host), State::AwaitingPhoneHome, "skips ahead");
+    lab.advance(20 * MIN - 1).await;
+    assert_eq!(lab.state(host), State::AwaitingPhoneHome);
+    lab.advance(1).await;
+    assert_eq!(lab.state(host), State::Failed);
+    assert_eq!(
+        lab.path(),
+        [(
+            State::AwaitingPhoneHome,
+            State::Failed,
+            Reason::PhoneHomeTimeout
+        )]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn earlier_stages_seen_again_do_not_move_a_host_back() {
+    let host = mac(1);
+    let mut lab = Lab::new("no-back", &[(host, settings(), PowerState::On)]);
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.settle().await;
+    lab.observe(host, Observation::BootFile).await;
+    let deadline = lab.ctl.status(host).unwrap().deadline_ms;
+    lab.advance(SEC).await;
+    lab.observe(host, Observation::Dhcp).await;
+    assert_eq!(lab.state(host), State::AwaitingScript);
+    assert_eq!(lab.ctl.status(host).unwrap().deadline_ms, deadline);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_booted_host_that_stops_phoning_home_is_recovered_by_the_watchdog() {
+    let host = mac(1);
+    let s = RecoverySettings {
+        heartbeat: Some(Duration::from_secs(5 * 60)),
+        ..settings()
+    };
+    let mut lab = Lab::new("watchdog", &[(host, s, PowerState::On)]);
+    lab.observe(host, Observation::PhoneHome).await;
+    assert_eq!(lab.state(host), State::Booted);
+    assert!(
+        lab.bmc(host).calls().is_empty(),
+        "a host that booted by itself gets no after-boot change"
+    );
+    for _ in 0..3 {
+        lab.advance(4 * MIN).await;
+        lab.observe(host, Observation::PhoneHome).await;
+        assert_eq!(lab.state(host), State::Booted);
+    }
+    lab.advance(5 * MIN - 1).await;
+    assert_eq!(lab.state(host), State::Booted);
+    lab.advance(1).await;
+    assert_eq!(lab.state(host), State::AwaitingDhcp);
+    assert_eq!(
+        reasons(&lab.ctl.take_transitions())[1],
+        (State::Recovering, Reason::HeartbeatLost)
+    );
+    assert_eq!(lab.bmc(host).boots(), [PXE_LEGACY]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expect_boot_host_that_does_not_phone_home_in_time_is_recovered() {
+    let (late, punctual, unwatched) = (mac(1), mac(2), mac(3));
+    let expect = RecoverySettings {
+        expect_boot: true,
+        ..settings()
+    };
+    let mut lab = Lab::new(
+        "expect-boot",
+        &[
+            (late, expect, PowerState::Off),
+            (punctual, expect, PowerState::On),
+            (unwatched, settings(), PowerState::Off),
+        ],
+    );
+    lab.advance(9 * MIN).await;
+    lab.observe(punctual, Observation::PhoneHome).await;
+    lab.advance(MIN - 1).await;
+    assert_eq!(lab.state(late), State::Idle);
+    lab.advance(1).await;
+    assert_eq!(lab.state(late), State::AwaitingDhcp);
+    assert_eq!(
+        reasons(&lab.ctl.take_transitions()),
+        [
+            (State::Booted, Reason::PhoneHome),
+            (State::Recovering, Reason::NoPhoneHome),
+            (State::AwaitingDhcp, Reason::PoweredOn),
+        ]
+    );
+    assert_eq!(lab.state(punctual), State::Booted);
+    assert!(lab.bmc(punctual).calls().is_empty());
+    lab.advance(60 * MIN).await;
+    assert_eq!(
+        lab.state(unwatched),
+        State::Idle,
+        "no expect_boot, no watch"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_failing_bmc_does_not_hold_up_another_host() {
+    let (broken, healthy) = (mac(1), mac(2));
+    let mut lab = Lab::new(
+        "isolation",
+        &[
+            (broken, settings(), PowerState::On),
+            (healthy, settings(), PowerState::On),
+        ],
+    );
+    let bmc = lab.bmc(broken).clone();
+    bmc.delay(Call::SetBootDevice, Duration::from_secs(15));
+    bmc.fail_always(bmc.timeout());
+    lab.ctl.request(broken, lab.now).unwrap();
+    lab.ctl.request(healthy, lab.now).unwrap();
+    lab.dispatch();
+    assert_eq!(lab.exec.in_flight(), 2);
+    // The healthy BMC answers while the broken one still hangs.
+    let start = tokio::time::Instant::now();
+    let first = lab.exec.next().await.expect("a completion");
+    assert_eq!(first.action.mac, healthy);
+    assert!(start.elapsed() < Duration::from_secs(1));
+    lab.feed(first);
+    lab.dispatch();
+    let power = lab.exec.next().await.expect("the healthy power-up");
+    assert_eq!(power.action.mac, healthy);
+    lab.feed(power);
+    assert_eq!(lab.state(healthy), State::AwaitingDhcp);
+    assert_eq!(lab.state(broken), State::Recovering);
+    let failed = lab.exec.next().await.expect("the broken one, eventually");
+    assert_eq!(failed.action.mac, broken);
+    assert!(matches!(
+        failed.result,
+        Err(ActionError::Bmc(BmcError::Timeout { .. }))
+    ));
+    lab.feed(failed);
+    assert_eq!(lab.state(broken), State::Backoff);
+    let status = lab.ctl.status(broken).unwrap();
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("bmc-52:54:00:00:00:01:623"),
+        "{status:?}"
+    );
+    // Back-off, retry, and the BMC healed meanwhile.
+    bmc.heal();
+    lab.advance(30 * SEC).await;
+    assert_eq!(
+        (lab.state(broken), lab.attempt(broken)),
+        (State::AwaitingDhcp, 2)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_bmc_error_fails_the_host_without_retrying() {
+    let host = mac(1);
+    let mut lab = Lab::new("permanent", &[(host, settings(), PowerState::On)]);
+    lab.bmc(host).fail_next(
+        Call::SetBootDevice,
+        BmcError::AuthFailed {
+            bmc: "bmc-1:623".into(),
+            user: "admin".into(),
+        },
+    );
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.settle().await;
+    assert_eq!(lab.state(host), State::Failed);
+    assert_eq!(
+        lab.path(),
+        [(State::Recovering, State::Failed, Reason::BmcPermanentError)]
+    );
+    lab.advance(60 * MIN).await;
+    assert_eq!(lab.bmc(host).calls().len(), 1, "no retry storm");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_back_mismatch_is_retried_like_any_bmc_error() {
+    let host = mac(1);
+    let mut lab = Lab::new("read-back", &[(host, settings(), PowerState::On)]);
+    lab.bmc(host).stale_read_back(BootFlags {
+        valid: false,
+        persistent: false,
+        efi: false,
+        selector: 0,
+    });
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.settle().await;
+    assert_eq!(lab.state(host), State::Backoff);
+    assert!(
+        !lab.bmc(host)
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Seen::Power(_))),
+        "no power action without the boot device"
+    );
+    lab.advance(30 * SEC).await;
+    assert_eq!(lab.state(host), State::AwaitingDhcp);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_power_answer_waits_for_dhcp_instead_of_cycling_again() {
+    let host = mac(1);
+    let mut lab = Lab::new("unknown", &[(host, settings(), PowerState::On)]);
+    lab.bmc(host).fail_next(
+        Call::Power,
+        BmcError::OutcomeUnknown {
+            bmc: "bmc-1:623".into(),
+            action: PowerAction::Cycle,
+            waited: Duration::from_secs(15),
+        },
+    );
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.settle().await;
+    assert_eq!(lab.state(host), State::AwaitingDhcp);
+    assert_eq!(
+        lab.path(),
+        [(
+            State::Recovering,
+            State::AwaitingDhcp,
+            Reason::PowerOutcomeUnknown
+        )]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_phone_home_during_recovery_drops_the_queued_power_up() {
+    let host = mac(1);
+    let mut lab = Lab::new("stale", &[(host, settings(), PowerState::On)]);
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.dispatch();
+    let set = lab.exec.next().await.unwrap();
+    lab.feed(set);
+    // The power-up is asked for, but the host phones home before it runs.
+    let actions = lab.ctl.tick(lab.now);
+    assert_eq!(actions[0].kind, ActionKind::PowerUp);
+    lab.ctl.observe(host, Observation::PhoneHome, lab.now);
+    assert!(!lab.ctl.is_current(&actions[0]));
+    lab.seq.push(actions[0], lab.now);
+    let ctl = &lab.ctl;
+    assert!(
+        lab.seq
+            .release(lab.now, Load::default(), |a| ctl.is_current(a))
+            .is_empty()
+    );
+    // A late result of it is ignored.
+    lab.ctl
+        .complete(&actions[0], Ok(Done::PowerCycled), lab.now);
+    assert_eq!(lab.ctl.stale_results(), 1);
+    lab.settle().await;
+    assert_eq!(lab.state(host), State::Booted);
+    assert!(lab.bmc(host).boots().is_empty(), "never power-cycled");
+    assert!(
+        lab.bmc(host).flags().persistent,
+        "the PXE override it had set is replaced by disk"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_are_refused_for_unmanaged_or_busy_hosts_and_cancel_stops() {
+    let host = mac(1);
+    let mut lab = Lab::new("requests", &[(host, settings(), PowerState::On)]);
+    assert_eq!(
+        lab.ctl.request(mac(9), lab.now),
+        Err(RequestError::NotManaged { mac: mac(9) })
+    );
+    assert_eq!(
+        lab.ctl.cancel(host, lab.now),
+        Err(RequestError::NotRecovering {
+            mac: host,
+            state: State::Idle
+        })
+    );
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.settle().await;
+    assert_eq!(
+        lab.ctl.request(host, lab.now),
+        Err(RequestError::InProgress {
+            mac: host,
+            state: State::AwaitingDhcp
+        })
+    );
+    lab.ctl.cancel(host, lab.now).unwrap();
+    lab.advance(60 * MIN).await;
+    assert_eq!(lab.state(host), State::Idle);
+    assert_eq!(
+        lab.path(),
+        [(State::AwaitingDhcp, State::Idle, Reason::Cancelled)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_boot_failures_are_retried_then_given_up_without_leaving_booted() {
+    let host = mac(1);
+    let mut lab = Lab::new("after-boot", &[(host, settings(), PowerState::On)]);
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.settle().await;
+    let bmc = lab.bmc(host).clone();
+    bmc.fail_always(bmc.timeout());
+    lab.observe(host, Observation::PhoneHome).await;
+    assert!(lab.ctl.status(host).unwrap().after_boot_pending);
+    lab.advance(30 * SEC).await;
+    lab.advance(60 * SEC).await;
+    let status = lab.ctl.status(host).unwrap();
+    assert_eq!(status.state, State::Booted);
+    assert!(!status.after_boot_pending, "gave up after max_attempts");
+    let sets = bmc
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Seen::SetBootDevice(t) if t.device == BootDevice::Disk))
+        .count();
+    assert_eq!(sets, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_boot_none_leaves_the_boot_device_alone() {
+    let host = mac(1);
+    let s = RecoverySettings {
+        after_boot: AfterBoot::None,
+        ..settings()
+    };
+    let mut lab = Lab::new("after-none", &[(host, s, PowerState::On)]);
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.settle().await;
+    let calls = lab.bmc(host).calls().len();
+    lab.observe(host, Observation::PhoneHome).await;
+    assert_eq!(lab.bmc(host).calls().len(), calls);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_agent_resumes_awaiting_script_with_its_deadline() {
+    let host = mac(1);
+    let mut lab = Lab::new("restart", &[(host, settings(), PowerState::On)]);
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.settle().await;
+    lab.observe(host, Observation::BootFile).await;
+    let before = lab.ctl.status(host).unwrap();
+    assert_eq!(before.state, State::AwaitingScript);
+    let deadline = before.deadline_ms.unwrap();
+    assert_eq!(deadline, lab.now + 2 * MIN);
+
+    // kill -9: no shutdown path runs, and the file is as the last commit
+    // left it. A copy taken while the first agent still holds it open is
+    // exactly that (redb repairs it on open, as after a crash).
+    let crashed = TempDir::new("restart-crashed");
+    std::fs::copy(lab.dir.0.join(RECOVERY_FILE), crashed.0.join(RECOVERY_FILE))
+        .expect("copy the live file");
+    let plans = lab.plans.clone();
+    let mut ctl = open(&crashed);
+    let loaded = ctl.status(host).expect("loaded");
+    assert_eq!((loaded.state, loaded.attempt), (State::AwaitingScript, 1));
+    assert_eq!(loaded.deadline_ms, Some(deadline));
+    assert!(!loaded.managed, "until the inventory confirms it");
+    assert!(ctl.tick(deadline + 1).is_empty(), "inert until then");
+    assert_eq!(ctl.status(host).unwrap().state, State::AwaitingScript);
+    ctl.set_hosts(plans, deadline - SEC);
+    ctl.tick(deadline - 1);
+    assert_eq!(ctl.status(host).unwrap().state, State::AwaitingScript);
+    ctl.tick(deadline);
+    assert_eq!(ctl.status(host).unwrap().state, State::Backoff);
+    assert_eq!(
+        reasons(&ctl.take_transitions()),
+        [(State::Backoff, Reason::ScriptTimeout)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_mid_action_sends_the_action_again() {
+    let host = mac(1);
+    let mut lab = Lab::new("restart-action", &[(host, settings(), PowerState::On)]);
+    lab.ctl.request(host, lab.now).unwrap();
+    let issued = lab.ctl.tick(lab.now);
+    assert_eq!(issued.len(), 1);
+    let Lab {
+        dir, ctl, plans, ..
+    } = lab;
+    drop(ctl);
+    let mut ctl = open(&dir);
+    ctl.set_hosts(plans, T0 + SEC);
+    let again = ctl.tick(T0 + SEC);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].kind, issued[0].kind);
+    assert!(ctl.is_current(&again[0]));
+}
+
+#[test]
+fn watches_restart_after_a_restart_and_removed_hosts_are_forgotten() {
+    let dir = TempDir::new("watches");
+    let (watched, removed) = (mac(1), mac(2));
+    let expect = plan(RecoverySettings {
+        expect_boot: true,
+        ..settings()
+    });
+    let mut ctl = open(&dir);
+    ctl.set_hosts([(watched, expect), (removed, expect)], T0);
+    assert_eq!(
+        ctl.status(watched).unwrap().deadline_ms,
+        Some(T0 + 10 * MIN)
+    );
+    drop(ctl);
+    // The agent was down for an hour: the host's phone-home could not
+    // have reached it, so the watch starts again.
+    let mut ctl = open(&dir);
+    ctl.set_hosts([(watched, expect)], T0 + 60 * MIN);
+    assert_eq!(
+        ctl.status(watched).unwrap().deadline_ms,
+        Some(T0 + 70 * MIN)
+    );
+    assert!(ctl.status(removed).is_none());
+    drop(ctl);
+    let ctl = open(&dir);
+    assert!(ctl.status(removed).is_none(), "deleted on disk too");
+    assert_eq!(ctl.snapshot().len(), 1);
+}
+
+#[test]
+fn metrics_list_every_state_and_count_transitions() {
+    let dir = TempDir::new("metrics");
+    let mut ctl = open(&dir);
+    ctl.set_hosts([(mac(1), plan(settings())), (mac(2), plan(settings()))], T0);
+    ctl.request(mac(1), T0).unwrap();
+    let seq = Sequencer::new(SequencePolicy::default());
+    let page = metrics::render(&ctl, &seq);
+    assert!(
+        page.contains(
+            "pxe_recovery_transitions_total{from=\"idle\",to=\"recovering\",reason=\"requested\"} 1"
+        ),
+        "{page}"
+    );
+    assert!(page.contains("pxe_recovery_hosts{state=\"recovering\"} 1"));
+    assert!(page.contains("pxe_recovery_hosts{state=\"idle\"} 1"));
+    assert!(page.contains("pxe_recovery_hosts{state=\"awaiting-script\"} 0"));
+    assert!(page.contains("pxe_recovery_waits_total{gate=\"slow-path\"} 0"));
+    assert!(page.contains("pxe_recovery_queue_length 0"));
+    assert_eq!(
+        page.matches("# TYPE ").count(),
+        7,
+        "one header per metric: {page}"
+    );
+}
+
+#[test]
+fn backoff_doubles_up_to_its_cap() {
+    let policy = Policy::default();
+    let secs: Vec<u64> = (1..=7).map(|a| policy.backoff(a).as_secs()).collect();
+    assert_eq!(secs, [30, 60, 120, 240, 480, 600, 600]);
+    assert_eq!(policy.backoff(u32::MAX), Duration::from_secs(600));
+}
+
+#[test]
+fn plans_cover_hosts_with_a_bmc_only() {
+    let text = "subnets: [{cidr: 10.66.0.0/16}]\nprofiles: [{name: p}]\nhosts:\n\
+        - {mac: \"52:54:00:00:00:01\", ip: 10.66.1.1, profile: p}\n";
+    let inventory = Inventory::parse(std::path::Path::new("/x.yaml"), text).unwrap();
+    assert!(plans(&inventory).is_empty());
+    let stages = StageDeadlines::default();
+    assert_eq!(stages.dhcp, Duration::from_secs(180));
+}
