@@ -16,6 +16,7 @@ pub mod ratelimit;
 pub mod rawsock;
 pub mod terminal;
 pub mod tftp;
+pub mod trace;
 pub mod when;
 pub mod wire;
 pub mod xdp;

@@ -4,13 +4,13 @@
 
 use std::{
     collections::HashMap,
-    sync::{Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError},
     time::{SystemTime, UNIX_EPOCH},
 };
 
 use serde::{Deserialize, Serialize};
 
-use crate::inventory::MacAddr;
+use crate::{inventory::MacAddr, trace::Hub};
 
 /// How far a host got, in boot-chain order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -109,9 +109,16 @@ impl HostProgress {
 #[derive(Default)]
 pub struct Progress {
     hosts: Mutex<HashMap<MacAddr, HostProgress>>,
+    /// The live trace: here because every service that records progress
+    /// already holds this, and publishes its trace events next to it.
+    trace: Arc<Hub>,
 }
 
 impl Progress {
+    pub fn trace(&self) -> &Arc<Hub> {
+        &self.trace
+    }
+
     fn with(&self, mac: MacAddr, f: impl FnOnce(&mut HostProgress)) {
         let mut hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = hosts.entry(mac).or_insert_with(|| HostProgress {
