@@ -9,6 +9,7 @@ pub mod health;
 pub mod http;
 pub mod inventory;
 pub mod lease;
+pub mod logging;
 pub mod metrics;
 pub mod netdev;
 pub mod progress;
