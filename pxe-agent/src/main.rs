@@ -455,7 +455,10 @@ fn trace(addr: SocketAddr, mac: MacAddr, count: Option<u64>) -> anyhow::Result<(
     let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
         .with_context(|| format!("no agent answering on {addr} (is `pxe-agent run` up?)"))?;
     // HTTP/1.0: the body runs until the agent closes, no chunks to decode.
-    write!(conn, "GET /api/v1/trace/{mac} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    write!(
+        conn,
+        "GET /api/v1/trace/{mac} HTTP/1.0\r\nHost: {addr}\r\n\r\n"
+    )?;
     let mut reader = BufReader::new(conn);
     let mut status = String::new();
     reader.read_line(&mut status)?;
@@ -480,8 +483,8 @@ fn trace(addr: SocketAddr, mac: MacAddr, count: Option<u64>) -> anyhow::Result<(
             // A heartbeat.
             continue;
         }
-        let event: TraceEvent = serde_json::from_str(&line)
-            .with_context(|| format!("malformed trace line: {line}"))?;
+        let event: TraceEvent =
+            serde_json::from_str(&line).with_context(|| format!("malformed trace line: {line}"))?;
         println!(
             "{}  {:<10}  {:<23}  {}",
             when::clock(event.at_ms),

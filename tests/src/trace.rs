@@ -23,7 +23,14 @@ const UNTRACED: &str = "52:54:00:aa:bb:07";
 /// A plain PXE ROM: answered in the kernel.
 const PXE: &[&str] = &["-V", "PXEClient", "-x", "0x5d:0000"];
 /// iPXE (user class "iPXE"): passed up and answered by the slow path.
-const IPXE: &[&str] = &["-V", "PXEClient", "-x", "0x5d:0000", "-x", "0x4d:0469505845"];
+const IPXE: &[&str] = &[
+    "-V",
+    "PXEClient",
+    "-x",
+    "0x5d:0000",
+    "-x",
+    "0x4d:0469505845",
+];
 
 struct Tracer {
     _child: ChildGuard,
@@ -118,7 +125,11 @@ fn trace_follows_one_mac_through_the_fast_and_the_slow_path() {
     // The counted watcher printed its two events and left; the MAC is
     // still traced for the other one.
     counted.wait_for(&served, "two events", |t| t.lines().len() == 2);
-    assert!(counted.lines()[0].contains("tx_offer"), "{:?}", counted.lines());
+    assert!(
+        counted.lines()[0].contains("tx_offer"),
+        "{:?}",
+        counted.lines()
+    );
     assert_eq!(traced_macs(&served), 1);
 
     // Another machine's requests, through both paths, leave no line; the

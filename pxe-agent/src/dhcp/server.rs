@@ -399,7 +399,9 @@ impl SlowPath<'_> {
     fn trace(&self, req: &Request, what: &str, detail: impl FnOnce() -> String) {
         let trace = self.shared.progress.trace();
         trace.publish(req.chaddr, TracePath::Dhcp, what, || {
-            let kind = req.msg_type.map_or("bootp".to_string(), |t| format!("{t:?}"));
+            let kind = req
+                .msg_type
+                .map_or("bootp".to_string(), |t| format!("{t:?}"));
             format!("{kind} xid {:#010x}: {}", req.xid, detail())
         });
     }

@@ -49,7 +49,10 @@ async fn boot_script(
     };
     if client_ip(peer) != Some(ip) {
         let why = || format!("/boot/{name} from {peer}, not {ip}");
-        state.progress.trace().publish(mac, TracePath::Http, "refused", why);
+        state
+            .progress
+            .trace()
+            .publish(mac, TracePath::Http, "refused", why);
         warn!(%mac, %peer, expected = %ip, "script refused: not the host's address");
         return StatusCode::FORBIDDEN.into_response();
     }
@@ -71,7 +74,10 @@ async fn boot_script(
     match script::render(profile, &target, state.server.ip) {
         Ok(text) => {
             let what = || format!("/boot/{name} from {peer}");
-            state.progress.trace().publish(mac, TracePath::Http, "script", what);
+            state
+                .progress
+                .trace()
+                .publish(mac, TracePath::Http, "script", what);
             state
                 .progress
                 .script(mac, progress::now_ms(), format!("/boot/{name}"));
@@ -99,13 +105,18 @@ async fn booted(
     };
     if client_ip(peer) != Some(ip) {
         let why = || format!("from {peer}, not {ip}");
-        state.progress.trace().publish(mac, TracePath::PhoneHome, "refused", why);
+        state
+            .progress
+            .trace()
+            .publish(mac, TracePath::PhoneHome, "refused", why);
         warn!(%mac, %peer, "phone-home refused: not the host's address");
         return StatusCode::FORBIDDEN;
     }
     let note: String = body.chars().take(200).filter(|c| !c.is_control()).collect();
     let trace = state.progress.trace();
-    trace.publish(mac, TracePath::PhoneHome, "booted", || format!("{note:?} from {peer}"));
+    trace.publish(mac, TracePath::PhoneHome, "booted", || {
+        format!("{note:?} from {peer}")
+    });
     state.progress.booted(
         mac,
         progress::now_ms(),
@@ -122,7 +133,10 @@ async fn booted(
 pub fn record_fetch(state: &BootState, peer: SocketAddr, path: &str) {
     if let Some(mac) = client_ip(peer).and_then(|ip| state.mac_at(ip)) {
         let fetched = || format!("{path} from {peer}");
-        state.progress.trace().publish(mac, TracePath::Http, "fetch", fetched);
+        state
+            .progress
+            .trace()
+            .publish(mac, TracePath::Http, "fetch", fetched);
         state.progress.artifact(
             mac,
             progress::now_ms(),

@@ -15,9 +15,12 @@ use crate::{
     trace::{Hub, KernelFilter, TracePath},
 };
 
+/// The traced MACs and the gate counting them.
+type Maps = (HashMap<MapData, TraceKey, u8>, Array<MapData, u32>);
+
 /// The program's trace maps; the hub calls it as watchers come and go.
 pub struct TraceFilter {
-    maps: Mutex<(HashMap<MapData, TraceKey, u8>, Array<MapData, u32>)>,
+    maps: Mutex<Maps>,
 }
 
 impl TraceFilter {
@@ -155,10 +158,7 @@ mod tests {
         );
         // SAFETY: a repr(C) struct of plain bytes viewed as bytes.
         let bytes = unsafe {
-            std::slice::from_raw_parts(
-                (&raw const tx).cast::<u8>(),
-                size_of::<TraceRecord>(),
-            )
+            std::slice::from_raw_parts((&raw const tx).cast::<u8>(), size_of::<TraceRecord>())
         };
         assert_eq!(decode(bytes), Some(tx));
         assert_eq!(decode(&bytes[..8]), None);
