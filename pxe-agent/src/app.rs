@@ -37,7 +37,8 @@ use crate::{
     progress::Progress,
     rawsock::RawSocket,
     tftp,
-    xdp::{AttachMode, FastPath, SyncError, events},
+    trace::TracePath,
+    xdp::{self, AttachMode, FastPath, SyncError, events},
 };
 
 /// Everything `pxe-agent run` needs.
@@ -173,6 +174,11 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     let events = fast
         .take_events()
         .map(|ring| tokio::spawn(events::stream(ring, progress.clone(), shutdown.clone())));
+    let traces = fast.take_trace().map(|(filter, ring)| {
+        progress.trace().set_kernel(Box::new(filter));
+        let hub = progress.trace().clone();
+        tokio::spawn(xdp::trace::stream(ring, hub, shutdown.clone()))
+    });
     let boot = Arc::new(BootState {
         dhcp: dhcp.clone(),
         server,
@@ -232,10 +238,15 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     ));
     let _ = shutdown.wait_for(|stop| *stop).await;
     info!("shutting down");
+    // Trace streams never end by themselves; the admin server waits for them.
+    admin.boot.progress.trace().close();
     watcher.await.context("inventory watcher panicked")?;
     monitor.await.context("health monitor panicked")?;
     if let Some(events) = events {
         events.await.context("event reader panicked")?;
+    }
+    if let Some(traces) = traces {
+        traces.await.context("trace reader panicked")?;
     }
     if let Some(tftp) = tftp {
         tftp.await
@@ -309,8 +320,11 @@ async fn start_tftp(
                 }
                 tftp::Outcome::Failed(e) => format!("failed: {e}"),
             };
-            boot.progress
-                .tftp(mac, at, format!("{} {} B {how}", event.file, event.bytes));
+            let detail = format!("{} {} B {how}", event.file, event.bytes);
+            let what = how.split([' ', ':']).next().unwrap_or_default();
+            let trace = boot.progress.trace();
+            trace.publish_at(at, mac, TracePath::Tftp, what, || detail.clone());
+            boot.progress.tftp(mac, at, detail);
         }
     });
     Ok(tokio::spawn(server.serve(sock, Some(tx), shutdown)))

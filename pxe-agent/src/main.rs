@@ -1,7 +1,7 @@
-//! Command line: `run`, `check`, `stats`.
+//! Command line: `run`, `check`, `stats`, `hosts`, `leases`, `trace`.
 
 use std::{
-    io::{Read as _, Write as _},
+    io::{BufRead as _, BufReader, Read as _, Write as _},
     net::{Ipv4Addr, SocketAddr, TcpStream},
     path::PathBuf,
     process::ExitCode,
@@ -18,14 +18,16 @@ use pxe_agent::{
         admin::{HostView, LeaseView},
         limit,
     },
-    inventory,
+    inventory::{self, MacAddr},
+    logging::{self, LogFormat},
     progress::{self, Step},
     ratelimit::Rate,
-    terminal, tftp, when,
+    terminal, tftp,
+    trace::TraceEvent,
+    when,
     xdp::{AttachMode, VethPeer},
 };
 use tokio::sync::watch;
-use tracing_subscriber::EnvFilter;
 
 const DEFAULT_METRICS: &str = "127.0.0.1:9464";
 
@@ -119,6 +121,10 @@ enum Command {
         /// Directory of kernels, initrds and images, served at /artifacts/.
         #[arg(long)]
         artifacts: Option<PathBuf>,
+        /// Log lines as text, or as one JSON object a line (level, message,
+        /// target, timestamp and the event's fields).
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
     },
     /// Validate an inventory file without running.
     Check {
@@ -160,16 +166,32 @@ enum Command {
         #[arg(long, default_value = DEFAULT_METRICS)]
         metrics_addr: SocketAddr,
     },
+    /// Follow one machine live through both paths, one line per event until
+    /// Ctrl-C: the XDP verdict (tx_offer, pass_ipxe, ...), the slow path's
+    /// answer or why it ignored the request, TFTP and HTTP fetches, the
+    /// phone-home. tcpdump does not see replies the XDP program sends.
+    Trace {
+        mac: MacAddr,
+        #[arg(long, default_value = DEFAULT_METRICS)]
+        metrics_addr: SocketAddr,
+        /// Exit after this many events.
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+    },
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match dispatch(Cli::parse().command) {
+    let cli = Cli::parse();
+    let format = match &cli.command {
+        Command::Run { log_format, .. } => *log_format,
+        _ => LogFormat::Text,
+    };
+    let subscriber = logging::subscriber(format, logging::filter(), std::io::stderr);
+    if let Err(e) = tracing::subscriber::set_global_default(subscriber) {
+        eprintln!("error: failed to set up logging: {e}");
+        return ExitCode::FAILURE;
+    }
+    match dispatch(cli.command) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -198,6 +220,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             tftp_max_windowsize,
             tftp_busy_poll_us,
             artifacts,
+            log_format: _,
         } => {
             anyhow::ensure!(
                 rate_per_mac > 0.0 && rate_unknown > 0.0,
@@ -342,6 +365,14 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Trace {
+            mac,
+            metrics_addr,
+            count,
+        } => {
+            trace(metrics_addr, mac, count)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Leases { metrics_addr } => {
             let list: Vec<LeaseView> =
                 serde_json::from_str(&http_get(metrics_addr, "/api/v1/leases")?)
@@ -417,6 +448,57 @@ fn stats(addr: SocketAddr) -> anyhow::Result<String> {
         }
     }
     Ok(out)
+}
+
+/// Prints the running agent's trace of `mac`, one line per event, until the
+/// agent ends it, Ctrl-C, or `count` events.
+fn trace(addr: SocketAddr, mac: MacAddr, count: Option<u64>) -> anyhow::Result<()> {
+    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .with_context(|| format!("no agent answering on {addr} (is `pxe-agent run` up?)"))?;
+    // HTTP/1.0: the body runs until the agent closes, no chunks to decode.
+    write!(
+        conn,
+        "GET /api/v1/trace/{mac} HTTP/1.0\r\nHost: {addr}\r\n\r\n"
+    )?;
+    let mut reader = BufReader::new(conn);
+    let mut status = String::new();
+    reader.read_line(&mut status)?;
+    let mut line = String::new();
+    while reader.read_line(&mut line)? > 0 && !line.trim_end().is_empty() {
+        line.clear();
+    }
+    if !(status.starts_with("HTTP/1.") && status.contains(" 200 ")) {
+        let mut body = String::new();
+        let _ = reader.read_to_string(&mut body);
+        anyhow::bail!(
+            "agent refused the trace: {} {}",
+            status.trim_end(),
+            body.trim_end()
+        );
+    }
+    eprintln!("tracing {mac} on {addr}; Ctrl-C to stop");
+    let mut seen = 0;
+    for line in reader.lines() {
+        let line = line.context("failed to read the trace")?;
+        if line.trim().is_empty() {
+            // A heartbeat.
+            continue;
+        }
+        let event: TraceEvent =
+            serde_json::from_str(&line).with_context(|| format!("malformed trace line: {line}"))?;
+        println!(
+            "{}  {:<10}  {:<23}  {}",
+            when::clock(event.at_ms),
+            event.path.name(),
+            terminal::escape(&event.what),
+            terminal::escape(&event.detail)
+        );
+        seen += 1;
+        if count.is_some_and(|n| seen >= n) {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("the agent ended the trace (shutting down?)")
 }
 
 /// The body of `GET path` from the running agent's HTTP endpoint.

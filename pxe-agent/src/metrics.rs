@@ -26,6 +26,7 @@ pub const SLOW_RX: &str = "pxe_slow_requests_total";
 pub const SLOW_RESTARTS: &str = "pxe_slow_path_restarts_total";
 pub const READY: &str = "pxe_ready";
 pub const DISCOVERED: &str = "pxe_discovered_hosts";
+pub const TRACED: &str = "pxe_traced_macs";
 pub const LEASES: &str = "pxe_leases";
 pub const TFTP_TRANSFERS: &str = "pxe_tftp_transfers_total";
 pub const TFTP_BYTES: &str = "pxe_tftp_bytes_total";
@@ -47,6 +48,8 @@ pub struct Page<'a> {
     pub slow: &'a server::Stats,
     pub health: &'a crate::health::Health,
     pub discovered: usize,
+    /// MACs `pxe-agent trace` watches now.
+    pub traced: usize,
     /// Pool leases by state, from the lease store's index.
     pub leases: &'a [(LeaseState, usize)],
     /// Counters of the TFTP server, when it runs.
@@ -175,6 +178,12 @@ pub fn render(p: &Page) -> String {
         "Unknown clients recorded for adoption.",
     );
     o.sample(DISCOVERED, "", p.discovered);
+    o.head(
+        TRACED,
+        "gauge",
+        "MACs traced live (each costs the XDP program a map lookup per request).",
+    );
+    o.sample(TRACED, "", p.traced);
     o.head(LEASES, "gauge", "Pool leases, by state.");
     for (name, state) in [
         ("bound", LeaseState::Bound),

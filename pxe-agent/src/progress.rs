@@ -9,13 +9,13 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    sync::{Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError},
     time::{SystemTime, UNIX_EPOCH},
 };
 
 use serde::{Deserialize, Serialize};
 
-use crate::inventory::MacAddr;
+use crate::{inventory::MacAddr, trace::Hub};
 
 /// How far a host got, in boot-chain order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -121,6 +121,9 @@ pub const DEFAULT_CAPACITY: usize = 65_536;
 
 pub struct Progress {
     inner: Mutex<Tracked>,
+    /// The live trace: here because every service that records progress
+    /// already holds this, and publishes its trace events next to it.
+    trace: Arc<Hub>,
 }
 
 impl Default for Progress {
@@ -209,7 +212,12 @@ impl Progress {
                 capacity,
                 tick: 0,
             }),
+            trace: Arc::default(),
         }
+    }
+
+    pub fn trace(&self) -> &Arc<Hub> {
+        &self.trace
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Tracked> {

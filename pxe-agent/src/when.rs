@@ -20,6 +20,15 @@ pub fn until(at: u64, now: u64) -> String {
     }
 }
 
+/// `at_ms` (unix milliseconds) as a UTC time of day, "14:03:27.412Z":
+/// trace lines are read as they scroll by, so the date is left out.
+pub fn clock(at_ms: u64) -> String {
+    let ms_of_day = at_ms % 86_400_000;
+    let (h, m) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60);
+    let (s, ms) = (ms_of_day / 1000 % 60, ms_of_day % 1000);
+    format!("{h:02}:{m:02}:{s:02}.{ms:03}Z")
+}
+
 /// A duration in milliseconds in its largest whole unit.
 fn span(ms: u64) -> String {
     const UNITS: [(u64, &str); 4] = [
@@ -51,6 +60,13 @@ mod tests {
         assert_eq!(ago(now - 2 * 86_400_000, now), "2d ago");
         // A clock that stepped back is not a future age.
         assert_eq!(ago(now + 5, now), "now");
+    }
+
+    #[test]
+    fn clock_is_the_utc_time_of_day() {
+        // 2024-01-02T14:03:27.412Z
+        assert_eq!(clock(1_704_204_207_412), "14:03:27.412Z");
+        assert_eq!(clock(0), "00:00:00.000Z");
     }
 
     #[test]

@@ -26,6 +26,18 @@ pub const EVENTS_MAP: &str = "EVENTS";
 pub const EVENTS_BYTES: u32 = 256 * 1024;
 /// Capacity of [`HOSTS_MAP`]: hosts × boot classes.
 pub const MAX_TEMPLATES: u32 = 262_144;
+/// Name of the hash map of traced MACs, keyed by [`TraceKey`].
+pub const TRACED_MAP: &str = "TRACED";
+/// Name of the one-slot array holding how many MACs [`TRACED_MAP`] holds:
+/// the XDP program reads it first, so an untraced agent pays one array
+/// read per request.
+pub const TRACE_GATE_MAP: &str = "TRACE_GATE";
+/// Name of the ring buffer of [`TraceRecord`]s.
+pub const TRACE_MAP: &str = "TRACE";
+/// Capacity of [`TRACE_MAP`] in bytes.
+pub const TRACE_BYTES: u32 = 64 * 1024;
+/// MACs traced at once.
+pub const MAX_TRACED: u32 = 64;
 
 /// BOOTP/DHCP wire layout (RFC 2131 section 2, RFC 2132).
 pub mod bootp {
@@ -300,6 +312,42 @@ pub struct ServedEvent {
 }
 const _: () = assert!(size_of::<ServedEvent>() == 24);
 
+/// Key of [`TRACED_MAP`]: a client MAC (chaddr, or the Ethernet source).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TraceKey {
+    pub mac: [u8; 6],
+    pub _pad: [u8; 2],
+}
+const _: () = assert!(size_of::<TraceKey>() == 8);
+
+impl TraceKey {
+    pub const fn new(mac: [u8; 6]) -> TraceKey {
+        TraceKey { mac, _pad: [0; 2] }
+    }
+}
+
+/// The fast path's verdict on one request of a traced MAC.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceRecord {
+    /// `bpf_ktime_get_ns`: `CLOCK_MONOTONIC`, nanoseconds.
+    pub at_ns: u64,
+    /// The [`Counter`] the request was counted under.
+    pub counter: u32,
+    /// The XDP action returned (`XDP_PASS` 2, `XDP_TX` 3, `XDP_DROP` 1).
+    pub action: u32,
+    /// The request's xid, as on the wire.
+    pub xid: [u8; 4],
+    /// yiaddr of the frame as it left the program, network byte order:
+    /// the address answered for `XDP_TX`, the request's (0) otherwise.
+    pub yiaddr: [u8; 4],
+    /// The traced MAC that matched.
+    pub mac: [u8; 6],
+    pub _pad: [u8; 2],
+}
+const _: () = assert!(size_of::<TraceRecord>() == 32);
+
 /// Indices of the per-CPU counter array: one per exit of the XDP program.
 ///
 /// Keep the order; append new counters before `Count`.
@@ -341,6 +389,8 @@ pub enum Counter {
     Error,
     /// The event ring buffer was full; the reply was still sent.
     EventLost,
+    /// The trace ring buffer was full; the verdict stood.
+    TraceLost,
     Count,
 }
 
@@ -364,6 +414,7 @@ impl Counter {
         Counter::DropOtherServer,
         Counter::Error,
         Counter::EventLost,
+        Counter::TraceLost,
     ];
 
     /// Metric-friendly name.
@@ -387,6 +438,7 @@ impl Counter {
             Counter::DropOtherServer => "drop_other_server",
             Counter::Error => "error",
             Counter::EventLost => "event_lost",
+            Counter::TraceLost => "trace_lost",
             Counter::Count => "count",
         }
     }
@@ -398,6 +450,8 @@ mod pod {
     unsafe impl aya::Pod for super::HostKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ReplyTemplate {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::TraceKey {}
 }
 
 #[cfg(test)]
@@ -482,6 +536,15 @@ mod tests {
         assert_eq!(reply_destination(0x8000, 1, 0), Ciaddr);
         assert_eq!(reply_destination(0x8000, 0, 0), Broadcast);
         assert_eq!(reply_destination(0, 0, 0), Yiaddr);
+    }
+
+    #[test]
+    fn counters_have_distinct_names() {
+        for (i, a) in Counter::ALL.iter().enumerate() {
+            for b in &Counter::ALL[i + 1..] {
+                assert_ne!(a.name(), b.name());
+            }
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@
 mod csum;
 mod parse;
 mod reply;
+mod trace;
 
 use aya_ebpf::{
     bindings::xdp_action,
@@ -50,7 +51,7 @@ pub fn served(event: &ServedEvent) {
 }
 
 #[inline(always)]
-fn count(counter: Counter) {
+pub(crate) fn count(counter: Counter) {
     if let Some(slot) = COUNTERS.get_ptr_mut(counter as u32) {
         // SAFETY: a per-CPU slot is only touched by this CPU, with preemption off.
         unsafe { *slot += 1 };
@@ -70,25 +71,16 @@ pub enum Outcome {
 
 #[xdp]
 pub fn pxe_xdp(ctx: XdpContext) -> u32 {
-    let outcome = reply::handle(&ctx);
-    if !matches!(outcome, Outcome::NotDhcp) {
-        count(Counter::Rx);
-    }
-    match outcome {
-        Outcome::NotDhcp => xdp_action::XDP_PASS,
-        Outcome::Tx(c) => {
-            count(c);
-            xdp_action::XDP_TX
-        }
-        Outcome::Pass(c) => {
-            count(c);
-            xdp_action::XDP_PASS
-        }
-        Outcome::Drop(c) => {
-            count(c);
-            xdp_action::XDP_DROP
-        }
-    }
+    let (action, counter) = match reply::handle(&ctx) {
+        Outcome::NotDhcp => return xdp_action::XDP_PASS,
+        Outcome::Tx(c) => (xdp_action::XDP_TX, c),
+        Outcome::Pass(c) => (xdp_action::XDP_PASS, c),
+        Outcome::Drop(c) => (xdp_action::XDP_DROP, c),
+    };
+    count(Counter::Rx);
+    count(counter);
+    trace::verdict(&ctx, action, counter);
+    action
 }
 
 /// Passes everything. Attached to the far end of a veth pair it makes that

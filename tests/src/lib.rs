@@ -34,4 +34,6 @@ mod slow_path;
 #[cfg(test)]
 mod tftp;
 #[cfg(test)]
+mod trace;
+#[cfg(test)]
 mod xdp_program;

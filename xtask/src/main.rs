@@ -5,6 +5,7 @@
 
 mod bench;
 mod demo;
+mod run;
 mod test;
 
 use clap::{Parser, Subcommand};
@@ -27,6 +28,9 @@ enum Command {
     /// serving examples/inventory.yaml in a throw-away namespace: DHCP, iPXE
     /// script, kernel and initramfs, phone-home. Root.
     Demo,
+    /// Build pxe-agent and run `pxe-agent run` with the arguments after
+    /// `--`, through sudo when not root.
+    Run(run::Options),
     /// Benchmarks (root): `bench dhcp` compares pxe-agent with Kea and dnsmasq.
     #[command(subcommand)]
     Bench(bench::Bench),
@@ -37,6 +41,7 @@ fn main() -> anyhow::Result<()> {
         Command::Setup => xtask::setup::run(),
         Command::Test => test::run(),
         Command::Demo => demo::run(),
+        Command::Run(opts) => run::run(opts),
         Command::Bench(bench) => bench::run(bench),
     }
 }

@@ -35,6 +35,7 @@ use crate::{
     progress::{self, Progress},
     ratelimit::{Limited, Limiter, Rate},
     rawsock::RawSocket,
+    trace::TracePath,
     wire::{Endpoint, udp_frame},
 };
 
@@ -228,6 +229,7 @@ impl SlowPath<'_> {
         };
         let known = inv.host_by_mac(req.chaddr).is_some();
         if let Err(limited) = self.limiter.admit(req.chaddr, known, mono) {
+            self.trace(&req, "rate_limited", || format!("{limited:?}"));
             let stats = &self.shared.stats;
             bump(match limited {
                 Limited::Mac => &stats.limited_mac,
@@ -246,7 +248,10 @@ impl SlowPath<'_> {
     fn answer(&mut self, inv: &Inventory, req: Request, now: u64) -> Option<PendingAck> {
         match decide(&req, inv, &self.server) {
             Answer::Reply(reply) => self.send(&req, &reply),
-            Answer::Ignore(reason) => bump(&self.shared.stats.ignored[reason as usize]),
+            Answer::Ignore(reason) => {
+                self.trace(&req, "ignore", || reason.name().to_string());
+                bump(&self.shared.stats.ignored[reason as usize]);
+            }
             Answer::Pool(ask) => {
                 let pool = pool_of(inv, &ask);
                 match ask.kind {
@@ -262,12 +267,19 @@ impl SlowPath<'_> {
                 }
             }
             Answer::Release { ip } => {
+                self.trace(&req, "release", || ip.to_string());
                 if let Err(e) = self.leases().release(req.chaddr.0, ip, now) {
                     self.lease_error(&e);
                 }
             }
-            Answer::Decline { ip } => self.decline(inv, &req, ip, now),
-            Answer::ReservationDeclined { ip } => self.reservation_declined(inv, &req, ip),
+            Answer::Decline { ip } => {
+                self.trace(&req, "decline", || ip.to_string());
+                self.decline(inv, &req, ip, now);
+            }
+            Answer::ReservationDeclined { ip } => {
+                self.trace(&req, "reservation declined", || ip.to_string());
+                self.reservation_declined(inv, &req, ip);
+            }
         }
         None
     }
@@ -344,6 +356,7 @@ impl SlowPath<'_> {
                 self.send(req, &pool_reply(req, inv, &self.server, ask, ip));
             }
             Ok(None) => {
+                self.trace(req, "ignore", || format!("pool {pool} exhausted"));
                 bump(&self.shared.stats.pool_exhausted);
                 warn!(pool = %pool, "discovery pool exhausted");
             }
@@ -385,6 +398,8 @@ impl SlowPath<'_> {
                 // but stay silent about addresses that may be another
                 // server's to judge.
                 RequestOutcome::Nak(NakReason::OutsidePool) if p.req.server_id.is_none() => {
+                    let why = || format!("{} outside the pool, left to its server", p.ip);
+                    self.trace(&p.req, "ignore", why);
                     bump(&self.shared.stats.ignored[Counter::PassRequestMismatch as usize]);
                 }
                 RequestOutcome::Nak(_) => {
@@ -440,6 +455,10 @@ impl SlowPath<'_> {
                     ReplyKind::Nak => (&stats.naks, "nak"),
                 };
                 bump(counter);
+                self.trace(req, what, || match &reply.file {
+                    Some(file) => format!("{} file {file} to {dest:?}", reply.yiaddr),
+                    None => format!("{} to {dest:?}", reply.yiaddr),
+                });
                 let detail = format!("{what} {} (slow path)", reply.yiaddr);
                 self.shared
                     .progress
@@ -447,9 +466,21 @@ impl SlowPath<'_> {
             }
             Err(e) => {
                 debug!(mac = %req.chaddr, error = %e, "failed to send reply");
+                self.trace(req, "send_failed", || e.to_string());
                 bump(&stats.send_errors);
             }
         }
+    }
+
+    /// Publishes a step of `req`'s client to the live trace, if it is traced.
+    fn trace(&self, req: &Request, what: &str, detail: impl FnOnce() -> String) {
+        let trace = self.shared.progress.trace();
+        trace.publish(req.chaddr, TracePath::Dhcp, what, || {
+            let kind = req
+                .msg_type
+                .map_or("bootp".to_string(), |t| format!("{t:?}"));
+            format!("{kind} xid {:#010x}: {}", req.xid, detail())
+        });
     }
 
     /// A raw frame to a client without an address (it cannot answer ARP).

@@ -1,12 +1,20 @@
 //! Routes of the admin listener: `/metrics`, `/healthz`, and the JSON API
-//! (`/api/v1/discovered`, `/api/v1/leases`, `/api/v1/hosts`).
+//! (`/api/v1/discovered`, `/api/v1/leases`, `/api/v1/hosts`), and the live
+//! trace of one machine (`/api/v1/trace/<mac>`).
 
 use std::{
     net::Ipv4Addr,
     sync::{Arc, Mutex, PoisonError},
 };
 
-use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
+use axum::{
+    Json, Router,
+    body::Body,
+    extract::State,
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
 use aya::maps::{MapData, PerCpuArray};
 use serde::{Deserialize, Serialize};
 
@@ -16,7 +24,8 @@ use crate::{
     inventory::MacAddr,
     lease::{Lease, LeaseState},
     metrics::{self, AgentGauges},
-    progress::{HostProgress, Stage},
+    progress::{self, HostProgress, Stage},
+    trace::{Next, TraceEvent, TracePath},
     xdp::{FastPath, Stats},
 };
 
@@ -38,6 +47,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/api/v1/discovered", get(discovered))
         .route("/api/v1/leases", get(leases))
         .route("/api/v1/hosts", get(hosts))
+        .route("/api/v1/trace/{mac}", get(trace))
         .with_state(state)
 }
 
@@ -69,6 +79,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         slow: &s.boot.dhcp.stats,
         health: &s.boot.dhcp.health,
         discovered,
+        traced: s.boot.progress.trace().traced(),
         leases: &leases,
         tftp,
         http: s.boot.http_stats.snapshot(),
@@ -124,6 +135,56 @@ async fn leases(State(s): State<Arc<AdminState>>) -> Result<Json<Vec<LeaseView>>
         .list()
         .map_err(|e| internal("leases", e))?;
     Ok(Json(list.iter().map(LeaseView::from).collect()))
+}
+
+/// A trace stream writes an empty line this often, so that a watcher that
+/// left is noticed (the write fails) and its MAC leaves the XDP filter.
+const TRACE_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `GET /api/v1/trace/<mac>`: the MAC's steps through both paths as they
+/// happen, one JSON [`TraceEvent`] a line, empty lines as heartbeats. The
+/// MAC is traced (in the XDP program too) while a client is connected.
+async fn trace(
+    State(s): State<Arc<AdminState>>,
+    axum::extract::Path(mac): axum::extract::Path<String>,
+) -> Result<Response, ApiError> {
+    let mac: MacAddr = mac
+        .parse()
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))?;
+    let watch = s
+        .boot
+        .progress
+        .trace()
+        .watch(mac)
+        .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")))?;
+    let lines = futures_util::stream::unfold(watch, |mut watch| async move {
+        let line = tokio::select! {
+            next = watch.next() => match next {
+                Next::Event(event) => json_line(&event),
+                Next::Lost(n) => json_line(&TraceEvent {
+                    at_ms: progress::now_ms(),
+                    mac: watch.mac().to_string(),
+                    path: TracePath::Agent,
+                    what: "lost".into(),
+                    detail: format!("{n} events lost: this watcher fell behind"),
+                }),
+                Next::Closed => return None,
+            },
+            () = tokio::time::sleep(TRACE_HEARTBEAT) => "\n".to_string(),
+        };
+        Some((Ok::<_, std::convert::Infallible>(line), watch))
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(lines),
+    )
+        .into_response())
+}
+
+fn json_line(event: &TraceEvent) -> String {
+    let mut line = serde_json::to_string(event).unwrap_or_default();
+    line.push('\n');
+    line
 }
 
 /// An inventory host with its boot progress.

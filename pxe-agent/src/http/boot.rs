@@ -14,7 +14,7 @@ use axum::{
 use tracing::{debug, warn};
 
 use super::{BootState, artifacts, script};
-use crate::{inventory::MacAddr, progress};
+use crate::{inventory::MacAddr, progress, trace::TracePath};
 
 pub fn router(state: Arc<BootState>) -> Router {
     Router::new()
@@ -48,6 +48,11 @@ async fn boot_script(
         return StatusCode::NOT_FOUND.into_response();
     };
     if client_ip(peer) != Some(ip) {
+        let why = || format!("/boot/{name} from {peer}, not {ip}");
+        state
+            .progress
+            .trace()
+            .publish(mac, TracePath::Http, "refused", why);
         warn!(%mac, %peer, expected = %ip, "script refused: not the host's address");
         return StatusCode::FORBIDDEN.into_response();
     }
@@ -68,6 +73,11 @@ async fn boot_script(
     };
     match script::render(profile, &target, state.server.ip) {
         Ok(text) => {
+            let what = || format!("/boot/{name} from {peer}");
+            state
+                .progress
+                .trace()
+                .publish(mac, TracePath::Http, "script", what);
             state
                 .progress
                 .script(mac, progress::now_ms(), format!("/boot/{name}"));
@@ -94,10 +104,19 @@ async fn booted(
         return StatusCode::NOT_FOUND;
     };
     if client_ip(peer) != Some(ip) {
+        let why = || format!("from {peer}, not {ip}");
+        state
+            .progress
+            .trace()
+            .publish(mac, TracePath::PhoneHome, "refused", why);
         warn!(%mac, %peer, "phone-home refused: not the host's address");
         return StatusCode::FORBIDDEN;
     }
     let note: String = body.chars().take(200).filter(|c| !c.is_control()).collect();
+    let trace = state.progress.trace();
+    trace.publish(mac, TracePath::PhoneHome, "booted", || {
+        format!("{note:?} from {peer}")
+    });
     state.progress.booted(
         mac,
         progress::now_ms(),
@@ -113,6 +132,11 @@ async fn booted(
 /// Notes a boot file or artifact fetched by the host at `peer`.
 pub fn record_fetch(state: &BootState, peer: SocketAddr, path: &str) {
     if let Some(mac) = client_ip(peer).and_then(|ip| state.mac_at(ip)) {
+        let fetched = || format!("{path} from {peer}");
+        state
+            .progress
+            .trace()
+            .publish(mac, TracePath::Http, "fetch", fetched);
         state.progress.artifact(
             mac,
             progress::now_ms(),

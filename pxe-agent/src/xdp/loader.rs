@@ -5,16 +5,19 @@ use std::sync::Arc;
 
 use aya::{
     Ebpf, EbpfError,
-    maps::{DevMap, HashMap, MapData, MapError, PerCpuArray, RingBuf, xdp::XdpMapError},
+    maps::{Array, DevMap, HashMap, MapData, MapError, PerCpuArray, RingBuf, xdp::XdpMapError},
     programs::{ProgramError, Xdp, XdpMode, xdp::XdpLinkId},
 };
 use pxe_ebpf_common::{
     COUNTERS_MAP, EVENTS_MAP, HOSTS_MAP, HostKey, PASS_PROGRAM_NAME, PROGRAM_NAME, REDIRECT_MAP,
-    REDIRECT_PROGRAM_NAME, ReplyTemplate,
+    REDIRECT_PROGRAM_NAME, ReplyTemplate, TRACE_GATE_MAP, TRACE_MAP, TRACED_MAP,
 };
 use tracing::{info, warn};
 
-use super::maps::{self, SyncError, SyncReport};
+use super::{
+    maps::{self, SyncError, SyncReport},
+    trace::TraceFilter,
+};
 use crate::dhcp::template::Templates;
 
 /// The XDP object built by `build.rs` from the `pxe-ebpf` crate.
@@ -62,6 +65,7 @@ pub struct FastPath {
     hosts: HashMap<MapData, HostKey, ReplyTemplate>,
     counters: Arc<PerCpuArray<MapData, u64>>,
     events: Option<RingBuf<MapData>>,
+    trace: Option<(TraceFilter, RingBuf<MapData>)>,
     current: Templates,
     link: Option<XdpLinkId>,
 }
@@ -101,11 +105,13 @@ impl FastPath {
             name: EVENTS_MAP,
             source,
         })?;
+        let trace = take_trace(&mut ebpf)?;
         Ok(FastPath {
             ebpf,
             hosts,
             counters: Arc::new(counters),
             events: Some(events),
+            trace: Some(trace),
             current: Templates::new(),
             link: None,
         })
@@ -187,6 +193,12 @@ impl FastPath {
         self.events.take()
     }
 
+    /// The filter of traced MACs and the ring of their verdicts (once; the
+    /// trace hub owns them).
+    pub fn take_trace(&mut self) -> Option<(TraceFilter, RingBuf<MapData>)> {
+        self.trace.take()
+    }
+
     pub fn counters(&self) -> &PerCpuArray<MapData, u64> {
         &self.counters
     }
@@ -201,6 +213,15 @@ impl FastPath {
     pub fn hosts_mut(&mut self) -> &mut HashMap<MapData, HostKey, ReplyTemplate> {
         &mut self.hosts
     }
+}
+
+fn take_trace(ebpf: &mut Ebpf) -> Result<(TraceFilter, RingBuf<MapData>), XdpError> {
+    let mut take = |name: &'static str| ebpf.take_map(name).ok_or(XdpError::Missing(name));
+    let failed = |name| move |source| XdpError::Map { name, source };
+    let traced = HashMap::try_from(take(TRACED_MAP)?).map_err(failed(TRACED_MAP))?;
+    let gate = Array::try_from(take(TRACE_GATE_MAP)?).map_err(failed(TRACE_GATE_MAP))?;
+    let ring = RingBuf::try_from(take(TRACE_MAP)?).map_err(failed(TRACE_MAP))?;
+    Ok((TraceFilter::new(traced, gate), ring))
 }
 
 /// The lab program attached to the far end of a veth pair: pass-through,
