@@ -402,6 +402,11 @@ pub fn decide(req: &Request, inv: &Inventory, server: &Server) -> Answer {
         // Reserved elsewhere: this relay's segment is not where it lives.
         return Answer::Ignore(Counter::PassRelay);
     }
+    if !relayed && req.ciaddr.is_unspecified() && !on_segment(inv, host, server) {
+        // Another interface's host: its segment is not the one this
+        // request was broadcast on.
+        return Answer::Ignore(Counter::PassUnknownHost);
+    }
     if kind == ReplyKind::Ack {
         match requested(req, server) {
             Wanted::OtherServer => return Answer::Ignore(Counter::DropOtherServer),
@@ -425,6 +430,16 @@ pub fn decide(req: &Request, inv: &Inventory, server: &Server) -> Answer {
     let mut reply = build(&Subject::host(inv, host), kind, boot, &rule_options, server);
     echo_relay_info(&mut reply, req);
     Answer::Reply(reply)
+}
+
+/// Whether a client broadcasting on the segment of `server` (the address of
+/// the interface the request came in on) is `host`'s: the host's subnet
+/// holds the interface's address. An agent on several interfaces answers
+/// each host only where it lives. An interface whose address is in no
+/// subnet of the inventory (a relay-only agent, or `check` with no server
+/// address) keeps answering every host it hears.
+fn on_segment(inv: &Inventory, host: &Host, server: &Server) -> bool {
+    inv.subnet_of(host).contains(server.ip) || !inv.subnets.iter().any(|s| s.contains(server.ip))
 }
 
 fn unknown(
@@ -1194,5 +1209,66 @@ hosts:
                 info
             )))
         );
+    }
+
+    const TWO_SEGMENTS: &str = r#"
+subnets:
+  - {cidr: 10.66.0.0/16}
+  - {cidr: 10.100.0.0/24}
+profiles:
+  - name: worker
+    boot: {bios: undionly.kpxe}
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, profile: worker}
+  - {mac: "52:54:00:00:01:00", ip: 10.100.0.50, profile: worker}
+"#;
+
+    #[test]
+    fn a_host_is_answered_only_on_the_interface_whose_subnet_holds_it() {
+        let inv = Inventory::parse(Path::new("t.yaml"), TWO_SEGMENTS).expect("valid");
+        let vlan = Server {
+            ip: Ipv4Addr::new(10, 100, 0, 1),
+            mac: [2, 0, 0, 0, 0, 2],
+        };
+        let tagged = MacAddr([0x52, 0x54, 0, 0, 1, 0]);
+        let summary = |req: &Request, server: &Server| summarize(fast_path(req, &inv, server));
+        let bios = Want::Offer(Some("undionly.kpxe".into()));
+        // Each interface answers its own host, with its own address.
+        assert_eq!(summary(&pxe(discover(WORKER), 0), &SERVER), bios);
+        assert_eq!(summary(&pxe(discover(tagged), 0), &vlan), bios);
+        let Answer::Reply(reply) = decide(&discover(tagged), &inv, &vlan) else {
+            panic!("no reply on the VLAN")
+        };
+        assert_eq!(
+            (
+                reply.options.get(OptionCode::ServerIdentifier),
+                reply.yiaddr
+            ),
+            (
+                Some(&DhcpOption::ServerIdentifier(vlan.ip)),
+                Ipv4Addr::new(10, 100, 0, 50)
+            )
+        );
+        // And not the other's, heard on its segment.
+        assert_eq!(
+            summary(&pxe(discover(tagged), 0), &SERVER),
+            Want::Pass(Counter::PassUnknownHost)
+        );
+        assert_eq!(
+            decide(&discover(WORKER), &inv, &vlan),
+            Answer::Ignore(Counter::PassUnknownHost)
+        );
+        // Relayed from the host's subnet, any interface answers.
+        let relayed = Request {
+            giaddr: Ipv4Addr::new(10, 100, 0, 254),
+            ..discover(tagged)
+        };
+        assert_eq!(summary(&relayed, &SERVER), Want::Offer(None));
+        // An address in no subnet (relay-only, or `check`) hears every host.
+        let outside = Server {
+            ip: Ipv4Addr::new(192, 0, 2, 1),
+            ..SERVER
+        };
+        assert_eq!(summary(&pxe(discover(tagged), 0), &outside), bios);
     }
 }
