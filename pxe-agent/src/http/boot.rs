@@ -66,7 +66,7 @@ async fn boot_script(
         hostname: host.and_then(|h| h.hostname.as_deref()),
         labels: host.map_or(&no_labels, |h| &h.labels),
     };
-    match script::render(profile, &target, state.server.ip) {
+    match script::render(profile, &target, state.server_for(ip).ip) {
         Ok(text) => {
             state
                 .progress

@@ -6,6 +6,6 @@ pub mod loader;
 pub mod maps;
 pub mod stats;
 
-pub use loader::{AttachMode, FastPath, VethPeer, XdpError};
+pub use loader::{AttachMode, FastPath, VethPeer, XdpError, sync_each};
 pub use maps::SyncError;
 pub use stats::Stats;
