@@ -31,4 +31,6 @@ mod slow_path;
 #[cfg(test)]
 mod tftp;
 #[cfg(test)]
+mod vlan;
+#[cfg(test)]
 mod xdp_program;
