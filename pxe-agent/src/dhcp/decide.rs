@@ -101,7 +101,11 @@ pub fn fast_path(req: &Request, inv: &Inventory, server: &Server) -> Decision {
     let Some(host) = inv.host_by_mac(req.chaddr) else {
         return Decision::Pass(Counter::PassUnknownHost);
     };
-    if !kernel_answers(inv.profile_of(host), host, class, server) {
+    // An interface's map holds the hosts of its own segment only (the
+    // templates are compiled from broadcast requests): another segment's
+    // host, relayed or renewing, is the slow path's.
+    if !kernel_answers(inv.profile_of(host), host, class, server) || !on_segment(inv, host, server)
+    {
         return Decision::Pass(Counter::PassUnknownHost);
     }
     match decide(req, inv, server) {
@@ -1258,12 +1262,17 @@ hosts:
             decide(&discover(WORKER), &inv, &vlan),
             Answer::Ignore(Counter::PassUnknownHost)
         );
-        // Relayed from the host's subnet, any interface answers.
+        // Relayed from the host's subnet, any interface answers, from the
+        // slow path: the kernel holds the templates of its own segment only.
         let relayed = Request {
             giaddr: Ipv4Addr::new(10, 100, 0, 254),
             ..discover(tagged)
         };
-        assert_eq!(summary(&relayed, &SERVER), Want::Offer(None));
+        assert!(matches!(decide(&relayed, &inv, &SERVER), Answer::Reply(_)));
+        assert_eq!(
+            summary(&relayed, &SERVER),
+            Want::Pass(Counter::PassUnknownHost)
+        );
         // An address in no subnet (relay-only, or `check`) hears every host.
         let outside = Server {
             ip: Ipv4Addr::new(192, 0, 2, 1),
