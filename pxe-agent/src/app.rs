@@ -1,8 +1,15 @@
 //! Wiring of a running agent: inventory → templates → XDP maps, the slow
 //! path for what XDP passes up, the reload watcher and the HTTP endpoints,
 //! until shutdown.
+//!
+//! An agent serves one or more interfaces (VLAN sub-interfaces included).
+//! Each gets its own server address, its own loaded XDP program whose hosts
+//! map holds the templates compiled for that address, its own slow-path
+//! and TFTP sockets bound to it; the inventory, the policy, the lease store
+//! and the HTTP listeners are shared.
 
 use std::{
+    fmt,
     net::{Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     sync::{
@@ -38,16 +45,87 @@ use crate::{
     rawsock::RawSocket,
     tftp,
     trace::TracePath,
-    xdp::{self, AttachMode, FastPath, SyncError, events},
+    xdp::{self, AttachMode, FastPath, SyncError, events, sync_each},
 };
+
+/// An interface to serve, as `--interface NAME[=IP]` gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interface {
+    pub name: String,
+    /// The server address its replies name (option 54, siaddr, `{server}`);
+    /// defaults to the interface's IPv4 address.
+    pub server_ip: Option<Ipv4Addr>,
+}
+
+impl std::str::FromStr for Interface {
+    type Err = String;
+
+    /// `eth0` or `eth0.100=10.100.0.1`.
+    fn from_str(s: &str) -> Result<Interface, String> {
+        let (name, ip) = match s.split_once('=') {
+            Some((name, ip)) => {
+                let ip = ip
+                    .parse()
+                    .map_err(|_| format!("{ip:?} is not an IPv4 address"))?;
+                (name, Some(ip))
+            }
+            None => (s, None),
+        };
+        if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(['/', ' ']) {
+            return Err(format!("{name:?} is not an interface name"));
+        }
+        Ok(Interface {
+            name: name.to_string(),
+            server_ip: ip,
+        })
+    }
+}
+
+impl fmt::Display for Interface {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.server_ip {
+            Some(ip) => write!(f, "{}={ip}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+/// An interface being served, with the server its replies name.
+#[derive(Clone, Debug)]
+struct Iface {
+    name: String,
+    server: Server,
+}
+
+/// The server of each interface: its MAC, and its address as given or read.
+fn resolve(interfaces: &[Interface]) -> anyhow::Result<Vec<Iface>> {
+    anyhow::ensure!(!interfaces.is_empty(), "no interface to serve");
+    let mut out: Vec<Iface> = Vec::with_capacity(interfaces.len());
+    for i in interfaces {
+        anyhow::ensure!(
+            out.iter().all(|o| o.name != i.name),
+            "interface {} is given twice",
+            i.name
+        );
+        let mac = netdev::mac_of(&i.name)?;
+        let ip = match i.server_ip {
+            Some(ip) => ip,
+            None => netdev::ipv4_of(&i.name)?,
+        };
+        out.push(Iface {
+            name: i.name.clone(),
+            server: Server { ip, mac },
+        });
+    }
+    Ok(out)
+}
 
 /// Everything `pxe-agent run` needs.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    pub iface: String,
+    /// The interfaces served, in the order given (at least one).
+    pub interfaces: Vec<Interface>,
     pub inventory: PathBuf,
-    /// Defaults to the interface's IPv4 address.
-    pub server_ip: Option<Ipv4Addr>,
     pub metrics_addr: SocketAddr,
     pub xdp_mode: AttachMode,
     /// How often the inventory file is checked for changes.
@@ -85,9 +163,27 @@ pub fn prepare(
     server: &Server,
     http_port: u16,
 ) -> Result<(Inventory, template::Templates), LoadError> {
+    let (inv, mut templates) = prepare_each(path, std::slice::from_ref(server), http_port)?;
+    Ok((
+        inv,
+        templates.pop().expect("one server, one set of templates"),
+    ))
+}
+
+/// Like [`prepare`], compiling the templates once per interface's server:
+/// `templates[i]` names `servers[i]` and holds the hosts it answers.
+pub fn prepare_each(
+    path: &Path,
+    servers: &[Server],
+    http_port: u16,
+) -> Result<(Inventory, Vec<template::Templates>), LoadError> {
     let mut inv = Inventory::load(path)?;
     inv.use_http_port(http_port);
-    let templates = compile(path, &inv, server)?;
+    inv.serve_on(&servers.iter().map(|s| s.ip).collect::<Vec<_>>());
+    let templates = servers
+        .iter()
+        .map(|server| compile(path, &inv, server))
+        .collect::<Result<_, _>>()?;
     Ok((inv, templates))
 }
 
@@ -129,15 +225,13 @@ fn fits_hosts_map(hosts: usize, replies: usize) -> Result<(), Problem> {
 
 /// Runs until `shutdown` turns true.
 pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
-    let mac = netdev::mac_of(&cfg.iface)?;
-    let ip = match cfg.server_ip {
-        Some(ip) => ip,
-        None => netdev::ipv4_of(&cfg.iface)?,
-    };
-    let server = Server { ip, mac };
-    info!(iface = %cfg.iface, server = %ip, "starting");
+    let ifaces = resolve(&cfg.interfaces)?;
+    let servers: Vec<Server> = ifaces.iter().map(|i| i.server).collect();
+    for i in &ifaces {
+        info!(iface = %i.name, server = %i.server.ip, "starting");
+    }
 
-    let (inv, templates) = prepare(&cfg.inventory, &server, cfg.http_addr.port())?;
+    let (inv, templates) = prepare_each(&cfg.inventory, &servers, cfg.http_addr.port())?;
     std::fs::create_dir_all(&cfg.state_dir).with_context(|| {
         format!(
             "failed to create the state directory {}",
@@ -145,23 +239,36 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         )
     })?;
     let leases = LeaseStore::open(&cfg.state_dir.join("leases.redb"))?;
-    let mut fast = FastPath::load().context("failed to load the XDP program")?;
-    let count = templates.len();
-    // Fill the map before attaching: once attached, every known host is answered.
-    fast.sync(templates)
-        .context("failed to fill the hosts map")?;
-    fast.attach(&cfg.iface, cfg.xdp_mode)?;
+    // One program per interface: each map holds the replies naming that
+    // interface's server, for the hosts of its subnets.
+    let mut fasts = Vec::with_capacity(ifaces.len());
+    let mut count = 0;
+    for (iface, templates) in ifaces.iter().zip(templates) {
+        let mut fast = FastPath::load()
+            .with_context(|| format!("failed to load the XDP program for {}", iface.name))?;
+        count += templates.len();
+        // Fill the map before attaching: once attached, every known host is answered.
+        fast.sync(templates)
+            .with_context(|| format!("failed to fill the hosts map of {}", iface.name))?;
+        fast.attach(&iface.name, cfg.xdp_mode)?;
+        fasts.push(fast);
+    }
     info!(
         hosts = inv.hosts.len(),
         templates = count,
+        interfaces = ifaces.len(),
         "inventory loaded"
     );
 
     let progress = Arc::new(Progress::default());
     let health = Arc::new(Health::default());
-    let program_id = fast
-        .program_id()
-        .context("failed to read the XDP program's id")?;
+    let mut programs = Vec::with_capacity(ifaces.len());
+    for (iface, fast) in ifaces.iter().zip(&fasts) {
+        let id = fast.program_id().with_context(|| {
+            format!("failed to read the id of the XDP program on {}", iface.name)
+        })?;
+        programs.push((iface.name.clone(), id));
+    }
     let dhcp = Arc::new(server::Shared::new(
         Arc::new(inv.clone()),
         leases,
@@ -170,18 +277,30 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         health.clone(),
     ));
     let stop = Arc::new(AtomicBool::new(false));
-    let slow_thread = start_slow_path(&cfg, server, dhcp.clone(), stop.clone())?;
-    let events = fast
-        .take_events()
-        .map(|ring| tokio::spawn(events::stream(ring, progress.clone(), shutdown.clone())));
-    let traces = fast.take_trace().map(|(filter, ring)| {
-        progress.trace().set_kernel(Box::new(filter));
-        let hub = progress.trace().clone();
-        tokio::spawn(xdp::trace::stream(ring, hub, shutdown.clone()))
-    });
+    let mut slow_threads = Vec::with_capacity(ifaces.len());
+    for iface in &ifaces {
+        slow_threads.push(start_slow_path(&cfg, iface, dhcp.clone(), stop.clone())?);
+    }
+    let events: Vec<_> = fasts
+        .iter_mut()
+        .filter_map(FastPath::take_events)
+        .map(|ring| tokio::spawn(events::stream(ring, progress.clone(), shutdown.clone())))
+        .collect();
+    // One trace filter for the agent: a traced MAC is traced on every
+    // interface.
+    let (filters, rings): (Vec<_>, Vec<_>) =
+        fasts.iter_mut().filter_map(FastPath::take_trace).unzip();
+    progress.trace().set_kernel(Box::new(filters));
+    let traces: Vec<_> = rings
+        .into_iter()
+        .map(|ring| {
+            let hub = progress.trace().clone();
+            tokio::spawn(xdp::trace::stream(ring, hub, shutdown.clone()))
+        })
+        .collect();
     let boot = Arc::new(BootState {
         dhcp: dhcp.clone(),
-        server,
+        servers: servers.clone(),
         boot_root: cfg.boot_root.clone(),
         artifacts: cfg.artifacts.clone(),
         progress,
@@ -189,8 +308,8 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         http_stats: limit::Stats::default(),
     });
     let admin = Arc::new(AdminState {
-        counters: fast.counters_handle(),
-        fast: Mutex::new(fast),
+        counters: fasts.iter().map(FastPath::counters_handle).collect(),
+        fast: Mutex::new(fasts),
         gauges: Mutex::new(AgentGauges {
             hosts: inv.hosts.len(),
             templates: count,
@@ -200,10 +319,12 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     });
 
     let tftp = match &cfg.boot_root {
-        Some(root) => Some(start_tftp(&cfg, root, boot.clone(), shutdown.clone()).await?),
-        None => None,
+        Some(root) => start_tftp(&cfg, &ifaces, root, boot.clone(), shutdown.clone()).await?,
+        None => Vec::new(),
     };
     let mut servers = Vec::new();
+    // One listener for every interface: the default address is the
+    // wildcard, and each interface's replies point at its own address.
     let boot_listener = limit::bind(cfg.http_addr)
         .with_context(|| format!("failed to bind the boot HTTP address {}", cfg.http_addr))?;
     info!(addr = %cfg.http_addr, "serving iPXE scripts, boot files and artifacts");
@@ -224,15 +345,10 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         shutdown.clone(),
     ));
 
-    let monitor = tokio::spawn(monitor_health(
-        cfg.iface.clone(),
-        program_id,
-        dhcp.clone(),
-        shutdown.clone(),
-    ));
+    let monitor = tokio::spawn(monitor_health(programs, dhcp.clone(), shutdown.clone()));
     let watcher = tokio::spawn(watch_inventory(
         cfg.clone(),
-        server,
+        ifaces.iter().map(|i| i.server).collect(),
         admin.clone(),
         shutdown.clone(),
     ));
@@ -242,13 +358,13 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     admin.boot.progress.trace().close();
     watcher.await.context("inventory watcher panicked")?;
     monitor.await.context("health monitor panicked")?;
-    if let Some(events) = events {
+    for events in events {
         events.await.context("event reader panicked")?;
     }
-    if let Some(traces) = traces {
+    for traces in traces {
         traces.await.context("trace reader panicked")?;
     }
-    if let Some(tftp) = tftp {
+    for tftp in tftp {
         tftp.await
             .context("TFTP server panicked")?
             .context("TFTP server failed")?;
@@ -259,25 +375,35 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
             .context("http server failed")?;
     }
     stop.store(true, Ordering::Relaxed);
-    tokio::task::spawn_blocking(move || slow_thread.join())
-        .await
-        .context("slow path join failed")?
-        .map_err(|_| anyhow::anyhow!("slow path supervisor panicked"))?;
-    // Dropping the last handle detaches the program.
+    for slow_thread in slow_threads {
+        tokio::task::spawn_blocking(move || slow_thread.join())
+            .await
+            .context("slow path join failed")?
+            .map_err(|_| anyhow::anyhow!("slow path supervisor panicked"))?;
+    }
+    // Dropping the last handle detaches the programs.
     drop(admin);
     Ok(())
 }
 
-/// Binds UDP port 69 on the interface and serves `root` over TFTP, turning
-/// finished transfers into boot progress.
+/// Binds UDP port 69 on each interface and serves `root` over TFTP there,
+/// turning finished transfers into boot progress. One server (one set of
+/// counters) serves a socket per interface; its transfers stay on the
+/// interface their request came in on.
 async fn start_tftp(
     cfg: &RunConfig,
+    ifaces: &[Iface],
     root: &Path,
     boot: Arc<BootState>,
     shutdown: watch::Receiver<bool>,
-) -> anyhow::Result<tokio::task::JoinHandle<Result<(), tftp::ServeError>>> {
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<Result<(), tftp::ServeError>>>> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let mtu = netdev::mtu_of(&cfg.iface)?;
+    // A block must fit one frame on every interface (a VLAN's MTU may be
+    // below its parent's).
+    let mut mtu = u32::MAX;
+    for iface in ifaces {
+        mtu = mtu.min(netdev::mtu_of(&iface.name)?);
+    }
     let tftp_cfg = tftp::TftpConfig {
         max_blksize: tftp::TftpConfig::blksize_for_mtu(mtu),
         max_windowsize: cfg.tftp_max_windowsize,
@@ -287,16 +413,19 @@ async fn start_tftp(
     let server = tftp::Server::new(tftp_cfg)
         .with_context(|| format!("cannot serve {} over TFTP", root.display()))?;
     boot.tftp_stats.set(server.stats()).ok();
-    let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
-        .context("failed to open the TFTP socket")?;
-    sock.set_reuse_address(true)?;
-    sock.bind_device(Some(cfg.iface.as_bytes()))
-        .with_context(|| format!("failed to bind the TFTP socket to {}", cfg.iface))?;
-    sock.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, 69)).into())
-        .context("failed to bind UDP port 69")?;
-    sock.set_nonblocking(true)?;
-    let sock = tokio::net::UdpSocket::from_std(sock.into())?;
-    info!(root = %root.display(), "serving TFTP on UDP port 69");
+    let mut socks = Vec::with_capacity(ifaces.len());
+    for iface in ifaces {
+        let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
+            .context("failed to open the TFTP socket")?;
+        sock.set_reuse_address(true)?;
+        sock.bind_device(Some(iface.name.as_bytes()))
+            .with_context(|| format!("failed to bind the TFTP socket to {}", iface.name))?;
+        sock.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, 69)).into())
+            .with_context(|| format!("failed to bind UDP port 69 on {}", iface.name))?;
+        sock.set_nonblocking(true)?;
+        socks.push(tokio::net::UdpSocket::from_std(sock.into())?);
+        info!(iface = %iface.name, root = %root.display(), "serving TFTP on UDP port 69");
+    }
     let (tx, mut rx) = tokio::sync::mpsc::channel::<tftp::TransferEvent>(1024);
     tokio::spawn(async move {
         while let Some(event) = rx.recv().await {
@@ -327,7 +456,16 @@ async fn start_tftp(
             boot.progress.tftp(mac, at, detail);
         }
     });
-    Ok(tokio::spawn(server.serve(sock, Some(tx), shutdown)))
+    Ok(socks
+        .into_iter()
+        .map(|sock| {
+            tokio::spawn(
+                server
+                    .clone()
+                    .serve(sock, Some(tx.clone()), shutdown.clone()),
+            )
+        })
+        .collect())
 }
 
 /// Sets a socket's receive buffer past `rmem_max` (`SO_RCVBUFFORCE`, which
@@ -374,7 +512,7 @@ fn serve_http(
 /// and keeps serving the previous inventory.
 async fn watch_inventory(
     cfg: RunConfig,
-    server: Server,
+    servers: Vec<Server>,
     shared: Arc<AdminState>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -390,22 +528,24 @@ async fn watch_inventory(
             continue;
         }
         seen = now;
-        let (path, shared) = (cfg.inventory.clone(), shared.clone());
+        let (path, shared, servers) = (cfg.inventory.clone(), shared.clone(), servers.clone());
         let http_port = cfg.http_addr.port();
         // Loading, compiling and the map writes (up to one `bpf()` call per
         // template) block: none of it runs on the runtime.
-        if let Err(e) =
-            tokio::task::spawn_blocking(move || apply_inventory(&path, &server, http_port, &shared))
-                .await
+        if let Err(e) = tokio::task::spawn_blocking(move || {
+            apply_inventory(&path, &servers, http_port, &shared)
+        })
+        .await
         {
             error!(error = %e, "inventory reload task failed");
         }
     }
 }
 
-/// Loads the inventory at `path` and puts it in force in both paths, or
-/// refuses it and leaves the previous one in force in both.
-fn apply_inventory(path: &Path, server: &Server, http_port: u16, shared: &AdminState) {
+/// Loads the inventory at `path` and puts it in force in both paths on
+/// every interface (`servers[i]` is that of `shared.fast[i]`), or refuses
+/// it and leaves the previous one in force everywhere.
+fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &AdminState) {
     let health = &shared.boot.dhcp.health;
     let rejected = || {
         shared
@@ -414,7 +554,7 @@ fn apply_inventory(path: &Path, server: &Server, http_port: u16, shared: &AdminS
             .unwrap_or_else(PoisonError::into_inner)
             .reloads_rejected += 1;
     };
-    let (inv, templates) = match prepare(path, server, http_port) {
+    let (inv, templates) = match prepare_each(path, servers, http_port) {
         Ok(prepared) => prepared,
         Err(e) => {
             rejected();
@@ -422,12 +562,11 @@ fn apply_inventory(path: &Path, server: &Server, http_port: u16, shared: &AdminS
             return;
         }
     };
-    let count = templates.len();
-    let synced = shared
-        .fast
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .sync(templates);
+    let count = templates.iter().map(template::Templates::len).sum();
+    let synced = sync_each(
+        &mut shared.fast.lock().unwrap_or_else(PoisonError::into_inner),
+        templates,
+    );
     let report = match synced {
         Ok(report) => report,
         Err(e @ SyncError::RolledBack { .. }) => {
@@ -472,10 +611,11 @@ fn fingerprint(path: &Path) -> Option<(SystemTime, u64, u64)> {
     Some((meta.modified().ok()?, meta.len(), meta.ino()))
 }
 
-/// Binds the slow path's sockets on the interface and starts its thread.
+/// Binds the slow path's sockets on the interface and starts its thread:
+/// one per interface, each answering as that interface's server.
 fn start_slow_path(
     cfg: &RunConfig,
-    server: Server,
+    iface: &Iface,
     shared: Arc<server::Shared>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
@@ -484,22 +624,23 @@ fn start_slow_path(
         .context("failed to open the DHCP socket")?;
     sock.set_reuse_address(true)?;
     sock.set_broadcast(true)?;
-    sock.bind_device(Some(cfg.iface.as_bytes()))
-        .with_context(|| format!("failed to bind the DHCP socket to {}", cfg.iface))?;
+    sock.bind_device(Some(iface.name.as_bytes()))
+        .with_context(|| format!("failed to bind the DHCP socket to {}", iface.name))?;
     sock.bind(
         &SocketAddr::from((Ipv4Addr::UNSPECIFIED, pxe_ebpf_common::bootp::SERVER_PORT)).into(),
     )
-    .context("failed to bind UDP port 67")?;
+    .with_context(|| format!("failed to bind UDP port 67 on {}", iface.name))?;
     sock.set_read_timeout(Some(Duration::from_millis(100)))?;
     // Room for the requests that arrive while a batch's leases are being
     // committed (a few ms of fdatasync): the default buffer holds ~170.
     if let Err(e) = force_recv_buffer(&sock, SLOW_PATH_RCVBUF) {
         warn!(error = %e, "could not enlarge the DHCP socket's receive buffer");
     }
-    let raw = RawSocket::send_only(&cfg.iface)
-        .with_context(|| format!("failed to open a raw socket on {}", cfg.iface))?;
+    let raw = RawSocket::send_only(&iface.name)
+        .with_context(|| format!("failed to open a raw socket on {}", iface.name))?;
     let limits = cfg.limits;
-    info!(iface = %cfg.iface, "slow path listening on UDP port 67");
+    let server = iface.server;
+    info!(iface = %iface.name, "slow path listening on UDP port 67");
     let sock: std::net::UdpSocket = sock.into();
     std::thread::Builder::new()
         .name("dhcp-slow-path".into())
@@ -556,12 +697,12 @@ const HEALTH_EVERY: Duration = Duration::from_secs(1);
 const STORE_PROBE_EVERY: Duration = Duration::from_secs(5);
 
 /// Keeps `Health` current with what only a question shows: whether our
-/// program is still the one attached to the interface, and whether the
-/// state store can still be written. Both questions block, so they run on
-/// the blocking pool.
+/// program is still the one attached to each interface (`programs` holds
+/// the interface and our program's id there), and whether the state store
+/// can still be written. Both questions block, so they run on the blocking
+/// pool.
 async fn monitor_health(
-    iface: String,
-    program_id: u32,
+    programs: Vec<(String, u32)>,
     shared: Arc<server::Shared>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -576,20 +717,20 @@ async fn monitor_health(
         if probe {
             last_probe = Some(std::time::Instant::now());
         }
-        let (iface, shared) = (iface.clone(), shared.clone());
+        let (programs, shared) = (programs.clone(), shared.clone());
         let _ = tokio::task::spawn_blocking(move || {
-            let xdp = match netdev::xdp_program_id(&iface) {
-                Ok(Some(id)) if id == program_id => Ok(()),
-                Ok(Some(id)) => Err(format!(
-                    "another XDP program (id {id}) is attached to {iface}, not ours (id {program_id})"
-                )),
-                Ok(None) => Err(format!("no XDP program attached to {iface}")),
-                Err(e) => Err(format!("cannot read the XDP state of {iface}: {e}")),
-            };
-            if let Err(why) = &xdp {
+            let problems: Vec<String> = programs
+                .iter()
+                .filter_map(|(iface, program_id)| xdp_problem(iface, *program_id))
+                .collect();
+            for why in &problems {
                 warn!("{why}");
             }
-            shared.health.set_xdp(xdp);
+            shared.health.set_xdp(if problems.is_empty() {
+                Ok(())
+            } else {
+                Err(problems.join("; "))
+            });
             if probe {
                 let result = shared
                     .leases
@@ -601,6 +742,18 @@ async fn monitor_health(
             }
         })
         .await;
+    }
+}
+
+/// What is wrong with our program `program_id` on `iface`, if anything.
+fn xdp_problem(iface: &str, program_id: u32) -> Option<String> {
+    match netdev::xdp_program_id(iface) {
+        Ok(Some(id)) if id == program_id => None,
+        Ok(Some(id)) => Some(format!(
+            "another XDP program (id {id}) is attached to {iface}, not ours (id {program_id})"
+        )),
+        Ok(None) => Some(format!("no XDP program attached to {iface}")),
+        Err(e) => Some(format!("cannot read the XDP state of {iface}: {e}")),
     }
 }
 
@@ -632,6 +785,69 @@ mod tests {
             );
         }
         text
+    }
+
+    #[test]
+    fn interfaces_are_named_alone_or_with_their_server_address() {
+        let vlan: Interface = "eth0.100=10.100.0.1".parse().expect("valid");
+        assert_eq!(
+            vlan,
+            Interface {
+                name: "eth0.100".into(),
+                server_ip: Some(Ipv4Addr::new(10, 100, 0, 1)),
+            }
+        );
+        assert_eq!(vlan.to_string(), "eth0.100=10.100.0.1");
+        let plain: Interface = "eth0".parse().expect("valid");
+        assert_eq!(plain.server_ip, None);
+        for bad in [
+            "",
+            "=10.0.0.1",
+            "eth0=10.0.0",
+            "eth0=",
+            "a-name-far-too-long0",
+        ] {
+            assert!(bad.parse::<Interface>().is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn prepare_each_compiles_each_interface_its_own_hosts_and_address() {
+        let path = std::env::temp_dir().join(format!("pxe-agent-app-{}-each.yaml", process::id()));
+        fs::write(
+            &path,
+            "subnets: [{cidr: 10.66.0.0/16}, {cidr: 10.100.0.0/24}]\n\
+             profiles: [{name: w, boot: {bios: undionly.kpxe}}]\n\
+             hosts:\n  - {mac: \"02:00:00:00:00:10\", ip: 10.66.1.10, profile: w}\n  \
+             - {mac: \"02:00:00:00:01:00\", ip: 10.100.0.50, profile: w}\n",
+        )
+        .expect("write the inventory");
+        let vlan = Server {
+            ip: Ipv4Addr::new(10, 100, 0, 1),
+            mac: [0x02, 0, 0, 0, 0, 2],
+        };
+        let parent = Server {
+            ip: Ipv4Addr::new(10, 66, 0, 1),
+            ..SERVER
+        };
+        let result = prepare_each(&path, &[parent, vlan], 8080);
+        let _ = fs::remove_file(&path);
+        let (_, templates) = result.expect("valid");
+        assert_eq!(templates.len(), 2);
+        let (parent_host, vlan_host) = ([2, 0, 0, 0, 0, 0x10], [2, 0, 0, 0, 1, 0]);
+        for (set, server, host) in [
+            (&templates[0], parent, parent_host),
+            (&templates[1], vlan, vlan_host),
+        ] {
+            assert!(!set.is_empty());
+            for (key, t) in set {
+                assert_eq!(key.mac, host);
+                assert_eq!(
+                    (t.server_ip, t.server_mac),
+                    (server.ip.octets(), server.mac)
+                );
+            }
+        }
     }
 
     #[test]

@@ -46,14 +46,20 @@ enum Command {
     /// Attach the fast path to an interface and serve the inventory until
     /// SIGINT or SIGTERM (needs CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON or root).
     Run {
-        /// Provisioning interface the XDP program attaches to.
-        #[arg(long, short)]
-        interface: String,
+        /// Provisioning interface to serve, as NAME or NAME=SERVER_IP;
+        /// repeat it to serve several (VLAN sub-interfaces such as
+        /// eth0.100 included). Each gets its own XDP program, slow-path
+        /// and TFTP sockets, and answers the hosts of the subnets holding
+        /// its address (plus relayed requests) as SERVER_IP, by default
+        /// the interface's IPv4 address.
+        #[arg(long, short, required = true, value_name = "NAME[=SERVER_IP]")]
+        interface: Vec<app::Interface>,
         /// Inventory file (YAML); watched and reloaded on change.
         #[arg(long)]
         inventory: PathBuf,
-        /// Server address in replies (option 54, source address). Defaults to
-        /// the interface's IPv4 address.
+        /// Server address in replies (option 54, source address) when one
+        /// interface is served; the same as --interface NAME=SERVER_IP.
+        /// Defaults to the interface's IPv4 address.
         #[arg(long)]
         server_ip: Option<Ipv4Addr>,
         /// Address of the HTTP endpoint serving /metrics and /healthz.
@@ -227,9 +233,8 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 "rates must be positive"
             );
             let cfg = RunConfig {
-                iface: interface,
+                interfaces: with_server_ip(interface, server_ip)?,
                 inventory,
-                server_ip,
                 metrics_addr,
                 xdp_mode,
                 reload_interval: Duration::from_millis(reload_ms.max(10)),
@@ -394,6 +399,29 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// Folds `--server-ip` into the one interface it may name.
+fn with_server_ip(
+    mut interfaces: Vec<app::Interface>,
+    server_ip: Option<Ipv4Addr>,
+) -> anyhow::Result<Vec<app::Interface>> {
+    let Some(ip) = server_ip else {
+        return Ok(interfaces);
+    };
+    match interfaces.as_mut_slice() {
+        [one] if one.server_ip.is_none_or(|given| given == ip) => {
+            one.server_ip = Some(ip);
+            Ok(interfaces)
+        }
+        [one] => {
+            anyhow::bail!("--server-ip {ip} contradicts --interface {one}: give the address once")
+        }
+        _ => anyhow::bail!(
+            "--server-ip names the server of one interface; with several, give each \
+             its own as --interface NAME=SERVER_IP"
+        ),
     }
 }
 

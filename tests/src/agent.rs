@@ -227,21 +227,22 @@ fn spawn_agent(
         }
         None => lab.cmd_in(lab.server_ns(), agent_bin()),
     };
+    // Native mode unless the test asks for another.
+    let mode: &[&str] = if extra.contains(&"--xdp-mode") {
+        &[]
+    } else {
+        &["--xdp-mode", "native"]
+    };
     ChildGuard::spawn(
-        cmd.args([
-            "run",
-            "--interface",
-            lab.server_if(),
-            "--xdp-mode",
-            "native",
-            "--inventory",
-        ])
-        .arg(inventory)
-        .arg("--state-dir")
-        .arg(dir.path("state"))
-        .args(extra)
-        .stderr(log.try_clone().expect("log fd"))
-        .stdout(log),
+        cmd.args(["run", "--interface", lab.server_if()])
+            .args(mode)
+            .arg("--inventory")
+            .arg(inventory)
+            .arg("--state-dir")
+            .arg(dir.path("state"))
+            .args(extra)
+            .stderr(log.try_clone().expect("log fd"))
+            .stdout(log),
     )
     .expect("spawn agent")
 }
@@ -261,8 +262,21 @@ impl Served {
         extra: &[&str],
         nofile: Option<u64>,
     ) -> Served {
+        Served::start_prepared(name, inventory, extra, nofile, |_| {})
+    }
+
+    /// Like [`Served::start_limited`], with `setup` run on the lab before
+    /// the agent starts (to add the interfaces `extra` names).
+    pub fn start_prepared(
+        name: &str,
+        inventory: &str,
+        extra: &[&str],
+        nofile: Option<u64>,
+        setup: impl FnOnce(&mut Lab),
+    ) -> Served {
         crate::fixture::assert_root();
-        let lab = Lab::new(name).expect("lab");
+        let mut lab = Lab::new(name).expect("lab");
+        setup(&mut lab);
         let dir = Scratch::new(name);
         let path = dir.path("inventory.yaml");
         fs::write(&path, inventory).expect("write inventory");
@@ -403,25 +417,21 @@ impl Served {
     /// Runs busybox udhcpc once with `extra` arguments; returns the variables
     /// its script saw on `bound`.
     pub fn udhcpc(&self, extra: &[&str]) -> BTreeMap<String, String> {
+        self.udhcpc_on(self.lab.client_ns(), self.lab.client_if(), extra)
+    }
+
+    /// Like [`Served::udhcpc`], on `iface` of namespace `ns`.
+    pub fn udhcpc_on(&self, ns: &str, iface: &str, extra: &[&str]) -> BTreeMap<String, String> {
         let hook = script(
             &self.dir.0,
             "udhcpc.sh",
             r#"[ "$1" = bound ] && echo "ip=$ip siaddr=$siaddr boot_file=$boot_file bootfile=$bootfile serverid=$serverid lease=$lease""#,
         );
         let out = self
-            .client_cmd("busybox")
+            .lab
+            .cmd_in(ns, "busybox")
             .args([
-                "udhcpc",
-                "-f",
-                "-q",
-                "-n",
-                "-t",
-                "5",
-                "-T",
-                "1",
-                "-i",
-                self.lab.client_if(),
-                "-s",
+                "udhcpc", "-f", "-q", "-n", "-t", "5", "-T", "1", "-i", iface, "-s",
             ])
             .arg(&hook)
             .args(extra)

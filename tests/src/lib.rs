@@ -36,4 +36,6 @@ mod tftp;
 #[cfg(test)]
 mod trace;
 #[cfg(test)]
+mod vlan;
+#[cfg(test)]
 mod xdp_program;

@@ -101,7 +101,11 @@ pub fn fast_path(req: &Request, inv: &Inventory, server: &Server) -> Decision {
     let Some(host) = inv.host_by_mac(req.chaddr) else {
         return Decision::Pass(Counter::PassUnknownHost);
     };
-    if !kernel_answers(inv.profile_of(host), host, class, server) {
+    // An interface's map holds the hosts of its own segment only (the
+    // templates are compiled from broadcast requests): another segment's
+    // host, relayed or renewing, is the slow path's.
+    if !kernel_answers(inv.profile_of(host), host, class, server) || !on_segment(inv, host, server)
+    {
         return Decision::Pass(Counter::PassUnknownHost);
     }
     match decide(req, inv, server) {
@@ -415,6 +419,11 @@ pub fn decide(req: &Request, inv: &Inventory, server: &Server) -> Answer {
         // Reserved elsewhere: this relay's segment is not where it lives.
         return Answer::Ignore(Counter::PassRelay);
     }
+    if !relayed && req.ciaddr.is_unspecified() && !on_segment(inv, host, server) {
+        // Another interface's host: its segment is not the one this
+        // request was broadcast on.
+        return Answer::Ignore(Counter::PassUnknownHost);
+    }
     if kind == ReplyKind::Ack {
         match requested(req, server) {
             Wanted::OtherServer => return Answer::Ignore(Counter::DropOtherServer),
@@ -438,6 +447,20 @@ pub fn decide(req: &Request, inv: &Inventory, server: &Server) -> Answer {
     let mut reply = build(&Subject::host(inv, host), kind, boot, &rule_options, server);
     echo_relay_info(&mut reply, req);
     Answer::Reply(reply)
+}
+
+/// Whether the interface of `server` (the one the request came in on)
+/// serves `host`: an agent on several interfaces answers each host on the
+/// interface whose address its subnet holds, and a host of a subnet that no
+/// interface's address is in (a relayed segment) on any. An agent on one
+/// interface ([`Inventory::served`] empty) serves every host there, and so
+/// does an interface whose address is in no subnet of the inventory.
+fn on_segment(inv: &Inventory, host: &Host, server: &Server) -> bool {
+    let subnet = inv.subnet_of(host);
+    inv.served.is_empty()
+        || subnet.contains(server.ip)
+        || !inv.served.iter().any(|ip| subnet.contains(*ip))
+        || !inv.subnets.iter().any(|s| s.contains(server.ip))
 }
 
 fn unknown(
@@ -1250,5 +1273,77 @@ hosts:
             fast_path(&decline(WORKER, Some(RESERVED)), &inv, &SERVER),
             Decision::Pass(Counter::PassMessageType)
         );
+    }
+
+    const TWO_SEGMENTS: &str = r#"
+subnets:
+  - {cidr: 10.66.0.0/16}
+  - {cidr: 10.100.0.0/24}
+profiles:
+  - name: worker
+    boot: {bios: undionly.kpxe}
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, profile: worker}
+  - {mac: "52:54:00:00:01:00", ip: 10.100.0.50, profile: worker}
+"#;
+
+    #[test]
+    fn a_host_is_answered_only_on_the_interface_whose_subnet_holds_it() {
+        let mut inv = Inventory::parse(Path::new("t.yaml"), TWO_SEGMENTS).expect("valid");
+        let vlan = Server {
+            ip: Ipv4Addr::new(10, 100, 0, 1),
+            mac: [2, 0, 0, 0, 0, 2],
+        };
+        // Served on one interface, every host is heard there, relayed or not.
+        let tagged = MacAddr([0x52, 0x54, 0, 0, 1, 0]);
+        assert!(matches!(
+            fast_path(&pxe(discover(tagged), 0), &inv, &SERVER),
+            Decision::Reply(_)
+        ));
+        inv.serve_on(&[SERVER.ip, vlan.ip]);
+        let summary = |req: &Request, server: &Server| summarize(fast_path(req, &inv, server));
+        let bios = Want::Offer(Some("undionly.kpxe".into()));
+        // Each interface answers its own host, with its own address.
+        assert_eq!(summary(&pxe(discover(WORKER), 0), &SERVER), bios);
+        assert_eq!(summary(&pxe(discover(tagged), 0), &vlan), bios);
+        let Answer::Reply(reply) = decide(&discover(tagged), &inv, &vlan) else {
+            panic!("no reply on the VLAN")
+        };
+        assert_eq!(
+            (
+                reply.options.get(OptionCode::ServerIdentifier),
+                reply.yiaddr
+            ),
+            (
+                Some(&DhcpOption::ServerIdentifier(vlan.ip)),
+                Ipv4Addr::new(10, 100, 0, 50)
+            )
+        );
+        // And not the other's, heard on its segment.
+        assert_eq!(
+            summary(&pxe(discover(tagged), 0), &SERVER),
+            Want::Pass(Counter::PassUnknownHost)
+        );
+        assert_eq!(
+            decide(&discover(WORKER), &inv, &vlan),
+            Answer::Ignore(Counter::PassUnknownHost)
+        );
+        // Relayed from the host's subnet, any interface answers, from the
+        // slow path: the kernel holds the templates of its own segment only.
+        let relayed = Request {
+            giaddr: Ipv4Addr::new(10, 100, 0, 254),
+            ..discover(tagged)
+        };
+        assert!(matches!(decide(&relayed, &inv, &SERVER), Answer::Reply(_)));
+        assert_eq!(
+            summary(&relayed, &SERVER),
+            Want::Pass(Counter::PassUnknownHost)
+        );
+        // An address in no subnet (relay-only, or `check`) hears every host.
+        let outside = Server {
+            ip: Ipv4Addr::new(192, 0, 2, 1),
+            ..SERVER
+        };
+        assert_eq!(summary(&pxe(discover(tagged), 0), &outside), bios);
     }
 }

@@ -31,10 +31,12 @@ use crate::{
 
 /// What the admin endpoints read.
 pub struct AdminState {
-    /// Owned by the reload, which holds it while it writes the maps.
-    pub fast: Mutex<FastPath>,
-    /// Read by `/metrics` without waiting for a reload.
-    pub counters: Arc<PerCpuArray<MapData, u64>>,
+    /// One per served interface, in the order given; owned by the reload,
+    /// which holds them while it writes the maps.
+    pub fast: Mutex<Vec<FastPath>>,
+    /// Read by `/metrics` without waiting for a reload: every interface's
+    /// counters, summed there.
+    pub counters: Vec<Arc<PerCpuArray<MapData, u64>>>,
     pub gauges: Mutex<AgentGauges>,
     /// Inventory, leases, progress and the TFTP counters.
     pub boot: Arc<BootState>,
@@ -65,7 +67,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiError> {
-    let fast = Stats::read(&s.counters).map_err(|e| internal("counters", e))?;
+    let fast =
+        Stats::read_all(s.counters.iter().map(|c| &**c)).map_err(|e| internal("counters", e))?;
     let gauges = *lock(&s.gauges);
     let leases = {
         let store = lock(&s.boot.dhcp.leases);

@@ -71,7 +71,7 @@ async fn boot_script(
         hostname: host.and_then(|h| h.hostname.as_deref()),
         labels: host.map_or(&no_labels, |h| &h.labels),
     };
-    match script::render(profile, &target, state.server.ip) {
+    match script::render(profile, &target, state.server_for(ip).ip) {
         Ok(text) => {
             let what = || format!("/boot/{name} from {peer}");
             state

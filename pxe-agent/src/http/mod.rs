@@ -29,7 +29,8 @@ use crate::{
 pub struct BootState {
     /// Inventory and leases, shared with the DHCP slow path.
     pub dhcp: Arc<server::Shared>,
-    pub server: Server,
+    /// The server of each interface, in the order given (never empty).
+    pub servers: Vec<Server>,
     /// Served at `/`: the TFTP root (iPXE binaries), so the UEFI HTTP boot
     /// URL of a DHCP answer resolves here too.
     pub boot_root: Option<PathBuf>,
@@ -50,6 +51,18 @@ impl BootState {
             return Some(host.ip);
         }
         self.dhcp.lease_of(mac)
+    }
+
+    /// The server a client at `client` reaches: the interface whose
+    /// address is in the client's subnet, else the first one.
+    pub fn server_for(&self, client: Ipv4Addr) -> Server {
+        let inv = self.dhcp.inventory();
+        let subnet = inv.subnets.iter().find(|s| s.contains(client));
+        subnet
+            .and_then(|s| self.servers.iter().find(|srv| s.contains(srv.ip)))
+            .or(self.servers.first())
+            .copied()
+            .expect("an agent serves at least one interface")
     }
 
     /// The MAC behind a client address, for recording progress.

@@ -594,10 +594,10 @@ hosts:
                     progress.clone(),
                     Arc::default(),
                 )),
-                server: Server {
+                servers: vec![Server {
                     ip: Ipv4Addr::LOCALHOST,
                     mac: [2, 0, 0, 0, 0, 1],
-                },
+                }],
                 boot_root: Some(root.join("boot")),
                 artifacts: None,
                 progress,

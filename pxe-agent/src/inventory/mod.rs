@@ -75,6 +75,9 @@ pub struct Inventory {
     pub discovery: Discovery,
     /// How iPXE clients are recognised and what they are told to load.
     pub ipxe: IpxeSettings,
+    /// The addresses of the interfaces the agent serves, when it serves
+    /// more than one (see [`Inventory::serve_on`]); empty otherwise.
+    pub served: Vec<Ipv4Addr>,
     index: HostIndex,
 }
 
@@ -421,6 +424,18 @@ impl Inventory {
         if self.ipxe.default_script {
             self.ipxe.script = default_ipxe_script(http_port);
         }
+    }
+
+    /// Tells the inventory the addresses of the interfaces the agent
+    /// serves. With more than one, a host's broadcasts are answered only on
+    /// the interface of its own segment (see `dhcp::decide`); with one,
+    /// that interface hears every host, as before.
+    pub fn serve_on(&mut self, addresses: &[Ipv4Addr]) {
+        self.served = if addresses.len() > 1 {
+            addresses.to_vec()
+        } else {
+            Vec::new()
+        };
     }
 
     /// The profile unknown machines get, when discovery names one.

@@ -69,6 +69,7 @@ pub(super) fn validate(
         hosts: hosts.into_iter().flatten().collect(),
         discovery,
         ipxe,
+        served: Vec::new(),
         index: Default::default(),
     })
 }

@@ -69,8 +69,9 @@ pub enum ServeError {
     Panicked,
 }
 
-/// A configured server, ready to serve a socket.
-#[derive(Debug)]
+/// A configured server, ready to serve a socket. Clones share the root and
+/// the counters, so one server can serve a socket per interface.
+#[derive(Clone, Debug)]
 pub struct Server {
     cfg: TftpConfig,
     root: Arc<Root>,

@@ -188,6 +188,11 @@ impl FastPath {
         self.current.len()
     }
 
+    /// The templates the map holds.
+    pub fn current(&self) -> &Templates {
+        &self.current
+    }
+
     /// The stream of replies sent (once; the reader owns it).
     pub fn take_events(&mut self) -> Option<RingBuf<MapData>> {
         self.events.take()
@@ -222,6 +227,45 @@ fn take_trace(ebpf: &mut Ebpf) -> Result<(TraceFilter, RingBuf<MapData>), XdpErr
     let gate = Array::try_from(take(TRACE_GATE_MAP)?).map_err(failed(TRACE_GATE_MAP))?;
     let ring = RingBuf::try_from(take(TRACE_MAP)?).map_err(failed(TRACE_MAP))?;
     Ok((TraceFilter::new(traced, gate), ring))
+}
+
+/// Makes each interface's map hold its templates (`desired[i]` for
+/// `fast[i]`), all of them or none: when one interface's sync fails, the
+/// interfaces already synced are put back as they were, so both paths keep
+/// serving the previous inventory everywhere.
+pub fn sync_each(fast: &mut [FastPath], desired: Vec<Templates>) -> Result<SyncReport, SyncError> {
+    assert_eq!(
+        fast.len(),
+        desired.len(),
+        "one set of templates per interface"
+    );
+    let previous: Vec<Templates> = fast.iter().map(|f| f.current.clone()).collect();
+    let mut total = SyncReport::default();
+    for (i, templates) in desired.into_iter().enumerate() {
+        let failed = match fast[i].sync(templates) {
+            Ok(report) => {
+                total.written += report.written;
+                total.removed += report.removed;
+                total.unchanged += report.unchanged;
+                continue;
+            }
+            Err(e) => e,
+        };
+        let mut undo_error = None;
+        for (done, old) in fast[..i].iter_mut().zip(&previous) {
+            if let Err(e) = done.sync(old.clone()) {
+                undo_error.get_or_insert(e.into_source());
+            }
+        }
+        return Err(match undo_error {
+            None => failed,
+            Some(undo) => SyncError::Mixed {
+                source: failed.into_source(),
+                undo,
+            },
+        });
+    }
+    Ok(total)
 }
 
 /// The lab program attached to the far end of a veth pair: pass-through,

@@ -33,6 +33,15 @@ pub enum SyncError {
     },
 }
 
+impl SyncError {
+    /// The write that failed first.
+    pub fn into_source(self) -> Box<MapError> {
+        match self {
+            SyncError::RolledBack { source } | SyncError::Mixed { source, .. } => source,
+        }
+    }
+}
+
 /// Something the hosts map can be told to do; a trait so the undo logic is
 /// tested without a kernel.
 pub trait Entries {

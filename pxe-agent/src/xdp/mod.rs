@@ -8,7 +8,7 @@ pub mod maps;
 pub mod stats;
 pub mod trace;
 
-pub use loader::{AttachMode, FastPath, VethPeer, XdpError};
+pub use loader::{AttachMode, FastPath, VethPeer, XdpError, sync_each};
 pub use maps::SyncError;
 pub use stats::Stats;
 pub use trace::TraceFilter;

@@ -16,6 +16,20 @@ impl Stats {
         Ok(out)
     }
 
+    /// Totals over the programs of several interfaces.
+    pub fn read_all<'a>(
+        maps: impl IntoIterator<Item = &'a PerCpuArray<MapData, u64>>,
+    ) -> Result<Stats, MapError> {
+        let mut out = Stats::default();
+        for map in maps {
+            let one = Stats::read(map)?;
+            for (total, n) in out.0.iter_mut().zip(one.0) {
+                *total += n;
+            }
+        }
+        Ok(out)
+    }
+
     pub fn get(&self, c: Counter) -> u64 {
         self.0[c as usize]
     }

@@ -128,6 +128,21 @@ fn detail(r: &TraceRecord, counter: Option<Counter>) -> String {
     }
 }
 
+/// The filters of several interfaces' programs, set together: each is set
+/// even when another fails, and the first failure is reported.
+impl KernelFilter for Vec<TraceFilter> {
+    fn set(&self, mac: MacAddr, traced: bool, count: usize) -> Result<(), String> {
+        let mut first = Ok(());
+        for filter in self {
+            let result = filter.set(mac, traced, count);
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        first
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
