@@ -7,10 +7,8 @@
 //! lab's namespaces.
 
 use std::{
-    fs,
     future::Future,
     net::UdpSocket,
-    os::unix::fs::PermissionsExt as _,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -20,49 +18,24 @@ use std::{
 };
 
 use pxe_agent::bmc::{
-    Bmc, BmcError, BootDevice, BootFlagEcho, BootTarget, Credentials, IpmiBmc, Password,
-    PowerAction, PowerState, ProtocolError, RetryPolicy,
+    Bmc, BmcError, BootDevice, BootTarget, Credentials, IpmiBmc, Password, PowerAction, PowerState,
+    ProtocolError, RetryPolicy,
 };
-use xtask::{ChildGuard, Lab};
+use xtask::Lab;
 
-use crate::{agent::Scratch, raw::in_netns};
+use crate::{
+    bmc_sim::{IpmiSim, PASSWORD, block_on_in, quick},
+    raw::in_netns,
+};
 
 const BMC_IP: &str = "10.66.0.1";
 const CLIENT_CIDR: &str = "10.66.0.2/16";
-const PASSWORD: &str = "pxe-sim-secret";
 
-/// Records every call and keeps power and boot device in files, so tests
-/// can see what the BMC was asked to do. ipmi_sim runs it as
-/// `<prog> get <parm>...` or `<prog> set <parm> <value>...`.
-const CHASSIS_SCRIPT: &str = r#"#!/bin/sh
-dir=$(dirname "$0")
-echo "$@" >> "$dir/calls.log"
-op=$1; shift
-[ -f "$dir/power" ] || echo 0 > "$dir/power"
-if [ "$op" = get ]; then
-  for p in "$@"; do
-    case $p in
-      power) echo "power:$(cat "$dir/power")";;
-      boot) echo "boot:$(cat "$dir/boot" 2>/dev/null || echo default)";;
-    esac
-  done
-else
-  while [ $# -gt 1 ]; do
-    case $1 in
-      power) echo "$2" > "$dir/power";;
-      boot) echo "$2" > "$dir/boot";;
-      *) echo "$1 $2" >> "$dir/actions";;
-    esac
-    shift 2
-  done
-fi
-"#;
-
-/// Field order matters: the simulator stops before the lab goes.
+/// The simulator on the lab's server end, the driver in its client
+/// namespace. Field order matters: the simulator stops before the lab goes.
 struct Sim {
-    child: Option<ChildGuard>,
+    sim: IpmiSim,
     lab: Lab,
-    dir: Scratch,
 }
 
 impl Sim {
@@ -73,97 +46,25 @@ impl Sim {
             &["ip", "addr", "add", CLIENT_CIDR, "dev", lab.client_if()],
         )
         .expect("address client end");
-        let dir = Scratch::new("bmc");
-        let script = dir.path("chassis.sh");
-        fs::write(&script, CHASSIS_SCRIPT).unwrap();
-        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
-        let lan = format!(
-            r#"name "pxesim"
-set_working_mc 0x20
-  startlan 1
-    addr {BMC_IP} 623
-    priv_limit admin
-    allowed_auths_callback none md5 straight
-    allowed_auths_user none md5 straight
-    allowed_auths_operator none md5 straight
-    allowed_auths_admin none md5 straight
-    guid a123456789abcdefa123456789abcdef
-  endlan
-  chassis_control "{}"
-  user 2 true "admin" "{PASSWORD}" admin 10 md5 straight none
-  user 3 true "viewer" "{PASSWORD}" user 10 md5 straight none
-"#,
-            script.display()
-        );
-        fs::write(dir.path("lan.conf"), lan).unwrap();
-        fs::write(
-            dir.path("sim.emu"),
-            "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\nmc_enable 0x20\n",
-        )
-        .unwrap();
-        fs::create_dir_all(dir.path("state")).unwrap();
-        let mut sim = Sim {
-            child: None,
-            lab,
-            dir,
-        };
-        sim.spawn();
-        sim
-    }
-
-    fn spawn(&mut self) {
-        let mut cmd = self.lab.cmd_in(self.lab.server_ns(), "ipmi_sim");
-        cmd.arg("-c")
-            .arg(self.dir.path("lan.conf"))
-            .arg("-f")
-            .arg(self.dir.path("sim.emu"))
-            .arg("-s")
-            .arg(self.dir.path("state"))
-            .arg("-n")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null());
-        self.child =
-            Some(ChildGuard::spawn(&mut cmd).expect("spawn ipmi_sim (apt-get install openipmi)"));
-        // Ready once ipmitool gets an answer.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if self.ipmitool(&["power", "status"]).is_ok() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
-        panic!("ipmi_sim did not answer within 10 s");
+        let sim = IpmiSim::start(lab.server_ns(), BMC_IP);
+        Sim { sim, lab }
     }
 
     /// Kills the simulator by its PID and starts it again.
     fn restart(&mut self) {
-        if let Some(child) = self.child.take() {
-            child.stop().expect("stop ipmi_sim");
-        }
-        self.spawn();
+        self.sim.restart();
     }
 
     fn ipmitool(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut full = vec![
-            "ipmitool", "-I", "lanplus", "-C", "3", "-H", BMC_IP, "-U", "admin", "-P", PASSWORD,
-        ];
-        full.extend_from_slice(args);
-        self.lab.run_in(self.lab.client_ns(), &full)
+        self.sim.ipmitool(self.lab.client_ns(), args)
     }
 
     fn state(&self, file: &str) -> String {
-        fs::read_to_string(self.dir.path(file))
-            .unwrap_or_default()
-            .trim()
-            .to_owned()
+        self.sim.state(file)
     }
 
     fn client(&self, port: u16, user: &str, password: &str, policy: RetryPolicy) -> IpmiBmc {
-        let creds = Credentials::new(user, Password::new(password)).unwrap();
-        let addr = format!("ipmi://{BMC_IP}:{port}").parse().unwrap();
-        IpmiBmc::new(&addr, creds, policy)
-            .unwrap()
-            .with_boot_flag_echo(BootFlagEcho::DeviceOnly)
+        self.sim.client(port, user, password, policy)
     }
 
     /// Runs `f` on a current-thread runtime inside the client namespace.
@@ -171,24 +72,7 @@ set_working_mc 0x20
         &self,
         f: impl FnOnce() -> F + Send + 'static,
     ) -> T {
-        in_netns(self.lab.client_ns(), move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime")
-                .block_on(f())
-        })
-        .expect("enter client namespace")
-    }
-}
-
-fn quick() -> RetryPolicy {
-    RetryPolicy {
-        deadline: Duration::from_secs(4),
-        attempt_timeout: Duration::from_millis(500),
-        initial_backoff: Duration::from_millis(100),
-        max_backoff: Duration::from_millis(400),
-        max_attempts: 4,
+        block_on_in(self.lab.client_ns(), f)
     }
 }
 

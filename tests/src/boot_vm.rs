@@ -217,7 +217,7 @@ fn assert_fast_path_answered_twice(lab: &BootLab) {
 }
 
 /// `pxe-agent hosts`' row for `mac`, which must show the phone-home.
-fn assert_host_booted(lab: &BootLab, mac: &str) -> String {
+pub(crate) fn assert_host_booted(lab: &BootLab, mac: &str) -> String {
     let table = lab
         .cli(&["hosts"])
         .unwrap_or_else(|e| panic!("pxe-agent hosts: {e:#}"));
@@ -245,7 +245,7 @@ fn stats(lab: &BootLab) -> BTreeMap<String, u64> {
         .collect()
 }
 
-fn xdp_counter(lab: &BootLab, outcome: &str) -> u64 {
+pub(crate) fn xdp_counter(lab: &BootLab, outcome: &str) -> u64 {
     stats(lab)
         .get(&format!("pxe_xdp_packets_total{{outcome=\"{outcome}\"}}"))
         .copied()

@@ -3,6 +3,8 @@
 //! namespaces with real DHCP clients. Run as root by `cargo xtask test`.
 
 pub mod agent;
+pub mod bmc_lab;
+pub mod bmc_sim;
 pub mod fixture;
 pub mod frame;
 pub mod loadgen;

@@ -7,7 +7,9 @@
 //! `pxe.phonehome=` on the kernel command line, prints
 //! `PXE-AGENT-PHONED-HOME <mac> ok` (or `failed`), and powers off. Anything
 //! that goes wrong prints `PXE-AGENT-FAILED <why>` and powers off, so a VM
-//! run with `-no-reboot` always ends.
+//! run with `-no-reboot` always ends. With `pxe.stay` on the command line it
+//! stays up after the phone-home instead, like an installed host, until
+//! something outside (a BMC's power off) stops it.
 //!
 //! The archive is written here (cpio "newc") and compressed with `gzip`.
 
@@ -30,6 +32,10 @@ pub const FAILED_MARKER: &str = "PXE-AGENT-FAILED";
 
 /// The kernel command line parameter `/init` reads the phone-home URL from.
 pub const PHONE_HOME_PARAM: &str = "pxe.phonehome";
+
+/// The kernel command line flag that keeps the guest running after it
+/// phoned home (see the module docs).
+pub const STAY_PARAM: &str = "pxe.stay";
 
 /// A profile `cmdline` for this guest: serial console, reboot (so QEMU with
 /// `-no-reboot` exits) a second after a panic, and the agent's phone-home
@@ -64,8 +70,12 @@ ip link set "$IF" up
 udhcpc -i "$IF" -s /etc/udhcpc.sh -f -q -n -t 10 -T 2 || fail "no DHCP lease on $IF ($MAC)"
 IP=$(cat /tmp/ip)
 URL=
+STAY=
 for a in $(cat /proc/cmdline); do
-    case "$a" in pxe.phonehome=*) URL=${a#pxe.phonehome=} ;; esac
+    case "$a" in
+    pxe.phonehome=*) URL=${a#pxe.phonehome=} ;;
+    pxe.stay) STAY=1 ;;
+    esac
 done
 echo "PXE-AGENT-BOOTED $MAC $IP"
 [ -n "$URL" ] || fail "no pxe.phonehome= on the kernel command line"
@@ -76,6 +86,9 @@ else
     echo "PXE-AGENT-PHONED-HOME $MAC failed"
 fi
 sync
+if [ -n "$STAY" ]; then
+    while :; do sleep 3600; done
+fi
 poweroff -f
 "#;
 
@@ -303,6 +316,7 @@ mod tests {
             assert!(INIT.contains(marker), "{marker}");
         }
         assert!(INIT.contains(&format!("{PHONE_HOME_PARAM}=")));
+        assert!(INIT.contains(&format!("{STAY_PARAM})")));
         assert!(PROFILE_CMDLINE.contains(&format!("{PHONE_HOME_PARAM}=")));
     }
 }

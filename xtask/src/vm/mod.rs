@@ -15,4 +15,4 @@ pub mod initramfs;
 pub mod qemu;
 
 pub use bootlab::{BootLab, BootLabConfig, SERVER_IP, Wiring};
-pub use qemu::{BootReport, Firmware, Vm, VmSpec, wait_all};
+pub use qemu::{BootReport, BootSource, Firmware, Vm, VmSpec, wait_all};

@@ -57,6 +57,23 @@ impl Firmware {
     }
 }
 
+/// Where the firmware looks for something to boot, as a BMC's boot device
+/// selects it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BootSource {
+    /// The NIC: the firmware's network boot (`-boot order=n` under SeaBIOS).
+    #[default]
+    Network,
+    /// The (absent) disk only: `-boot order=c,strict=on`, and no network
+    /// boot code in the firmware, so it finds nothing to boot and never
+    /// tries the network. `strict` alone does not stop SeaBIOS: QEMU only
+    /// writes its `HALT` entry when some device has a `bootindex`, and
+    /// SeaBIOS then falls through from the disk to the NIC's option ROM,
+    /// so the NIC gets no ROM. OVMF gets its IPv4 PXE switched off (its
+    /// HTTP boot client stays; not used with [`Firmware::UefiHttp`]).
+    Disk,
+}
+
 /// One VM to start.
 #[derive(Debug, Clone)]
 pub struct VmSpec {
@@ -65,6 +82,7 @@ pub struct VmSpec {
     /// The NIC's MAC address, `52:54:00:…` style.
     pub mac: String,
     pub firmware: Firmware,
+    pub boot: BootSource,
     /// The tap device (in the namespace the VM runs in) its NIC is wired to.
     pub tap: String,
     pub memory_mb: u32,
@@ -78,6 +96,7 @@ impl VmSpec {
             name: name.to_owned(),
             mac: mac.to_ascii_lowercase(),
             firmware,
+            boot: BootSource::Network,
             tap: tap.to_owned(),
             memory_mb: DEFAULT_MEMORY_MB,
             dir: dir.to_path_buf(),
@@ -89,12 +108,18 @@ impl VmSpec {
         self
     }
 
+    pub fn boot_from(mut self, boot: BootSource) -> Self {
+        self.boot = boot;
+        self
+    }
+
     /// The serial console's log file.
     pub fn console_path(&self) -> PathBuf {
         self.dir.join(format!("{}.console.log", self.name))
     }
 
-    fn qemu_log_path(&self) -> PathBuf {
+    /// QEMU's own output.
+    pub fn qemu_log_path(&self) -> PathBuf {
         self.dir.join(format!("{}.qemu.log", self.name))
     }
 
@@ -124,30 +149,36 @@ impl VmSpec {
             self.tap
         ));
         // OVMF drives virtio-net itself; an empty romfile keeps the NIC's
-        // iPXE ROM out, so the firmware's own PXE / HTTP client runs.
-        let rom = if self.firmware.uefi() {
+        // iPXE ROM out, so the firmware's own PXE / HTTP client runs. On
+        // disk, SeaBIOS gets no ROM either (see `BootSource::Disk`).
+        let rom = if self.firmware.uefi() || self.boot == BootSource::Disk {
             ",romfile="
         } else {
             ""
         };
         push("-device");
         push(&format!("virtio-net-pci,netdev=net0,mac={}{rom}", self.mac));
-        match self.firmware {
-            Firmware::Bios => {
+        match (self.firmware, self.boot) {
+            (Firmware::Bios, BootSource::Network) => {
                 push("-boot");
                 push("order=n");
             }
-            Firmware::UefiPxe | Firmware::UefiHttp => {
-                push("-drive");
-                push(&format!(
-                    "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
-                ));
+            (_, BootSource::Disk) => {
+                push("-boot");
+                push("order=c,strict=on");
+            }
+            _ => {}
+        }
+        if self.firmware.uefi() {
+            push("-drive");
+            push(&format!(
+                "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
+            ));
+            push("-fw_cfg");
+            push("name=opt/org.tianocore/IPv6PXESupport,string=n");
+            if self.firmware == Firmware::UefiHttp || self.boot == BootSource::Disk {
                 push("-fw_cfg");
-                push("name=opt/org.tianocore/IPv6PXESupport,string=n");
-                if self.firmware == Firmware::UefiHttp {
-                    push("-fw_cfg");
-                    push("name=opt/org.tianocore/IPv4PXESupport,string=n");
-                }
+                push("name=opt/org.tianocore/IPv4PXESupport,string=n");
             }
         }
         if let Some(vars) = vars {
@@ -286,6 +317,11 @@ impl Vm {
 
     pub fn spec(&self) -> &VmSpec {
         &self.spec
+    }
+
+    /// QEMU's PID while it runs (until [`Vm::poll`] has seen it exit).
+    pub fn pid(&self) -> Option<u32> {
+        self.guard.as_ref().map(ChildGuard::id)
     }
 
     /// The report so far.
@@ -537,5 +573,20 @@ mod tests {
         let http = VmSpec::new("h", "52:54:00:aa:00:03", Firmware::UefiHttp, "pxtap2", dir);
         let args = joined(&http, Some(Path::new("/tmp/vm/h.vars.fd")));
         assert!(args.contains("IPv4PXESupport,string=n"), "{args}");
+
+        let disk = bios.clone().boot_from(BootSource::Disk);
+        let args = joined(&disk, None);
+        assert!(
+            args.contains("-boot order=c,strict=on")
+                && !args.contains("order=n")
+                && args.contains(",romfile="),
+            "{args}"
+        );
+        let disk = pxe.boot_from(BootSource::Disk);
+        let args = joined(&disk, Some(Path::new("/tmp/vm/p.vars.fd")));
+        assert!(
+            args.contains("-boot order=c,strict=on") && args.contains("IPv4PXESupport,string=n"),
+            "{args}"
+        );
     }
 }
