@@ -43,6 +43,7 @@ use crate::{
     netdev,
     progress::Progress,
     rawsock::RawSocket,
+    state::State,
     tftp,
     trace::TracePath,
     xdp::{self, AttachMode, FastPath, SyncError, events, sync_each},
@@ -269,7 +270,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         })?;
         programs.push((iface.name.clone(), id));
     }
-    let dhcp = Arc::new(server::Shared::new(
+    let state = Arc::new(State::new(
         Arc::new(inv.clone()),
         leases,
         DISCOVERED_CAPACITY,
@@ -279,7 +280,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     let stop = Arc::new(AtomicBool::new(false));
     let mut slow_threads = Vec::with_capacity(ifaces.len());
     for iface in &ifaces {
-        slow_threads.push(start_slow_path(&cfg, iface, dhcp.clone(), stop.clone())?);
+        slow_threads.push(start_slow_path(&cfg, iface, state.clone(), stop.clone())?);
     }
     let events: Vec<_> = fasts
         .iter_mut()
@@ -299,11 +300,10 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         })
         .collect();
     let boot = Arc::new(BootState {
-        dhcp: dhcp.clone(),
+        state: state.clone(),
         servers: servers.clone(),
         boot_root: cfg.boot_root.clone(),
         artifacts: cfg.artifacts.clone(),
-        progress,
         tftp_stats: OnceLock::new(),
         http_stats: limit::Stats::default(),
     });
@@ -345,7 +345,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         shutdown.clone(),
     ));
 
-    let monitor = tokio::spawn(monitor_health(programs, dhcp.clone(), shutdown.clone()));
+    let monitor = tokio::spawn(monitor_health(programs, state.clone(), shutdown.clone()));
     let watcher = tokio::spawn(watch_inventory(
         cfg.clone(),
         ifaces.iter().map(|i| i.server).collect(),
@@ -355,7 +355,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     let _ = shutdown.wait_for(|stop| *stop).await;
     info!("shutting down");
     // Trace streams never end by themselves; the admin server waits for them.
-    admin.boot.progress.trace().close();
+    admin.boot.state.progress.trace().close();
     watcher.await.context("inventory watcher panicked")?;
     monitor.await.context("health monitor panicked")?;
     for events in events {
@@ -433,7 +433,9 @@ async fn start_tftp(
                 std::net::IpAddr::V4(ip) => ip,
                 std::net::IpAddr::V6(ip) => ip.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
             };
-            let Some(mac) = boot.mac_at(ip) else { continue };
+            let Some(mac) = boot.state.mac_at(ip) else {
+                continue;
+            };
             let at = event
                 .finished
                 .duration_since(std::time::UNIX_EPOCH)
@@ -451,9 +453,9 @@ async fn start_tftp(
             };
             let detail = format!("{} {} B {how}", event.file, event.bytes);
             let what = how.split([' ', ':']).next().unwrap_or_default();
-            let trace = boot.progress.trace();
+            let trace = boot.state.progress.trace();
             trace.publish_at(at, mac, TracePath::Tftp, what, || detail.clone());
-            boot.progress.tftp(mac, at, detail);
+            boot.state.progress.tftp(mac, at, detail);
         }
     });
     Ok(socks
@@ -546,7 +548,7 @@ async fn watch_inventory(
 /// every interface (`servers[i]` is that of `shared.fast[i]`), or refuses
 /// it and leaves the previous one in force everywhere.
 fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &AdminState) {
-    let health = &shared.boot.dhcp.health;
+    let health = &shared.boot.state.health;
     let rejected = || {
         shared
             .gauges
@@ -587,7 +589,7 @@ fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &Adm
     };
     health.set_maps(Ok(()));
     let hosts = inv.hosts.len();
-    shared.boot.dhcp.replace_inventory(Arc::new(inv));
+    shared.boot.state.replace_inventory(Arc::new(inv));
     {
         let mut gauges = shared.gauges.lock().unwrap_or_else(PoisonError::into_inner);
         gauges.hosts = hosts;
@@ -616,7 +618,7 @@ fn fingerprint(path: &Path) -> Option<(SystemTime, u64, u64)> {
 fn start_slow_path(
     cfg: &RunConfig,
     iface: &Iface,
-    shared: Arc<server::Shared>,
+    shared: Arc<State>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
     use socket2::{Domain, Protocol, Socket, Type};
@@ -657,7 +659,7 @@ fn supervise_slow_path(
     sock: &std::net::UdpSocket,
     raw: &RawSocket,
     server: Server,
-    shared: &Arc<server::Shared>,
+    shared: &Arc<State>,
     limits: Limits,
     stop: &AtomicBool,
 ) {
@@ -703,7 +705,7 @@ const STORE_PROBE_EVERY: Duration = Duration::from_secs(5);
 /// pool.
 async fn monitor_health(
     programs: Vec<(String, u32)>,
-    shared: Arc<server::Shared>,
+    shared: Arc<State>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(HEALTH_EVERY);

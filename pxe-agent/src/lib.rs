@@ -17,6 +17,7 @@ pub mod progress;
 pub mod ratelimit;
 pub mod rawsock;
 pub mod recovery;
+pub mod state;
 pub mod terminal;
 pub mod tftp;
 pub mod trace;

@@ -14,7 +14,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr, UdpSocket},
     panic::{self, AssertUnwindSafe},
     sync::{
-        Arc, Mutex, PoisonError, RwLock,
+        Arc, PoisonError,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
@@ -26,15 +26,14 @@ use tracing::{debug, error, warn};
 use super::{Answer, PoolAsk, Reply, ReplyKind, Request, Server, decide, encode, nak, pool_reply};
 use crate::{
     discovered::{Registry, Sighting},
-    health::Health,
-    inventory::{Inventory, MacAddr},
+    inventory::Inventory,
     lease::{
-        DeclineOutcome, LeaseRequest, LeaseState, LeaseStore, NakReason, Pool, Quarantine,
-        RequestOutcome,
+        DeclineOutcome, LeaseRequest, LeaseStore, NakReason, Pool, Quarantine, RequestOutcome,
     },
-    progress::{self, Progress},
+    progress,
     ratelimit::{Limited, Limiter, Rate},
     rawsock::RawSocket,
+    state::State,
     trace::TracePath,
     wire::{Endpoint, udp_frame},
 };
@@ -47,19 +46,6 @@ const QUARANTINE: Quarantine = Quarantine::DEFAULT;
 const DECLINE_WARN_EVERY: Duration = Duration::from_secs(60);
 /// How often expired leases are swept.
 const EXPIRE_EVERY: Duration = Duration::from_secs(10);
-
-/// State the slow path shares with the rest of the agent.
-pub struct Shared {
-    /// The serving inventory; the reload loop swaps it.
-    pub inventory: RwLock<Arc<Inventory>>,
-    pub leases: Mutex<LeaseStore>,
-    pub discovered: Mutex<Registry>,
-    pub stats: Stats,
-    /// Where each host is in its boot; the slow path records its answers.
-    pub progress: Arc<Progress>,
-    /// What `/healthz` reports; the slow path beats here.
-    pub health: Arc<Health>,
-}
 
 /// Counters of the slow path, exported on /metrics.
 #[derive(Default)]
@@ -108,7 +94,7 @@ pub fn serve(
     sock: &UdpSocket,
     raw: &RawSocket,
     server: Server,
-    shared: Arc<Shared>,
+    state: Arc<State>,
     limits: Limits,
     stop: &AtomicBool,
 ) {
@@ -120,11 +106,11 @@ pub fn serve(
         started: Instant::now(),
         last_expire: Instant::now(),
         decline_warned: None,
-        shared,
+        state,
     };
     let mut buf = vec![[0u8; 1500]; BATCH];
     while !stop.load(Ordering::Relaxed) {
-        path.shared.health.slow_path_beat();
+        path.state.health.slow_path_beat();
         let received = path.receive(&mut buf);
         path.handle_batch(&buf, &received);
         path.expire_leases();
@@ -140,7 +126,7 @@ struct SlowPath<'a> {
     last_expire: Instant,
     /// When a decline refused for a quarantine limit was last logged.
     decline_warned: Option<Instant>,
-    shared: Arc<Shared>,
+    state: Arc<State>,
 }
 
 /// A request waiting for its lease to be committed with the batch.
@@ -185,7 +171,7 @@ impl SlowPath<'_> {
             return;
         }
         let inv = self
-            .shared
+            .state
             .inventory
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -193,7 +179,7 @@ impl SlowPath<'_> {
         let (now, mono) = (unix_now(), self.started.elapsed().as_secs_f64());
         let mut pending = Vec::new();
         for (slot, (len, _from)) in buf.iter().zip(received) {
-            bump(&self.shared.stats.rx);
+            bump(&self.state.stats.rx);
             let bytes = &slot[..*len];
             // No request may stop the slow path, whatever a parser does
             // with it: a panic ends this request only.
@@ -203,7 +189,7 @@ impl SlowPath<'_> {
                 Ok(Some(ack)) => pending.push(ack),
                 Ok(None) => {}
                 Err(_) => {
-                    bump(&self.shared.stats.panics);
+                    bump(&self.state.stats.panics);
                     error!(
                         request = %hex(bytes),
                         "handling a DHCP request panicked; request dropped"
@@ -224,13 +210,13 @@ impl SlowPath<'_> {
         mono: f64,
     ) -> Option<PendingAck> {
         let Ok(req) = Request::parse(bytes) else {
-            bump(&self.shared.stats.malformed);
+            bump(&self.state.stats.malformed);
             return None;
         };
         let known = inv.host_by_mac(req.chaddr).is_some();
         if let Err(limited) = self.limiter.admit(req.chaddr, known, mono) {
             self.trace(&req, "rate_limited", || format!("{limited:?}"));
-            let stats = &self.shared.stats;
+            let stats = &self.state.stats;
             bump(match limited {
                 Limited::Mac => &stats.limited_mac,
                 Limited::Unknown => &stats.limited_unknown,
@@ -250,7 +236,7 @@ impl SlowPath<'_> {
             Answer::Reply(reply) => self.send(&req, &reply),
             Answer::Ignore(reason) => {
                 self.trace(&req, "ignore", || reason.name().to_string());
-                bump(&self.shared.stats.ignored[reason as usize]);
+                bump(&self.state.stats.ignored[reason as usize]);
             }
             Answer::Pool(ask) => {
                 let pool = pool_of(inv, &ask);
@@ -293,7 +279,7 @@ impl SlowPath<'_> {
                 .decline(req.chaddr.0, &pool, ip, now, &QUARANTINE),
             None => Ok(DeclineOutcome::NotGiven),
         };
-        let stats = &self.shared.stats;
+        let stats = &self.state.stats;
         match outcome {
             Ok(DeclineOutcome::Quarantined) => {
                 warn!(mac = %req.chaddr, %ip, "address declined by its client: quarantined")
@@ -342,8 +328,8 @@ impl SlowPath<'_> {
             %ip,
             "host {host} declined its reserved address {ip}: another machine on the link uses it"
         );
-        bump(&self.shared.stats.reservation_declines);
-        self.shared
+        bump(&self.state.stats.reservation_declines);
+        self.state
             .progress
             .declined(req.chaddr, progress::now_ms(), ip.to_string());
     }
@@ -357,7 +343,7 @@ impl SlowPath<'_> {
             }
             Ok(None) => {
                 self.trace(req, "ignore", || format!("pool {pool} exhausted"));
-                bump(&self.shared.stats.pool_exhausted);
+                bump(&self.state.stats.pool_exhausted);
                 warn!(pool = %pool, "discovery pool exhausted");
             }
             Err(e) => self.lease_error(&e),
@@ -384,7 +370,7 @@ impl SlowPath<'_> {
             Ok(o) => o,
             Err(e) => return self.lease_error(&e),
         };
-        self.shared.health.set_store(Ok(()));
+        self.state.health.set_store(Ok(()));
         for (p, outcome) in pending.iter().zip(outcomes) {
             match outcome {
                 RequestOutcome::Ack(lease) => {
@@ -400,7 +386,7 @@ impl SlowPath<'_> {
                 RequestOutcome::Nak(NakReason::OutsidePool) if p.req.server_id.is_none() => {
                     let why = || format!("{} outside the pool, left to its server", p.ip);
                     self.trace(&p.req, "ignore", why);
-                    bump(&self.shared.stats.ignored[Counter::PassRequestMismatch as usize]);
+                    bump(&self.state.stats.ignored[Counter::PassRequestMismatch as usize]);
                 }
                 RequestOutcome::Nak(_) => {
                     self.send(&p.req, &nak(&self.server, "address not available"))
@@ -411,7 +397,7 @@ impl SlowPath<'_> {
 
     /// Encodes `reply` and sends it where RFC 2131 4.1 says.
     fn send(&self, req: &Request, reply: &Reply) {
-        let stats = &self.shared.stats;
+        let stats = &self.state.stats;
         let mut req_fields = req.clone();
         if reply.kind == ReplyKind::Nak && !req.giaddr.is_unspecified() {
             // A relay broadcasts a NAK to its segment when asked to.
@@ -460,7 +446,7 @@ impl SlowPath<'_> {
                     None => format!("{} to {dest:?}", reply.yiaddr),
                 });
                 let detail = format!("{what} {} (slow path)", reply.yiaddr);
-                self.shared
+                self.state
                     .progress
                     .dhcp(req.chaddr, progress::now_ms(), detail);
             }
@@ -474,7 +460,7 @@ impl SlowPath<'_> {
 
     /// Publishes a step of `req`'s client to the live trace, if it is traced.
     fn trace(&self, req: &Request, what: &str, detail: impl FnOnce() -> String) {
-        let trace = self.shared.progress.trace();
+        let trace = self.state.progress.trace();
         trace.publish(req.chaddr, TracePath::Dhcp, what, || {
             let kind = req
                 .msg_type
@@ -509,14 +495,14 @@ impl SlowPath<'_> {
     }
 
     fn leases(&self) -> std::sync::MutexGuard<'_, LeaseStore> {
-        self.shared
+        self.state
             .leases
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn discovered(&self) -> std::sync::MutexGuard<'_, Registry> {
-        self.shared
+        self.state
             .discovered
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -524,8 +510,8 @@ impl SlowPath<'_> {
 
     fn lease_error(&self, e: &crate::lease::LeaseError) {
         warn!(error = %e, "lease store failed");
-        bump(&self.shared.stats.lease_errors);
-        self.shared.health.set_store(Err(e.to_string()));
+        bump(&self.state.stats.lease_errors);
+        self.state.health.set_store(Err(e.to_string()));
     }
 }
 
@@ -588,65 +574,4 @@ pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-impl Shared {
-    pub fn new(
-        inventory: Arc<Inventory>,
-        leases: LeaseStore,
-        discovered_capacity: usize,
-        progress: Arc<Progress>,
-        health: Arc<Health>,
-    ) -> Shared {
-        progress.set_inventory(inventory.hosts.iter().map(|h| h.mac));
-        Shared {
-            inventory: RwLock::new(inventory),
-            leases: Mutex::new(leases),
-            discovered: Mutex::new(Registry::new(discovered_capacity)),
-            stats: Stats::default(),
-            progress,
-            health,
-        }
-    }
-
-    /// The serving inventory.
-    pub fn inventory(&self) -> Arc<Inventory> {
-        self.inventory
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// The pool address `mac` holds (bound or offered).
-    pub fn lease_of(&self, mac: MacAddr) -> Option<Ipv4Addr> {
-        let store = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        store
-            .lease_of(mac.0)
-            .filter(|l| matches!(l.state, LeaseState::Bound | LeaseState::Offered))
-            .map(|l| l.ip)
-    }
-
-    /// The MAC holding the pool lease of `ip`.
-    pub fn mac_with_lease(&self, ip: Ipv4Addr) -> Option<MacAddr> {
-        let store = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        store.bound_at(ip).map(MacAddr)
-    }
-
-    /// Swaps in a new inventory; MACs it now lists leave the discovered set.
-    pub fn replace_inventory(&self, inv: Arc<Inventory>) {
-        {
-            let mut reg = self
-                .discovered
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            for host in &inv.hosts {
-                reg.adopt(host.mac);
-            }
-        }
-        self.progress.set_inventory(inv.hosts.iter().map(|h| h.mac));
-        *self
-            .inventory
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = inv;
-    }
 }

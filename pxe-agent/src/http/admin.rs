@@ -71,18 +71,18 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         Stats::read_all(s.counters.iter().map(|c| &**c)).map_err(|e| internal("counters", e))?;
     let gauges = *lock(&s.gauges);
     let leases = {
-        let store = lock(&s.boot.dhcp.leases);
+        let store = lock(&s.boot.state.leases);
         [LeaseState::Bound, LeaseState::Declined].map(|state| (state, store.count(state)))
     };
-    let discovered = lock(&s.boot.dhcp.discovered).len();
+    let discovered = lock(&s.boot.state.discovered).len();
     let tftp = s.boot.tftp_stats.get().map(|t| t.snapshot());
     Ok(metrics::render(&metrics::Page {
         fast: &fast,
         gauges: &gauges,
-        slow: &s.boot.dhcp.stats,
-        health: &s.boot.dhcp.health,
+        slow: &s.boot.state.stats,
+        health: &s.boot.state.health,
         discovered,
-        traced: s.boot.progress.trace().traced(),
+        traced: s.boot.state.progress.trace().traced(),
         leases: &leases,
         tftp,
         http: s.boot.http_stats.snapshot(),
@@ -93,7 +93,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
 /// in force, the slow path runs and the state store can be written;
 /// otherwise 503 with one line per problem.
 async fn healthz(State(s): State<Arc<AdminState>>) -> (StatusCode, String) {
-    let problems = s.boot.dhcp.health.check();
+    let problems = s.boot.state.health.check();
     if problems.is_empty() {
         (StatusCode::OK, "ok\n".to_string())
     } else {
@@ -106,7 +106,7 @@ async fn healthz(State(s): State<Arc<AdminState>>) -> (StatusCode, String) {
 
 /// Unknown clients, most recently seen first.
 async fn discovered(State(s): State<Arc<AdminState>>) -> Json<Vec<Discovered>> {
-    Json(lock(&s.boot.dhcp.discovered).list())
+    Json(lock(&s.boot.state.discovered).list())
 }
 
 /// A lease as the API shows it.
@@ -134,7 +134,7 @@ impl From<&Lease> for LeaseView {
 
 /// Pool leases, including quarantined addresses.
 async fn leases(State(s): State<Arc<AdminState>>) -> Result<Json<Vec<LeaseView>>, ApiError> {
-    let list = lock(&s.boot.dhcp.leases)
+    let list = lock(&s.boot.state.leases)
         .list()
         .map_err(|e| internal("leases", e))?;
     Ok(Json(list.iter().map(LeaseView::from).collect()))
@@ -156,6 +156,7 @@ async fn trace(
         .map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))?;
     let watch = s
         .boot
+        .state
         .progress
         .trace()
         .watch(mac)
@@ -203,15 +204,20 @@ pub struct HostView {
 
 /// Every inventory host, with how far its current boot got.
 async fn hosts(State(s): State<Arc<AdminState>>) -> Json<Vec<HostView>> {
-    let inv = s.boot.dhcp.inventory();
+    let inv = s.boot.state.inventory();
     Json(
         inv.hosts
             .iter()
             .map(|h| {
-                let progress = s.boot.progress.get(h.mac).unwrap_or_else(|| HostProgress {
-                    mac: h.mac.to_string(),
-                    ..Default::default()
-                });
+                let progress = s
+                    .boot
+                    .state
+                    .progress
+                    .get(h.mac)
+                    .unwrap_or_else(|| HostProgress {
+                        mac: h.mac.to_string(),
+                        ..Default::default()
+                    });
                 HostView {
                     mac: h.mac.to_string(),
                     ip: h.ip,

@@ -44,19 +44,20 @@ async fn boot_script(
     else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let Some(ip) = state.address_of(mac) else {
+    let Some(ip) = state.state.address_of(mac) else {
         return StatusCode::NOT_FOUND.into_response();
     };
     if client_ip(peer) != Some(ip) {
         let why = || format!("/boot/{name} from {peer}, not {ip}");
         state
+            .state
             .progress
             .trace()
             .publish(mac, TracePath::Http, "refused", why);
         warn!(%mac, %peer, expected = %ip, "script refused: not the host's address");
         return StatusCode::FORBIDDEN.into_response();
     }
-    let inv = state.dhcp.inventory();
+    let inv = state.state.inventory();
     let host = inv.host_by_mac(mac);
     let Some(profile) = host
         .map(|h| inv.profile_of(h))
@@ -75,10 +76,12 @@ async fn boot_script(
         Ok(text) => {
             let what = || format!("/boot/{name} from {peer}");
             state
+                .state
                 .progress
                 .trace()
                 .publish(mac, TracePath::Http, "script", what);
             state
+                .state
                 .progress
                 .script(mac, progress::now_ms(), format!("/boot/{name}"));
             ([("content-type", "text/plain; charset=utf-8")], text).into_response()
@@ -100,12 +103,13 @@ async fn booted(
     let Ok(mac) = mac.parse::<MacAddr>() else {
         return StatusCode::NOT_FOUND;
     };
-    let Some(ip) = state.address_of(mac) else {
+    let Some(ip) = state.state.address_of(mac) else {
         return StatusCode::NOT_FOUND;
     };
     if client_ip(peer) != Some(ip) {
         let why = || format!("from {peer}, not {ip}");
         state
+            .state
             .progress
             .trace()
             .publish(mac, TracePath::PhoneHome, "refused", why);
@@ -113,11 +117,11 @@ async fn booted(
         return StatusCode::FORBIDDEN;
     }
     let note: String = body.chars().take(200).filter(|c| !c.is_control()).collect();
-    let trace = state.progress.trace();
+    let trace = state.state.progress.trace();
     trace.publish(mac, TracePath::PhoneHome, "booted", || {
         format!("{note:?} from {peer}")
     });
-    state.progress.booted(
+    state.state.progress.booted(
         mac,
         progress::now_ms(),
         if note.is_empty() {
@@ -131,13 +135,14 @@ async fn booted(
 
 /// Notes a boot file or artifact fetched by the host at `peer`.
 pub fn record_fetch(state: &BootState, peer: SocketAddr, path: &str) {
-    if let Some(mac) = client_ip(peer).and_then(|ip| state.mac_at(ip)) {
+    if let Some(mac) = client_ip(peer).and_then(|ip| state.state.mac_at(ip)) {
         let fetched = || format!("{path} from {peer}");
         state
+            .state
             .progress
             .trace()
             .publish(mac, TracePath::Http, "fetch", fetched);
-        state.progress.artifact(
+        state.state.progress.artifact(
             mac,
             progress::now_ms(),
             path.trim_start_matches('/').to_string(),

@@ -18,17 +18,12 @@ use std::{
     sync::{Arc, OnceLock},
 };
 
-use crate::{
-    dhcp::{Server, server},
-    inventory::MacAddr,
-    progress::Progress,
-    tftp,
-};
+use crate::{dhcp::Server, state::State, tftp};
 
 /// What the boot server needs to answer.
 pub struct BootState {
-    /// Inventory and leases, shared with the DHCP slow path.
-    pub dhcp: Arc<server::Shared>,
+    /// Inventory, leases, progress and health, as every service reads them.
+    pub state: Arc<State>,
     /// The server of each interface, in the order given (never empty).
     pub servers: Vec<Server>,
     /// Served at `/`: the TFTP root (iPXE binaries), so the UEFI HTTP boot
@@ -36,7 +31,6 @@ pub struct BootState {
     pub boot_root: Option<PathBuf>,
     /// Served at `/artifacts/`: kernels, initrds, images.
     pub artifacts: Option<PathBuf>,
-    pub progress: Arc<Progress>,
     /// The TFTP server's counters, once it runs.
     pub tftp_stats: OnceLock<Arc<tftp::Stats>>,
     /// The boot listener's connection counters.
@@ -44,32 +38,15 @@ pub struct BootState {
 }
 
 impl BootState {
-    /// The address `mac` may fetch its script from: its reservation, or the
-    /// pool address it leased.
-    pub fn address_of(&self, mac: MacAddr) -> Option<Ipv4Addr> {
-        if let Some(host) = self.dhcp.inventory().host_by_mac(mac) {
-            return Some(host.ip);
-        }
-        self.dhcp.lease_of(mac)
-    }
-
     /// The server a client at `client` reaches: the interface whose
     /// address is in the client's subnet, else the first one.
     pub fn server_for(&self, client: Ipv4Addr) -> Server {
-        let inv = self.dhcp.inventory();
+        let inv = self.state.inventory();
         let subnet = inv.subnets.iter().find(|s| s.contains(client));
         subnet
             .and_then(|s| self.servers.iter().find(|srv| s.contains(srv.ip)))
             .or(self.servers.first())
             .copied()
             .expect("an agent serves at least one interface")
-    }
-
-    /// The MAC behind a client address, for recording progress.
-    pub fn mac_at(&self, ip: Ipv4Addr) -> Option<MacAddr> {
-        if let Some(host) = self.dhcp.inventory().host_by_ip(ip) {
-            return Some(host.mac);
-        }
-        self.dhcp.mac_with_lease(ip)
     }
 }

@@ -537,11 +537,8 @@ mod tests {
 
     use super::*;
     use crate::{
-        dhcp::{Server, server::Shared},
-        http::boot,
-        inventory::Inventory,
-        lease::LeaseStore,
-        progress::Progress,
+        dhcp::Server, http::boot, inventory::Inventory, lease::LeaseStore, progress::Progress,
+        state::State,
     };
 
     const INV: &str = r#"
@@ -585,13 +582,12 @@ hosts:
             }
             let inv = Inventory::parse(Path::new("t.yaml"), INV).expect("valid inventory");
             let leases = LeaseStore::open(&root.join("leases.redb")).expect("lease store");
-            let progress = Arc::new(Progress::default());
             let state = Arc::new(BootState {
-                dhcp: Arc::new(Shared::new(
+                state: Arc::new(State::new(
                     Arc::new(inv),
                     leases,
                     16,
-                    progress.clone(),
+                    Arc::new(Progress::default()),
                     Arc::default(),
                 )),
                 servers: vec![Server {
@@ -600,7 +596,6 @@ hosts:
                 }],
                 boot_root: Some(root.join("boot")),
                 artifacts: None,
-                progress,
                 tftp_stats: OnceLock::new(),
                 http_stats: Stats::default(),
             });

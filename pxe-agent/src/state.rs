@@ -1,0 +1,112 @@
+//! The state several services read: the inventory in force (with its
+//! indexes), pool leases, the machines discovered, boot progress, health
+//! and the slow path's counters. DHCP, TFTP, HTTP and the API each hold an
+//! `Arc<State>` and read it here, so no service reaches into another for
+//! it; each service keeps only its own working state (sockets, transfers,
+//! the storm guard's buckets).
+
+use std::{
+    net::Ipv4Addr,
+    sync::{Arc, Mutex, PoisonError, RwLock},
+};
+
+use crate::{
+    dhcp::server::Stats,
+    discovered::Registry,
+    health::Health,
+    inventory::{Inventory, MacAddr},
+    lease::{LeaseState, LeaseStore},
+    progress::Progress,
+};
+
+/// What the services share (see the module doc).
+pub struct State {
+    /// The serving inventory; the reload loop swaps it.
+    pub inventory: RwLock<Arc<Inventory>>,
+    pub leases: Mutex<LeaseStore>,
+    pub discovered: Mutex<Registry>,
+    /// The slow path's counters, read by `/metrics`.
+    pub stats: Stats,
+    /// Where each host is in its boot; the slow path records its answers.
+    pub progress: Arc<Progress>,
+    /// What `/healthz` reports; the slow path beats here.
+    pub health: Arc<Health>,
+}
+
+impl State {
+    pub fn new(
+        inventory: Arc<Inventory>,
+        leases: LeaseStore,
+        discovered_capacity: usize,
+        progress: Arc<Progress>,
+        health: Arc<Health>,
+    ) -> State {
+        progress.set_inventory(inventory.hosts.iter().map(|h| h.mac));
+        State {
+            inventory: RwLock::new(inventory),
+            leases: Mutex::new(leases),
+            discovered: Mutex::new(Registry::new(discovered_capacity)),
+            stats: Stats::default(),
+            progress,
+            health,
+        }
+    }
+
+    /// The serving inventory.
+    pub fn inventory(&self) -> Arc<Inventory> {
+        self.inventory
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The pool address `mac` holds (bound or offered).
+    pub fn lease_of(&self, mac: MacAddr) -> Option<Ipv4Addr> {
+        let store = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        store
+            .lease_of(mac.0)
+            .filter(|l| matches!(l.state, LeaseState::Bound | LeaseState::Offered))
+            .map(|l| l.ip)
+    }
+
+    /// The MAC holding the pool lease of `ip`.
+    pub fn mac_with_lease(&self, ip: Ipv4Addr) -> Option<MacAddr> {
+        let store = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        store.bound_at(ip).map(MacAddr)
+    }
+
+    /// Swaps in a new inventory; MACs it now lists leave the discovered set.
+    pub fn replace_inventory(&self, inv: Arc<Inventory>) {
+        {
+            let mut reg = self
+                .discovered
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for host in &inv.hosts {
+                reg.adopt(host.mac);
+            }
+        }
+        self.progress.set_inventory(inv.hosts.iter().map(|h| h.mac));
+        *self
+            .inventory
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = inv;
+    }
+
+    /// The address `mac` may fetch its script from: its reservation, or the
+    /// pool address it leased.
+    pub fn address_of(&self, mac: MacAddr) -> Option<Ipv4Addr> {
+        if let Some(host) = self.inventory().host_by_mac(mac) {
+            return Some(host.ip);
+        }
+        self.lease_of(mac)
+    }
+
+    /// The MAC behind a client address, for recording progress.
+    pub fn mac_at(&self, ip: Ipv4Addr) -> Option<MacAddr> {
+        if let Some(host) = self.inventory().host_by_ip(ip) {
+            return Some(host.mac);
+        }
+        self.mac_with_lease(ip)
+    }
+}
