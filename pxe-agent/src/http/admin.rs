@@ -1,8 +1,12 @@
 //! Routes of the admin listener: `/metrics`, `/healthz`, and the JSON API
 //! (`/api/v1/discovered`, `/api/v1/leases`, `/api/v1/hosts`), and the live
-//! trace of one machine (`/api/v1/trace/<mac>`).
+//! trace of one machine (`/api/v1/trace/<mac>`), and the out-of-band
+//! endpoints (`/api/v1/hosts/<host>/{power,bootdev,bmc,recover}`,
+//! `/api/v1/audit`): acting ones need a bearer token, and every call on
+//! hardware is in the audit log before its answer goes out.
 
 use std::{
+    collections::BTreeMap,
     net::Ipv4Addr,
     sync::{Arc, Mutex, PoisonError},
 };
@@ -11,16 +15,19 @@ use axum::{
     Json, Router,
     body::Body,
     extract::State,
-    http::{StatusCode, header},
+    http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
-    routing::get,
+    routing::{get, post},
 };
 use aya::maps::{MapData, PerCpuArray};
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    audit::{AuditLog, Entry},
+    bmc::BootTarget,
+    control::{self, Failure, Op, Outcome},
     discovered::Discovered,
-    http::BootState,
+    http::{BootState, auth::Tokens},
     inventory::MacAddr,
     lease::{Lease, LeaseState},
     metrics::{self, AgentGauges},
@@ -40,9 +47,32 @@ pub struct AdminState {
     pub gauges: Mutex<AgentGauges>,
     /// Inventory, leases, progress and the TFTP counters.
     pub boot: Arc<BootState>,
+    /// Out-of-band control: BMC calls, recovery, tokens, audit.
+    pub oob: Arc<OobState>,
+}
+
+/// What the out-of-band endpoints need.
+pub struct OobState {
+    pub control: control::Handle,
+    /// `None` without `--api-token-file`: acting endpoints then refuse.
+    pub tokens: Option<Tokens>,
+    pub audit: AuditLog,
+}
+
+/// The out-of-band routes alone, on their own state (the admin router
+/// merges them), so that they are testable without a fast path.
+pub fn oob_router(state: Arc<OobState>) -> Router {
+    Router::new()
+        .route("/api/v1/hosts/{host}/power", post(power))
+        .route("/api/v1/hosts/{host}/bootdev", post(bootdev))
+        .route("/api/v1/hosts/{host}/bmc", get(bmc_info))
+        .route("/api/v1/hosts/{host}/recover", post(recover))
+        .route("/api/v1/audit", get(audit))
+        .with_state(state)
 }
 
 pub fn router(state: Arc<AdminState>) -> Router {
+    let oob = oob_router(state.oob.clone());
     Router::new()
         .route("/metrics", get(metrics_page))
         .route("/healthz", get(healthz))
@@ -51,6 +81,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/api/v1/hosts", get(hosts))
         .route("/api/v1/trace/{mac}", get(trace))
         .with_state(state)
+        .merge(oob)
 }
 
 type ApiError = (StatusCode, String);
@@ -76,7 +107,8 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
     };
     let discovered = lock(&s.boot.dhcp.discovered).len();
     let tftp = s.boot.tftp_stats.get().map(|t| t.snapshot());
-    Ok(metrics::render(&metrics::Page {
+    let recovery = s.oob.control.view().metrics.clone();
+    let mut page = metrics::render(&metrics::Page {
         fast: &fast,
         gauges: &gauges,
         slow: &s.boot.dhcp.stats,
@@ -86,7 +118,9 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         leases: &leases,
         tftp,
         http: s.boot.http_stats.snapshot(),
-    }))
+    });
+    page.push_str(&recovery);
+    Ok(page)
 }
 
 /// Ready (200) while the program is attached, the maps hold the inventory
@@ -199,11 +233,29 @@ pub struct HostView {
     pub profile: String,
     pub stage: Option<Stage>,
     pub progress: HostProgress,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Has a `bmc` block.
+    #[serde(default)]
+    pub bmc: bool,
+    /// Last known power state (`on`, `off`), from the last BMC call.
+    #[serde(default)]
+    pub power: Option<String>,
+    /// Unix milliseconds the power state was learnt.
+    #[serde(default)]
+    pub power_at_ms: Option<u64>,
+    /// Recovery state (`idle`, `awaiting-dhcp`, ...) of a host with a BMC.
+    #[serde(default)]
+    pub recovery: Option<String>,
+    /// Recovery attempts made in the current recovery.
+    #[serde(default)]
+    pub attempts: Option<u32>,
 }
 
 /// Every inventory host, with how far its current boot got.
 async fn hosts(State(s): State<Arc<AdminState>>) -> Json<Vec<HostView>> {
     let inv = s.boot.dhcp.inventory();
+    let view = s.oob.control.view();
     Json(
         inv.hosts
             .iter()
@@ -219,8 +271,203 @@ async fn hosts(State(s): State<Arc<AdminState>>) -> Json<Vec<HostView>> {
                     profile: inv.profile_of(h).name.clone(),
                     stage: progress.stage(),
                     progress,
+                    labels: h.labels.clone(),
+                    bmc: h.bmc.is_some(),
+                    power: view.power.get(&h.mac).map(|(p, _)| {
+                        match p {
+                            crate::bmc::PowerState::On => "on",
+                            crate::bmc::PowerState::Off => "off",
+                        }
+                        .to_string()
+                    }),
+                    power_at_ms: view.power.get(&h.mac).map(|(_, at)| *at),
+                    recovery: view.recovery.get(&h.mac).map(|r| r.state.to_string()),
+                    attempts: view.recovery.get(&h.mac).map(|r| r.attempt),
                 }
             })
             .collect(),
     )
+}
+
+/// `POST /api/v1/hosts/<host>/power` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PowerBody {
+    action: String,
+}
+
+/// `POST /api/v1/hosts/<host>/bootdev` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BootdevBody {
+    device: String,
+    #[serde(default)]
+    persistent: bool,
+    #[serde(default)]
+    efi: bool,
+}
+
+/// The caller's token name, or the answer refusing them.
+fn authorize(s: &OobState, headers: &HeaderMap) -> Result<String, Response> {
+    let Some(tokens) = &s.tokens else {
+        return Err((
+            StatusCode::FORBIDDEN,
+            "acting on hardware needs an API token file: start the agent with \
+             --api-token-file FILE\n",
+        )
+            .into_response());
+    };
+    match tokens.caller(headers) {
+        Some(name) => Ok(name.to_string()),
+        None => Err((
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "a valid bearer token is required (Authorization: Bearer <token>)\n",
+        )
+            .into_response()),
+    }
+}
+
+fn bad_request(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response()
+}
+
+/// Runs `op` through the control task, records it in the audit log and
+/// answers with the outcome. An action that cannot be recorded is
+/// answered 500: it happened, but the log must say so first.
+async fn act(s: Arc<OobState>, caller: String, host: String, op: Op) -> Response {
+    let at_ms = progress::now_ms();
+    let outcome = s.control.call(&host, op).await;
+    let entry = Entry {
+        at_ms,
+        caller,
+        host: host.clone(),
+        action: op.name().to_string(),
+        params: op.params(),
+        result: outcome.audit_result(),
+        duration_ms: outcome.duration_ms,
+    };
+    let logged = {
+        let s = s.clone();
+        tokio::task::spawn_blocking(move || s.audit.record(&entry)).await
+    };
+    match logged {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "audit entry not written");
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the action ran but its audit entry was not written: {e}\n"),
+            )
+                .into_response();
+        }
+        Err(e) => {
+            return internal("the audit log", e).into_response();
+        }
+    }
+    let status = match outcome.failure {
+        None => StatusCode::OK,
+        Some(Failure::UnknownHost | Failure::NoBmc) => StatusCode::NOT_FOUND,
+        Some(Failure::Refused) => StatusCode::CONFLICT,
+        Some(Failure::Bmc) => StatusCode::BAD_GATEWAY,
+        Some(Failure::Unavailable) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, Json::<Outcome>(outcome)).into_response()
+}
+
+async fn power(
+    State(s): State<Arc<OobState>>,
+    axum::extract::Path(host): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let caller = match authorize(&s, &headers) {
+        Ok(c) => c,
+        Err(refused) => return refused,
+    };
+    let body: PowerBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return bad_request(format!("malformed power request: {e}")),
+    };
+    let Some(op) = control::parse_power(&body.action) else {
+        return bad_request(format!(
+            "unknown power action {:?} (on, off, cycle, reset, soft, status)",
+            body.action
+        ));
+    };
+    act(s, caller, host, op).await
+}
+
+async fn bootdev(
+    State(s): State<Arc<OobState>>,
+    axum::extract::Path(host): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let caller = match authorize(&s, &headers) {
+        Ok(c) => c,
+        Err(refused) => return refused,
+    };
+    let body: BootdevBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return bad_request(format!("malformed bootdev request: {e}")),
+    };
+    let Some(device) = control::parse_device(&body.device) else {
+        return bad_request(format!(
+            "unknown boot device {:?} (pxe, disk, bios)",
+            body.device
+        ));
+    };
+    let op = Op::BootDevice(BootTarget {
+        device,
+        persistent: body.persistent,
+        efi: body.efi,
+    });
+    act(s, caller, host, op).await
+}
+
+async fn recover(
+    State(s): State<Arc<OobState>>,
+    axum::extract::Path(host): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = match authorize(&s, &headers) {
+        Ok(c) => c,
+        Err(refused) => return refused,
+    };
+    act(s, caller, host, Op::Recover).await
+}
+
+/// Read only, so open; audited as the hardware call it is, under the
+/// presented token's name or `anonymous`.
+async fn bmc_info(
+    State(s): State<Arc<OobState>>,
+    axum::extract::Path(host): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = s
+        .tokens
+        .as_ref()
+        .and_then(|t| t.caller(&headers))
+        .unwrap_or("anonymous")
+        .to_string();
+    act(s, caller, host, Op::Info).await
+}
+
+/// `GET /api/v1/audit?limit=N`: the last N entries (default 100), oldest first.
+async fn audit(
+    State(s): State<Arc<OobState>>,
+    axum::extract::Query(q): axum::extract::Query<AuditQuery>,
+) -> Result<Json<Vec<Entry>>, ApiError> {
+    let limit = q.limit.unwrap_or(100);
+    let entries = tokio::task::spawn_blocking(move || s.audit.tail(limit))
+        .await
+        .map_err(|e| internal("the audit log", e))?
+        .map_err(|e| internal("the audit log", e))?;
+    Ok(Json(entries))
+}
+
+#[derive(Deserialize)]
+struct AuditQuery {
+    limit: Option<usize>,
 }
