@@ -26,22 +26,22 @@ use tokio::{net::TcpListener, sync::watch};
 use tracing::{error, info, warn};
 
 use crate::{
+    audit::AuditLog,
+    bmc::{IpmiBmc, RetryPolicy},
+    control,
     dhcp::{
         Server,
         server::{self, Limits},
         template,
     },
     health::Health,
+    http::auth::Tokens,
     http::{
         BootState,
         admin::{self, AdminState},
         boot, limit, sendfile,
     },
     inventory::{Inventory, LoadError, Problem},
-    audit::AuditLog,
-    bmc::{IpmiBmc, RetryPolicy},
-    control,
-    http::auth::Tokens,
     lease::LeaseStore,
     metrics::AgentGauges,
     netdev,
@@ -377,7 +377,9 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     // Trace streams never end by themselves; the admin server waits for them.
     admin.boot.progress.trace().close();
     watcher.await.context("inventory watcher panicked")?;
-    recovery_task.await.context("out-of-band control panicked")?;
+    recovery_task
+        .await
+        .context("out-of-band control panicked")?;
     monitor.await.context("health monitor panicked")?;
     for events in events {
         events.await.context("event reader panicked")?;
@@ -416,9 +418,10 @@ fn start_recovery(
     dhcp: &Arc<server::Shared>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<(Arc<admin::OobState>, tokio::task::JoinHandle<()>)> {
-    let store = RecoveryStore::open_in(&cfg.state_dir).context("failed to open the recovery store")?;
-    let controller = Controller::new(store, cfg.oob.recovery)
-        .context("failed to load the recovery state")?;
+    let store =
+        RecoveryStore::open_in(&cfg.state_dir).context("failed to open the recovery store")?;
+    let controller =
+        Controller::new(store, cfg.oob.recovery).context("failed to load the recovery state")?;
     let tokens = match &cfg.oob.api_token_file {
         Some(path) => Some(Tokens::load(path)?),
         None => {

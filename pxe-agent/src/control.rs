@@ -142,7 +142,10 @@ fn flags_name(f: BootFlags) -> String {
     let device = [BootDevice::Pxe, BootDevice::Disk, BootDevice::BiosSetup]
         .into_iter()
         .find(|d| d.selector() == f.selector)
-        .map_or_else(|| format!("selector {:#x}", f.selector), |d| device_name(d).into());
+        .map_or_else(
+            || format!("selector {:#x}", f.selector),
+            |d| device_name(d).into(),
+        );
     let mut out = device;
     if f.persistent {
         out.push_str(" persistent");
@@ -486,7 +489,10 @@ impl<B: Bmc + 'static> Task<B> {
         self.bmcs = bmcs;
         self.controller
             .set_hosts(recovery::plans(&inv), progress::now_ms());
-        info!(managed = self.bmcs.len(), "out-of-band control has the inventory");
+        info!(
+            managed = self.bmcs.len(),
+            "out-of-band control has the inventory"
+        );
         self.inventory = inv;
     }
 
@@ -508,7 +514,10 @@ impl<B: Bmc + 'static> Task<B> {
                 &host,
                 Some(mac),
                 Failure::NoBmc,
-                format!("host {} has no usable bmc block in the inventory", found.label()),
+                format!(
+                    "host {} has no usable bmc block in the inventory",
+                    found.label()
+                ),
             ));
             return;
         }

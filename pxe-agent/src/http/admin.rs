@@ -307,25 +307,40 @@ struct BootdevBody {
     efi: bool,
 }
 
-/// The caller's token name, or the answer refusing them.
-fn authorize(s: &OobState, headers: &HeaderMap) -> Result<String, Response> {
-    let Some(tokens) = &s.tokens else {
-        return Err((
-            StatusCode::FORBIDDEN,
-            "acting on hardware needs an API token file: start the agent with \
-             --api-token-file FILE\n",
-        )
-            .into_response());
-    };
-    match tokens.caller(headers) {
-        Some(name) => Ok(name.to_string()),
-        None => Err((
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "a valid bearer token is required (Authorization: Bearer <token>)\n",
-        )
-            .into_response()),
+/// Why an acting call was refused before it ran.
+enum Refusal {
+    /// The agent has no `--api-token-file`.
+    NoTokenFile,
+    /// No token, or not one of ours.
+    BadToken,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Refusal::NoTokenFile => (
+                StatusCode::FORBIDDEN,
+                "acting on hardware needs an API token file: start the agent with \
+                 --api-token-file FILE\n",
+            )
+                .into_response(),
+            Refusal::BadToken => (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "a valid bearer token is required (Authorization: Bearer <token>)\n",
+            )
+                .into_response(),
+        }
     }
+}
+
+/// The caller's token name, or why they are refused.
+fn authorize(s: &OobState, headers: &HeaderMap) -> Result<String, Refusal> {
+    let tokens = s.tokens.as_ref().ok_or(Refusal::NoTokenFile)?;
+    tokens
+        .caller(headers)
+        .map(str::to_string)
+        .ok_or(Refusal::BadToken)
 }
 
 fn bad_request(message: String) -> Response {
@@ -383,7 +398,7 @@ async fn power(
 ) -> Response {
     let caller = match authorize(&s, &headers) {
         Ok(c) => c,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let body: PowerBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
@@ -406,7 +421,7 @@ async fn bootdev(
 ) -> Response {
     let caller = match authorize(&s, &headers) {
         Ok(c) => c,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let body: BootdevBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
@@ -433,7 +448,7 @@ async fn recover(
 ) -> Response {
     let caller = match authorize(&s, &headers) {
         Ok(c) => c,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     act(s, caller, host, Op::Recover).await
 }
