@@ -486,3 +486,214 @@ async fn audit(
 struct AuditQuery {
     limit: Option<usize>,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use axum::{body::to_bytes, http::Request};
+    use tower_service::Service as _;
+
+    use super::*;
+    use crate::{
+        bmc::{PowerState, fake::FakeBmc},
+        inventory::Inventory,
+        progress::Progress,
+        recovery::{Controller, Policy, RecoveryStore, SequencePolicy, Sequencer},
+    };
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+    const SECRET: &str = "fake-bmc-secret-9f2c";
+
+    struct Fixture {
+        router: Router,
+        fake: FakeBmc,
+        dir: PathBuf,
+        _stop: watch::Sender<bool>,
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    use tokio::sync::watch;
+
+    async fn fixture(name: &str, with_tokens: bool) -> Fixture {
+        let dir = std::env::temp_dir().join(format!("pxe-admin-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("bmc.password"), SECRET).expect("password");
+        let inv_path = dir.join("inventory.yaml");
+        std::fs::write(
+            &inv_path,
+            format!(
+                "subnets: [{{cidr: 10.66.0.0/16}}]\n\
+                 profiles: [{{name: w, boot: {{bios: undionly.kpxe}}}}]\n\
+                 hosts:\n  - mac: \"02:00:00:00:00:10\"\n    ip: 10.66.1.10\n    \
+                 hostname: node-1\n    profile: w\n    bmc:\n      \
+                 address: ipmi://10.77.0.2:623\n      username: admin\n      \
+                 password_file: {}\n",
+                dir.join("bmc.password").display()
+            ),
+        )
+        .expect("inventory");
+        let inv = Arc::new(Inventory::load(&inv_path).expect("valid inventory"));
+        let store = RecoveryStore::open_in(&dir).expect("store");
+        let fake = FakeBmc::new("10.77.0.2:623", PowerState::Off);
+        let given = fake.clone();
+        let inputs = control::Inputs {
+            controller: Controller::new(store, Policy::default()).expect("controller"),
+            sequencer: Sequencer::new(SequencePolicy::default()),
+            make_bmc: Box::new(move |_| Ok(given.clone())),
+            progress: Arc::new(Progress::default()),
+            slow_path_rx: Box::new(|| 0),
+        };
+        let (stop, shutdown) = watch::channel(false);
+        let (handle, _task) = control::start(inputs, inv, shutdown);
+        let tokens = with_tokens.then(|| {
+            std::fs::write(dir.join("tokens"), format!("ops {TOKEN}\n")).expect("tokens");
+            Tokens::load(&dir.join("tokens")).expect("tokens load")
+        });
+        let state = Arc::new(OobState {
+            control: handle,
+            tokens,
+            audit: AuditLog::open(&dir.join("audit.jsonl")).expect("audit"),
+        });
+        Fixture {
+            router: oob_router(state),
+            fake,
+            dir,
+            _stop: stop,
+        }
+    }
+
+    async fn send(
+        router: &Router,
+        method: &str,
+        uri: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> (StatusCode, String) {
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some(t) = token {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        // A Router is always ready: no poll_ready needed.
+        let resp = router
+            .clone()
+            .call(req.body(Body::from(body.to_string())).expect("request"))
+            .await
+            .expect("answer");
+        let status = resp.status();
+        let bytes = to_bytes(resp.into_body(), 1 << 20).await.expect("body");
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[tokio::test]
+    async fn acting_endpoints_need_a_known_token() {
+        let f = fixture("auth", true).await;
+        for (uri, body) in [
+            ("/api/v1/hosts/node-1/power", r#"{"action":"on"}"#),
+            ("/api/v1/hosts/node-1/bootdev", r#"{"device":"pxe"}"#),
+            ("/api/v1/hosts/node-1/recover", ""),
+        ] {
+            let (status, _) = send(&f.router, "POST", uri, None, body).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{uri} without a token");
+            let (status, _) = send(
+                &f.router,
+                "POST",
+                uri,
+                Some("wrong-token-wrong-token-0"),
+                body,
+            )
+            .await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{uri} with a wrong token");
+        }
+        assert!(f.fake.calls().is_empty(), "a refused call reached the BMC");
+        let (status, body) = send(&f.router, "GET", "/api/v1/audit", None, "").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "[]"));
+    }
+
+    #[tokio::test]
+    async fn without_a_token_file_acting_endpoints_refuse_everyone() {
+        let f = fixture("notokens", false).await;
+        let (status, body) = send(
+            &f.router,
+            "POST",
+            "/api/v1/hosts/node-1/power",
+            Some(TOKEN),
+            r#"{"action":"cycle"}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(body.contains("--api-token-file"), "{body}");
+        assert!(f.fake.calls().is_empty());
+    }
+
+    #[tokio::test]
+    async fn actions_answer_their_result_and_are_audited_without_secrets() {
+        let f = fixture("audit", true).await;
+        let (status, body) = send(
+            &f.router,
+            "POST",
+            "/api/v1/hosts/node-1/power",
+            Some(TOKEN),
+            r#"{"action":"on"}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let out: Outcome = serde_json::from_str(&body).expect("outcome");
+        assert_eq!(out.power.as_deref(), Some("on"));
+        assert_eq!(f.fake.power_state(), PowerState::On);
+        let (status, body) = send(
+            &f.router,
+            "POST",
+            "/api/v1/hosts/02:00:00:00:00:10/bootdev",
+            Some(TOKEN),
+            r#"{"device":"pxe","persistent":true}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let out: Outcome = serde_json::from_str(&body).expect("outcome");
+        assert_eq!(out.boot_device.as_deref(), Some("pxe persistent"));
+        let (status, _) = send(
+            &f.router,
+            "POST",
+            "/api/v1/hosts/nobody/power",
+            Some(TOKEN),
+            r#"{"action":"status"}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let (status, body) = send(&f.router, "GET", "/api/v1/audit", None, "").await;
+        assert_eq!(status, StatusCode::OK);
+        let entries: Vec<Entry> = serde_json::from_str(&body).expect("entries");
+        let got: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                (
+                    e.caller.as_str(),
+                    e.host.as_str(),
+                    e.action.as_str(),
+                    e.result.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got[..2],
+            [
+                ("ops", "node-1", "power", "ok"),
+                ("ops", "02:00:00:00:00:10", "bootdev", "ok"),
+            ]
+        );
+        assert_eq!(entries[0].params, serde_json::json!({"action": "on"}));
+        assert_eq!(entries[2].host, "nobody");
+        assert_ne!(entries[2].result, "ok");
+        let log = std::fs::read_to_string(f.dir.join("audit.jsonl")).expect("audit log");
+        for text in [&log, &body] {
+            assert!(!text.contains(SECRET) && !text.contains(TOKEN), "{text}");
+        }
+    }
+}
