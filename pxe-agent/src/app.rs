@@ -27,7 +27,7 @@ use tracing::{error, info, warn};
 
 use crate::{
     audit::AuditLog,
-    bmc::{IpmiBmc, RetryPolicy},
+    bmc::{BootFlagEcho, IpmiBmc, RetryPolicy},
     control,
     dhcp::{
         Server,
@@ -164,6 +164,8 @@ pub struct OobConfig {
     pub api_token_file: Option<PathBuf>,
     /// Defaults to `<state-dir>/audit.jsonl`.
     pub audit_log: Option<PathBuf>,
+    /// What the BMCs echo of the boot flags (every BMC of the agent).
+    pub boot_flag_echo: BootFlagEcho,
 }
 
 /// Receive buffer of the slow path's port-67 socket, in bytes.
@@ -436,15 +438,17 @@ fn start_recovery(
         .unwrap_or_else(|| cfg.state_dir.join("audit.jsonl"));
     let audit = AuditLog::open(&audit_path)?;
     let rx_of = dhcp.clone();
+    let echo = cfg.oob.boot_flag_echo;
     let inputs = control::Inputs {
         controller,
         sequencer: Sequencer::new(cfg.oob.sequence),
-        make_bmc: Box::new(|settings| {
+        make_bmc: Box::new(move |settings| {
             IpmiBmc::new(
                 &settings.address,
                 settings.credentials.clone(),
                 RetryPolicy::default(),
             )
+            .map(|b| b.with_boot_flag_echo(echo))
         }),
         progress: dhcp.progress.clone(),
         slow_path_rx: Box::new(move || rx_of.stats.rx.load(Ordering::Relaxed)),

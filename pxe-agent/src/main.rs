@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 use pxe_agent::{
     app::{self, OobConfig, RunConfig},
     audit::{AuditLog, Entry},
-    bmc::{BootTarget, IpmiBmc, RetryPolicy},
+    bmc::{BootFlagEcho, BootTarget, IpmiBmc, RetryPolicy},
     control::{self, Op, Outcome},
     dhcp::{Server, server::Limits},
     discovered::Discovered,
@@ -158,6 +158,11 @@ enum Command {
         /// <state-dir>/audit.jsonl.
         #[arg(long, value_name = "FILE")]
         audit_log: Option<PathBuf>,
+        /// What the BMCs keep of the boot flags, which the read-back after
+        /// a boot-device set compares: full, or device-only for BMCs that
+        /// keep only the device (OpenIPMI's ipmi_sim).
+        #[arg(long, value_enum, default_value_t = EchoArg::Full)]
+        bmc_boot_flag_echo: EchoArg,
     },
     /// Act on hosts' BMCs through the running agent (or, with --direct,
     /// straight from the inventory).
@@ -275,6 +280,21 @@ enum DeviceArg {
     Bios,
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum EchoArg {
+    Full,
+    DeviceOnly,
+}
+
+impl From<EchoArg> for BootFlagEcho {
+    fn from(e: EchoArg) -> BootFlagEcho {
+        match e {
+            EchoArg::Full => BootFlagEcho::Full,
+            EchoArg::DeviceOnly => BootFlagEcho::DeviceOnly,
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Output {
     Table,
@@ -314,6 +334,9 @@ struct Select {
     /// BMC calls at once.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// For --direct: what the BMCs keep of the boot flags (see `run`).
+    #[arg(long, value_enum, default_value_t = EchoArg::Full)]
+    bmc_boot_flag_echo: EchoArg,
 }
 
 fn main() -> ExitCode {
@@ -363,6 +386,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             slow_path_rate_threshold,
             api_token_file,
             audit_log,
+            bmc_boot_flag_echo,
         } => {
             anyhow::ensure!(
                 bmc_concurrency > 0 && power_ons_per_second > 0.0 && slow_path_rate_threshold > 0.0,
@@ -410,6 +434,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     },
                     api_token_file,
                     audit_log,
+                    boot_flag_echo: bmc_boot_flag_echo.into(),
                     ..OobConfig::default()
                 },
             };
@@ -840,7 +865,8 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
             }),
         )?;
         let audit = AuditLog::open(&select.audit_log)?;
-        runtime()?.block_on(direct(op, hosts, &inv, &audit, concurrency))?
+        let echo = select.bmc_boot_flag_echo.into();
+        runtime()?.block_on(direct(op, hosts, &inv, &audit, concurrency, echo))?
     } else {
         let token = match select
             .token_file
@@ -979,6 +1005,7 @@ async fn direct(
     inv: &inventory::Inventory,
     audit: &AuditLog,
     concurrency: usize,
+    echo: BootFlagEcho,
 ) -> anyhow::Result<Vec<Outcome>> {
     use futures_util::StreamExt as _;
     let calls = hosts.into_iter().map(|name| async move {
@@ -1016,6 +1043,7 @@ async fn direct(
                         ) {
                             Err(e) => fail(&mut out, control::Failure::NoBmc, e.to_string()),
                             Ok(bmc) => {
+                                let bmc = bmc.with_boot_flag_echo(echo);
                                 if let Err(e) = control::perform(&bmc, op, &mut out).await {
                                     fail(&mut out, control::Failure::Bmc, e.to_string());
                                 }
