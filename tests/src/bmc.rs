@@ -29,7 +29,7 @@ use crate::{agent::Scratch, raw::in_netns};
 
 const BMC_IP: &str = "10.66.0.1";
 const CLIENT_CIDR: &str = "10.66.0.2/16";
-const PASSWORD: &str = "pxe-sim-secret";
+pub(crate) const PASSWORD: &str = "pxe-sim-secret";
 
 /// Records every call and keeps power and boot device in files, so tests
 /// can see what the BMC was asked to do. ipmi_sim runs it as
@@ -74,34 +74,7 @@ impl Sim {
         )
         .expect("address client end");
         let dir = Scratch::new("bmc");
-        let script = dir.path("chassis.sh");
-        fs::write(&script, CHASSIS_SCRIPT).unwrap();
-        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
-        let lan = format!(
-            r#"name "pxesim"
-set_working_mc 0x20
-  startlan 1
-    addr {BMC_IP} 623
-    priv_limit admin
-    allowed_auths_callback none md5 straight
-    allowed_auths_user none md5 straight
-    allowed_auths_operator none md5 straight
-    allowed_auths_admin none md5 straight
-    guid a123456789abcdefa123456789abcdef
-  endlan
-  chassis_control "{}"
-  user 2 true "admin" "{PASSWORD}" admin 10 md5 straight none
-  user 3 true "viewer" "{PASSWORD}" user 10 md5 straight none
-"#,
-            script.display()
-        );
-        fs::write(dir.path("lan.conf"), lan).unwrap();
-        fs::write(
-            dir.path("sim.emu"),
-            "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\nmc_enable 0x20\n",
-        )
-        .unwrap();
-        fs::create_dir_all(dir.path("state")).unwrap();
+        sim_files(&dir, BMC_IP);
         let mut sim = Sim {
             child: None,
             lab,
@@ -180,6 +153,40 @@ set_working_mc 0x20
         })
         .expect("enter client namespace")
     }
+}
+
+/// Writes the chassis script, `lan.conf` (listening on `ip`:623, users
+/// `admin` and `viewer` with [`PASSWORD`]), the emulation file and the
+/// state directory of an `ipmi_sim` into `dir`.
+pub(crate) fn sim_files(dir: &Scratch, ip: &str) {
+    let script = dir.path("chassis.sh");
+    fs::write(&script, CHASSIS_SCRIPT).unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let lan = format!(
+        r#"name "pxesim"
+set_working_mc 0x20
+  startlan 1
+    addr {ip} 623
+    priv_limit admin
+    allowed_auths_callback none md5 straight
+    allowed_auths_user none md5 straight
+    allowed_auths_operator none md5 straight
+    allowed_auths_admin none md5 straight
+    guid a123456789abcdefa123456789abcdef
+  endlan
+  chassis_control "{}"
+  user 2 true "admin" "{PASSWORD}" admin 10 md5 straight none
+  user 3 true "viewer" "{PASSWORD}" user 10 md5 straight none
+"#,
+        script.display()
+    );
+    fs::write(dir.path("lan.conf"), lan).unwrap();
+    fs::write(
+        dir.path("sim.emu"),
+        "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02\nmc_enable 0x20\n",
+    )
+    .unwrap();
+    fs::create_dir_all(dir.path("state")).unwrap();
 }
 
 fn quick() -> RetryPolicy {
