@@ -26,12 +26,16 @@ use tokio::{net::TcpListener, sync::watch};
 use tracing::{error, info, warn};
 
 use crate::{
+    audit::AuditLog,
+    bmc::{BootFlagEcho, IpmiBmc, RetryPolicy},
+    control,
     dhcp::{
         Server,
         server::{self, Limits},
         template,
     },
     health::Health,
+    http::auth::Tokens,
     http::{
         BootState,
         admin::{self, AdminState},
@@ -43,6 +47,7 @@ use crate::{
     netdev,
     progress::Progress,
     rawsock::RawSocket,
+    recovery::{self, Controller, RecoveryStore, SequencePolicy, Sequencer},
     state::State,
     tftp,
     trace::TracePath,
@@ -147,6 +152,21 @@ pub struct RunConfig {
     pub tftp_busy_poll: std::time::Duration,
     /// Served over HTTP at `/artifacts/`.
     pub artifacts: Option<PathBuf>,
+    /// Out-of-band control: sequencing, tokens, audit log.
+    pub oob: OobConfig,
+}
+
+/// The out-of-band knobs of `pxe-agent run`.
+#[derive(Clone, Debug, Default)]
+pub struct OobConfig {
+    pub sequence: SequencePolicy,
+    pub recovery: recovery::Policy,
+    /// `name token` lines; without it, acting endpoints refuse.
+    pub api_token_file: Option<PathBuf>,
+    /// Defaults to `<state-dir>/audit.jsonl`.
+    pub audit_log: Option<PathBuf>,
+    /// What the BMCs echo of the boot flags (every BMC of the agent).
+    pub boot_flag_echo: BootFlagEcho,
 }
 
 /// Receive buffer of the slow path's port-67 socket, in bytes.
@@ -307,6 +327,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         tftp_stats: OnceLock::new(),
         http_stats: limit::Stats::default(),
     });
+    let (oob, recovery_task) = start_recovery(&cfg, &state, shutdown.clone())?;
     let admin = Arc::new(AdminState {
         counters: fasts.iter().map(FastPath::counters_handle).collect(),
         fast: Mutex::new(fasts),
@@ -316,6 +337,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
             ..Default::default()
         }),
         boot: boot.clone(),
+        oob,
     });
 
     let tftp = match &cfg.boot_root {
@@ -357,6 +379,9 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     // Trace streams never end by themselves; the admin server waits for them.
     admin.boot.state.progress.trace().close();
     watcher.await.context("inventory watcher panicked")?;
+    recovery_task
+        .await
+        .context("out-of-band control panicked")?;
     monitor.await.context("health monitor panicked")?;
     for events in events {
         events.await.context("event reader panicked")?;
@@ -384,6 +409,60 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     // Dropping the last handle detaches the programs.
     drop(admin);
     Ok(())
+}
+
+/// Opens the recovery store, the token file and the audit log, and starts
+/// the out-of-band control task over the IPMI driver for the inventory in
+/// force. Fails (the agent does not start) on an unreadable token file or
+/// audit log: acting without either is not an option.
+fn start_recovery(
+    cfg: &RunConfig,
+    state: &Arc<State>,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<(Arc<admin::OobState>, tokio::task::JoinHandle<()>)> {
+    let store =
+        RecoveryStore::open_in(&cfg.state_dir).context("failed to open the recovery store")?;
+    let controller =
+        Controller::new(store, cfg.oob.recovery).context("failed to load the recovery state")?;
+    let tokens = match &cfg.oob.api_token_file {
+        Some(path) => Some(Tokens::load(path)?),
+        None => {
+            warn!("no --api-token-file: the API refuses power, bootdev and recover calls");
+            None
+        }
+    };
+    let audit_path = cfg
+        .oob
+        .audit_log
+        .clone()
+        .unwrap_or_else(|| cfg.state_dir.join("audit.jsonl"));
+    let audit = AuditLog::open(&audit_path)?;
+    let rx_of = state.clone();
+    let echo = cfg.oob.boot_flag_echo;
+    let inputs = control::Inputs {
+        controller,
+        sequencer: Sequencer::new(cfg.oob.sequence),
+        make_bmc: Box::new(move |settings| {
+            IpmiBmc::new(
+                &settings.address,
+                settings.credentials.clone(),
+                RetryPolicy::default(),
+            )
+            .map(|b| b.with_boot_flag_echo(echo))
+        }),
+        progress: state.progress.clone(),
+        slow_path_rx: Box::new(move || rx_of.stats.rx.load(Ordering::Relaxed)),
+    };
+    let (handle, task) = control::start(inputs, state.inventory(), shutdown);
+    info!(audit = %audit_path.display(), "out-of-band control running");
+    Ok((
+        Arc::new(admin::OobState {
+            control: handle,
+            tokens,
+            audit,
+        }),
+        task,
+    ))
 }
 
 /// Binds UDP port 69 on each interface and serves `root` over TFTP there,
@@ -589,7 +668,9 @@ fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &Adm
     };
     health.set_maps(Ok(()));
     let hosts = inv.hosts.len();
-    shared.boot.state.replace_inventory(Arc::new(inv));
+    let inv = Arc::new(inv);
+    shared.oob.control.set_inventory(inv.clone());
+    shared.boot.state.replace_inventory(inv);
     {
         let mut gauges = shared.gauges.lock().unwrap_or_else(PoisonError::into_inner);
         gauges.hosts = hosts;

@@ -1,4 +1,5 @@
-//! Command line: `run`, `check`, `stats`, `hosts`, `leases`, `trace`.
+//! Command line: `run`, `check`, `stats`, `hosts`, `leases`, `trace`, `bmc`,
+//! `recover`.
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
@@ -11,7 +12,10 @@ use std::{
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use pxe_agent::{
-    app::{self, RunConfig},
+    app::{self, OobConfig, RunConfig},
+    audit::{AuditLog, Entry},
+    bmc::{BootFlagEcho, BootTarget, IpmiBmc, RetryPolicy},
+    control::{self, Op, Outcome},
     dhcp::{Server, server::Limits},
     discovered::Discovered,
     http::{
@@ -22,6 +26,7 @@ use pxe_agent::{
     logging::{self, LogFormat},
     progress::{self, Step},
     ratelimit::Rate,
+    recovery::SequencePolicy,
     terminal, tftp,
     trace::TraceEvent,
     when,
@@ -131,6 +136,46 @@ enum Command {
         /// target, timestamp and the event's fields).
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
+        /// BMC calls running at once, recovery and operators' together.
+        #[arg(long, default_value_t = SequencePolicy::default().max_in_flight)]
+        bmc_concurrency: usize,
+        /// Power-ups (power on, cycle, reset) per second, on average.
+        #[arg(long, default_value_t = SequencePolicy::default().power_ups_per_second)]
+        power_ons_per_second: f64,
+        /// Hold power-ups while this many hosts are awaiting a boot stage.
+        #[arg(long, default_value_t = SequencePolicy::default().max_awaiting)]
+        max_awaiting: usize,
+        /// Hold power-ups while the DHCP slow path receives more requests
+        /// per second than this.
+        #[arg(long, default_value_t = SequencePolicy::default().max_slow_path_rate)]
+        slow_path_rate_threshold: f64,
+        /// Bearer tokens of the acting API endpoints (power, bootdev,
+        /// recover), one `name token` a line; the name goes to the audit
+        /// log. Without it those endpoints refuse every call.
+        #[arg(long, value_name = "FILE")]
+        api_token_file: Option<PathBuf>,
+        /// Audit log of every BMC call (JSON lines); default
+        /// <state-dir>/audit.jsonl.
+        #[arg(long, value_name = "FILE")]
+        audit_log: Option<PathBuf>,
+        /// What the BMCs keep of the boot flags, which the read-back after
+        /// a boot-device set compares: full, or device-only for BMCs that
+        /// keep only the device (OpenIPMI's ipmi_sim).
+        #[arg(long, value_enum, default_value_t = EchoArg::Full)]
+        bmc_boot_flag_echo: EchoArg,
+    },
+    /// Act on hosts' BMCs through the running agent (or, with --direct,
+    /// straight from the inventory).
+    Bmc {
+        #[command(subcommand)]
+        command: BmcCommand,
+    },
+    /// Hand hosts to the running agent's recovery controller: set the boot
+    /// device to PXE, power on or cycle, and watch the boot chain.
+    Recover {
+        hosts: Vec<String>,
+        #[command(flatten)]
+        select: Select,
     },
     /// Validate an inventory file without running.
     Check {
@@ -186,6 +231,114 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum BmcCommand {
+    /// Power state or action.
+    Power {
+        #[arg(value_enum)]
+        action: PowerArg,
+        hosts: Vec<String>,
+        #[command(flatten)]
+        select: Select,
+    },
+    /// Set the boot device (read back before answering).
+    Bootdev {
+        #[arg(value_enum)]
+        device: DeviceArg,
+        /// For all future boots, not only the next one.
+        #[arg(long)]
+        persistent: bool,
+        /// Boot in EFI mode.
+        #[arg(long)]
+        efi: bool,
+        hosts: Vec<String>,
+        #[command(flatten)]
+        select: Select,
+    },
+    /// The BMC's device id, the chassis power and the boot device.
+    Info {
+        hosts: Vec<String>,
+        #[command(flatten)]
+        select: Select,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PowerArg {
+    Status,
+    On,
+    Off,
+    Cycle,
+    Reset,
+    Soft,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum DeviceArg {
+    Pxe,
+    Disk,
+    Bios,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum EchoArg {
+    Full,
+    DeviceOnly,
+}
+
+impl From<EchoArg> for BootFlagEcho {
+    fn from(e: EchoArg) -> BootFlagEcho {
+        match e {
+            EchoArg::Full => BootFlagEcho::Full,
+            EchoArg::DeviceOnly => BootFlagEcho::DeviceOnly,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+/// Which hosts, how to reach them, and how to print.
+#[derive(clap::Args)]
+struct Select {
+    /// Every host with a BMC whose label KEY is VALUE (repeat: all must match).
+    #[arg(long, value_name = "KEY=VALUE")]
+    label: Vec<String>,
+    /// Every host with a BMC.
+    #[arg(long)]
+    all: bool,
+    /// File holding the bearer token (a `name token` line of the agent's
+    /// token file works too); default $PXE_AGENT_TOKEN_FILE.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    #[arg(long, default_value = DEFAULT_METRICS)]
+    metrics_addr: SocketAddr,
+    /// Act without an agent: drivers from --inventory, audited as `direct`.
+    #[arg(long, requires = "inventory")]
+    direct: bool,
+    /// Inventory file for --direct.
+    #[arg(long)]
+    inventory: Option<PathBuf>,
+    /// Audit log for --direct.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/var/lib/pxe-agent/audit.jsonl"
+    )]
+    audit_log: PathBuf,
+    /// BMC calls at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// For --direct: what the BMCs keep of the boot flags (see `run`).
+    #[arg(long, value_enum, default_value_t = EchoArg::Full)]
+    bmc_boot_flag_echo: EchoArg,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let format = match &cli.command {
@@ -227,7 +380,18 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             tftp_busy_poll_us,
             artifacts,
             log_format: _,
+            bmc_concurrency,
+            power_ons_per_second,
+            max_awaiting,
+            slow_path_rate_threshold,
+            api_token_file,
+            audit_log,
+            bmc_boot_flag_echo,
         } => {
+            anyhow::ensure!(
+                bmc_concurrency > 0 && power_ons_per_second > 0.0 && slow_path_rate_threshold > 0.0,
+                "--power-ons-per-second and --slow-path-rate-threshold must be positive"
+            );
             anyhow::ensure!(
                 rate_per_mac > 0.0 && rate_unknown > 0.0,
                 "rates must be positive"
@@ -260,6 +424,19 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 tftp_max_windowsize,
                 tftp_busy_poll: Duration::from_micros(tftp_busy_poll_us),
                 artifacts,
+                oob: OobConfig {
+                    sequence: SequencePolicy {
+                        max_in_flight: bmc_concurrency,
+                        power_ups_per_second: power_ons_per_second,
+                        max_awaiting,
+                        max_slow_path_rate: slow_path_rate_threshold,
+                        ..SequencePolicy::default()
+                    },
+                    api_token_file,
+                    audit_log,
+                    boot_flag_echo: bmc_boot_flag_echo.into(),
+                    ..OobConfig::default()
+                },
             };
             run(cfg)?;
             Ok(ExitCode::SUCCESS)
@@ -318,19 +495,31 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 })
             };
             println!(
-                "{:<17}  {:<15}  {:<12}  {:<9}  {:<28}  {:<28}  {:<28}  declined",
-                "MAC", "IP", "HOSTNAME", "STAGE", "LAST DHCP", "LAST TFTP/SCRIPT", "BOOTED"
+                "{:<17}  {:<15}  {:<12}  {:<9}  {:<5}  {:<19}  {:>8}  {:<28}  {:<28}  {:<28}  declined",
+                "MAC",
+                "IP",
+                "HOSTNAME",
+                "STAGE",
+                "POWER",
+                "RECOVERY",
+                "ATTEMPTS",
+                "LAST DHCP",
+                "LAST TFTP/SCRIPT",
+                "BOOTED"
             );
             for h in list {
                 let p = &h.progress;
                 let middle = p.script.as_ref().or(p.tftp.as_ref()).cloned();
                 println!(
-                    "{:<17}  {:<15}  {:<12}  {:<9}  {:<28}  {:<28}  {:<28}  {}",
+                    "{:<17}  {:<15}  {:<12}  {:<9}  {:<5}  {:<19}  {:>8}  {:<28}  {:<28}  {:<28}  {}",
                     h.mac,
                     h.ip,
                     terminal::escape(h.hostname.as_deref().unwrap_or_default()),
                     h.stage
                         .map_or("-".to_string(), |s| format!("{s:?}").to_lowercase()),
+                    h.power.as_deref().unwrap_or("-"),
+                    h.recovery.as_deref().unwrap_or("-"),
+                    h.attempts.map_or("-".to_string(), |a| a.to_string()),
                     step(&p.dhcp),
                     step(&middle),
                     step(&p.booted),
@@ -377,6 +566,58 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         } => {
             trace(metrics_addr, mac, count)?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Bmc { command } => {
+            let (op, hosts, select) = match command {
+                BmcCommand::Power {
+                    action,
+                    hosts,
+                    select,
+                } => {
+                    let name = match action {
+                        PowerArg::Status => "status",
+                        PowerArg::On => "on",
+                        PowerArg::Off => "off",
+                        PowerArg::Cycle => "cycle",
+                        PowerArg::Reset => "reset",
+                        PowerArg::Soft => "soft",
+                    };
+                    let op = control::parse_power(name).expect("every power argument parses");
+                    (op, hosts, select)
+                }
+                BmcCommand::Bootdev {
+                    device,
+                    persistent,
+                    efi,
+                    hosts,
+                    select,
+                } => {
+                    let name = match device {
+                        DeviceArg::Pxe => "pxe",
+                        DeviceArg::Disk => "disk",
+                        DeviceArg::Bios => "bios",
+                    };
+                    let device = control::parse_device(name).expect("every device parses");
+                    (
+                        Op::BootDevice(BootTarget {
+                            device,
+                            persistent,
+                            efi,
+                        }),
+                        hosts,
+                        select,
+                    )
+                }
+                BmcCommand::Info { hosts, select } => (Op::Info, hosts, select),
+            };
+            oob(op, hosts, &select)
+        }
+        Command::Recover { hosts, select } => {
+            anyhow::ensure!(
+                !select.direct,
+                "recover needs the running agent's controller; --direct cannot recover"
+            );
+            oob(Op::Recover, hosts, &select)
         }
         Command::Leases { metrics_addr } => {
             let list: Vec<LeaseView> =
@@ -547,4 +788,327 @@ fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
         head.lines().next().unwrap_or("")
     );
     Ok(page.to_string())
+}
+
+/// The bearer token in `path`: the last field of its first line that is
+/// not blank nor a comment, so both a bare token and the agent's
+/// `name token` line work.
+fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("failed to read the token file {}", path.display()))?;
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .and_then(|l| l.split_whitespace().last())
+        .map(str::to_string)
+        .with_context(|| format!("token file {} holds no token", path.display()))
+}
+
+/// `--label KEY=VALUE` pairs.
+fn labels(select: &Select) -> anyhow::Result<Vec<(String, String)>> {
+    select
+        .label
+        .iter()
+        .map(|l| {
+            l.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .with_context(|| format!("--label {l:?} is not KEY=VALUE"))
+        })
+        .collect()
+}
+
+/// The hosts named, plus those --all or --label select among hosts with
+/// a BMC (`(name, has_bmc, labels)`), each once, in order.
+fn targets(
+    named: Vec<String>,
+    select: &Select,
+    known: impl Iterator<Item = (String, bool, std::collections::BTreeMap<String, String>)>,
+) -> anyhow::Result<Vec<String>> {
+    let wanted = labels(select)?;
+    let mut out = named;
+    if select.all || !wanted.is_empty() {
+        for (name, bmc, host_labels) in known {
+            let matches = wanted
+                .iter()
+                .all(|(k, v)| host_labels.get(k).is_some_and(|h| h == v));
+            if bmc && matches && !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    anyhow::ensure!(
+        !out.is_empty(),
+        "no host selected: name hosts, or use --all or --label KEY=VALUE"
+    );
+    Ok(out)
+}
+
+/// Runs `op` on every selected host, through the agent or directly, and
+/// prints one row (or JSON object) per host. Fails when any host failed.
+fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> {
+    let concurrency = select.concurrency.max(1);
+    let outcomes: Vec<Outcome> = if select.direct {
+        let path = select
+            .inventory
+            .as_ref()
+            .context("--direct needs --inventory FILE")?;
+        let inv = inventory::Inventory::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let hosts = targets(
+            hosts,
+            select,
+            inv.hosts.iter().map(|h| {
+                (
+                    h.hostname.clone().unwrap_or_else(|| h.mac.to_string()),
+                    h.bmc.is_some(),
+                    h.labels.clone(),
+                )
+            }),
+        )?;
+        let audit = AuditLog::open(&select.audit_log)?;
+        let echo = select.bmc_boot_flag_echo.into();
+        runtime()?.block_on(direct(op, hosts, &inv, &audit, concurrency, echo))?
+    } else {
+        let token = match select
+            .token_file
+            .clone()
+            .or_else(|| std::env::var_os("PXE_AGENT_TOKEN_FILE").map(PathBuf::from))
+        {
+            Some(path) => Some(read_token(&path)?),
+            None => None,
+        };
+        let addr = select.metrics_addr;
+        let hosts = if select.all || !select.label.is_empty() {
+            let list: Vec<HostView> = serde_json::from_str(&http_get(addr, "/api/v1/hosts")?)
+                .context("malformed /api/v1/hosts answer")?;
+            targets(
+                hosts,
+                select,
+                list.into_iter()
+                    .map(|h| (h.hostname.clone().unwrap_or(h.mac.clone()), h.bmc, h.labels)),
+            )?
+        } else {
+            targets(hosts, select, std::iter::empty())?
+        };
+        through_agent(op, hosts, addr, token, concurrency)
+    };
+    let failed = outcomes.iter().filter(|o| !o.is_ok()).count();
+    match select.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&outcomes)?),
+        Output::Table => {
+            println!(
+                "{:<20}  {:<6}  {:<5}  {:>8}  {:<24}  error",
+                "HOST", "RESULT", "POWER", "TIME", "DETAIL"
+            );
+            for o in &outcomes {
+                let detail = o
+                    .recovery
+                    .clone()
+                    .or_else(|| {
+                        o.info.as_ref().map(|i| {
+                            format!(
+                                "dev {} fw {} ipmi {} {}",
+                                i.device_id,
+                                i.firmware,
+                                i.ipmi_version,
+                                o.boot_device.as_deref().unwrap_or("")
+                            )
+                        })
+                    })
+                    .or_else(|| o.boot_device.clone())
+                    .unwrap_or_else(|| "-".into());
+                println!(
+                    "{:<20}  {:<6}  {:<5}  {:>6}ms  {:<24}  {}",
+                    terminal::escape(&o.host),
+                    o.result,
+                    o.power.as_deref().unwrap_or("-"),
+                    o.duration_ms,
+                    terminal::escape(&detail),
+                    terminal::escape(o.error.as_deref().unwrap_or("-")),
+                );
+            }
+        }
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Sends `op` for each host to the agent, `concurrency` at a time.
+fn through_agent(
+    op: Op,
+    hosts: Vec<String>,
+    addr: SocketAddr,
+    token: Option<String>,
+    concurrency: usize,
+) -> Vec<Outcome> {
+    let (path, body) = match op {
+        Op::Power(_) | Op::PowerStatus => ("power", Some(op.params())),
+        Op::BootDevice(_) => ("bootdev", Some(op.params())),
+        Op::Info => ("bmc", None),
+        Op::Recover => ("recover", Some(serde_json::json!({}))),
+    };
+    let mut out = Vec::with_capacity(hosts.len());
+    for chunk in hosts.chunks(concurrency) {
+        let results: Vec<Outcome> = std::thread::scope(|scope| {
+            let handles: Vec<_> = chunk
+                .iter()
+                .map(|host| {
+                    let (token, body) = (token.as_deref(), body.as_ref());
+                    scope.spawn(move || {
+                        let started = std::time::Instant::now();
+                        let url = format!("/api/v1/hosts/{}/{path}", url_segment(host));
+                        let answer = match body {
+                            Some(body) => http_request(addr, "POST", &url, Some(body), token),
+                            None => http_request(addr, "GET", &url, None, token),
+                        };
+                        let failed = |error: String| Outcome {
+                            host: host.clone(),
+                            result: "error".into(),
+                            failure: Some(control::Failure::Unavailable),
+                            error: Some(error),
+                            duration_ms: started.elapsed().as_millis() as u64,
+                            ..Outcome::default()
+                        };
+                        match answer {
+                            Ok((_, text)) => match serde_json::from_str::<Outcome>(&text) {
+                                Ok(o) => o,
+                                Err(_) => failed(text.trim().to_string()),
+                            },
+                            Err(e) => failed(format!("{e:#}")),
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a request thread panicked"))
+                .collect()
+        });
+        out.extend(results);
+    }
+    out
+}
+
+/// `host` as a path segment: host names and MACs need no escaping but
+/// `%` and `/` would change the path.
+fn url_segment(host: &str) -> String {
+    host.replace('%', "%25").replace('/', "%2F")
+}
+
+/// Runs `op` on each host's BMC from the inventory, `concurrency` at a
+/// time, recording each call in `audit` as caller `direct`.
+async fn direct(
+    op: Op,
+    hosts: Vec<String>,
+    inv: &inventory::Inventory,
+    audit: &AuditLog,
+    concurrency: usize,
+    echo: BootFlagEcho,
+) -> anyhow::Result<Vec<Outcome>> {
+    use futures_util::StreamExt as _;
+    let calls = hosts.into_iter().map(|name| async move {
+        let at_ms = progress::now_ms();
+        let started = std::time::Instant::now();
+        let mut out = Outcome {
+            host: name.clone(),
+            result: "ok".into(),
+            ..Outcome::default()
+        };
+        let fail = |out: &mut Outcome, failure, error: String| {
+            out.result = "error".into();
+            out.failure = Some(failure);
+            out.error = Some(error);
+        };
+        match control::find_host(inv, &name) {
+            None => fail(
+                &mut out,
+                control::Failure::UnknownHost,
+                format!("no inventory host is named {name:?}"),
+            ),
+            Some(host) => {
+                out.mac = Some(host.mac.to_string());
+                match &host.bmc {
+                    None => fail(
+                        &mut out,
+                        control::Failure::NoBmc,
+                        format!("host {} has no bmc block in the inventory", host.label()),
+                    ),
+                    Some(s) => {
+                        match IpmiBmc::new(
+                            &s.address,
+                            s.credentials.clone(),
+                            RetryPolicy::default(),
+                        ) {
+                            Err(e) => fail(&mut out, control::Failure::NoBmc, e.to_string()),
+                            Ok(bmc) => {
+                                let bmc = bmc.with_boot_flag_echo(echo);
+                                if let Err(e) = control::perform(&bmc, op, &mut out).await {
+                                    fail(&mut out, control::Failure::Bmc, e.to_string());
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out.duration_ms = started.elapsed().as_millis() as u64;
+        (at_ms, out)
+    });
+    let done: Vec<(u64, Outcome)> = futures_util::stream::iter(calls)
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    let mut outcomes = Vec::with_capacity(done.len());
+    for (at_ms, out) in done {
+        audit.record(&Entry {
+            at_ms,
+            caller: "direct".into(),
+            host: out.host.clone(),
+            action: op.name().into(),
+            params: op.params(),
+            result: out.audit_result(),
+            duration_ms: out.duration_ms,
+        })?;
+        outcomes.push(out);
+    }
+    Ok(outcomes)
+}
+
+/// `method path` to the running agent with an optional JSON body and
+/// bearer token: the status code and the body.
+fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+    token: Option<&str>,
+) -> anyhow::Result<(u16, String)> {
+    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .with_context(|| format!("no agent answering on {addr} (is `pxe-agent run` up?)"))?;
+    // BMC calls wait for the sequencer and their own deadlines.
+    conn.set_read_timeout(Some(Duration::from_secs(300)))?;
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        conn,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer)
+        .with_context(|| format!("failed to read the answer to {path}"))?;
+    let (head, page) = answer
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP response")?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("malformed HTTP status line")?;
+    Ok((status, page.to_string()))
 }

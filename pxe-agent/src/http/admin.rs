@@ -1,8 +1,12 @@
 //! Routes of the admin listener: `/metrics`, `/healthz`, and the JSON API
 //! (`/api/v1/discovered`, `/api/v1/leases`, `/api/v1/hosts`), and the live
-//! trace of one machine (`/api/v1/trace/<mac>`).
+//! trace of one machine (`/api/v1/trace/<mac>`), and the out-of-band
+//! endpoints (`/api/v1/hosts/<host>/{power,bootdev,bmc,recover}`,
+//! `/api/v1/audit`): acting ones need a bearer token, and every call on
+//! hardware is in the audit log before its answer goes out.
 
 use std::{
+    collections::BTreeMap,
     net::Ipv4Addr,
     sync::{Arc, Mutex, PoisonError},
 };
@@ -11,16 +15,19 @@ use axum::{
     Json, Router,
     body::Body,
     extract::State,
-    http::{StatusCode, header},
+    http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
-    routing::get,
+    routing::{get, post},
 };
 use aya::maps::{MapData, PerCpuArray};
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    audit::{AuditLog, Entry},
+    bmc::BootTarget,
+    control::{self, Failure, Op, Outcome},
     discovered::Discovered,
-    http::BootState,
+    http::{BootState, auth::Tokens},
     inventory::MacAddr,
     lease::{Lease, LeaseState},
     metrics::{self, AgentGauges},
@@ -40,9 +47,32 @@ pub struct AdminState {
     pub gauges: Mutex<AgentGauges>,
     /// Inventory, leases, progress and the TFTP counters.
     pub boot: Arc<BootState>,
+    /// Out-of-band control: BMC calls, recovery, tokens, audit.
+    pub oob: Arc<OobState>,
+}
+
+/// What the out-of-band endpoints need.
+pub struct OobState {
+    pub control: control::Handle,
+    /// `None` without `--api-token-file`: acting endpoints then refuse.
+    pub tokens: Option<Tokens>,
+    pub audit: AuditLog,
+}
+
+/// The out-of-band routes alone, on their own state (the admin router
+/// merges them), so that they are testable without a fast path.
+pub fn oob_router(state: Arc<OobState>) -> Router {
+    Router::new()
+        .route("/api/v1/hosts/{host}/power", post(power))
+        .route("/api/v1/hosts/{host}/bootdev", post(bootdev))
+        .route("/api/v1/hosts/{host}/bmc", get(bmc_info))
+        .route("/api/v1/hosts/{host}/recover", post(recover))
+        .route("/api/v1/audit", get(audit))
+        .with_state(state)
 }
 
 pub fn router(state: Arc<AdminState>) -> Router {
+    let oob = oob_router(state.oob.clone());
     Router::new()
         .route("/metrics", get(metrics_page))
         .route("/healthz", get(healthz))
@@ -51,6 +81,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/api/v1/hosts", get(hosts))
         .route("/api/v1/trace/{mac}", get(trace))
         .with_state(state)
+        .merge(oob)
 }
 
 type ApiError = (StatusCode, String);
@@ -76,7 +107,8 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
     };
     let discovered = lock(&s.boot.state.discovered).len();
     let tftp = s.boot.tftp_stats.get().map(|t| t.snapshot());
-    Ok(metrics::render(&metrics::Page {
+    let recovery = s.oob.control.view().metrics.clone();
+    let mut page = metrics::render(&metrics::Page {
         fast: &fast,
         gauges: &gauges,
         slow: &s.boot.state.stats,
@@ -86,7 +118,9 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         leases: &leases,
         tftp,
         http: s.boot.http_stats.snapshot(),
-    }))
+    });
+    page.push_str(&recovery);
+    Ok(page)
 }
 
 /// Ready (200) while the program is attached, the maps hold the inventory
@@ -200,11 +234,29 @@ pub struct HostView {
     pub profile: String,
     pub stage: Option<Stage>,
     pub progress: HostProgress,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Has a `bmc` block.
+    #[serde(default)]
+    pub bmc: bool,
+    /// Last known power state (`on`, `off`), from the last BMC call.
+    #[serde(default)]
+    pub power: Option<String>,
+    /// Unix milliseconds the power state was learnt.
+    #[serde(default)]
+    pub power_at_ms: Option<u64>,
+    /// Recovery state (`idle`, `awaiting-dhcp`, ...) of a host with a BMC.
+    #[serde(default)]
+    pub recovery: Option<String>,
+    /// Recovery attempts made in the current recovery.
+    #[serde(default)]
+    pub attempts: Option<u32>,
 }
 
 /// Every inventory host, with how far its current boot got.
 async fn hosts(State(s): State<Arc<AdminState>>) -> Json<Vec<HostView>> {
     let inv = s.boot.state.inventory();
+    let view = s.oob.control.view();
     Json(
         inv.hosts
             .iter()
@@ -225,8 +277,429 @@ async fn hosts(State(s): State<Arc<AdminState>>) -> Json<Vec<HostView>> {
                     profile: inv.profile_of(h).name.clone(),
                     stage: progress.stage(),
                     progress,
+                    labels: h.labels.clone(),
+                    bmc: h.bmc.is_some(),
+                    power: view.power.get(&h.mac).map(|(p, _)| {
+                        match p {
+                            crate::bmc::PowerState::On => "on",
+                            crate::bmc::PowerState::Off => "off",
+                        }
+                        .to_string()
+                    }),
+                    power_at_ms: view.power.get(&h.mac).map(|(_, at)| *at),
+                    recovery: view.recovery.get(&h.mac).map(|r| r.state.to_string()),
+                    attempts: view.recovery.get(&h.mac).map(|r| r.attempt),
                 }
             })
             .collect(),
     )
+}
+
+/// `POST /api/v1/hosts/<host>/power` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PowerBody {
+    action: String,
+}
+
+/// `POST /api/v1/hosts/<host>/bootdev` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BootdevBody {
+    device: String,
+    #[serde(default)]
+    persistent: bool,
+    #[serde(default)]
+    efi: bool,
+}
+
+/// Why an acting call was refused before it ran.
+enum Refusal {
+    /// The agent has no `--api-token-file`.
+    NoTokenFile,
+    /// No token, or not one of ours.
+    BadToken,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Refusal::NoTokenFile => (
+                StatusCode::FORBIDDEN,
+                "acting on hardware needs an API token file: start the agent with \
+                 --api-token-file FILE\n",
+            )
+                .into_response(),
+            Refusal::BadToken => (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "a valid bearer token is required (Authorization: Bearer <token>)\n",
+            )
+                .into_response(),
+        }
+    }
+}
+
+/// The caller's token name, or why they are refused.
+fn authorize(s: &OobState, headers: &HeaderMap) -> Result<String, Refusal> {
+    let tokens = s.tokens.as_ref().ok_or(Refusal::NoTokenFile)?;
+    tokens
+        .caller(headers)
+        .map(str::to_string)
+        .ok_or(Refusal::BadToken)
+}
+
+fn bad_request(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response()
+}
+
+/// Runs `op` through the control task, records it in the audit log and
+/// answers with the outcome. An action that cannot be recorded is
+/// answered 500: it happened, but the log must say so first.
+async fn act(s: Arc<OobState>, caller: String, host: String, op: Op) -> Response {
+    let at_ms = progress::now_ms();
+    let outcome = s.control.call(&host, op).await;
+    let entry = Entry {
+        at_ms,
+        caller,
+        host: host.clone(),
+        action: op.name().to_string(),
+        params: op.params(),
+        result: outcome.audit_result(),
+        duration_ms: outcome.duration_ms,
+    };
+    let logged = {
+        let s = s.clone();
+        tokio::task::spawn_blocking(move || s.audit.record(&entry)).await
+    };
+    match logged {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "audit entry not written");
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the action ran but its audit entry was not written: {e}\n"),
+            )
+                .into_response();
+        }
+        Err(e) => {
+            return internal("the audit log", e).into_response();
+        }
+    }
+    let status = match outcome.failure {
+        None => StatusCode::OK,
+        Some(Failure::UnknownHost | Failure::NoBmc) => StatusCode::NOT_FOUND,
+        Some(Failure::Refused) => StatusCode::CONFLICT,
+        Some(Failure::Bmc) => StatusCode::BAD_GATEWAY,
+        Some(Failure::Unavailable) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, Json::<Outcome>(outcome)).into_response()
+}
+
+async fn power(
+    State(s): State<Arc<OobState>>,
+    axum::extract::Path(host): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let caller = match authorize(&s, &headers) {
+        Ok(c) => c,
+        Err(refused) => return refused.into_response(),
+    };
+    let body: PowerBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return bad_request(format!("malformed power request: {e}")),
+    };
+    let Some(op) = control::parse_power(&body.action) else {
+        return bad_request(format!(
+            "unknown power action {:?} (on, off, cycle, reset, soft, status)",
+            body.action
+        ));
+    };
+    act(s, caller, host, op).await
+}
+
+async fn bootdev(
+    State(s): State<Arc<OobState>>,
+    axum::extract::Path(host): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let caller = match authorize(&s, &headers) {
+        Ok(c) => c,
+        Err(refused) => return refused.into_response(),
+    };
+    let body: BootdevBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return bad_request(format!("malformed bootdev request: {e}")),
+    };
+    let Some(device) = control::parse_device(&body.device) else {
+        return bad_request(format!(
+            "unknown boot device {:?} (pxe, disk, bios)",
+            body.device
+        ));
+    };
+    let op = Op::BootDevice(BootTarget {
+        device,
+        persistent: body.persistent,
+        efi: body.efi,
+    });
+    act(s, caller, host, op).await
+}
+
+async fn recover(
+    State(s): State<Arc<OobState>>,
+    axum::extract::Path(host): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = match authorize(&s, &headers) {
+        Ok(c) => c,
+        Err(refused) => return refused.into_response(),
+    };
+    act(s, caller, host, Op::Recover).await
+}
+
+/// Read only, so open; audited as the hardware call it is, under the
+/// presented token's name or `anonymous`.
+async fn bmc_info(
+    State(s): State<Arc<OobState>>,
+    axum::extract::Path(host): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = s
+        .tokens
+        .as_ref()
+        .and_then(|t| t.caller(&headers))
+        .unwrap_or("anonymous")
+        .to_string();
+    act(s, caller, host, Op::Info).await
+}
+
+/// `GET /api/v1/audit?limit=N`: the last N entries (default 100), oldest first.
+async fn audit(
+    State(s): State<Arc<OobState>>,
+    axum::extract::Query(q): axum::extract::Query<AuditQuery>,
+) -> Result<Json<Vec<Entry>>, ApiError> {
+    let limit = q.limit.unwrap_or(100);
+    let entries = tokio::task::spawn_blocking(move || s.audit.tail(limit))
+        .await
+        .map_err(|e| internal("the audit log", e))?
+        .map_err(|e| internal("the audit log", e))?;
+    Ok(Json(entries))
+}
+
+#[derive(Deserialize)]
+struct AuditQuery {
+    limit: Option<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use axum::{body::to_bytes, http::Request};
+    use tower_service::Service as _;
+
+    use super::*;
+    use crate::{
+        bmc::{PowerState, fake::FakeBmc},
+        inventory::Inventory,
+        progress::Progress,
+        recovery::{Controller, Policy, RecoveryStore, SequencePolicy, Sequencer},
+    };
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+    const SECRET: &str = "fake-bmc-secret-9f2c";
+
+    struct Fixture {
+        router: Router,
+        fake: FakeBmc,
+        dir: PathBuf,
+        _stop: watch::Sender<bool>,
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    use tokio::sync::watch;
+
+    async fn fixture(name: &str, with_tokens: bool) -> Fixture {
+        let dir = std::env::temp_dir().join(format!("pxe-admin-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("bmc.password"), SECRET).expect("password");
+        let inv_path = dir.join("inventory.yaml");
+        std::fs::write(
+            &inv_path,
+            format!(
+                "subnets: [{{cidr: 10.66.0.0/16}}]\n\
+                 profiles: [{{name: w, boot: {{bios: undionly.kpxe}}}}]\n\
+                 hosts:\n  - mac: \"02:00:00:00:00:10\"\n    ip: 10.66.1.10\n    \
+                 hostname: node-1\n    profile: w\n    bmc:\n      \
+                 address: ipmi://10.77.0.2:623\n      username: admin\n      \
+                 password_file: {}\n",
+                dir.join("bmc.password").display()
+            ),
+        )
+        .expect("inventory");
+        let inv = Arc::new(Inventory::load(&inv_path).expect("valid inventory"));
+        let store = RecoveryStore::open_in(&dir).expect("store");
+        let fake = FakeBmc::new("10.77.0.2:623", PowerState::Off);
+        let given = fake.clone();
+        let inputs = control::Inputs {
+            controller: Controller::new(store, Policy::default()).expect("controller"),
+            sequencer: Sequencer::new(SequencePolicy::default()),
+            make_bmc: Box::new(move |_| Ok(given.clone())),
+            progress: Arc::new(Progress::default()),
+            slow_path_rx: Box::new(|| 0),
+        };
+        let (stop, shutdown) = watch::channel(false);
+        let (handle, _task) = control::start(inputs, inv, shutdown);
+        let tokens = with_tokens.then(|| {
+            std::fs::write(dir.join("tokens"), format!("ops {TOKEN}\n")).expect("tokens");
+            Tokens::load(&dir.join("tokens")).expect("tokens load")
+        });
+        let state = Arc::new(OobState {
+            control: handle,
+            tokens,
+            audit: AuditLog::open(&dir.join("audit.jsonl")).expect("audit"),
+        });
+        Fixture {
+            router: oob_router(state),
+            fake,
+            dir,
+            _stop: stop,
+        }
+    }
+
+    async fn send(
+        router: &Router,
+        method: &str,
+        uri: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> (StatusCode, String) {
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some(t) = token {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        // A Router is always ready: no poll_ready needed.
+        let resp = router
+            .clone()
+            .call(req.body(Body::from(body.to_string())).expect("request"))
+            .await
+            .expect("answer");
+        let status = resp.status();
+        let bytes = to_bytes(resp.into_body(), 1 << 20).await.expect("body");
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[tokio::test]
+    async fn acting_endpoints_need_a_known_token() {
+        let f = fixture("auth", true).await;
+        for (uri, body) in [
+            ("/api/v1/hosts/node-1/power", r#"{"action":"on"}"#),
+            ("/api/v1/hosts/node-1/bootdev", r#"{"device":"pxe"}"#),
+            ("/api/v1/hosts/node-1/recover", ""),
+        ] {
+            let (status, _) = send(&f.router, "POST", uri, None, body).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{uri} without a token");
+            let (status, _) = send(
+                &f.router,
+                "POST",
+                uri,
+                Some("wrong-token-wrong-token-0"),
+                body,
+            )
+            .await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{uri} with a wrong token");
+        }
+        assert!(f.fake.calls().is_empty(), "a refused call reached the BMC");
+        let (status, body) = send(&f.router, "GET", "/api/v1/audit", None, "").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "[]"));
+    }
+
+    #[tokio::test]
+    async fn without_a_token_file_acting_endpoints_refuse_everyone() {
+        let f = fixture("notokens", false).await;
+        let (status, body) = send(
+            &f.router,
+            "POST",
+            "/api/v1/hosts/node-1/power",
+            Some(TOKEN),
+            r#"{"action":"cycle"}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(body.contains("--api-token-file"), "{body}");
+        assert!(f.fake.calls().is_empty());
+    }
+
+    #[tokio::test]
+    async fn actions_answer_their_result_and_are_audited_without_secrets() {
+        let f = fixture("audit", true).await;
+        let (status, body) = send(
+            &f.router,
+            "POST",
+            "/api/v1/hosts/node-1/power",
+            Some(TOKEN),
+            r#"{"action":"on"}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let out: Outcome = serde_json::from_str(&body).expect("outcome");
+        assert_eq!(out.power.as_deref(), Some("on"));
+        assert_eq!(f.fake.power_state(), PowerState::On);
+        let (status, body) = send(
+            &f.router,
+            "POST",
+            "/api/v1/hosts/02:00:00:00:00:10/bootdev",
+            Some(TOKEN),
+            r#"{"device":"pxe","persistent":true}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let out: Outcome = serde_json::from_str(&body).expect("outcome");
+        assert_eq!(out.boot_device.as_deref(), Some("pxe persistent"));
+        let (status, _) = send(
+            &f.router,
+            "POST",
+            "/api/v1/hosts/nobody/power",
+            Some(TOKEN),
+            r#"{"action":"status"}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let (status, body) = send(&f.router, "GET", "/api/v1/audit", None, "").await;
+        assert_eq!(status, StatusCode::OK);
+        let entries: Vec<Entry> = serde_json::from_str(&body).expect("entries");
+        let got: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                (
+                    e.caller.as_str(),
+                    e.host.as_str(),
+                    e.action.as_str(),
+                    e.result.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got[..2],
+            [
+                ("ops", "node-1", "power", "ok"),
+                ("ops", "02:00:00:00:00:10", "bootdev", "ok"),
+            ]
+        );
+        assert_eq!(entries[0].params, serde_json::json!({"action": "on"}));
+        assert_eq!(entries[2].host, "nobody");
+        assert_ne!(entries[2].result, "ok");
+        let log = std::fs::read_to_string(f.dir.join("audit.jsonl")).expect("audit log");
+        for text in [&log, &body] {
+            assert!(!text.contains(SECRET) && !text.contains(TOKEN), "{text}");
+        }
+    }
 }

@@ -1,0 +1,704 @@
+//! Out-of-band control in the running agent: one task that owns the
+//! recovery [`Controller`], the [`Sequencer`] and the [`Executor`], feeds
+//! the controller boot progress, ticks it at its deadlines, and runs the
+//! operators' BMC calls (API and CLI) through the same sequencer, so that
+//! every call on hardware is ordered in one place.
+//!
+//! Owns turning an operator's [`Op`] into trait calls ([`perform`], also
+//! used by `pxe-agent bmc --direct`), what the API shows of it
+//! ([`Outcome`], [`View`]) and the last known power state of each host.
+//! It does not authenticate nor audit callers (that is `http::admin`), and
+//! does not decide recoveries (that is `recovery`).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
+};
+
+use serde::{Deserialize, Serialize};
+use tokio::{
+    sync::{mpsc, oneshot, watch},
+    task::JoinSet,
+};
+use tracing::{info, warn};
+
+use crate::{
+    bmc::{Bmc, BmcError, BootDevice, BootFlags, BootTarget, PowerAction, PowerState},
+    inventory::{BmcSettings, Inventory, MacAddr},
+    progress::{self, Progress},
+    recovery::{
+        self, Action, ActionKind, Controller, Done, HostStatus, Load, Observation, Sequencer,
+    },
+};
+
+/// How often boot progress and the slow path's request rate are read.
+const POLL: Duration = Duration::from_secs(1);
+/// Operators' calls waiting for the task.
+const QUEUE: usize = 256;
+/// Marks the epoch of an operator's call in the sequencer, so that the
+/// controller's epochs (small counters) never collide with it.
+const MANUAL: u64 = 1 << 63;
+
+/// What an operator asks of one host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Power(PowerAction),
+    PowerStatus,
+    BootDevice(BootTarget),
+    /// Device id and chassis power, read only.
+    Info,
+    /// Hand the host to the recovery controller.
+    Recover,
+}
+
+impl Op {
+    /// The audit log's `action`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Power(_) | Op::PowerStatus => "power",
+            Op::BootDevice(_) => "bootdev",
+            Op::Info => "info",
+            Op::Recover => "recover",
+        }
+    }
+
+    /// The audit log's `params` (nothing secret is in an op).
+    pub fn params(self) -> serde_json::Value {
+        match self {
+            Op::Power(a) => serde_json::json!({ "action": power_action_name(a) }),
+            Op::PowerStatus => serde_json::json!({ "action": "status" }),
+            Op::BootDevice(t) => serde_json::json!({
+                "device": device_name(t.device),
+                "persistent": t.persistent,
+                "efi": t.efi,
+            }),
+            Op::Info | Op::Recover => serde_json::json!({}),
+        }
+    }
+
+    /// Power-ups wait for the storm limits as the controller's do.
+    fn powers_up(self) -> bool {
+        matches!(
+            self,
+            Op::Power(PowerAction::On | PowerAction::Cycle | PowerAction::Reset)
+        )
+    }
+}
+
+/// `on`, `off`, `cycle`, `reset`, `soft`; `status` is [`Op::PowerStatus`].
+pub fn parse_power(text: &str) -> Option<Op> {
+    Some(match text {
+        "on" => Op::Power(PowerAction::On),
+        "off" => Op::Power(PowerAction::Off),
+        "cycle" => Op::Power(PowerAction::Cycle),
+        "reset" => Op::Power(PowerAction::Reset),
+        "soft" => Op::Power(PowerAction::SoftOff),
+        "status" => Op::PowerStatus,
+        _ => return None,
+    })
+}
+
+/// `pxe`, `disk`, `bios`.
+pub fn parse_device(text: &str) -> Option<BootDevice> {
+    Some(match text {
+        "pxe" => BootDevice::Pxe,
+        "disk" => BootDevice::Disk,
+        "bios" => BootDevice::BiosSetup,
+        _ => return None,
+    })
+}
+
+fn power_action_name(a: PowerAction) -> &'static str {
+    match a {
+        PowerAction::On => "on",
+        PowerAction::Off => "off",
+        PowerAction::Cycle => "cycle",
+        PowerAction::Reset => "reset",
+        PowerAction::SoftOff => "soft",
+    }
+}
+
+fn device_name(d: BootDevice) -> &'static str {
+    match d {
+        BootDevice::Pxe => "pxe",
+        BootDevice::Disk => "disk",
+        BootDevice::BiosSetup => "bios",
+    }
+}
+
+fn power_name(p: PowerState) -> &'static str {
+    match p {
+        PowerState::On => "on",
+        PowerState::Off => "off",
+    }
+}
+
+/// The boot flags as the API shows them.
+fn flags_name(f: BootFlags) -> String {
+    if !f.valid || f.selector == 0 {
+        return "none".into();
+    }
+    let device = [BootDevice::Pxe, BootDevice::Disk, BootDevice::BiosSetup]
+        .into_iter()
+        .find(|d| d.selector() == f.selector)
+        .map_or_else(
+            || format!("selector {:#x}", f.selector),
+            |d| device_name(d).into(),
+        );
+    let mut out = device;
+    if f.persistent {
+        out.push_str(" persistent");
+    }
+    if f.efi {
+        out.push_str(" efi");
+    }
+    out
+}
+
+/// Why an operator's call failed, mapped to an HTTP status by the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Failure {
+    /// No inventory host has that name or MAC.
+    UnknownHost,
+    /// The host has no `bmc` block.
+    NoBmc,
+    /// The controller refused (a recovery is under way).
+    Refused,
+    /// The BMC call failed.
+    Bmc,
+    /// The agent is shutting down.
+    Unavailable,
+}
+
+/// The BMC's identity as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InfoView {
+    pub device_id: u8,
+    pub device_revision: u8,
+    pub firmware: String,
+    pub ipmi_version: String,
+    pub manufacturer_id: u32,
+    pub product_id: u16,
+}
+
+/// What came of one operator's call on one host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Outcome {
+    /// The host as asked (name or MAC).
+    pub host: String,
+    pub mac: Option<String>,
+    /// `ok` or `error`.
+    pub result: String,
+    /// Power state read or reached (`on`, `off`), when known.
+    pub power: Option<String>,
+    /// The boot device read back.
+    pub boot_device: Option<String>,
+    pub info: Option<InfoView>,
+    /// The recovery state after a `recover`.
+    pub recovery: Option<String>,
+    pub failure: Option<Failure>,
+    pub error: Option<String>,
+    pub duration_ms: u64,
+}
+
+impl Outcome {
+    fn failed(host: &str, mac: Option<MacAddr>, failure: Failure, error: String) -> Outcome {
+        Outcome {
+            host: host.to_string(),
+            mac: mac.map(|m| m.to_string()),
+            result: "error".into(),
+            failure: Some(failure),
+            error: Some(error),
+            ..Outcome::default()
+        }
+    }
+
+    pub fn is_ok(&self) -> bool {
+        self.failure.is_none()
+    }
+
+    /// The audit log's `result`: `ok` or the error.
+    pub fn audit_result(&self) -> String {
+        match &self.error {
+            None => "ok".into(),
+            Some(e) => e.clone(),
+        }
+    }
+}
+
+/// Makes the trait calls of `op` (never [`Op::Recover`], which is the
+/// controller's) on `bmc`, and says what they found: the power state
+/// reached or read, the boot device read back.
+pub async fn perform<B: Bmc>(bmc: &B, op: Op, out: &mut Outcome) -> Result<(), BmcError> {
+    match op {
+        Op::PowerStatus => {
+            out.power = Some(power_name(bmc.power_status().await?).into());
+        }
+        Op::Power(action) => {
+            bmc.power(action).await?;
+            // What the chassis reports right after is what it reached or
+            // is on its way from; a failed read does not undo the action.
+            out.power = match bmc.power_status().await {
+                Ok(p) => Some(power_name(p).into()),
+                Err(_) => None,
+            };
+        }
+        Op::BootDevice(target) => {
+            bmc.set_boot_device(target).await?;
+            out.boot_device = Some(flags_name(bmc.boot_device().await?));
+        }
+        Op::Info => {
+            let info = bmc.info().await?;
+            out.info = Some(InfoView {
+                device_id: info.device_id,
+                device_revision: info.device_revision,
+                firmware: format!("{}.{:02x}", info.firmware_major, info.firmware_minor),
+                ipmi_version: format!("{}.{}", info.ipmi_version.0, info.ipmi_version.1),
+                manufacturer_id: info.manufacturer_id,
+                product_id: info.product_id,
+            });
+            out.power = Some(power_name(bmc.power_status().await?).into());
+            out.boot_device = Some(flags_name(bmc.boot_device().await?));
+        }
+        Op::Recover => {}
+    }
+    Ok(())
+}
+
+/// The host `name` (hostname or MAC) of `inv`.
+pub fn find_host<'a>(inv: &'a Inventory, name: &str) -> Option<&'a crate::inventory::Host> {
+    if let Ok(mac) = name.parse::<MacAddr>() {
+        return inv.host_by_mac(mac);
+    }
+    inv.hosts
+        .iter()
+        .find(|h| h.hostname.as_deref() == Some(name))
+}
+
+/// What the API reads without asking the task: kept current by the task.
+#[derive(Debug, Default)]
+pub struct View {
+    pub recovery: HashMap<MacAddr, HostStatus>,
+    /// Last known power state and when it was learnt (unix ms).
+    pub power: HashMap<MacAddr, (PowerState, u64)>,
+    /// The recovery block of `/metrics`.
+    pub metrics: String,
+}
+
+struct Request {
+    host: String,
+    op: Op,
+    reply: oneshot::Sender<Outcome>,
+}
+
+/// The API's side of the task: send it calls, read its view, hand it
+/// inventories.
+#[derive(Clone)]
+pub struct Handle {
+    tx: mpsc::Sender<Request>,
+    view: Arc<Mutex<View>>,
+    inventory: Arc<watch::Sender<Arc<Inventory>>>,
+}
+
+impl Handle {
+    /// Runs `op` on `host` through the task and waits for what came of it.
+    pub async fn call(&self, host: &str, op: Op) -> Outcome {
+        let (reply, rx) = oneshot::channel();
+        let gone = || {
+            Outcome::failed(
+                host,
+                None,
+                Failure::Unavailable,
+                "out-of-band control is not running".into(),
+            )
+        };
+        if self
+            .tx
+            .send(Request {
+                host: host.to_string(),
+                op,
+                reply,
+            })
+            .await
+            .is_err()
+        {
+            return gone();
+        }
+        rx.await.unwrap_or_else(|_| gone())
+    }
+
+    pub fn view(&self) -> std::sync::MutexGuard<'_, View> {
+        self.view.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Puts a reloaded inventory in force: plans and BMCs.
+    pub fn set_inventory(&self, inv: Arc<Inventory>) {
+        self.inventory.send_replace(inv);
+    }
+}
+
+/// Builds a host's driver from its inventory settings.
+pub type MakeBmc<B> = Box<dyn Fn(&BmcSettings) -> Result<B, BmcError> + Send>;
+
+/// The inputs of the task besides its handle.
+pub struct Inputs<B> {
+    pub controller: Controller,
+    pub sequencer: Sequencer,
+    pub make_bmc: MakeBmc<B>,
+    pub progress: Arc<Progress>,
+    /// Requests the DHCP slow path received so far (a counter).
+    pub slow_path_rx: Box<dyn Fn() -> u64 + Send>,
+}
+
+/// Starts the task serving `inv`; it ends when `shutdown` turns true.
+pub fn start<B: Bmc + 'static>(
+    inputs: Inputs<B>,
+    inv: Arc<Inventory>,
+    shutdown: watch::Receiver<bool>,
+) -> (Handle, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let (inv_tx, inv_rx) = watch::channel(inv);
+    let view = Arc::new(Mutex::new(View::default()));
+    let handle = Handle {
+        tx,
+        view: view.clone(),
+        inventory: Arc::new(inv_tx),
+    };
+    let task = Task {
+        controller: inputs.controller,
+        sequencer: inputs.sequencer,
+        executor: recovery::Executor::new(),
+        make_bmc: inputs.make_bmc,
+        bmcs: HashMap::new(),
+        inventory: Arc::new(Inventory::default()),
+        progress: inputs.progress,
+        slow_path_rx: inputs.slow_path_rx,
+        seen: HashMap::new(),
+        rx_last: None,
+        slow_path_rate: 0.0,
+        manual: JoinSet::new(),
+        pending: HashMap::new(),
+        next_ticket: 0,
+        view,
+    };
+    let join = tokio::spawn(task.run(rx, inv_rx, shutdown));
+    (handle, join)
+}
+
+/// An operator's call waiting in the sequencer.
+struct Pending {
+    host: String,
+    op: Op,
+    reply: oneshot::Sender<Outcome>,
+    asked: Instant,
+}
+
+struct Task<B> {
+    controller: Controller,
+    sequencer: Sequencer,
+    executor: recovery::Executor<B>,
+    make_bmc: MakeBmc<B>,
+    bmcs: HashMap<MacAddr, Arc<B>>,
+    inventory: Arc<Inventory>,
+    progress: Arc<Progress>,
+    slow_path_rx: Box<dyn Fn() -> u64 + Send>,
+    /// The progress step times already fed to the controller.
+    seen: HashMap<MacAddr, [Option<u64>; 5]>,
+    rx_last: Option<(u64, Instant)>,
+    slow_path_rate: f64,
+    manual: JoinSet<(Action, Pending, Outcome)>,
+    pending: HashMap<(MacAddr, u64), Pending>,
+    next_ticket: u64,
+    view: Arc<Mutex<View>>,
+}
+
+impl<B: Bmc + 'static> Task<B> {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Request>,
+        mut inv_rx: watch::Receiver<Arc<Inventory>>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let first = inv_rx.borrow_and_update().clone();
+        self.apply(first);
+        let mut poll = tokio::time::interval(POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            self.step();
+            let now = progress::now_ms();
+            let wake = [
+                self.controller.next_deadline(),
+                self.sequencer.next_release_ms(),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .map_or(POLL, |at| Duration::from_millis(at.saturating_sub(now)))
+            .min(POLL);
+            tokio::select! {
+                _ = shutdown.wait_for(|stop| *stop) => break,
+                Some(req) = rx.recv() => self.request(req),
+                Ok(()) = inv_rx.changed() => {
+                    let inv = inv_rx.borrow_and_update().clone();
+                    self.apply(inv);
+                }
+                Some(done) = self.executor.next(), if !self.executor.is_idle() => {
+                    self.sequencer.finished(&done.action);
+                    if let Ok(Done::PoweredOn | Done::PowerCycled) = done.result {
+                        self.note_power(done.action.mac, PowerState::On);
+                    }
+                    self.controller.complete(&done.action, done.result, progress::now_ms());
+                }
+                Some(joined) = self.manual.join_next(), if !self.manual.is_empty() => {
+                    match joined {
+                        Ok((ticket, pending, outcome)) => self.finish(ticket, pending, outcome),
+                        Err(e) => warn!(error = %e, "a BMC call task was lost"),
+                    }
+                }
+                _ = poll.tick() => self.poll(),
+                () = tokio::time::sleep(wake) => {}
+            }
+        }
+        // Calls still queued are answered, not dropped silently.
+        for (_, p) in self.pending.drain() {
+            let _ = p.reply.send(Outcome::failed(
+                &p.host,
+                None,
+                Failure::Unavailable,
+                "the agent is shutting down".into(),
+            ));
+        }
+    }
+
+    /// Puts `inv` in force: plans to the controller, drivers to the executor.
+    fn apply(&mut self, inv: Arc<Inventory>) {
+        let mut bmcs = HashMap::new();
+        for host in &inv.hosts {
+            let Some(settings) = &host.bmc else { continue };
+            match (self.make_bmc)(settings) {
+                Ok(bmc) => {
+                    bmcs.insert(host.mac, Arc::new(bmc));
+                }
+                Err(e) => warn!(host = %host.label(), error = %e, "no driver for this BMC"),
+            }
+        }
+        self.executor
+            .set_bmcs(bmcs.iter().map(|(m, b)| (*m, b.clone())));
+        self.bmcs = bmcs;
+        self.controller
+            .set_hosts(recovery::plans(&inv), progress::now_ms());
+        info!(
+            managed = self.bmcs.len(),
+            "out-of-band control has the inventory"
+        );
+        self.inventory = inv;
+    }
+
+    fn request(&mut self, req: Request) {
+        let Request { host, op, reply } = req;
+        let asked = Instant::now();
+        let Some(found) = find_host(&self.inventory, &host) else {
+            let _ = reply.send(Outcome::failed(
+                &host,
+                None,
+                Failure::UnknownHost,
+                format!("no inventory host is named {host:?}"),
+            ));
+            return;
+        };
+        let mac = found.mac;
+        if !self.bmcs.contains_key(&mac) {
+            let _ = reply.send(Outcome::failed(
+                &host,
+                Some(mac),
+                Failure::NoBmc,
+                format!(
+                    "host {} has no usable bmc block in the inventory",
+                    found.label()
+                ),
+            ));
+            return;
+        }
+        if op == Op::Recover {
+            let now = progress::now_ms();
+            let mut out = match self.controller.request(mac, now) {
+                Ok(()) => Outcome {
+                    host: host.clone(),
+                    mac: Some(mac.to_string()),
+                    result: "ok".into(),
+                    ..Outcome::default()
+                },
+                Err(e) => Outcome::failed(&host, Some(mac), Failure::Refused, e.to_string()),
+            };
+            // The first actions go to the sequencer now, so the state
+            // answered is the one the host is in.
+            self.step();
+            out.recovery = self.controller.status(mac).map(|s| s.state.to_string());
+            out.duration_ms = elapsed_ms(asked);
+            let _ = reply.send(out);
+            return;
+        }
+        self.next_ticket += 1;
+        let ticket = Action {
+            mac,
+            kind: if op.powers_up() {
+                ActionKind::PowerUp
+            } else {
+                // Only the kind's class matters to the sequencer.
+                ActionKind::SetBootDevice(BootTarget {
+                    device: BootDevice::Pxe,
+                    persistent: false,
+                    efi: false,
+                })
+            },
+            epoch: MANUAL | self.next_ticket,
+        };
+        self.pending.insert(
+            (mac, ticket.epoch),
+            Pending {
+                host,
+                op,
+                reply,
+                asked,
+            },
+        );
+        self.sequencer.push(ticket, progress::now_ms());
+    }
+
+    /// Ticks the controller, releases what may run and publishes the view.
+    fn step(&mut self) {
+        let now = progress::now_ms();
+        for action in self.controller.tick(now) {
+            self.sequencer.push(action, now);
+        }
+        let load = Load {
+            awaiting: self.controller.awaiting(),
+            slow_path_rate: self.slow_path_rate,
+        };
+        let (controller, pending) = (&self.controller, &self.pending);
+        let released = self.sequencer.release(now, load, |a| {
+            if a.epoch & MANUAL != 0 {
+                pending.contains_key(&(a.mac, a.epoch))
+            } else {
+                controller.is_current(a)
+            }
+        });
+        for action in released {
+            if action.epoch & MANUAL == 0 {
+                self.executor.start(action);
+                continue;
+            }
+            let (Some(pending), Some(bmc)) = (
+                self.pending.remove(&(action.mac, action.epoch)),
+                self.bmcs.get(&action.mac).cloned(),
+            ) else {
+                self.sequencer.finished(&action);
+                continue;
+            };
+            self.manual.spawn(async move {
+                let mut out = Outcome {
+                    host: pending.host.clone(),
+                    mac: Some(action.mac.to_string()),
+                    result: "ok".into(),
+                    ..Outcome::default()
+                };
+                if let Err(e) = perform(bmc.as_ref(), pending.op, &mut out).await {
+                    out.result = "error".into();
+                    out.failure = Some(Failure::Bmc);
+                    out.error = Some(e.to_string());
+                }
+                out.duration_ms = elapsed_ms(pending.asked);
+                (action, pending, out)
+            });
+        }
+        for t in self.controller.take_transitions() {
+            info!(
+                mac = %t.mac,
+                from = %t.from,
+                to = %t.to,
+                reason = %t.reason,
+                attempt = t.attempt,
+                "recovery transition"
+            );
+        }
+        self.publish();
+    }
+
+    fn finish(&mut self, ticket: Action, pending: Pending, outcome: Outcome) {
+        self.sequencer.finished(&ticket);
+        if let Some(p) = outcome.power.as_deref() {
+            let state = if p == "on" {
+                PowerState::On
+            } else {
+                PowerState::Off
+            };
+            self.note_power(ticket.mac, state);
+        }
+        let _ = pending.reply.send(outcome);
+    }
+
+    fn note_power(&mut self, mac: MacAddr, state: PowerState) {
+        let mut view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
+        view.power.insert(mac, (state, progress::now_ms()));
+    }
+
+    /// Feeds the controller the boot steps recorded since the last poll
+    /// and measures the slow path's request rate.
+    fn poll(&mut self) {
+        let now = progress::now_ms();
+        for mac in self.bmcs.keys() {
+            let Some(p) = self.progress.get(*mac) else {
+                continue;
+            };
+            let times = [
+                p.dhcp.as_ref().map(|s| s.at_ms),
+                p.tftp.as_ref().map(|s| s.at_ms),
+                p.script.as_ref().map(|s| s.at_ms),
+                p.artifact.as_ref().map(|s| s.at_ms),
+                p.booted.as_ref().map(|s| s.at_ms),
+            ];
+            let seen = self.seen.entry(*mac).or_default();
+            let kinds = [
+                Observation::Dhcp,
+                Observation::BootFile,
+                Observation::Script,
+                Observation::Artifacts,
+                Observation::PhoneHome,
+            ];
+            for ((time, before), kind) in times.iter().zip(seen.iter()).zip(kinds) {
+                if time.is_some() && time != before {
+                    self.controller.observe(*mac, kind, now);
+                }
+            }
+            *seen = times;
+        }
+        let rx = (self.slow_path_rx)();
+        let at = Instant::now();
+        if let Some((last, when)) = self.rx_last {
+            let secs = at.duration_since(when).as_secs_f64();
+            if secs > 0.0 {
+                self.slow_path_rate = rx.saturating_sub(last) as f64 / secs;
+            }
+        }
+        self.rx_last = Some((rx, at));
+    }
+
+    fn publish(&self) {
+        let recovery = self
+            .controller
+            .snapshot()
+            .into_iter()
+            .filter_map(|s| Some((s.mac.parse().ok()?, s)))
+            .collect();
+        let metrics = recovery::metrics::render(&self.controller, &self.sequencer);
+        let mut view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
+        view.recovery = recovery;
+        view.metrics = metrics;
+    }
+}
+
+fn elapsed_ms(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
