@@ -24,7 +24,7 @@ use pxe_agent::bmc::{
 use xtask::Lab;
 
 use crate::{
-    bmc_sim::{IpmiSim, PASSWORD, block_on_in, quick},
+    bmc_sim::{IpmiSim, PASSWORD, VIEWER, block_on_in, quick},
     raw::in_netns,
 };
 
@@ -162,10 +162,9 @@ fn wrong_password_fails_once_with_a_clear_error() {
 }
 
 #[test]
-#[ignore = "ipmi_sim lets a User-level user finish RAKP at Administrator with an auth code the driver cannot yet attribute to the privilege; it is reported as AuthFailed (see docs/bmc.md)"]
 fn user_below_administrator_is_refused_clearly() {
     let sim = Sim::start();
-    let bmc = sim.client(623, "viewer", PASSWORD, quick());
+    let bmc = sim.client(623, VIEWER, PASSWORD, quick());
     let b = bmc.clone();
     let err = sim
         .run(move || async move { b.power(PowerAction::On).await })
@@ -174,10 +173,25 @@ fn user_below_administrator_is_refused_clearly() {
         matches!(err, BmcError::InsufficientPrivilege { .. }),
         "{err}"
     );
+    assert!(err.is_permanent());
+    let text = format!("{err} {err:?}");
     assert!(
-        bmc.handshakes() <= 1,
-        "privilege errors must not be retried"
+        text.contains(VIEWER) && text.contains("Administrator") && !text.contains(PASSWORD),
+        "{text}"
     );
+    assert_eq!(bmc.handshakes(), 1, "privilege errors must not be retried");
+}
+
+#[test]
+fn user_below_administrator_with_a_wrong_password_is_auth_failed() {
+    let sim = Sim::start();
+    let bmc = sim.client(623, VIEWER, "not-the-password", quick());
+    let b = bmc.clone();
+    let err = sim
+        .run(move || async move { b.power_status().await })
+        .unwrap_err();
+    assert!(matches!(err, BmcError::AuthFailed { .. }), "{err}");
+    assert_eq!(bmc.handshakes(), 1, "auth failures must not be retried");
 }
 
 #[test]

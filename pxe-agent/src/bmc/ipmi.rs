@@ -460,10 +460,7 @@ impl Inner {
                     },
                 ..
             }) => Err(Failure {
-                error: BmcError::InsufficientPrivilege {
-                    bmc: self.endpoint.clone(),
-                    user: self.creds.user().to_owned(),
-                },
+                error: self.insufficient_privilege(),
                 retry: Retry::No,
                 sent: false,
             }),
@@ -525,8 +522,9 @@ impl Inner {
                 }
                 V2::RakpMessage2Parse(_) => self.diagnose(HandshakeStep::Rakp2, read_timeout),
                 // The BMC's RAKP 2 auth code did not match: a wrong
-                // password, or a BMC that keyed it with the user's lower
-                // privilege. The replay tells which.
+                // password, a user below Administrator refused in the status
+                // byte ipmi-rs skips, or a BMC that keyed the code with the
+                // user's lower privilege. The replay tells which.
                 V2::ServerAuthenticationFailed => self.diagnose_auth(read_timeout),
                 // The BMC found our RAKP 3 auth code wrong: same cause.
                 V2::RakpMessage4Parse(RakpMessage4ParseError::ErrorStatusCode(
@@ -550,67 +548,50 @@ impl Inner {
         }
     }
 
-    fn diagnose(&self, step: HandshakeStep, read_timeout: Duration) -> Failure {
+    /// Replays the handshake's first steps (`bmc/rakp.rs`) to attribute a
+    /// failure ipmi-rs cannot: `None` when the replay tells nothing.
+    fn replay(&self, read_timeout: Duration) -> Option<Failure> {
         let addr = self
             .endpoint
             .to_socket_addrs()
             .ok()
-            .and_then(|mut a| a.next());
+            .and_then(|mut a| a.next())?;
         let probe = |privilege| {
-            addr.and_then(|addr| {
-                let password = self.creds.password().expose();
-                rakp::probe(addr, self.creds.user(), password, privilege, read_timeout)
-            })
+            let password = self.creds.password().expose();
+            rakp::probe(addr, self.creds.user(), password, privilege, read_timeout)
         };
-        match probe(rakp::ADMIN) {
-            // A role-based lookup fails as "unauthorized name" both for an
-            // unknown user and for one whose maximum privilege is below
-            // Administrator (ipmi_sim does this); a name-only lookup at
-            // User tells them apart.
-            Some(rakp::Status::Rakp2(0x0d))
-                if matches!(
-                    probe(rakp::NAME_ONLY_USER),
-                    Some(rakp::Status::Accepted { .. })
-                ) =>
-            {
-                self.rmcp_status(HandshakeStep::Rakp2, 0x0a)
+        match rakp::attribute(probe(rakp::ADMIN), || probe(rakp::NAME_ONLY_USER)) {
+            rakp::Finding::OpenSession(code) => {
+                Some(self.rmcp_status(HandshakeStep::OpenSession, code))
             }
-            Some(rakp::Status::OpenSession(code)) => {
-                self.rmcp_status(HandshakeStep::OpenSession, code)
-            }
-            Some(rakp::Status::Rakp2(code)) => self.rmcp_status(HandshakeStep::Rakp2, code),
-            Some(rakp::Status::Accepted { .. }) | None => Failure {
-                error: self.protocol(ProtocolError::Handshake(step)),
-                retry: Retry::NewSession,
+            rakp::Finding::Rakp2(code) => Some(self.rmcp_status(HandshakeStep::Rakp2, code)),
+            rakp::Finding::BelowAdministrator => Some(Failure {
+                error: self.insufficient_privilege(),
+                retry: Retry::No,
                 sent: false,
-            },
+            }),
+            rakp::Finding::Inconclusive => None,
         }
     }
 
+    /// ipmi-rs could not parse the answer at `step`.
+    fn diagnose(&self, step: HandshakeStep, read_timeout: Duration) -> Failure {
+        self.replay(read_timeout).unwrap_or_else(|| Failure {
+            error: self.protocol(ProtocolError::Handshake(step)),
+            retry: Retry::NewSession,
+            sent: false,
+        })
+    }
+
+    /// The BMC's RAKP 2 auth code did not verify in ipmi-rs. ipmi_sim, for
+    /// one, refuses a user below Administrator with status 0Dh in the byte
+    /// ipmi-rs does not read, and an auth code over no user at all.
     fn diagnose_auth(&self, read_timeout: Duration) -> Failure {
-        let addr = self
-            .endpoint
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next());
-        let password = self.creds.password().expose();
-        let status = addr.and_then(|addr| {
-            rakp::probe(addr, self.creds.user(), password, rakp::ADMIN, read_timeout)
-        });
-        let error = match status {
-            Some(rakp::Status::Accepted {
-                verified_at: Some(level),
-            }) if level < rakp::ADMIN => BmcError::InsufficientPrivilege {
-                bmc: self.endpoint.clone(),
-                user: self.creds.user().to_owned(),
-            },
-            _ => self.auth_failed(),
-        };
-        Failure {
-            error,
+        self.replay(read_timeout).unwrap_or_else(|| Failure {
+            error: self.auth_failed(),
             retry: Retry::No,
             sent: false,
-        }
+        })
     }
 
     /// Maps an RMCP+ status code (IPMI 2.0 Table 13-15).
@@ -625,13 +606,7 @@ impl Inner {
                 Retry::No,
             ),
             // Invalid role; unauthorized role or privilege level.
-            0x09 | 0x0a => (
-                BmcError::InsufficientPrivilege {
-                    bmc: self.endpoint.clone(),
-                    user: self.creds.user().to_owned(),
-                },
-                Retry::No,
-            ),
+            0x09 | 0x0a => (self.insufficient_privilege(), Retry::No),
             // Invalid name length, unauthorized name, invalid integrity check value.
             0x0c | 0x0d | 0x0f => (self.auth_failed(), Retry::No),
             // Insufficient resources: the BMC may free a session slot.
@@ -648,6 +623,13 @@ impl Inner {
             error,
             retry,
             sent: false,
+        }
+    }
+
+    fn insufficient_privilege(&self) -> BmcError {
+        BmcError::InsufficientPrivilege {
+            bmc: self.endpoint.clone(),
+            user: self.creds.user().to_owned(),
         }
     }
 
@@ -748,13 +730,7 @@ impl Inner {
     fn completion(&self, cmd: CommandName, cc: CompletionErrorCode) -> Failure {
         let code = completion_code_byte(cc);
         let (error, retry) = match code {
-            0xd4 => (
-                BmcError::InsufficientPrivilege {
-                    bmc: self.endpoint.clone(),
-                    user: self.creds.user().to_owned(),
-                },
-                Retry::No,
-            ),
+            0xd4 => (self.insufficient_privilege(), Retry::No),
             // Node busy, timeout, response unavailable, BMC initializing.
             0xc0 | 0xc3 | 0xce | 0xd2 => (self.completion_error(cmd, code), Retry::SameSession),
             _ => (self.completion_error(cmd, code), Retry::No),

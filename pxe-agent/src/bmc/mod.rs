@@ -176,7 +176,9 @@ pub enum BmcError {
     Timeout { bmc: String, deadline: Duration },
     #[error("BMC {bmc} rejected the credentials of user {user:?} (wrong user name or password)")]
     AuthFailed { bmc: String, user: String },
-    #[error("BMC {bmc}: user {user:?} may not act as Administrator")]
+    #[error(
+        "BMC {bmc}: user {user:?} lacks the Administrator privilege required for power and boot control"
+    )]
     InsufficientPrivilege { bmc: String, user: String },
     #[error(
         "BMC {bmc} offers no matching cipher suite (RMCP+ needs suite 3: RAKP-HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128)"
