@@ -448,7 +448,6 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                         backoff_initial: Duration::from_millis(recovery_backoff_ms),
                         ..recovery::Policy::default()
                     },
-                    ..OobConfig::default()
                 },
             };
             run(cfg)?;
