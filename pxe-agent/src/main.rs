@@ -26,7 +26,7 @@ use pxe_agent::{
     logging::{self, LogFormat},
     progress::{self, Step},
     ratelimit::Rate,
-    recovery::SequencePolicy,
+    recovery::{self, SequencePolicy},
     terminal, tftp,
     trace::TraceEvent,
     when,
@@ -163,6 +163,14 @@ enum Command {
         /// keep only the device (OpenIPMI's ipmi_sim).
         #[arg(long, value_enum, default_value_t = EchoArg::Full)]
         bmc_boot_flag_echo: EchoArg,
+        /// Milliseconds a recovery waits after a failed attempt before the
+        /// next; doubled for each further attempt, up to ten minutes.
+        #[arg(
+            long,
+            default_value_t = recovery::Policy::default().backoff_initial.as_millis() as u64,
+            value_name = "MS"
+        )]
+        recovery_backoff_ms: u64,
     },
     /// Act on hosts' BMCs through the running agent (or, with --direct,
     /// straight from the inventory).
@@ -387,6 +395,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             api_token_file,
             audit_log,
             bmc_boot_flag_echo,
+            recovery_backoff_ms,
         } => {
             anyhow::ensure!(
                 bmc_concurrency > 0 && power_ons_per_second > 0.0 && slow_path_rate_threshold > 0.0,
@@ -435,7 +444,10 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     api_token_file,
                     audit_log,
                     boot_flag_echo: bmc_boot_flag_echo.into(),
-                    ..OobConfig::default()
+                    recovery: recovery::Policy {
+                        backoff_initial: Duration::from_millis(recovery_backoff_ms),
+                        ..recovery::Policy::default()
+                    },
                 },
             };
             run(cfg)?;

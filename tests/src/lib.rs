@@ -30,6 +30,8 @@ mod oob;
 #[cfg(test)]
 mod persistence;
 #[cfg(test)]
+mod recovery_vm;
+#[cfg(test)]
 mod relay;
 #[cfg(test)]
 mod reload;

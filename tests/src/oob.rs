@@ -19,14 +19,23 @@ const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
 /// The agent with a host whose BMC is the simulator, and the simulator.
 /// Field order matters: the simulator stops before the agent's lab goes.
-struct Rig {
-    sim: IpmiSim,
+pub(crate) struct Rig {
+    pub(crate) sim: IpmiSim,
     sim_dir: Scratch,
-    served: Served,
+    pub(crate) served: Served,
+    /// The agent's `run` arguments besides the lab's own.
+    args: Vec<String>,
 }
 
 impl Rig {
     fn start(name: &str) -> Rig {
+        Rig::start_with(name, "", &[])
+    }
+
+    /// Like [`Rig::start`], with `host_extra` appended to the host's YAML
+    /// (indented keys such as a `recovery` block) and `extra` arguments to
+    /// `pxe-agent run`.
+    pub(crate) fn start_with(name: &str, host_extra: &str, extra: &[&str]) -> Rig {
         let sim_dir = Scratch::new(&format!("{name}-sim"));
         fs::write(sim_dir.path("bmc.password"), PASSWORD).unwrap();
         fs::write(sim_dir.path("tokens"), format!("ops {TOKEN}\n")).unwrap();
@@ -37,19 +46,24 @@ impl Rig {
              hosts:\n  - mac: \"02:00:00:00:00:10\"\n    ip: 10.66.1.10\n    \
              hostname: node-1\n    profile: w\n    labels: {{rack: r3}}\n    bmc:\n      \
              address: ipmi://{SIM_IP}:623\n      username: admin\n      \
-             password_file: {}\n",
+             password_file: {}\n{host_extra}",
             sim_dir.path("bmc.password").display()
         );
         let tokens = sim_dir.path("tokens");
+        let args: Vec<String> = [
+            "--api-token-file",
+            tokens.to_str().unwrap(),
+            "--bmc-boot-flag-echo",
+            "device-only",
+        ]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .map(str::to_owned)
+        .collect();
         let served = Served::start_with(
             name,
             &inventory,
-            &[
-                "--api-token-file",
-                tokens.to_str().unwrap(),
-                "--bmc-boot-flag-echo",
-                "device-only",
-            ],
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
         );
         served.add_client_address(&format!("{SIM_IP}/16"));
         let sim = IpmiSim::start(served.lab.client_ns(), SIM_IP);
@@ -57,6 +71,7 @@ impl Rig {
             sim,
             sim_dir,
             served,
+            args,
         };
         // Ready once the simulator answers through the agent.
         let deadline = Instant::now() + Duration::from_secs(15);
@@ -80,7 +95,14 @@ impl Rig {
         );
     }
 
-    fn token(&self) -> String {
+    /// Starts the agent again (after it was stopped) with the same arguments.
+    pub(crate) fn restart_agent(&mut self) {
+        let args = self.args.clone();
+        self.served
+            .restart(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+
+    pub(crate) fn token(&self) -> String {
         self.sim_dir.path("token").display().to_string()
     }
 
@@ -100,7 +122,7 @@ impl Rig {
         )
     }
 
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let (ok, out, err) = self.cli(args);
         assert!(
             ok,
@@ -115,7 +137,7 @@ impl Rig {
         self.sim.state(file)
     }
 
-    fn get(&self, path: &str) -> String {
+    pub(crate) fn get(&self, path: &str) -> String {
         let out = self
             .served
             .lab

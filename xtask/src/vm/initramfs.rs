@@ -9,7 +9,11 @@
 //! that goes wrong prints `PXE-AGENT-FAILED <why>` and powers off, so a VM
 //! run with `-no-reboot` always ends. With `pxe.stay` on the command line it
 //! stays up after the phone-home instead, like an installed host, until
-//! something outside (a BMC's power off) stops it.
+//! something outside (a BMC's power off) stops it. With
+//! `pxe.heartbeats=N pxe.heartbeat_every=S` it POSTs to the same URL N more
+//! times, S seconds apart, after the phone-home (printing
+//! `PXE-AGENT-HEARTBEAT <mac> <i>` each time), then falls silent: a host
+//! whose heartbeat stops, for the agent's watchdog.
 //!
 //! The archive is written here (cpio "newc") and compressed with `gzip`.
 
@@ -36,6 +40,14 @@ pub const PHONE_HOME_PARAM: &str = "pxe.phonehome";
 /// The kernel command line flag that keeps the guest running after it
 /// phoned home (see the module docs).
 pub const STAY_PARAM: &str = "pxe.stay";
+
+/// The kernel command line parameters of the heartbeats after the
+/// phone-home: how many, and seconds between them (see the module docs).
+pub const HEARTBEATS_PARAM: &str = "pxe.heartbeats";
+pub const HEARTBEAT_EVERY_PARAM: &str = "pxe.heartbeat_every";
+
+/// Printed after each heartbeat; followed by `<mac> <i>`.
+pub const HEARTBEAT_MARKER: &str = "PXE-AGENT-HEARTBEAT";
 
 /// A profile `cmdline` for this guest: serial console, reboot (so QEMU with
 /// `-no-reboot` exits) a second after a panic, and the agent's phone-home
@@ -71,10 +83,14 @@ udhcpc -i "$IF" -s /etc/udhcpc.sh -f -q -n -t 10 -T 2 || fail "no DHCP lease on 
 IP=$(cat /tmp/ip)
 URL=
 STAY=
+BEATS=0
+EVERY=10
 for a in $(cat /proc/cmdline); do
     case "$a" in
     pxe.phonehome=*) URL=${a#pxe.phonehome=} ;;
     pxe.stay) STAY=1 ;;
+    pxe.heartbeats=*) BEATS=${a#pxe.heartbeats=} ;;
+    pxe.heartbeat_every=*) EVERY=${a#pxe.heartbeat_every=} ;;
     esac
 done
 echo "PXE-AGENT-BOOTED $MAC $IP"
@@ -86,6 +102,12 @@ else
     echo "PXE-AGENT-PHONED-HOME $MAC failed"
 fi
 sync
+i=0
+while [ "$i" -lt "$BEATS" ]; do
+    sleep "$EVERY"
+    i=$((i + 1))
+    timeout 20 wget -q -O /dev/null --post-data "heartbeat $i" "$URL" && echo "PXE-AGENT-HEARTBEAT $MAC $i"
+done
 if [ -n "$STAY" ]; then
     while :; do sleep 3600; done
 fi
@@ -312,11 +334,18 @@ mod tests {
 
     #[test]
     fn init_prints_the_markers_the_tests_look_for() {
-        for marker in [BOOTED_MARKER, PHONED_HOME_MARKER, FAILED_MARKER] {
+        for marker in [
+            BOOTED_MARKER,
+            PHONED_HOME_MARKER,
+            FAILED_MARKER,
+            HEARTBEAT_MARKER,
+        ] {
             assert!(INIT.contains(marker), "{marker}");
         }
         assert!(INIT.contains(&format!("{PHONE_HOME_PARAM}=")));
         assert!(INIT.contains(&format!("{STAY_PARAM})")));
+        assert!(INIT.contains(&format!("{HEARTBEATS_PARAM}=*)")));
+        assert!(INIT.contains(&format!("{HEARTBEAT_EVERY_PARAM}=*)")));
         assert!(PROFILE_CMDLINE.contains(&format!("{PHONE_HOME_PARAM}=")));
     }
 }
