@@ -34,6 +34,8 @@ mod relay;
 #[cfg(test)]
 mod reload;
 #[cfg(test)]
+mod sequence;
+#[cfg(test)]
 mod slow_path;
 #[cfg(test)]
 mod tftp;
