@@ -190,6 +190,19 @@ fn most_overlapping(spans: &[Span]) -> usize {
     usize::try_from(most).unwrap_or(0)
 }
 
+/// User and system CPU time of process `pid` so far, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("read the agent's stat");
+    // Fields after the command name (which may hold spaces) in parentheses;
+    // utime and stime are fields 14 and 15 of proc(5), in clock ticks.
+    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    ticks as f64 / hz as f64
+}
+
 /// The value of the sample `name` (with its labels) on a `/metrics` page.
 fn sample(metrics: &str, name: &str) -> Option<f64> {
     metrics
@@ -283,7 +296,10 @@ fn power_ups_wait_while_too_many_hosts_await_dhcp() {
     while rig.power_ons().len() < 5 && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(100));
     }
+    // Held, the agent waits for events: it does not spin.
+    let cpu_before = cpu_seconds(rig.served.agent_pid());
     thread::sleep(Duration::from_millis(1500));
+    let cpu_held = cpu_seconds(rig.served.agent_pid()) - cpu_before;
     let held = rig.metrics();
     let first = *rig.power_ons().first().expect("no host powered on");
     let queued = sample(&held, "pxe_recovery_queue_length");
@@ -293,6 +309,11 @@ fn power_ups_wait_while_too_many_hosts_await_dhcp() {
         "while held: {} power-ons, queue {queued:?}, awaiting-dhcp {awaiting:?}, \
          waits for awaiting hosts {waits:?}",
         rig.power_ons().len()
+    );
+    eprintln!("agent CPU while held: {cpu_held:.2}s in 1.5 s");
+    assert!(
+        cpu_held < 0.1,
+        "the agent spun while power-ups were held: {cpu_held:.2}s of CPU in 1.5 s"
     );
     assert_eq!(rig.power_ons().len(), 5, "{}", rig.context());
     assert_eq!(queued, Some((FLEET - 5) as f64), "{held}");
