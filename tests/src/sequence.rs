@@ -228,7 +228,7 @@ fn power_ons_keep_to_the_rate_and_bmc_calls_to_the_concurrency_limit() {
     );
     // Every chassis call takes 1.2 s (under the driver's 2 s attempt
     // timeout, so nothing is resent): a power-on and its read-back keep a
-    // BMC busy ~2.5 s, so at 2 power-ons a second five or six calls would
+    // BMC busy ~2.5 s, so at 2 power-ons a second about five calls would
     // overlap without the limit.
     for sim in rig.fleet.sims() {
         sim.set_call_delay(Duration::from_millis(1200));
