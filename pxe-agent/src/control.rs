@@ -430,7 +430,7 @@ impl<B: Bmc + 'static> Task<B> {
             let now = progress::now_ms();
             let wake = [
                 self.controller.next_deadline(),
-                self.sequencer.next_release_ms(),
+                self.sequencer.next_release_ms(now),
             ]
             .into_iter()
             .flatten()

@@ -947,7 +947,11 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
     })
 }
 
-/// Sends `op` for each host to the agent, `concurrency` at a time.
+/// Sends `op` for each host to the agent, `concurrency` at a time: each
+/// worker takes the next host as soon as its last one answered, so a slow
+/// or dead BMC holds up only its own worker. The agent's sequencer decides
+/// the order and pace of the calls themselves. Outcomes are in `hosts`'
+/// order.
 fn through_agent(
     op: Op,
     hosts: Vec<String>,
@@ -961,46 +965,51 @@ fn through_agent(
         Op::Info => ("bmc", None),
         Op::Recover => ("recover", Some(serde_json::json!({}))),
     };
-    let mut out = Vec::with_capacity(hosts.len());
-    for chunk in hosts.chunks(concurrency) {
-        let results: Vec<Outcome> = std::thread::scope(|scope| {
-            let handles: Vec<_> = chunk
-                .iter()
-                .map(|host| {
-                    let (token, body) = (token.as_deref(), body.as_ref());
-                    scope.spawn(move || {
-                        let started = std::time::Instant::now();
-                        let url = format!("/api/v1/hosts/{}/{path}", url_segment(host));
-                        let answer = match body {
-                            Some(body) => http_request(addr, "POST", &url, Some(body), token),
-                            None => http_request(addr, "GET", &url, None, token),
-                        };
-                        let failed = |error: String| Outcome {
-                            host: host.clone(),
-                            result: "error".into(),
-                            failure: Some(control::Failure::Unavailable),
-                            error: Some(error),
-                            duration_ms: started.elapsed().as_millis() as u64,
-                            ..Outcome::default()
-                        };
-                        match answer {
-                            Ok((_, text)) => match serde_json::from_str::<Outcome>(&text) {
-                                Ok(o) => o,
-                                Err(_) => failed(text.trim().to_string()),
-                            },
-                            Err(e) => failed(format!("{e:#}")),
-                        }
-                    })
+    let ask = |host: &String| {
+        let started = std::time::Instant::now();
+        let url = format!("/api/v1/hosts/{}/{path}", url_segment(host));
+        let answer = match &body {
+            Some(body) => http_request(addr, "POST", &url, Some(body), token.as_deref()),
+            None => http_request(addr, "GET", &url, None, token.as_deref()),
+        };
+        let failed = |error: String| Outcome {
+            host: host.clone(),
+            result: "error".into(),
+            failure: Some(control::Failure::Unavailable),
+            error: Some(error),
+            duration_ms: started.elapsed().as_millis() as u64,
+            ..Outcome::default()
+        };
+        match answer {
+            Ok((_, text)) => match serde_json::from_str::<Outcome>(&text) {
+                Ok(o) => o,
+                Err(_) => failed(text.trim().to_string()),
+            },
+            Err(e) => failed(format!("{e:#}")),
+        }
+    };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<(usize, Outcome)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..concurrency.min(hosts.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(host) = hosts.get(i) else { break };
+                        mine.push((i, ask(host)));
+                    }
+                    mine
                 })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a request thread panicked"))
-                .collect()
-        });
-        out.extend(results);
-    }
-    out
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a request thread panicked"))
+            .collect()
+    });
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, o)| o).collect()
 }
 
 /// `host` as a path segment: host names and MACs need no escaping but

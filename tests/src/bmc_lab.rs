@@ -1,6 +1,6 @@
 //! BMCs for out-of-band recovery tests: an `ipmi_sim` whose chassis powers
 //! a real QEMU guest in a boot lab ([`GuestBmc`]), and a fleet of record-only
-//! simulators on one namespace ([`BmcFleet`]).
+//! simulators on one namespace ([`BmcFleet`]), its own lab's or the caller's.
 //!
 //! How a power request reaches the guest: ipmi_sim runs the chassis
 //! program ([`crate::bmc_sim`]); with the guest marker present, the
@@ -352,16 +352,20 @@ fn add_bmc_address(lab: &BootLab, ip: &str) {
 const FLEET_SERVER_CIDR: &str = "10.67.0.254/24";
 const FLEET_CLIENT_CIDR: &str = "10.67.0.253/24";
 
-/// N record-only BMCs (no guests) on the server end of one veth lab, the
-/// IPMI clients in its client namespace. Each chassis records power-on
-/// times ([`IpmiSim::power_ons`]). Field order: simulators before the lab.
+/// N record-only BMCs (no guests), each chassis recording power-on times
+/// ([`IpmiSim::power_ons`]): on the server end of a veth lab of their own,
+/// the IPMI clients in its client namespace ([`BmcFleet::start`]), or on an
+/// interface of a namespace the caller made ([`BmcFleet::start_on`]).
+/// Field order: simulators before the lab.
 pub struct BmcFleet {
     sims: Vec<IpmiSim>,
-    lab: Lab,
+    client_ns: String,
+    lab: Option<Lab>,
 }
 
 impl BmcFleet {
-    /// Starts `count` simulators at once and waits until all answer.
+    /// Starts `count` simulators at once on a lab of their own and waits
+    /// until all answer.
     pub fn start(prefix: &str, count: usize) -> BmcFleet {
         let lab = Lab::new_with(prefix, FLEET_SERVER_CIDR).expect("create fleet lab");
         lab.run_in(
@@ -376,26 +380,39 @@ impl BmcFleet {
             ],
         )
         .expect("address client end");
+        let mut fleet =
+            BmcFleet::start_on(lab.server_ns(), lab.server_if(), lab.client_ns(), count);
+        fleet.lab = Some(lab);
+        fleet
+    }
+
+    /// Starts `count` simulators at once on [`bmc_ip`]`/24` addresses of
+    /// `iface` in `ns`, for clients in `client_ns` (which must reach
+    /// 10.67.0.0/24; the caller routes it), and waits until all answer.
+    /// The namespaces stay the caller's.
+    pub fn start_on(ns: &str, iface: &str, client_ns: &str, count: usize) -> BmcFleet {
         let batch: String = (0..count)
-            .map(|i| format!("addr add {}/24 dev {}\n", bmc_ip(i), lab.server_if()))
+            .map(|i| format!("addr add {}/24 dev {iface}\n", bmc_ip(i)))
             .collect();
         let batch_file =
-            std::env::temp_dir().join(format!("pxe-fleet-{}-{prefix}.ip", std::process::id()));
+            std::env::temp_dir().join(format!("pxe-fleet-{}-{ns}.ip", std::process::id()));
         fs::write(&batch_file, batch).expect("write ip batch");
         let added = process::run(
             std::process::Command::new("ip")
-                .args(["-n", lab.server_ns(), "-batch"])
+                .args(["-n", ns, "-batch"])
                 .arg(&batch_file),
         );
         let _ = fs::remove_file(&batch_file);
         added.expect("address BMCs");
-        let sims: Vec<IpmiSim> = (0..count)
-            .map(|i| IpmiSim::spawn(lab.server_ns(), &bmc_ip(i)))
-            .collect();
+        let sims: Vec<IpmiSim> = (0..count).map(|i| IpmiSim::spawn(ns, &bmc_ip(i))).collect();
         for sim in &sims {
             sim.wait_ready(READY_TIMEOUT);
         }
-        BmcFleet { sims, lab }
+        BmcFleet {
+            sims,
+            client_ns: client_ns.to_owned(),
+            lab: None,
+        }
     }
 
     pub fn sims(&self) -> &[IpmiSim] {
@@ -404,7 +421,7 @@ impl BmcFleet {
 
     /// Where the clients run.
     pub fn client_ns(&self) -> &str {
-        self.lab.client_ns()
+        &self.client_ns
     }
 
     /// One Administrator client per BMC, in order.
@@ -417,7 +434,7 @@ impl BmcFleet {
         &self,
         f: impl FnOnce() -> F + Send + 'static,
     ) -> T {
-        block_on_in(self.lab.client_ns(), f)
+        block_on_in(&self.client_ns, f)
     }
 }
 

@@ -47,6 +47,12 @@ pub const POWER_FILE: &str = "power";
 pub const BOOT_FILE: &str = "boot";
 /// One line per `set power 1` received: Unix time, `seconds.nanoseconds`.
 pub const POWER_ON_LOG: &str = "power-on.log";
+/// Seconds (`0.5`) every chassis call sleeps before acting, when present:
+/// makes calls long enough that overlapping ones are seen in [`SPAN_LOG`].
+pub const DELAY_FILE: &str = "delay";
+/// One line per chassis call: its start and end (Unix time, as in
+/// [`POWER_ON_LOG`]), then its arguments.
+pub const SPAN_LOG: &str = "spans.log";
 
 /// ipmi_sim runs this through `sh -c` (popen) as `<prog> get <parm>...` or
 /// `<prog> set <parm> "<value>"...` and waits for it to exit, answering the
@@ -54,12 +60,15 @@ pub const POWER_ON_LOG: &str = "power-on.log";
 /// `set power 0` and, from a 1 s timer, `set power 1`; hard reset
 /// `set reset 1`; soft off `set shutdown 1`; the boot device
 /// `set boot pxe|default|bios|cdrom|none` (disk is `default`). Every call is
-/// logged, every power-on time-stamped. With a guest watcher the power
+/// logged, every power-on time-stamped, every call's start and end kept
+/// (after the sleep [`DELAY_FILE`] asks for). With a guest watcher the power
 /// requests wait (at most 10 s) for the watcher to act on them, and an
 /// error from it fails the IPMI request.
 const CHASSIS_SCRIPT: &str = r#"#!/bin/sh
 dir=$(dirname "$0")
+start=$(date +%s.%N) args="$*"
 echo "$@" >> "$dir/calls.log"
+[ -f "$dir/delay" ] && sleep "$(cat "$dir/delay")"
 op=$1; shift
 [ -f "$dir/power" ] || echo 0 > "$dir/power"
 to_guest() {
@@ -94,6 +103,7 @@ else
     shift 2
   done
 fi
+echo "$start $(date +%s.%N) $args" >> "$dir/spans.log"
 "#;
 
 /// The BMC's device: manufacturer 0x1291, product 0x0f02, IPMI 2.0.
@@ -264,6 +274,20 @@ set_working_mc 0x20
         parse_power_ons(&self.state(POWER_ON_LOG))
     }
 
+    /// Every chassis call so far: (start, end, arguments), in order.
+    pub fn spans(&self) -> Vec<Span> {
+        parse_spans(&self.state(SPAN_LOG))
+    }
+
+    /// Makes every later chassis call sleep `delay` before acting.
+    pub fn set_call_delay(&self, delay: Duration) {
+        fs::write(
+            self.dir.path(DELAY_FILE),
+            format!("{:.3}\n", delay.as_secs_f64()),
+        )
+        .expect("write chassis delay");
+    }
+
     /// An IPMI client for `user` on `port` of this BMC.
     pub fn client(&self, port: u16, user: &str, password: &str, policy: RetryPolicy) -> IpmiBmc {
         let creds = Credentials::new(user, Password::new(password)).expect("credentials");
@@ -312,10 +336,37 @@ pub fn block_on_in<T: Send + 'static, F: Future<Output = T> + 'static>(
 /// Lines of `seconds.nanoseconds` (what `date +%s.%N` prints).
 fn parse_power_ons(log: &str) -> Vec<SystemTime> {
     log.lines()
+        .filter_map(|line| parse_time(line.trim()))
+        .collect()
+}
+
+fn parse_time(text: &str) -> Option<SystemTime> {
+    let (secs, frac) = text.split_once('.')?;
+    // `%N` prints nine digits; shorter fractions are tenths, hundredths, ….
+    let nanos = format!("{frac:0<9}");
+    let at = Duration::new(secs.parse().ok()?, nanos.get(..9)?.parse().ok()?);
+    Some(SystemTime::UNIX_EPOCH + at)
+}
+
+/// One chassis program run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    pub start: SystemTime,
+    pub end: SystemTime,
+    /// `get power`, `set power "1"`, …
+    pub args: String,
+}
+
+/// Lines of `start end args...` ([`SPAN_LOG`]).
+fn parse_spans(log: &str) -> Vec<Span> {
+    log.lines()
         .filter_map(|line| {
-            let (secs, nanos) = line.trim().split_once('.')?;
-            let at = Duration::new(secs.parse().ok()?, nanos.parse().ok()?);
-            Some(SystemTime::UNIX_EPOCH + at)
+            let mut parts = line.trim().splitn(3, ' ');
+            Some(Span {
+                start: parse_time(parts.next()?)?,
+                end: parse_time(parts.next()?)?,
+                args: parts.next().unwrap_or_default().to_owned(),
+            })
         })
         .collect()
 }
@@ -334,6 +385,19 @@ pub fn quick() -> RetryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn call_spans_parse_from_the_span_log() {
+        let spans = parse_spans("1700000000.5 1700000001.25 set power 1\nbad\n");
+        assert_eq!(
+            spans,
+            [Span {
+                start: SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 500_000_000),
+                end: SystemTime::UNIX_EPOCH + Duration::new(1_700_000_001, 250_000_000),
+                args: "set power 1".into(),
+            }]
+        );
+    }
 
     #[test]
     fn power_on_times_parse_from_date_output() {

@@ -228,16 +228,19 @@ impl Sequencer {
         self.running.remove(&action.mac);
     }
 
-    /// When a power-up held only by the rate may go, unix milliseconds: a
-    /// timer for the agent's loop.
-    pub fn next_release_ms(&self) -> Option<u64> {
+    /// When a power-up held only by the rate may go, unix milliseconds
+    /// after `now_ms`: a timer for the agent's loop. `None` when no
+    /// power-up is queued, or when the rate already allows one at `now_ms`:
+    /// then another limit holds it, and the event that lifts that limit
+    /// (an action finishing, a host leaving an awaiting state, a poll of
+    /// the slow path) wakes the loop; a time in the past would only make
+    /// it spin.
+    pub fn next_release_ms(&self, now_ms: u64) -> Option<u64> {
         let tolerance = self
             .interval_us()
             .saturating_mul(u64::from(self.policy.power_up_burst.max(1) - 1));
-        self.queue
-            .iter()
-            .any(|q| q.action.kind.is_power())
-            .then(|| self.tat_us.saturating_sub(tolerance).div_ceil(1000))
+        let at = self.tat_us.saturating_sub(tolerance).div_ceil(1000);
+        (at > now_ms && self.queue.iter().any(|q| q.action.kind.is_power())).then_some(at)
     }
 
     pub fn queue_len(&self) -> usize {
@@ -387,6 +390,28 @@ mod tests {
         for pair in times.windows(2) {
             assert!(pair[1] - pair[0] >= 200, "{pair:?}");
         }
+    }
+
+    #[test]
+    fn the_release_timer_is_set_only_while_the_rate_holds() {
+        let mut seq = Sequencer::new(SequencePolicy {
+            max_awaiting: 1,
+            ..policy()
+        });
+        assert_eq!(seq.next_release_ms(0), None, "nothing queued");
+        seq.push(power(0), 0);
+        seq.push(power(1), 0);
+        seq.push(power(2), 0);
+        assert_eq!(seq.release(0, Load::default(), |_| true), [power(0)]);
+        // power(0) runs: the awaiting limit (1) holds the rest, and the
+        // rate's slot at 500 ms is still ahead.
+        assert_eq!(seq.next_release_ms(100), Some(500));
+        assert!(seq.release(600, Load::default(), |_| true).is_empty());
+        // The rate allows one now; only the awaiting limit holds it.
+        assert_eq!(seq.next_release_ms(600), None);
+        seq.finished(&power(0));
+        assert_eq!(seq.release(700, Load::default(), |_| true), [power(1)]);
+        assert_eq!(seq.next_release_ms(700), Some(1200));
     }
 
     #[test]
