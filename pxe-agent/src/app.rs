@@ -238,14 +238,16 @@ fn fits_hosts_map(hosts: usize, replies: usize) -> Result<(), Problem> {
         format!(
             "{hosts} hosts compile to {replies} replies, one per host and boot class, but the \
              fast path holds at most {MAX_TEMPLATES}; give profiles fewer boot classes (every \
-             host gets one reply for plain dhcp, plus one for each of bios, uefi, uefi_arm64 \
-             and http its profile sets) or split the inventory between agents"
+             host gets one reply for plain dhcp, plus one for each of bios, uefi, uefi_arm64, \
+             http, http_arm64 and http_ia32 its profile sets) or split the inventory between \
+             agents"
         ),
     ))
 }
 
 /// Runs until `shutdown` turns true.
 pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+    limit_panic_messages();
     let ifaces = resolve(&cfg.interfaces)?;
     let servers: Vec<Server> = ifaces.iter().map(|i| i.server).collect();
     for i in &ifaces {
@@ -328,6 +330,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         http_stats: limit::Stats::default(),
     });
     let (oob, recovery_task) = start_recovery(&cfg, &state, shutdown.clone())?;
+    let recovery_task = watch_recovery(recovery_task, state.clone(), shutdown.clone());
     let admin = Arc::new(AdminState {
         counters: fasts.iter().map(FastPath::counters_handle).collect(),
         fast: Mutex::new(fasts),
@@ -376,6 +379,8 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     ));
     let _ = shutdown.wait_for(|stop| *stop).await;
     info!("shutting down");
+    // First, so the slow paths stop even if joining something below fails.
+    stop.store(true, Ordering::Relaxed);
     // Trace streams never end by themselves; the admin server waits for them.
     admin.boot.state.progress.trace().close();
     watcher.await.context("inventory watcher panicked")?;
@@ -399,7 +404,6 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
             .context("http server panicked")?
             .context("http server failed")?;
     }
-    stop.store(true, Ordering::Relaxed);
     for slow_thread in slow_threads {
         tokio::task::spawn_blocking(move || slow_thread.join())
             .await
@@ -463,6 +467,50 @@ fn start_recovery(
         }),
         task,
     ))
+}
+
+/// Panics are contained where they happen (one DHCP request, one BMC
+/// call, one service that is then restarted) and counted there; the default
+/// hook's message to stderr is kept, but at most one a second, so a flood of
+/// requests that panic cannot flood the log.
+fn limit_panic_messages() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    static LAST: Mutex<Option<std::time::Instant>> = Mutex::new(None);
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
+            if last.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+                *last = Some(std::time::Instant::now());
+                drop(last);
+                default(info);
+            }
+        }));
+    });
+}
+
+/// Reports out-of-band control that ends before shutdown (a panic in its
+/// task) in the agent's health, instead of letting BMC actions and recovery
+/// stop unnoticed.
+fn watch_recovery(
+    task: tokio::task::JoinHandle<()>,
+    state: Arc<State>,
+    shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let ended = task.await;
+        if *shutdown.borrow() {
+            return;
+        }
+        let why = match ended {
+            Err(e) if e.is_panic() => "panicked",
+            _ => "stopped",
+        };
+        error!("out-of-band control {why}: BMC actions and recovery are off until a restart");
+        state
+            .health
+            .set_oob(Err(format!("{why}; BMC actions and recovery are off")));
+    })
 }
 
 /// Binds UDP port 69 on each interface and serves `root` over TFTP there,
@@ -599,26 +647,32 @@ async fn watch_inventory(
 ) {
     let mut seen = fingerprint(&cfg.inventory);
     let mut tick = tokio::time::interval(cfg.reload_interval);
+    // A file whose map writes failed is tried again, not left half-known.
+    let mut retry_at: Option<std::time::Instant> = None;
     loop {
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => return,
             _ = tick.tick() => {}
         }
         let now = fingerprint(&cfg.inventory);
-        if now == seen {
+        let retry = retry_at.is_some_and(|at| std::time::Instant::now() >= at);
+        if now == seen && !retry {
             continue;
         }
         seen = now;
+        retry_at = None;
         let (path, shared, servers) = (cfg.inventory.clone(), shared.clone(), servers.clone());
         let http_port = cfg.http_addr.port();
         // Loading, compiling and the map writes (up to one `bpf()` call per
         // template) block: none of it runs on the runtime.
-        if let Err(e) = tokio::task::spawn_blocking(move || {
+        match tokio::task::spawn_blocking(move || {
             apply_inventory(&path, &servers, http_port, &shared)
         })
         .await
         {
-            error!(error = %e, "inventory reload task failed");
+            Ok(Reload::SyncFailed) => retry_at = Some(std::time::Instant::now() + RELOAD_RETRY),
+            Ok(Reload::Applied | Reload::Refused) => {}
+            Err(e) => error!(error = %e, "inventory reload task failed"),
         }
     }
 }
@@ -626,7 +680,21 @@ async fn watch_inventory(
 /// Loads the inventory at `path` and puts it in force in both paths on
 /// every interface (`servers[i]` is that of `shared.fast[i]`), or refuses
 /// it and leaves the previous one in force everywhere.
-fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &AdminState) {
+/// What became of a reload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reload {
+    /// In force on both paths.
+    Applied,
+    /// The file is not valid: it waits for the next change of the file.
+    Refused,
+    /// The maps could not be written; worth trying again.
+    SyncFailed,
+}
+
+/// How long after a failed map write the same file is tried again.
+const RELOAD_RETRY: Duration = Duration::from_secs(5);
+
+fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &AdminState) -> Reload {
     let health = &shared.boot.state.health;
     let rejected = || {
         shared
@@ -640,7 +708,7 @@ fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &Adm
         Err(e) => {
             rejected();
             warn!("inventory change refused, still serving the previous one: {e}");
-            return;
+            return Reload::Refused;
         }
     };
     let count = templates.iter().map(template::Templates::len).sum();
@@ -655,15 +723,19 @@ fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &Adm
             health.set_maps(Ok(()));
             error!(
                 "inventory change not applied: failed to update the hosts map: {e}; \
-                 still serving the previous inventory on both paths"
+                 still serving the previous inventory on both paths; trying again in {} s",
+                RELOAD_RETRY.as_secs()
             );
-            return;
+            return Reload::SyncFailed;
         }
         Err(e @ SyncError::Mixed { .. }) => {
             rejected();
             health.set_maps(Err(e.to_string()));
-            error!("inventory change not applied: {e}");
-            return;
+            error!(
+                "inventory change not applied: {e}; trying again in {} s",
+                RELOAD_RETRY.as_secs()
+            );
+            return Reload::SyncFailed;
         }
     };
     health.set_maps(Ok(()));
@@ -684,6 +756,7 @@ fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &Adm
         unchanged = report.unchanged,
         "inventory reloaded"
     );
+    Reload::Applied
 }
 
 /// Modification time, size and inode of the file behind the path

@@ -383,7 +383,21 @@ pub fn start<B: Bmc + 'static>(
         next_ticket: 0,
         view,
     };
-    let join = tokio::spawn(task.run(rx, inv_rx, shutdown));
+    // On a thread and runtime of its own: every change of the controller
+    // ends in a durable commit of the recovery store (an fsync), which must
+    // not hold up the workers that serve DHCP, TFTP, HTTP and the API.
+    let join = tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .thread_name("oob-control")
+            .build();
+        match runtime {
+            Ok(rt) => rt.block_on(task.run(rx, inv_rx, shutdown)),
+            Err(e) => {
+                tracing::error!(error = %e, "failed to start the out-of-band control runtime")
+            }
+        }
+    });
     (handle, join)
 }
 
@@ -604,10 +618,37 @@ impl<B: Bmc + 'static> Task<B> {
                     result: "ok".into(),
                     ..Outcome::default()
                 };
-                if let Err(e) = perform(bmc.as_ref(), pending.op, &mut out).await {
+                // On a task of its own, so that a panic in the call is this
+                // host's error and this task always comes back: the
+                // sequencer's slot is always freed.
+                let op = pending.op;
+                let call = tokio::spawn(async move {
+                    let mut out = out;
+                    let result = perform(bmc.as_ref(), op, &mut out).await;
+                    (out, result.map_err(|e| e.to_string()))
+                });
+                let failed = match call.await {
+                    Ok((done, result)) => {
+                        out = done;
+                        result.err()
+                    }
+                    Err(e) => {
+                        out = Outcome {
+                            host: pending.host.clone(),
+                            mac: Some(action.mac.to_string()),
+                            ..Outcome::default()
+                        };
+                        Some(if e.is_panic() {
+                            "the BMC call panicked".to_string()
+                        } else {
+                            "the BMC call was cancelled".to_string()
+                        })
+                    }
+                };
+                if let Some(error) = failed {
                     out.result = "error".into();
                     out.failure = Some(Failure::Bmc);
-                    out.error = Some(e.to_string());
+                    out.error = Some(error);
                 }
                 out.duration_ms = elapsed_ms(pending.asked);
                 (action, pending, out)

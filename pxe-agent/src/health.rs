@@ -35,6 +35,7 @@ struct Problems {
     maps: Option<String>,
     store: Option<String>,
     slow_path: Option<String>,
+    oob: Option<String>,
 }
 
 impl Default for Health {
@@ -91,6 +92,11 @@ impl Health {
         self.problems().store = result.err();
     }
 
+    /// Whether out-of-band control (BMC actions, recovery) runs.
+    pub fn set_oob(&self, result: Result<(), String>) {
+        self.problems().oob = result.err();
+    }
+
     /// Everything that is wrong now; empty when ready.
     pub fn check(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -109,6 +115,7 @@ impl Health {
             ("XDP", &p.xdp),
             ("maps", &p.maps),
             ("state store", &p.store),
+            ("out-of-band control", &p.oob),
         ] {
             if let Some(problem) = problem {
                 out.push(format!("{what}: {problem}"));

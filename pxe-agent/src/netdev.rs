@@ -96,6 +96,9 @@ pub fn xdp_program_id(iface: &str) -> std::io::Result<Option<u32>> {
     const IFLA_XDP: u16 = 43;
     const IFLA_XDP_ATTACHED: u16 = 2;
     const IFLA_XDP_PROG_ID: u16 = 4;
+    const IFLA_XDP_DRV_PROG_ID: u16 = 5;
+    const IFLA_XDP_SKB_PROG_ID: u16 = 6;
+    const IFLA_XDP_HW_PROG_ID: u16 = 7;
     let name = std::ffi::CString::new(iface).map_err(|_| Error::from(ErrorKind::InvalidInput))?;
     // SAFETY: a NUL-terminated name.
     let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
@@ -156,11 +159,23 @@ pub fn xdp_program_id(iface: &str) -> std::io::Result<Option<u32>> {
     if attached == 0 {
         return Ok(None);
     }
-    Ok(nested
-        .iter()
-        .find(|(t, _)| *t == IFLA_XDP_PROG_ID)
-        .and_then(|(_, v)| v.get(..4))
-        .map(|v| u32::from_ne_bytes([v[0], v[1], v[2], v[3]])))
+    // With programs in several modes (XDP_ATTACHED_MULTI) the kernel sends
+    // one id per mode instead of IFLA_XDP_PROG_ID: any of them will do.
+    let id_of = |kind: u16| {
+        nested
+            .iter()
+            .find(|(t, _)| *t == kind)
+            .and_then(|(_, v)| v.get(..4))
+            .map(|v| u32::from_ne_bytes([v[0], v[1], v[2], v[3]]))
+    };
+    Ok([
+        IFLA_XDP_PROG_ID,
+        IFLA_XDP_DRV_PROG_ID,
+        IFLA_XDP_SKB_PROG_ID,
+        IFLA_XDP_HW_PROG_ID,
+    ]
+    .into_iter()
+    .find_map(id_of))
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {

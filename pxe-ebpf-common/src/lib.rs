@@ -380,9 +380,6 @@ pub enum Counter {
     PassRequestMismatch,
     /// The frame could not grow to the reply's size.
     PassNoRoom,
-    /// Addressed to another machine (Ethernet or IP destination neither
-    /// broadcast nor this server's): seen on a promiscuous port or bridge.
-    PassNotForUs,
     /// A REQUEST selecting another server (RFC 2131 section 4.3.2).
     DropOtherServer,
     /// A helper failed.
@@ -391,6 +388,11 @@ pub enum Counter {
     EventLost,
     /// The trace ring buffer was full; the verdict stood.
     TraceLost,
+    /// Ethernet destination neither broadcast nor this interface's, or IP
+    /// destination neither broadcast nor this server's (a promiscuous
+    /// port, a bridge member, a subnet-directed broadcast): left to the
+    /// stack, which delivers what is this host's.
+    PassNotForUs,
     Count,
 }
 
@@ -410,11 +412,11 @@ impl Counter {
         Counter::PassMessageType,
         Counter::PassRequestMismatch,
         Counter::PassNoRoom,
-        Counter::PassNotForUs,
         Counter::DropOtherServer,
         Counter::Error,
         Counter::EventLost,
         Counter::TraceLost,
+        Counter::PassNotForUs,
     ];
 
     /// Metric-friendly name.

@@ -142,7 +142,12 @@ impl Rig {
             .served
             .lab
             .cmd_in(self.served.lab.server_ns(), "curl")
-            .args(["-s", &format!("http://127.0.0.1:9464{path}")])
+            .args([
+                "-s",
+                "-H",
+                &format!("Authorization: Bearer {TOKEN}"),
+                &format!("http://127.0.0.1:9464{path}"),
+            ])
             .output()
             .expect("curl");
         String::from_utf8_lossy(&out.stdout).into_owned()

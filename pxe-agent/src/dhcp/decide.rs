@@ -78,7 +78,10 @@ pub enum Decision {
 /// request of that class alike (so one template per host and class holds
 /// the reply). Everything else is passed up, with the reason the kernel
 /// counts it under; a REQUEST that selects another server is dropped, as
-/// the slow path ignores it.
+/// the slow path ignores it. What only the frame shows is the kernel's own
+/// business and not judged here: malformed or VLAN-tagged frames, IP
+/// options, too many options, no room to grow, and frames not addressed to
+/// this server (`pass_not_for_us`).
 pub fn fast_path(req: &Request, inv: &Inventory, server: &Server) -> Decision {
     // In the kernel's order, so that both name the same reason.
     let Some(msg_type) = req.msg_type else {

@@ -88,9 +88,13 @@ impl Request {
     /// The options are walked here, by the rules the XDP program walks them
     /// by, rather than by a general decoder: only the options policy reads
     /// are interpreted, the same lengths are refused (RFC 2132 fixes those of
-    /// 50, 53 and 54; RFC 4578 makes 93 a list of 16-bit types), and a
+    /// 50, 53 and 54; 93 must hold at least one 16-bit type), and a
     /// repeated option counts as its last occurrence, so that both paths
-    /// see the same request. Nothing here can panic on any input.
+    /// see the same request. Where the kernel gives up and passes a request
+    /// up, this parser reads on: an option area without an end option,
+    /// more than 64 options, option overload (52, not honoured here: the
+    /// `sname` and `file` fields are not read as options). Nothing here can
+    /// panic on any input.
     pub fn parse(bytes: &[u8]) -> Result<Request, ParseError> {
         use bootp::*;
         if bytes.len() <= OFF_OPTIONS {

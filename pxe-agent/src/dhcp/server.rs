@@ -44,6 +44,8 @@ const BATCH: usize = 64;
 const QUARANTINE: Quarantine = Quarantine::DEFAULT;
 /// How often a decline refused for a quarantine limit is logged.
 const DECLINE_WARN_EVERY: Duration = Duration::from_secs(60);
+/// How often a request whose handling panicked is logged.
+const PANIC_LOG_EVERY: Duration = Duration::from_secs(60);
 /// How often expired leases are swept.
 const EXPIRE_EVERY: Duration = Duration::from_secs(10);
 
@@ -106,6 +108,7 @@ pub fn serve(
         started: Instant::now(),
         last_expire: Instant::now(),
         decline_warned: None,
+        panic_logged: None,
         state,
     };
     let mut buf = vec![[0u8; 1500]; BATCH];
@@ -126,6 +129,8 @@ struct SlowPath<'a> {
     last_expire: Instant,
     /// When a decline refused for a quarantine limit was last logged.
     decline_warned: Option<Instant>,
+    /// When a request that panicked was last logged.
+    panic_logged: Option<Instant>,
     state: Arc<State>,
 }
 
@@ -190,10 +195,19 @@ impl SlowPath<'_> {
                 Ok(None) => {}
                 Err(_) => {
                     bump(&self.state.stats.panics);
-                    error!(
-                        request = %hex(bytes),
-                        "handling a DHCP request panicked; request dropped"
-                    );
+                    // Crafted requests can come in floods: one line a
+                    // minute, with the request, and the count on /metrics.
+                    if self
+                        .panic_logged
+                        .is_none_or(|at| at.elapsed() >= PANIC_LOG_EVERY)
+                    {
+                        self.panic_logged = Some(Instant::now());
+                        error!(
+                            request = %hex(bytes),
+                            "handling a DHCP request panicked; request dropped \
+                             (pxe_slow_errors_total{{kind=\"panic\"}} counts them all)"
+                        );
+                    }
                 }
             }
         }

@@ -340,6 +340,19 @@ impl IntoResponse for Refusal {
     }
 }
 
+/// The caller of a read-only endpoint that reaches the BMCs or the audit
+/// log: anyone when the agent has no token file (the metrics address is
+/// loopback by default), else only a token holder.
+fn authorize_read(s: &OobState, headers: &HeaderMap) -> Result<String, Refusal> {
+    match &s.tokens {
+        None => Ok("anonymous".to_string()),
+        Some(tokens) => tokens
+            .caller(headers)
+            .map(str::to_string)
+            .ok_or(Refusal::BadToken),
+    }
+}
+
 /// The caller's token name, or why they are refused.
 fn authorize(s: &OobState, headers: &HeaderMap) -> Result<String, Refusal> {
     let tokens = s.tokens.as_ref().ok_or(Refusal::NoTokenFile)?;
@@ -357,6 +370,15 @@ fn bad_request(message: String) -> Response {
 /// answers with the outcome. An action that cannot be recorded is
 /// answered 500: it happened, but the log must say so first.
 async fn act(s: Arc<OobState>, caller: String, host: String, op: Op) -> Response {
+    // On a task of its own: a client that hangs up must not leave an action
+    // that runs later without its audit entry.
+    match tokio::spawn(act_and_record(s, caller, host, op)).await {
+        Ok(response) => response,
+        Err(e) => internal("the action", e).into_response(),
+    }
+}
+
+async fn act_and_record(s: Arc<OobState>, caller: String, host: String, op: Op) -> Response {
     let at_ms = progress::now_ms();
     let outcome = s.control.call(&host, op).await;
     let entry = Entry {
@@ -466,25 +488,25 @@ async fn bmc_info(
     axum::extract::Path(host): axum::extract::Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let caller = s
-        .tokens
-        .as_ref()
-        .and_then(|t| t.caller(&headers))
-        .unwrap_or("anonymous")
-        .to_string();
+    let caller = match authorize_read(&s, &headers) {
+        Ok(c) => c,
+        Err(refused) => return refused.into_response(),
+    };
     act(s, caller, host, Op::Info).await
 }
 
 /// `GET /api/v1/audit?limit=N`: the last N entries (default 100), oldest first.
 async fn audit(
     State(s): State<Arc<OobState>>,
+    headers: HeaderMap,
     axum::extract::Query(q): axum::extract::Query<AuditQuery>,
-) -> Result<Json<Vec<Entry>>, ApiError> {
+) -> Result<Json<Vec<Entry>>, Response> {
+    authorize_read(&s, &headers).map_err(IntoResponse::into_response)?;
     let limit = q.limit.unwrap_or(100);
     let entries = tokio::task::spawn_blocking(move || s.audit.tail(limit))
         .await
-        .map_err(|e| internal("the audit log", e))?
-        .map_err(|e| internal("the audit log", e))?;
+        .map_err(|e| internal("the audit log", e).into_response())?
+        .map_err(|e| internal("the audit log", e).into_response())?;
     Ok(Json(entries))
 }
 
@@ -618,7 +640,10 @@ mod tests {
             assert_eq!(status, StatusCode::UNAUTHORIZED, "{uri} with a wrong token");
         }
         assert!(f.fake.calls().is_empty(), "a refused call reached the BMC");
-        let (status, body) = send(&f.router, "GET", "/api/v1/audit", None, "").await;
+        // With a token file, reading the audit log takes a token too.
+        let (status, _) = send(&f.router, "GET", "/api/v1/audit", None, "").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let (status, body) = send(&f.router, "GET", "/api/v1/audit", Some(TOKEN), "").await;
         assert_eq!((status, body.as_str()), (StatusCode::OK, "[]"));
     }
 
@@ -673,7 +698,7 @@ mod tests {
         )
         .await;
         assert_eq!(status, StatusCode::NOT_FOUND);
-        let (status, body) = send(&f.router, "GET", "/api/v1/audit", None, "").await;
+        let (status, body) = send(&f.router, "GET", "/api/v1/audit", Some(TOKEN), "").await;
         assert_eq!(status, StatusCode::OK);
         let entries: Vec<Entry> = serde_json::from_str(&body).expect("entries");
         let got: Vec<_> = entries

@@ -90,10 +90,12 @@ impl Tokens {
     /// on the lengths, so the answer's timing says nothing of which prefix
     /// matched.
     pub fn caller(&self, headers: &HeaderMap) -> Option<&str> {
-        let presented = headers
-            .get(AUTHORIZATION)?
-            .as_bytes()
-            .strip_prefix(b"Bearer ")?;
+        // The scheme is case-insensitive (RFC 9110 section 11.1).
+        let value = headers.get(AUTHORIZATION)?.as_bytes();
+        let (scheme, presented) = value.split_at_checked(7)?;
+        if !scheme.eq_ignore_ascii_case(b"bearer ") {
+            return None;
+        }
         let mut found = None;
         for (name, secret) in &self.0 {
             if constant_time_eq(&secret.0, presented) && found.is_none() {

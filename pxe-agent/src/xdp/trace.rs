@@ -128,18 +128,31 @@ fn detail(r: &TraceRecord, counter: Option<Counter>) -> String {
     }
 }
 
-/// The filters of several interfaces' programs, set together: each is set
-/// even when another fails, and the first failure is reported.
+/// The filters of several interfaces' programs, set together. Removing is
+/// tried on every interface; adding is all or nothing: when one interface
+/// refuses the MAC, those that took it give it back, so no program is left
+/// tracing a MAC nobody watches.
 impl KernelFilter for Vec<TraceFilter> {
     fn set(&self, mac: MacAddr, traced: bool, count: usize) -> Result<(), String> {
-        let mut first = Ok(());
-        for filter in self {
-            let result = filter.set(mac, traced, count);
-            if first.is_ok() {
-                first = result;
+        if !traced {
+            let mut first = Ok(());
+            for filter in self {
+                let result = filter.set(mac, false, count);
+                if first.is_ok() {
+                    first = result;
+                }
+            }
+            return first;
+        }
+        for (at, filter) in self.iter().enumerate() {
+            if let Err(e) = filter.set(mac, true, count) {
+                for done in &self[..at] {
+                    let _ = done.set(mac, false, count.saturating_sub(1));
+                }
+                return Err(e);
             }
         }
-        first
+        Ok(())
     }
 }
 
