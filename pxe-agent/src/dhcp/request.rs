@@ -122,13 +122,7 @@ impl Request {
             ciaddr: ip_at(OFF_CIADDR),
             giaddr: ip_at(OFF_GIADDR),
             chaddr: MacAddr(chaddr),
-            requested_ip: None,
-            server_id: None,
-            arch: None,
-            vendor: VendorClass::None,
-            ipxe: false,
-            relay_info: false,
-            more: Details::default(),
+            ..Request::template_skeleton()
         };
         for (code, value) in options(&bytes[OFF_OPTIONS..]) {
             let (code, value) = (code, value?);

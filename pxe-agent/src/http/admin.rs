@@ -362,6 +362,24 @@ fn authorize(s: &OobState, headers: &HeaderMap) -> Result<String, Refusal> {
         .ok_or(Refusal::BadToken)
 }
 
+/// The caller of an acting endpoint and its JSON body, or the answer that
+/// refuses them.
+#[expect(
+    clippy::result_large_err,
+    reason = "the error is the handler's answer, returned at once"
+)]
+fn authorized_body<T: serde::de::DeserializeOwned>(
+    s: &OobState,
+    headers: &HeaderMap,
+    body: &[u8],
+    what: &str,
+) -> Result<(String, T), Response> {
+    let caller = authorize(s, headers).map_err(IntoResponse::into_response)?;
+    let body = serde_json::from_slice(body)
+        .map_err(|e| bad_request(format!("malformed {what} request: {e}")))?;
+    Ok((caller, body))
+}
+
 fn bad_request(message: String) -> Response {
     (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response()
 }
@@ -424,13 +442,9 @@ async fn power(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let caller = match authorize(&s, &headers) {
-        Ok(c) => c,
-        Err(refused) => return refused.into_response(),
-    };
-    let body: PowerBody = match serde_json::from_slice(&body) {
-        Ok(b) => b,
-        Err(e) => return bad_request(format!("malformed power request: {e}")),
+    let (caller, body): (_, PowerBody) = match authorized_body(&s, &headers, &body, "power") {
+        Ok(ok) => ok,
+        Err(refused) => return refused,
     };
     let Some(op) = control::parse_power(&body.action) else {
         return bad_request(format!(
@@ -447,13 +461,9 @@ async fn bootdev(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    let caller = match authorize(&s, &headers) {
-        Ok(c) => c,
-        Err(refused) => return refused.into_response(),
-    };
-    let body: BootdevBody = match serde_json::from_slice(&body) {
-        Ok(b) => b,
-        Err(e) => return bad_request(format!("malformed bootdev request: {e}")),
+    let (caller, body): (_, BootdevBody) = match authorized_body(&s, &headers, &body, "bootdev") {
+        Ok(ok) => ok,
+        Err(refused) => return refused,
     };
     let Some(device) = control::parse_device(&body.device) else {
         return bad_request(format!(
