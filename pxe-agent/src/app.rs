@@ -560,7 +560,7 @@ async fn start_tftp(
                 std::net::IpAddr::V4(ip) => ip,
                 std::net::IpAddr::V6(ip) => ip.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
             };
-            let Some(mac) = boot.state.mac_at(ip) else {
+            let Some(mac) = boot.state.mac_at(ip).await else {
                 continue;
             };
             let at = event

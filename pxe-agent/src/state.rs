@@ -94,19 +94,30 @@ impl State {
     }
 
     /// The address `mac` may fetch its script from: its reservation, or the
-    /// pool address it leased.
-    pub fn address_of(&self, mac: MacAddr) -> Option<Ipv4Addr> {
+    /// pool address it leased. A reserved host is answered at once; the
+    /// lease lookup may wait for the slow path's commit (an fsync) on the
+    /// lease store's lock, so it runs on the blocking pool.
+    pub async fn address_of(self: &Arc<Self>, mac: MacAddr) -> Option<Ipv4Addr> {
         if let Some(host) = self.inventory().host_by_mac(mac) {
             return Some(host.ip);
         }
-        self.lease_of(mac)
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || state.lease_of(mac))
+            .await
+            .ok()
+            .flatten()
     }
 
-    /// The MAC behind a client address, for recording progress.
-    pub fn mac_at(&self, ip: Ipv4Addr) -> Option<MacAddr> {
+    /// The MAC behind a client address, for recording progress: a
+    /// reservation at once, a pool lease from the blocking pool.
+    pub async fn mac_at(self: &Arc<Self>, ip: Ipv4Addr) -> Option<MacAddr> {
         if let Some(host) = self.inventory().host_by_ip(ip) {
             return Some(host.mac);
         }
-        self.mac_with_lease(ip)
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || state.mac_with_lease(ip))
+            .await
+            .ok()
+            .flatten()
     }
 }

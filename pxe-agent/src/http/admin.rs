@@ -101,9 +101,15 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
     let fast =
         Stats::read_all(s.counters.iter().map(|c| &**c)).map_err(|e| internal("counters", e))?;
     let gauges = *lock(&s.gauges);
+    // The lease store's lock may be held through a commit (an fsync).
     let leases = {
-        let store = lock(&s.boot.state.leases);
-        [LeaseState::Bound, LeaseState::Declined].map(|state| (state, store.count(state)))
+        let state = s.boot.state.clone();
+        tokio::task::spawn_blocking(move || {
+            let store = lock(&state.leases);
+            [LeaseState::Bound, LeaseState::Declined].map(|st| (st, store.count(st)))
+        })
+        .await
+        .map_err(|e| internal("leases", e))?
     };
     let discovered = lock(&s.boot.state.discovered).len();
     let tftp = s.boot.tftp_stats.get().map(|t| t.snapshot());
@@ -168,8 +174,10 @@ impl From<&Lease> for LeaseView {
 
 /// Pool leases, including quarantined addresses.
 async fn leases(State(s): State<Arc<AdminState>>) -> Result<Json<Vec<LeaseView>>, ApiError> {
-    let list = lock(&s.boot.state.leases)
-        .list()
+    let state = s.boot.state.clone();
+    let list = tokio::task::spawn_blocking(move || lock(&state.leases).list())
+        .await
+        .map_err(|e| internal("leases", e))?
         .map_err(|e| internal("leases", e))?;
     Ok(Json(list.iter().map(LeaseView::from).collect()))
 }

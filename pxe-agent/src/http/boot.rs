@@ -44,7 +44,7 @@ async fn boot_script(
     else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let Some(ip) = state.state.address_of(mac) else {
+    let Some(ip) = state.state.address_of(mac).await else {
         return StatusCode::NOT_FOUND.into_response();
     };
     if client_ip(peer) != Some(ip) {
@@ -103,7 +103,7 @@ async fn booted(
     let Ok(mac) = mac.parse::<MacAddr>() else {
         return StatusCode::NOT_FOUND;
     };
-    let Some(ip) = state.state.address_of(mac) else {
+    let Some(ip) = state.state.address_of(mac).await else {
         return StatusCode::NOT_FOUND;
     };
     if client_ip(peer) != Some(ip) {
@@ -133,21 +133,34 @@ async fn booted(
     StatusCode::NO_CONTENT
 }
 
-/// Notes a boot file or artifact fetched by the host at `peer`.
+/// Notes a boot file or artifact fetched by the host at `peer`. A pool
+/// client is found through the lease store, whose lock the slow path holds
+/// while it commits: that lookup, and the note, go to the blocking pool.
 pub fn record_fetch(state: &BootState, peer: SocketAddr, path: &str) {
-    if let Some(mac) = client_ip(peer).and_then(|ip| state.state.mac_at(ip)) {
+    let Some(ip) = client_ip(peer) else { return };
+    let shared = state.state.clone();
+    let path = path.to_string();
+    let record = move |shared: &crate::state::State, mac: MacAddr| {
         let fetched = || format!("{path} from {peer}");
-        state
-            .state
+        shared
             .progress
             .trace()
             .publish(mac, TracePath::Http, "fetch", fetched);
-        state.state.progress.artifact(
+        shared.progress.artifact(
             mac,
             progress::now_ms(),
             path.trim_start_matches('/').to_string(),
         );
+    };
+    if let Some(host) = shared.inventory().host_by_ip(ip) {
+        let mac = host.mac;
+        return record(&shared, mac);
     }
+    tokio::task::spawn_blocking(move || {
+        if let Some(mac) = shared.mac_with_lease(ip) {
+            record(&shared, mac);
+        }
+    });
 }
 
 async fn artifact(
