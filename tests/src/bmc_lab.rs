@@ -38,7 +38,7 @@ use anyhow::bail;
 use pxe_agent::bmc::{IpmiBmc, RetryPolicy};
 use xtask::{
     Lab, process,
-    vm::{BootLab, BootReport, BootSource, Vm, VmSpec, qemu::clean_line},
+    vm::{BootLab, BootReport, BootSource, Vm, VmSpec},
 };
 
 use crate::bmc_sim::{
@@ -171,14 +171,12 @@ impl PoweredGuest {
 
     /// The last `lines` lines of the current (or last) console.
     pub fn console_tail(&self, lines: usize) -> String {
-        let text = fs::read(self.spec.console_path()).unwrap_or_default();
-        let all: Vec<String> = text.split(|&b| b == b'\n').map(clean_line).collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        self.spec.console_tail(lines)
     }
 
     /// QEMU's own output of the current (or last) start.
     pub fn qemu_log(&self) -> String {
-        fs::read_to_string(self.spec.qemu_log_path()).unwrap_or_default()
+        self.spec.qemu_log()
     }
 }
 

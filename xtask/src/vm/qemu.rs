@@ -123,6 +123,19 @@ impl VmSpec {
         self.dir.join(format!("{}.qemu.log", self.name))
     }
 
+    /// The last `lines` lines this guest wrote to its console (in its last
+    /// run, if it is not running), cleaned of terminal escapes.
+    pub fn console_tail(&self, lines: usize) -> String {
+        let text = fs::read(self.console_path()).unwrap_or_default();
+        let all: Vec<String> = text.split(|&b| b == b'\n').map(clean_line).collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// QEMU's own output of this guest's last start.
+    pub fn qemu_log(&self) -> String {
+        fs::read_to_string(self.qemu_log_path()).unwrap_or_default()
+    }
+
     /// QEMU's arguments; `vars` is this VM's copy of the UEFI variable store.
     fn args(&self, vars: Option<&Path>) -> Vec<OsString> {
         let mut args: Vec<OsString> = Vec::new();
@@ -386,14 +399,12 @@ impl Vm {
 
     /// The last `lines` console lines, cleaned of terminal escapes.
     pub fn console_tail(&self, lines: usize) -> String {
-        let text = fs::read(self.spec.console_path()).unwrap_or_default();
-        let all: Vec<String> = text.split(|&b| b == b'\n').map(clean_line).collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        self.spec.console_tail(lines)
     }
 
     /// QEMU's own output (errors such as a missing tap or firmware file).
     pub fn qemu_log(&self) -> String {
-        fs::read_to_string(self.spec.qemu_log_path()).unwrap_or_default()
+        self.spec.qemu_log()
     }
 
     fn read_new_lines(&mut self) -> anyhow::Result<Vec<String>> {
