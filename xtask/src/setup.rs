@@ -1,7 +1,8 @@
 //! Idempotent bootstrap of a Debian 12 machine: the outside programs the
 //! tests and the demo drive, the `nightly` toolchain with `rust-src`,
-//! bpf-linker built against the nightly's own libLLVM, and the network-boot
-//! guest's kernel and busybox ([`crate::vm::guest`]).
+//! bpf-linker built against the nightly's own libLLVM, the network-boot
+//! guest's kernel and busybox ([`crate::vm::guest`]), and the Python tools
+//! the Kubernetes manifest tests run ([`python_tools_dir`]).
 //!
 //! Every step checks first and prints one line, so running it again is cheap.
 //! It also owns [`command`], which puts `~/.cargo/bin` on the PATH of the
@@ -52,7 +53,17 @@ pub const PACKAGES: &[&str] = &[
     // BMC tests: the IPMI simulator and a reference lanplus client.
     "openipmi",
     "ipmitool",
+    // Manifest tests: a venv for kubernetes-validate and jsonschema
+    // (Debian's pip refuses to install outside one).
+    "python3-venv",
 ];
+
+/// PyPI packages of the manifest tests, installed into [`python_tools_dir`]:
+/// kubernetes-validate bundles the Kubernetes 1.25-1.37 schemas (offline);
+/// it and `deploy/tests/check_crds.py` need jsonschema >= 4.23, newer than
+/// Debian's.
+pub const PYTHON_TOOLS: &[(&str, &str)] =
+    &[("kubernetes-validate", "1.37.0"), ("jsonschema", "4.26.0")];
 
 /// The bpf-linker release the eBPF build is known to work with.
 pub const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -67,6 +78,8 @@ pub fn run() -> anyhow::Result<()> {
     ensure_rust_src()?;
     ensure_bpf_linker()?;
     crate::vm::guest::ensure()?;
+    ensure_python_tools()?;
+    report_kubectl();
     Ok(())
 }
 
@@ -96,6 +109,12 @@ pub fn cache_dir() -> anyhow::Result<PathBuf> {
         None => home_dir()?.join(".cache"),
     };
     Ok(base.join("pxe-agent"))
+}
+
+/// The venv holding [`PYTHON_TOOLS`]: `<cache dir>/python`; its `bin/`
+/// has `python` and `kubernetes-validate`.
+pub fn python_tools_dir() -> anyhow::Result<PathBuf> {
+    Ok(cache_dir()?.join("python"))
 }
 
 fn home_dir() -> anyhow::Result<PathBuf> {
@@ -299,6 +318,77 @@ fn ensure_symlink(target: &Path, link: &Path) -> anyhow::Result<bool> {
     std::os::unix::fs::symlink(target, link)
         .with_context(|| format!("failed to link {} to {}", link.display(), target.display()))?;
     Ok(true)
+}
+
+/// Creates the venv with Debian's python3 (not a per-user interpreter that
+/// may move) and installs [`PYTHON_TOOLS`] at their pinned versions.
+fn ensure_python_tools() -> anyhow::Result<()> {
+    let venv = python_tools_dir()?;
+    let python = venv.join("bin").join("python");
+    let wanted = PYTHON_TOOLS
+        .iter()
+        .map(|(name, version)| format!("{name}=={version}"))
+        .collect::<Vec<_>>();
+    if python_tools_ok(&python) {
+        report("python tools", &format!("ok ({})", wanted.join(" ")));
+        return Ok(());
+    }
+    report(
+        "python tools",
+        &format!("installing {} into {}", wanted.join(" "), venv.display()),
+    );
+    if !python.exists() {
+        run_forwarded(
+            Command::new("/usr/bin/python3")
+                .arg("-m")
+                .arg("venv")
+                .arg(&venv),
+        )
+        .context("failed to create the venv for the manifest tests (python3-venv)")?;
+    }
+    run_forwarded(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(&wanted),
+    )
+    .context("failed to install the manifest tests' Python tools from PyPI")?;
+    if !python_tools_ok(&python) {
+        bail!("{} were installed but are not importable", wanted.join(" "));
+    }
+    Ok(())
+}
+
+/// True when the venv has every [`PYTHON_TOOLS`] package at its version.
+fn python_tools_ok(python: &Path) -> bool {
+    let Ok(out) = process::run(Command::new(python).args(["-m", "pip", "list", "--format=freeze"]))
+    else {
+        return false;
+    };
+    PYTHON_TOOLS.iter().all(|(name, version)| {
+        out.lines()
+            .any(|line| line.eq_ignore_ascii_case(&format!("{name}=={version}")))
+    })
+}
+
+/// kubectl (with its built-in Kustomize) builds the manifests in the tests.
+/// It is not a Debian 12 package, so setup only reports it.
+fn report_kubectl() {
+    match process::run(Command::new("kubectl").args(["version", "--client"])) {
+        Ok(out) => {
+            let version = out.lines().next().unwrap_or_default().trim().to_owned();
+            report("kubectl", &format!("ok ({version})"));
+        }
+        Err(_) => report(
+            "kubectl",
+            "MISSING: the manifest tests need kubectl >= 1.27 (Kustomize v5) on PATH",
+        ),
+    }
 }
 
 /// True when `bpf-linker --version` runs and reports [`BPF_LINKER_VERSION`].
