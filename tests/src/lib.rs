@@ -26,6 +26,8 @@ mod hostile;
 #[cfg(test)]
 mod http_boot;
 #[cfg(test)]
+mod manifests;
+#[cfg(test)]
 mod oob;
 #[cfg(test)]
 mod persistence;
