@@ -96,6 +96,52 @@ impl fmt::Display for Interface {
     }
 }
 
+/// The interfaces of node `node` in `dir` (`--interface-dir`): the file
+/// named after the node, else the file `default`; one `NAME[=SERVER_IP]` a
+/// line, blank lines and `#` comments ignored. `dir` is a ConfigMap keyed
+/// by node name, mounted into the pod, so one DaemonSet serves each node's
+/// own provisioning NICs.
+pub fn interfaces_of_node(dir: &Path, node: &str) -> anyhow::Result<Vec<Interface>> {
+    anyhow::ensure!(
+        !node.is_empty() && node != "." && node != ".." && !node.contains('/'),
+        "node name {node:?} cannot name a file in {}",
+        dir.display()
+    );
+    let (path, text) = [node, "default"]
+        .iter()
+        .find_map(|name| {
+            let path = dir.join(name);
+            match std::fs::read_to_string(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                read => Some((path, read)),
+            }
+        })
+        .with_context(|| {
+            format!(
+                "no interfaces for node {node:?} in {}: neither {node:?} nor \"default\" is there",
+                dir.display()
+            )
+        })?;
+    let text = text.with_context(|| format!("failed to read {}", path.display()))?;
+    let mut interfaces = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if line.is_empty() {
+            continue;
+        }
+        let interface = line
+            .parse::<Interface>()
+            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", path.display(), number + 1))?;
+        interfaces.push(interface);
+    }
+    anyhow::ensure!(
+        !interfaces.is_empty(),
+        "{} names no interface",
+        path.display()
+    );
+    Ok(interfaces)
+}
+
 /// An interface being served, with the server its replies name.
 #[derive(Clone, Debug)]
 struct Iface {
@@ -918,6 +964,83 @@ mod tests {
     use std::{fmt::Write as _, fs, process};
 
     use super::*;
+
+    /// A directory laid out as the interfaces ConfigMap is mounted.
+    fn interface_dir(files: &[(&str, &str)]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "pxe-interface-dir-{}-{}",
+            process::id(),
+            files
+                .iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+                .join("+")
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        for (name, text) in files {
+            fs::write(dir.join(name), text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn interface_dir_reads_the_nodes_own_file_first() {
+        let dir = interface_dir(&[
+            (
+                "worker-b",
+                "# two NICs\neth2=10.66.0.2\n\n  eth2.100=10.100.0.2  # VLAN\n",
+            ),
+            ("default", "eth1\n"),
+        ]);
+        let got = interfaces_of_node(&dir, "worker-b").unwrap();
+        assert_eq!(
+            got,
+            vec![
+                "eth2=10.66.0.2".parse::<Interface>().unwrap(),
+                "eth2.100=10.100.0.2".parse::<Interface>().unwrap(),
+            ]
+        );
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn interface_dir_falls_back_to_default() {
+        let dir = interface_dir(&[("worker-a", "eth3\n"), ("default", "eth1\n")]);
+        let got = interfaces_of_node(&dir, "worker-z").unwrap();
+        assert_eq!(got, vec!["eth1".parse::<Interface>().unwrap()]);
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn interface_dir_without_the_node_or_default_names_both() {
+        let dir = interface_dir(&[("worker-a", "eth3\n")]);
+        let err = interfaces_of_node(&dir, "worker-z")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&dir.display().to_string()) && err.contains("\"worker-z\""),
+            "{err}"
+        );
+        assert!(err.contains("default"), "{err}");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn interface_dir_refuses_bad_lines_empty_files_and_path_names() {
+        let dir = interface_dir(&[("bad", "eth1\neth2=10.0.0.300\n"), ("empty", "# none\n")]);
+        let err = interfaces_of_node(&dir, "bad").unwrap_err().to_string();
+        assert!(
+            err.ends_with("bad:2: \"10.0.0.300\" is not an IPv4 address"),
+            "{err}"
+        );
+        let err = interfaces_of_node(&dir, "empty").unwrap_err().to_string();
+        assert!(err.ends_with("empty names no interface"), "{err}");
+        for node in ["", "..", "a/b"] {
+            assert!(interfaces_of_node(&dir, node).is_err(), "{node:?}");
+        }
+        fs::remove_dir_all(dir).unwrap();
+    }
 
     const SERVER: Server = Server {
         ip: Ipv4Addr::new(10, 0, 0, 1),

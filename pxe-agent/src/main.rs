@@ -47,6 +47,10 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once at start; `run` simply has the most flags"
+)]
 enum Command {
     /// Attach the fast path to an interface and serve the inventory until
     /// SIGINT or SIGTERM (needs CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON or root).
@@ -57,8 +61,22 @@ enum Command {
         /// and TFTP sockets, and answers the hosts of the subnets holding
         /// its address (plus relayed requests) as SERVER_IP, by default
         /// the interface's IPv4 address.
-        #[arg(long, short, required = true, value_name = "NAME[=SERVER_IP]")]
+        #[arg(
+            long,
+            short,
+            required_unless_present = "interface_dir",
+            value_name = "NAME[=SERVER_IP]"
+        )]
         interface: Vec<app::Interface>,
+        /// This node's name, which picks its file in --interface-dir.
+        /// Default: the host name.
+        #[arg(long, env = "NODE_NAME")]
+        node_name: Option<String>,
+        /// Instead of --interface: read this node's interfaces from
+        /// DIR/<node name>, else DIR/default, one NAME[=SERVER_IP] a line
+        /// (a ConfigMap keyed by node name, mounted at DIR).
+        #[arg(long, value_name = "DIR", conflicts_with = "interface")]
+        interface_dir: Option<PathBuf>,
         /// Inventory file (YAML); watched and reloaded on change.
         #[arg(long)]
         inventory: PathBuf,
@@ -371,6 +389,8 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Run {
             interface,
+            node_name,
+            interface_dir,
             inventory,
             server_ip,
             metrics_addr,
@@ -406,7 +426,10 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 "rates must be positive"
             );
             let cfg = RunConfig {
-                interfaces: with_server_ip(interface, server_ip)?,
+                interfaces: with_server_ip(
+                    interfaces(interface, interface_dir, node_name)?,
+                    server_ip,
+                )?,
                 inventory,
                 metrics_addr,
                 xdp_mode,
@@ -653,6 +676,30 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `--interface`, or this node's entry of `--interface-dir` (clap makes
+/// them exclusive).
+fn interfaces(
+    given: Vec<app::Interface>,
+    dir: Option<PathBuf>,
+    node_name: Option<String>,
+) -> anyhow::Result<Vec<app::Interface>> {
+    let Some(dir) = dir else {
+        return Ok(given);
+    };
+    let node = match node_name {
+        Some(name) => name,
+        None => host_name()?,
+    };
+    app::interfaces_of_node(&dir, &node)
+}
+
+/// The kernel's host name (the node's, under hostNetwork).
+fn host_name() -> anyhow::Result<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .context("failed to read the host name (give --node-name)")?;
+    Ok(name.trim().to_owned())
 }
 
 /// Folds `--server-ip` into the one interface it may name.
@@ -1132,4 +1179,33 @@ fn http_request(
         .and_then(|c| c.parse().ok())
         .context("malformed HTTP status line")?;
     Ok((status, page.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    fn run_args(extra: &[&str]) -> Result<Cli, clap::Error> {
+        let mut args = vec!["pxe-agent", "run", "--inventory", "hosts.yaml"];
+        args.extend_from_slice(extra);
+        Cli::try_parse_from(args)
+    }
+
+    #[test]
+    fn run_takes_interfaces_or_an_interface_dir_not_both() {
+        assert!(run_args(&["--interface", "eth1"]).is_ok());
+        assert!(run_args(&["--interface-dir", "/etc/pxe-agent/interfaces"]).is_ok());
+        let both = run_args(&["-i", "eth1", "--interface-dir", "/etc/pxe-agent/interfaces"]);
+        assert_eq!(
+            both.err().map(|e| e.kind()),
+            Some(clap::error::ErrorKind::ArgumentConflict)
+        );
+        let neither = run_args(&[]);
+        assert_eq!(
+            neither.err().map(|e| e.kind()),
+            Some(clap::error::ErrorKind::MissingRequiredArgument)
+        );
+    }
 }
