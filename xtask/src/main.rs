@@ -5,6 +5,7 @@
 
 mod bench;
 mod demo;
+mod image;
 mod run;
 mod test;
 
@@ -31,6 +32,9 @@ enum Command {
     /// Build pxe-agent and run `pxe-agent run` with the arguments after
     /// `--`, through sudo when not root.
     Run(run::Options),
+    /// Build the container image from the Containerfile with docker,
+    /// podman or buildah, whichever is on PATH.
+    Image(image::Options),
     /// Benchmarks (root): `bench dhcp` compares pxe-agent with Kea and dnsmasq.
     #[command(subcommand)]
     Bench(bench::Bench),
@@ -42,6 +46,7 @@ fn main() -> anyhow::Result<()> {
         Command::Test => test::run(),
         Command::Demo => demo::run(),
         Command::Run(opts) => run::run(opts),
+        Command::Image(opts) => image::run(opts),
         Command::Bench(bench) => bench::run(bench),
     }
 }
