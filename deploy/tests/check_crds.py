@@ -12,6 +12,11 @@ included) but not the objects of custom kinds. This checks those:
   it silently; `kubectl apply --validate=strict` refuses it, and so do we);
 * every object in bad-objects.yaml is rejected, for the reason its
   annotation `test.pxe-agent.io/expect` names (`PATH KEYWORD`);
+* the DaemonSet of each built manifest agrees with itself: the flags'
+  directories are its mounts, the probes, scrape annotation and PodMonitor
+  use the admin port of --metrics-addr, the capabilities are the five the
+  agent needs and no more, no preStop hook detaches XDP, and each entry of
+  the interfaces ConfigMap is NAME[=IPv4] lines;
 * the PodMonitor and SecurityContextConstraints of the built manifests
   validate against schemas/podmonitor.json and schemas/scc.json, written
   from the upstream CRDs' fields (kubernetes-validate has neither), and the
@@ -23,6 +28,7 @@ Prints one line per check and exits 1 on any failure.
 
 import copy
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -30,6 +36,8 @@ import jsonschema
 import yaml
 
 EXPECT = "test.pxe-agent.io/expect"
+OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+IPV4 = rf"({OCTET}\.){{3}}{OCTET}"
 GROUP = "pxe-agent.io"
 
 
@@ -233,6 +241,89 @@ def check_foreign(docs, origin, schemas, check):
             check.ok(f"{origin}: {name_of(obj)} is valid")
 
 
+AGENT_CAPABILITIES = {"BPF", "NET_ADMIN", "PERFMON", "NET_RAW", "NET_BIND_SERVICE"}
+IFNAME = r"[^\s/=]{1,15}"
+INTERFACE_LINE = re.compile(rf"^{IFNAME}(={IPV4})?$")
+
+
+def daemonset_problems(docs):
+    """What would make the DaemonSet fail on a node although every field
+    is valid: its flags, mounts, ports and capabilities disagreeing."""
+    out = []
+    sets = [d for d in docs if d.get("kind") == "DaemonSet"]
+    if len(sets) != 1:
+        return [f"expected one DaemonSet, found {len(sets)}"]
+    pod = sets[0]["spec"]["template"]
+    spec = pod["spec"]
+    if spec.get("hostNetwork") is not True:
+        out.append("hostNetwork is not true")
+    if spec.get("dnsPolicy") != "ClusterFirstWithHostNet":
+        out.append("dnsPolicy is not ClusterFirstWithHostNet")
+    (container,) = spec["containers"]
+    flags = {}
+    for arg in container.get("args", []):
+        if arg.startswith("--"):
+            name, _, value = arg[2:].partition("=")
+            flags[name] = value
+    for required in ("kube", "interface-dir", "pin-dir", "state-dir", "metrics-addr", "boot-root"):
+        if required not in flags:
+            out.append(f"--{required} is missing")
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    mounts = {m["mountPath"]: volumes.get(m["name"], {}) for m in container.get("volumeMounts", [])}
+
+    def mounted(flag, source):
+        path = flags.get(flag, "")
+        hits = [v for mp, v in mounts.items() if path == mp or path.startswith(mp.rstrip("/") + "/")]
+        if not any(source in v for v in hits):
+            out.append(f"--{flag}={path} is not on a {source} volume mount")
+        return hits
+
+    for hit in mounted("pin-dir", "hostPath"):
+        if hit.get("hostPath", {}).get("path") != "/sys/fs/bpf":
+            out.append("--pin-dir is not on the node's /sys/fs/bpf")
+    mounted("state-dir", "hostPath")
+    interface_volumes = mounted("interface-dir", "configMap")
+    port = flags.get("metrics-addr", ":").rpartition(":")[2]
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = container.get(probe, {}).get("httpGet", {})
+        if get.get("path") != "/healthz" or str(get.get("port")) != port:
+            out.append(f"{probe} is not GET /healthz on port {port}")
+    annotations = pod["metadata"].get("annotations", {})
+    if annotations.get("prometheus.io/port") != port or annotations.get("prometheus.io/scrape") != "true":
+        out.append(f"prometheus.io annotations do not scrape port {port}")
+    named = {p.get("name"): str(p["containerPort"]) for p in container.get("ports", [])}
+    for monitor in (d for d in docs if d.get("kind") == "PodMonitor"):
+        for endpoint in monitor["spec"].get("podMetricsEndpoints", []):
+            if named.get(endpoint.get("port")) != port:
+                out.append(f"PodMonitor scrapes port {endpoint.get('port')!r}, not {port}")
+    security = container.get("securityContext", {})
+    caps = security.get("capabilities", {})
+    if caps.get("drop") != ["ALL"]:
+        out.append("capabilities do not drop ALL")
+    if set(caps.get("add", [])) != AGENT_CAPABILITIES:
+        out.append(f"capabilities add {sorted(caps.get('add', []))}, not {sorted(AGENT_CAPABILITIES)}")
+    if security.get("privileged") or security.get("allowPrivilegeEscalation") is not False:
+        out.append("the container may be privileged or escalate")
+    pre_stop = container.get("lifecycle", {}).get("preStop", {})
+    if "detach" in json.dumps(pre_stop):
+        out.append("a preStop hook detaches XDP: a rolling update would stop the fast path")
+    for volume in interface_volumes:
+        name = volume.get("configMap", {}).get("name")
+        maps = [d for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == name]
+        if not maps:
+            out.append(f"ConfigMap {name} of --interface-dir is not in the manifests")
+        for cm in maps:
+            data = cm.get("data", {})
+            if "default" not in data:
+                out.append(f"ConfigMap {name} has no `default` entry for unlisted nodes")
+            for node, text in data.items():
+                lines = [ln.split("#")[0].strip() for ln in text.splitlines()]
+                bad = [ln for ln in lines if ln and not INTERFACE_LINE.match(ln)]
+                if bad or not any(lines):
+                    out.append(f"ConfigMap {name} entry {node!r}: not NAME[=IPv4] lines: {bad or text!r}")
+    return out
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__.strip().splitlines()[-2], file=sys.stderr)
@@ -268,6 +359,11 @@ def main(argv):
             if obj.get("apiVersion", "").startswith(GROUP + "/"):
                 check_good(obj, origin, crds, check)
         check_foreign(docs, origin, schemas, check)
+        problems = daemonset_problems(docs)
+        if problems:
+            check.fail(f"{origin}: the DaemonSet's flags, mounts and ports agree", problems)
+        else:
+            check.ok(f"{origin}: the DaemonSet's flags, mounts and ports agree")
 
     print(f"check_crds: {check.passes} ok, {check.failures} failed")
     return 1 if check.failures else 0

@@ -2,7 +2,8 @@
 //! and each overlay) is built with `kubectl kustomize` and validated
 //! strictly against the Kubernetes 1.33 schemas by kubernetes-validate, and
 //! `deploy/tests/check_crds.py` validates the custom resources against the
-//! CRDs' schemas and checks that the bad objects are rejected.
+//! CRDs' schemas, checks that the bad objects are rejected, and that each
+//! DaemonSet's flags, mounts, ports and capabilities agree.
 //!
 //! No cluster and no root: these only need kubectl and the Python tools
 //! `cargo xtask setup` installs, and fail when either is missing.
@@ -186,6 +187,7 @@ fn custom_resources_match_their_crds_and_bad_objects_are_rejected() {
         "overlay-example.yaml: BootHost/node-1 is valid",
         "overlay-openshift.yaml: SecurityContextConstraints/pxe-agent is valid",
         "base.yaml: PodMonitor/pxe-agent is valid",
+        "overlay-example.yaml: the DaemonSet's flags, mounts and ports agree",
     ] {
         assert!(
             report.contains(expected),
