@@ -159,6 +159,29 @@ mod tests {
         }
     }
 
+    /// The Containerfile repeats two facts kept elsewhere: the bpf-linker
+    /// version of setup, and the boot root the DaemonSet passes.
+    #[test]
+    fn the_containerfile_agrees_with_setup_and_the_daemonset() {
+        let root = workspace_root();
+        let containerfile = fs::read_to_string(root.join("Containerfile")).unwrap();
+        let pin = format!(
+            "ARG BPF_LINKER_VERSION={}",
+            xtask::setup::BPF_LINKER_VERSION
+        );
+        assert!(containerfile.contains(&pin), "Containerfile lacks {pin:?}");
+        let daemonset = fs::read_to_string(root.join("deploy/base/daemonset.yaml")).unwrap();
+        let boot_root = daemonset
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("- --boot-root="))
+            .expect("the DaemonSet passes --boot-root");
+        assert!(
+            containerfile.contains(&format!("install -d {boot_root}"))
+                && containerfile.contains(&format!("{boot_root}/")),
+            "the Containerfile does not fill the DaemonSet's boot root {boot_root}"
+        );
+    }
+
     #[test]
     fn the_default_tag_is_the_crate_version() {
         let version = crate_version(&workspace_root()).unwrap();
