@@ -154,6 +154,10 @@ pub struct RunConfig {
     pub artifacts: Option<PathBuf>,
     /// Out-of-band control: sequencing, tokens, audit log.
     pub oob: OobConfig,
+    /// A bpffs directory to pin each interface's XDP link and maps in
+    /// (`<dir>/<ifname>/`): they outlive the agent, and the next one adopts
+    /// them. Without it, exiting detaches.
+    pub pin_dir: Option<PathBuf>,
 }
 
 /// The out-of-band knobs of `pxe-agent run`.
@@ -266,14 +270,24 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     // interface's server, for the hosts of its subnets.
     let mut fasts = Vec::with_capacity(ifaces.len());
     let mut count = 0;
+    if let Some(dir) = &cfg.pin_dir {
+        xdp::pin::prepare(dir)?;
+    }
     for (iface, templates) in ifaces.iter().zip(templates) {
-        let mut fast = FastPath::load()
-            .with_context(|| format!("failed to load the XDP program for {}", iface.name))?;
         count += templates.len();
-        // Fill the map before attaching: once attached, every known host is answered.
-        fast.sync(templates)
-            .with_context(|| format!("failed to fill the hosts map of {}", iface.name))?;
-        fast.attach(&iface.name, cfg.xdp_mode)?;
+        let fast = match &cfg.pin_dir {
+            None => {
+                let mut fast = FastPath::load().with_context(|| {
+                    format!("failed to load the XDP program for {}", iface.name)
+                })?;
+                // Fill the map before attaching: once attached, every known host is answered.
+                fast.sync(templates)
+                    .with_context(|| format!("failed to fill the hosts map of {}", iface.name))?;
+                fast.attach(&iface.name, cfg.xdp_mode)?;
+                fast
+            }
+            Some(dir) => start_pinned(dir, &iface.name, cfg.xdp_mode, templates)?,
+        };
         fasts.push(fast);
     }
     info!(
@@ -287,7 +301,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     let health = Arc::new(Health::default());
     let mut programs = Vec::with_capacity(ifaces.len());
     for (iface, fast) in ifaces.iter().zip(&fasts) {
-        let id = fast.program_id().with_context(|| {
+        let id = fast.attached_program_id().with_context(|| {
             format!("failed to read the id of the XDP program on {}", iface.name)
         })?;
         programs.push((iface.name.clone(), id));
@@ -845,6 +859,44 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".to_string())
+}
+
+/// Starts `iface`'s fast path on its pins under `dir`, adopting what the
+/// last agent left attached (see [`FastPath::start_pinned`]).
+fn start_pinned(
+    dir: &Path,
+    iface: &str,
+    mode: AttachMode,
+    templates: template::Templates,
+) -> anyhow::Result<FastPath> {
+    let pins = xdp::pin::iface_dir(dir, iface);
+    let (fast, adoption) = FastPath::start_pinned(&pins, iface, mode, templates)
+        .with_context(|| format!("failed to start the XDP fast path of {iface} on its pins"))?;
+    let pins = pins.display();
+    match adoption {
+        xdp::Adoption::Fresh { program } => {
+            info!(%iface, program, %pins, "XDP program attached fresh and pinned");
+        }
+        xdp::Adoption::Unchanged { program } => {
+            info!(%iface, program, %pins, "adopted the pinned XDP program unchanged");
+        }
+        xdp::Adoption::Replaced {
+            from,
+            to,
+            maps_reused,
+        } => {
+            let maps = if maps_reused {
+                "on the pinned maps"
+            } else {
+                "on new maps (another layout)"
+            };
+            info!(
+                %iface, %pins,
+                "adopted the pinned XDP link and replaced its program {from} -> {to} atomically, {maps}"
+            );
+        }
+    }
+    Ok(fast)
 }
 
 /// How often the health monitor asks the kernel and the state store.
