@@ -365,3 +365,33 @@ fn without_a_pin_dir_kill_9_leaves_nothing_attached() {
     served.signal_agent(libc::SIGKILL);
     assert_eq!(attached(&served), None);
 }
+
+#[test]
+fn a_pinned_link_detached_meanwhile_is_replaced_by_a_fresh_attachment() {
+    let bpffs = Bpffs::mount("stale");
+    let pin = bpffs.pin_arg();
+    let mut served = Served::start_with("pxstale", INVENTORY, &["--pin-dir", &pin]);
+    let (link, _) = pinned_link(&served, &bpffs.pin_dir());
+    served.signal_agent(libc::SIGKILL);
+    // Detached behind the pins' back: the link object stays pinned, defunct.
+    served
+        .lab
+        .run_in(
+            served.lab.server_ns(),
+            &["bpftool", "link", "detach", "id", &link.to_string()],
+        )
+        .expect("detach the XDP link");
+    assert_eq!(attached(&served), None);
+    served.restart(&["--pin-dir", &pin]);
+    let log = served.log();
+    assert!(
+        log.contains("removing the stale link pin") && log.contains("attached fresh and pinned"),
+        "{log}"
+    );
+    let program = attached(&served).expect("a program attached");
+    let (new_link, linked) = pinned_link(&served, &bpffs.pin_dir());
+    assert_ne!(new_link, link);
+    assert_eq!(linked, program);
+    served.set_client_mac(NODE1);
+    assert_eq!(served.udhcpc(&PXE)["ip"], "10.66.1.10");
+}

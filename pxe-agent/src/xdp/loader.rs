@@ -77,8 +77,8 @@ pub enum XdpError {
     NotALink(String),
     #[error("failed to read the pinned XDP link {}", path.display())]
     Link { path: PathBuf, source: LinkError },
-    #[error("failed to read the XDP program {id} the pinned link runs")]
-    Running { id: u32, source: ProgramError },
+    #[error("the XDP program {0} the pinned link runs is not among the loaded programs")]
+    Running(u32),
     #[error("failed to replace the XDP program on {iface} through its link")]
     Replace { iface: String, source: ProgramError },
     #[error("failed to put the new map pins in place in {}", path.display())]
@@ -307,10 +307,7 @@ impl FastPath {
         let running_info = loaded_programs()
             .filter_map(Result::ok)
             .find(|p| p.id() == running)
-            .ok_or(XdpError::Running {
-                id: running,
-                source: ProgramError::NotLoaded,
-            })?;
+            .ok_or(XdpError::Running(running))?;
         let fresh = load_object(None)?;
         let reuse = pins_fit(dir, &fresh, &running_info);
         let mut fast = if reuse {
