@@ -272,6 +272,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     let mut count = 0;
     if let Some(dir) = &cfg.pin_dir {
         xdp::pin::prepare(dir)?;
+        detach_unserved(dir, &ifaces)?;
     }
     for (iface, templates) in ifaces.iter().zip(templates) {
         count += templates.len();
@@ -859,6 +860,35 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".to_string())
+}
+
+/// Detaches what a previous agent pinned under `dir` for interfaces this
+/// one no longer serves: left alone, their programs would go on answering
+/// from an inventory nobody updates.
+fn detach_unserved(dir: &Path, ifaces: &[Iface]) -> anyhow::Result<()> {
+    let entries = std::fs::read_dir(dir)
+        .with_context(|| format!("failed to read the pin directory {}", dir.display()))?;
+    let mut unserved = Vec::new();
+    for entry in entries {
+        let entry =
+            entry.with_context(|| format!("failed to read the pin directory {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().is_ok_and(|t| t.is_dir()) && ifaces.iter().all(|i| i.name != name) {
+            unserved.push(name);
+        }
+    }
+    if unserved.is_empty() {
+        return Ok(());
+    }
+    for removed in xdp::pin::detach(dir, &unserved)? {
+        warn!(
+            iface = %removed.iface,
+            link = removed.link,
+            maps = removed.maps.len(),
+            "detached the pinned XDP program of an interface no longer served"
+        );
+    }
+    Ok(())
 }
 
 /// Starts `iface`'s fast path on its pins under `dir`, adopting what the

@@ -395,3 +395,56 @@ fn a_pinned_link_detached_meanwhile_is_replaced_by_a_fresh_attachment() {
     served.set_client_mac(NODE1);
     assert_eq!(served.udhcpc(&PXE)["ip"], "10.66.1.10");
 }
+
+#[test]
+fn pins_of_an_interface_no_longer_served_are_detached() {
+    let bpffs = Bpffs::mount("unserved");
+    let pin = bpffs.pin_arg();
+    let pins = bpffs.pin_dir();
+    let served =
+        Served::start_prepared("pxunserved", INVENTORY, &["--pin-dir", &pin], None, |lab| {
+            // An interface an earlier agent served, its program left pinned.
+            let ns = lab.server_ns().to_string();
+            for args in [
+                &[
+                    "ip", "link", "add", "ghost0", "type", "veth", "peer", "name", "ghost1",
+                ][..],
+                &["ip", "link", "set", "ghost0", "up"],
+            ] {
+                lab.run_in(&ns, args).expect("add the interface");
+            }
+            let dir = pins.join("ghost0");
+            in_netns(&ns, move || {
+                let mut ebpf = aya::Ebpf::load(pxe_agent::xdp::loader::object()).expect("load");
+                let prog: &mut Xdp = ebpf
+                    .program_mut(PASS_PROGRAM_NAME)
+                    .expect("pass program")
+                    .try_into()
+                    .expect("an XDP program");
+                prog.load().expect("verify");
+                let id = prog.attach("ghost0", XdpMode::Skb).expect("attach");
+                let link: FdLink = prog
+                    .take_link(id)
+                    .expect("take link")
+                    .try_into()
+                    .expect("a bpf_link");
+                fs::create_dir_all(&dir).expect("pin directory");
+                link.pin(dir.join("link")).expect("pin the link");
+            })
+            .expect("enter server namespace");
+        });
+    let ns = served.lab.server_ns().to_string();
+    let ghost = in_netns(&ns, || pxe_agent::netdev::xdp_program_id("ghost0"))
+        .expect("enter server namespace")
+        .expect("read the XDP state");
+    assert_eq!(ghost, None, "the unserved interface still runs a program");
+    assert!(!pins.join("ghost0").exists());
+    assert!(
+        served
+            .log()
+            .contains("detached the pinned XDP program of an interface no longer served"),
+        "{}",
+        served.log()
+    );
+    assert!(attached(&served).is_some());
+}
