@@ -139,11 +139,22 @@ pub struct Removed {
 }
 
 /// Detaches and unpins everything pinned for `ifaces` under `dir`, or for
-/// every interface directory there when `ifaces` is empty. Idempotent:
-/// what is not there is skipped.
+/// every interface directory there (and then `dir` itself) when `ifaces`
+/// is empty. Idempotent: what is not there is skipped.
 pub fn detach(dir: &Path, ifaces: &[String]) -> Result<Vec<Removed>, PinError> {
+    if !dir.exists() {
+        // Never pinned, or removed by an earlier run: nothing to do, if
+        // the place is right.
+        let existing = dir
+            .ancestors()
+            .find(|a| a.exists())
+            .unwrap_or(Path::new("/"));
+        check_bpffs(existing)?;
+        return Ok(Vec::new());
+    }
     check_bpffs(dir)?;
-    let ifaces = if ifaces.is_empty() {
+    let all = ifaces.is_empty();
+    let ifaces = if all {
         let mut names = Vec::new();
         let entries = std::fs::read_dir(dir).map_err(|source| PinError::Read {
             path: dir.into(),
@@ -191,6 +202,10 @@ pub fn detach(dir: &Path, ifaces: &[String]) -> Result<Vec<Removed>, PinError> {
             }
         }
         out.push(removed);
+    }
+    if all {
+        // Empty now unless something else was put there: then it stays.
+        let _ = std::fs::remove_dir(dir);
     }
     Ok(out)
 }
