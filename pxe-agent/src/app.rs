@@ -200,6 +200,10 @@ pub struct RunConfig {
     pub artifacts: Option<PathBuf>,
     /// Out-of-band control: sequencing, tokens, audit log.
     pub oob: OobConfig,
+    /// A bpffs directory to pin each interface's XDP link and maps in
+    /// (`<dir>/<ifname>/`): they outlive the agent, and the next one adopts
+    /// them. Without it, exiting detaches.
+    pub pin_dir: Option<PathBuf>,
 }
 
 /// The out-of-band knobs of `pxe-agent run`.
@@ -312,14 +316,25 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     // interface's server, for the hosts of its subnets.
     let mut fasts = Vec::with_capacity(ifaces.len());
     let mut count = 0;
+    if let Some(dir) = &cfg.pin_dir {
+        xdp::pin::prepare(dir)?;
+        detach_unserved(dir, &ifaces)?;
+    }
     for (iface, templates) in ifaces.iter().zip(templates) {
-        let mut fast = FastPath::load()
-            .with_context(|| format!("failed to load the XDP program for {}", iface.name))?;
         count += templates.len();
-        // Fill the map before attaching: once attached, every known host is answered.
-        fast.sync(templates)
-            .with_context(|| format!("failed to fill the hosts map of {}", iface.name))?;
-        fast.attach(&iface.name, cfg.xdp_mode)?;
+        let fast = match &cfg.pin_dir {
+            None => {
+                let mut fast = FastPath::load().with_context(|| {
+                    format!("failed to load the XDP program for {}", iface.name)
+                })?;
+                // Fill the map before attaching: once attached, every known host is answered.
+                fast.sync(templates)
+                    .with_context(|| format!("failed to fill the hosts map of {}", iface.name))?;
+                fast.attach(&iface.name, cfg.xdp_mode)?;
+                fast
+            }
+            Some(dir) => start_pinned(dir, &iface.name, cfg.xdp_mode, templates)?,
+        };
         fasts.push(fast);
     }
     info!(
@@ -333,7 +348,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     let health = Arc::new(Health::default());
     let mut programs = Vec::with_capacity(ifaces.len());
     for (iface, fast) in ifaces.iter().zip(&fasts) {
-        let id = fast.program_id().with_context(|| {
+        let id = fast.attached_program_id().with_context(|| {
             format!("failed to read the id of the XDP program on {}", iface.name)
         })?;
         programs.push((iface.name.clone(), id));
@@ -891,6 +906,73 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".to_string())
+}
+
+/// Detaches what a previous agent pinned under `dir` for interfaces this
+/// one no longer serves: left alone, their programs would go on answering
+/// from an inventory nobody updates.
+fn detach_unserved(dir: &Path, ifaces: &[Iface]) -> anyhow::Result<()> {
+    let entries = std::fs::read_dir(dir)
+        .with_context(|| format!("failed to read the pin directory {}", dir.display()))?;
+    let mut unserved = Vec::new();
+    for entry in entries {
+        let entry =
+            entry.with_context(|| format!("failed to read the pin directory {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().is_ok_and(|t| t.is_dir()) && ifaces.iter().all(|i| i.name != name) {
+            unserved.push(name);
+        }
+    }
+    if unserved.is_empty() {
+        return Ok(());
+    }
+    for removed in xdp::pin::detach(dir, &unserved)? {
+        warn!(
+            iface = %removed.iface,
+            link = removed.link,
+            maps = removed.maps.len(),
+            "detached the pinned XDP program of an interface no longer served"
+        );
+    }
+    Ok(())
+}
+
+/// Starts `iface`'s fast path on its pins under `dir`, adopting what the
+/// last agent left attached (see [`FastPath::start_pinned`]).
+fn start_pinned(
+    dir: &Path,
+    iface: &str,
+    mode: AttachMode,
+    templates: template::Templates,
+) -> anyhow::Result<FastPath> {
+    let pins = xdp::pin::iface_dir(dir, iface);
+    let (fast, adoption) = FastPath::start_pinned(&pins, iface, mode, templates)
+        .with_context(|| format!("failed to start the XDP fast path of {iface} on its pins"))?;
+    let pins = pins.display();
+    match adoption {
+        xdp::Adoption::Fresh { program } => {
+            info!(%iface, program, %pins, "XDP program attached fresh and pinned");
+        }
+        xdp::Adoption::Unchanged { program } => {
+            info!(%iface, program, %pins, "adopted the pinned XDP program unchanged");
+        }
+        xdp::Adoption::Replaced {
+            from,
+            to,
+            maps_reused,
+        } => {
+            let maps = if maps_reused {
+                "on the pinned maps"
+            } else {
+                "on new maps (another layout)"
+            };
+            info!(
+                %iface, %pins,
+                "adopted the pinned XDP link and replaced its program {from} -> {to} atomically, {maps}"
+            );
+        }
+    }
+    Ok(fast)
 }
 
 /// How often the health monitor asks the kernel and the state store.

@@ -1,5 +1,5 @@
-//! Command line: `run`, `check`, `stats`, `hosts`, `leases`, `trace`, `bmc`,
-//! `recover`.
+//! Command line: `run`, `detach`, `check`, `stats`, `hosts`, `leases`,
+//! `trace`, `bmc`, `recover`.
 
 use std::{
     io::{BufRead as _, BufReader, Read as _, Write as _},
@@ -189,6 +189,22 @@ enum Command {
             value_name = "MS"
         )]
         recovery_backoff_ms: u64,
+        /// Pin each interface's XDP link and maps in DIR/<interface>/ (DIR
+        /// on bpffs, e.g. /sys/fs/bpf/pxe-agent): the program keeps
+        /// answering known hosts after the agent exits, and the next agent
+        /// adopts it, replacing it atomically when its version differs.
+        /// `pxe-agent detach` removes it. Without it, exit detaches.
+        #[arg(long, value_name = "DIR")]
+        pin_dir: Option<PathBuf>,
+    },
+    /// Remove what `run --pin-dir DIR` left pinned: detach the XDP link of
+    /// each interface (all under DIR unless --interface is given) and
+    /// remove its map pins. For uninstalling; a restart must not run it.
+    Detach {
+        #[arg(long, value_name = "DIR")]
+        pin_dir: PathBuf,
+        #[arg(long, short)]
+        interface: Vec<String>,
     },
     /// Act on hosts' BMCs through the running agent (or, with --direct,
     /// straight from the inventory).
@@ -416,6 +432,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             audit_log,
             bmc_boot_flag_echo,
             recovery_backoff_ms,
+            pin_dir,
         } => {
             anyhow::ensure!(
                 bmc_concurrency > 0 && power_ons_per_second > 0.0 && slow_path_rate_threshold > 0.0,
@@ -472,6 +489,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                         ..recovery::Policy::default()
                     },
                 },
+                pin_dir,
             };
             run(cfg)?;
             Ok(ExitCode::SUCCESS)
@@ -496,6 +514,27 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     Ok(ExitCode::FAILURE)
                 }
             }
+        }
+        Command::Detach { pin_dir, interface } => {
+            let removed = pxe_agent::xdp::pin::detach(&pin_dir, &interface)
+                .with_context(|| format!("failed to detach what {} pins", pin_dir.display()))?;
+            if removed.is_empty() {
+                println!("nothing pinned under {}", pin_dir.display());
+            }
+            for r in removed {
+                let link = if r.link {
+                    "link detached and unpinned"
+                } else {
+                    "no link pinned"
+                };
+                let maps = if r.maps.is_empty() {
+                    "no map pins".to_string()
+                } else {
+                    format!("map pins removed: {}", r.maps.join(", "))
+                };
+                println!("{}: {link}; {maps}", r.iface);
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::VethPeer {
             interface,

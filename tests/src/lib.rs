@@ -38,6 +38,8 @@ mod relay;
 #[cfg(test)]
 mod reload;
 #[cfg(test)]
+mod restart;
+#[cfg(test)]
 mod sequence;
 #[cfg(test)]
 mod slow_path;

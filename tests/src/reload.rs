@@ -146,7 +146,7 @@ fn xdp_link_of(served: &Served) -> String {
         .to_string()
 }
 
-fn healthz(served: &Served) -> (String, String) {
+pub(crate) fn healthz(served: &Served) -> (String, String) {
     let out = served
         .lab
         .run_in(

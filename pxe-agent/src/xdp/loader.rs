@@ -1,12 +1,22 @@
 //! Loads the embedded XDP object and owns its attachment: dropping a
-//! `FastPath` detaches the program.
+//! `FastPath` detaches the program, unless it was started with pins
+//! (`FastPath::start_pinned`), whose link outlives the agent.
 
-use std::sync::Arc;
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
 use aya::{
-    Ebpf, EbpfError,
+    Ebpf, EbpfError, EbpfLoader,
     maps::{Array, DevMap, HashMap, MapData, MapError, PerCpuArray, RingBuf, xdp::XdpMapError},
-    programs::{ProgramError, Xdp, XdpMode, xdp::XdpLinkId},
+    pin::PinError as AyaPinError,
+    programs::{
+        ProgramError, Xdp, XdpMode,
+        links::{FdLink, LinkError, LinkType, PinnedLink},
+        loaded_programs,
+        xdp::{XdpLink, XdpLinkId},
+    },
 };
 use pxe_ebpf_common::{
     COUNTERS_MAP, EVENTS_MAP, HOSTS_MAP, HostKey, PASS_PROGRAM_NAME, PROGRAM_NAME, REDIRECT_MAP,
@@ -16,12 +26,19 @@ use tracing::{info, warn};
 
 use super::{
     maps::{self, SyncError, SyncReport},
+    pin,
     trace::TraceFilter,
 };
 use crate::dhcp::template::Templates;
 
 /// The XDP object built by `build.rs` from the `pxe-ebpf` crate.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pxe-ebpf"));
+
+/// The embedded XDP object, for tools and tests that load its programs
+/// themselves (empty when built with `AYA_BUILD_SKIP`).
+pub fn object() -> &'static [u8] {
+    OBJECT
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum XdpError {
@@ -48,6 +65,45 @@ pub enum XdpError {
         mode: AttachMode,
         source: ProgramError,
     },
+    #[error(transparent)]
+    Pins(#[from] super::pin::PinError),
+    #[error("failed to fill the hosts map")]
+    Fill(#[source] SyncError),
+    #[error("failed to pin {}", path.display())]
+    Pin { path: PathBuf, source: AyaPinError },
+    #[error(
+        "the XDP attachment on {0} is not a bpf_link (kernel older than 5.9?): it cannot be pinned"
+    )]
+    NotALink(String),
+    #[error("failed to read the pinned XDP link {}", path.display())]
+    Link { path: PathBuf, source: LinkError },
+    #[error("the XDP program {0} the pinned link runs is not among the loaded programs")]
+    Running(u32),
+    #[error("failed to replace the XDP program on {iface} through its link")]
+    Replace { iface: String, source: ProgramError },
+    #[error("failed to put the new map pins in place in {}", path.display())]
+    Rename {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What starting on pins found and did, for the log and the tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Adoption {
+    /// No usable link was pinned: the program was attached and pinned.
+    Fresh { program: u32 },
+    /// The pinned link runs the same program: it keeps running, on the
+    /// pinned maps.
+    Unchanged { program: u32 },
+    /// The pinned link ran another program: it now runs ours (one link
+    /// update, no moment without a program), on the pinned maps when their
+    /// layout is ours, else on new ones.
+    Replaced {
+        from: u32,
+        to: u32,
+        maps_reused: bool,
+    },
 }
 
 /// How to attach: native (driver) mode, generic (skb) mode, or native with
@@ -68,16 +124,21 @@ pub struct FastPath {
     trace: Option<(TraceFilter, RingBuf<MapData>)>,
     current: Templates,
     link: Option<XdpLinkId>,
+    /// The id of the program attached to the interface: ours, or the one
+    /// the adopted link kept running.
+    attached: Option<u32>,
+    /// Set when the link is pinned: dropping must not detach.
+    pinned: bool,
 }
 
 impl FastPath {
     /// Loads the program into the kernel (the verifier runs here) without
     /// attaching it anywhere.
     pub fn load() -> Result<FastPath, XdpError> {
-        if OBJECT.is_empty() {
-            return Err(XdpError::NoObject);
-        }
-        let mut ebpf = Ebpf::load(OBJECT).map_err(XdpError::Load)?;
+        FastPath::from_ebpf(load_object(None)?)
+    }
+
+    fn from_ebpf(mut ebpf: Ebpf) -> Result<FastPath, XdpError> {
         let prog: &mut Xdp = ebpf
             .program_mut(PROGRAM_NAME)
             .ok_or(XdpError::Missing(PROGRAM_NAME))?
@@ -114,6 +175,8 @@ impl FastPath {
             trace: Some(trace),
             current: Templates::new(),
             link: None,
+            attached: None,
+            pinned: false,
         })
     }
 
@@ -130,13 +193,35 @@ impl FastPath {
         Ok(self.program().info()?.id())
     }
 
-    /// Attaches to `iface`; returns the mode that worked.
-    pub fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<AttachMode, XdpError> {
-        let prog: &mut Xdp = self
-            .ebpf
+    /// The kernel's id of the program attached to the interface: the one
+    /// loaded, or the one an adopted link kept running.
+    pub fn attached_program_id(&self) -> Result<u32, ProgramError> {
+        match self.attached {
+            Some(id) => Ok(id),
+            None => self.program_id(),
+        }
+    }
+
+    fn program_mut(&mut self) -> &mut Xdp {
+        self.ebpf
             .program_mut(PROGRAM_NAME)
             .and_then(|p| <&mut Xdp>::try_from(p).ok())
-            .expect("loaded in FastPath::load");
+            .expect("loaded in FastPath::load")
+    }
+
+    /// Attaches to `iface`; returns the mode that worked.
+    pub fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<AttachMode, XdpError> {
+        let (link, used) = self.attach_link(iface, mode)?;
+        self.link = Some(link);
+        Ok(used)
+    }
+
+    fn attach_link(
+        &mut self,
+        iface: &str,
+        mode: AttachMode,
+    ) -> Result<(XdpLinkId, AttachMode), XdpError> {
+        let prog = self.program_mut();
         let attach = |prog: &mut Xdp, m: AttachMode, flags: XdpMode| {
             prog.attach(iface, flags)
                 .map_err(|source| XdpError::Attach {
@@ -159,9 +244,129 @@ impl FastPath {
                 }
             },
         };
-        self.link = Some(link);
         info!(%iface, mode = ?used, "XDP program attached");
-        Ok(used)
+        Ok((link, used))
+    }
+
+    /// Starts the fast path of `iface` on the pins in `dir` (its directory
+    /// under `--pin-dir`, on bpffs), never leaving `iface` without a
+    /// program:
+    /// - a pinned link running on `iface` is adopted: our program is loaded
+    ///   on the pinned maps when they are that program's and have our
+    ///   layout (else on new maps, pinned in their place once they run),
+    ///   the hosts map is read back so that filling it with `templates` is
+    ///   a diff, and the link is then switched to our program in one
+    ///   update unless it already runs the same code (same tag);
+    /// - otherwise (nothing pinned, or a link whose interface went or that
+    ///   was detached) the leftovers are removed, the maps created and
+    ///   pinned, filled, and the program attached and its link pinned.
+    ///
+    /// From then on, dropping the `FastPath` leaves everything attached.
+    pub fn start_pinned(
+        dir: &Path,
+        iface: &str,
+        mode: AttachMode,
+        templates: Templates,
+    ) -> Result<(FastPath, Adoption), XdpError> {
+        pin::prepare(dir)?;
+        match adoptable(&dir.join(pin::LINK), iface)? {
+            Some((link, running)) => FastPath::adopt(dir, iface, link, running, templates),
+            None => FastPath::start_fresh(dir, iface, mode, templates),
+        }
+    }
+
+    fn start_fresh(
+        dir: &Path,
+        iface: &str,
+        mode: AttachMode,
+        templates: Templates,
+    ) -> Result<(FastPath, Adoption), XdpError> {
+        // Maps pinned for a program no longer attached: start them anew.
+        pin::remove_maps(dir)?;
+        let mut fast = FastPath::from_ebpf(load_object(Some(dir))?)?;
+        fast.sync(templates).map_err(XdpError::Fill)?;
+        let (id, _) = fast.attach_link(iface, mode)?;
+        let link = fast.program_mut().take_link(id).map_err(XdpError::Verify)?;
+        let link = FdLink::try_from(link).map_err(|_| XdpError::NotALink(iface.into()))?;
+        let path = dir.join(pin::LINK);
+        link.pin(&path)
+            .map_err(|source| XdpError::Pin { path, source })?;
+        fast.pinned = true;
+        let program = fast.program_id().map_err(XdpError::Verify)?;
+        fast.attached = Some(program);
+        Ok((fast, Adoption::Fresh { program }))
+    }
+
+    fn adopt(
+        dir: &Path,
+        iface: &str,
+        link: FdLink,
+        running: u32,
+        templates: Templates,
+    ) -> Result<(FastPath, Adoption), XdpError> {
+        let running_info = loaded_programs()
+            .filter_map(Result::ok)
+            .find(|p| p.id() == running)
+            .ok_or(XdpError::Running(running))?;
+        let fresh = load_object(None)?;
+        let reuse = pins_fit(dir, &fresh, &running_info);
+        let mut fast = if reuse {
+            drop(fresh);
+            let mut fast = FastPath::from_ebpf(load_object(Some(dir))?)?;
+            fast.current = fast.hosts.iter().filter_map(Result::ok).collect();
+            if let Some((filter, _)) = &fast.trace {
+                // The MACs the last agent traced have no watcher now.
+                if let Err(e) = filter.clear() {
+                    warn!(%iface, error = %e, "failed to clear the adopted trace filter");
+                }
+            }
+            fast
+        } else {
+            // Pinned beside the old maps now, renamed over them once our
+            // program runs: until then the old program keeps its own.
+            for name in pin::MAPS {
+                let path = dir.join(format!("{name}{}", pin::NEW_SUFFIX));
+                let _ = std::fs::remove_file(&path);
+                let map = fresh.map(name).ok_or(XdpError::Missing(name))?;
+                map.pin(&path)
+                    .map_err(|source| XdpError::Pin { path, source })?;
+            }
+            FastPath::from_ebpf(fresh)?
+        };
+        fast.pinned = true;
+        fast.sync(templates).map_err(XdpError::Fill)?;
+        let ours = fast.program().info().map_err(XdpError::Verify)?;
+        if reuse && ours.tag() == running_info.tag() {
+            fast.attached = Some(running);
+            return Ok((fast, Adoption::Unchanged { program: running }));
+        }
+        let path = dir.join(pin::LINK);
+        let link = XdpLink::try_from(link).map_err(|source| XdpError::Link { path, source })?;
+        let id = fast
+            .program_mut()
+            .attach_to_link(link)
+            .map_err(|source| XdpError::Replace {
+                iface: iface.into(),
+                source,
+            })?;
+        fast.link = Some(id);
+        fast.attached = Some(ours.id());
+        if !reuse {
+            for name in pin::MAPS {
+                let from = dir.join(format!("{name}{}", pin::NEW_SUFFIX));
+                let to = dir.join(name);
+                std::fs::rename(&from, &to)
+                    .map_err(|source| XdpError::Rename { path: to, source })?;
+            }
+        }
+        Ok((
+            fast,
+            Adoption::Replaced {
+                from: running,
+                to: ours.id(),
+                maps_reused: reuse,
+            },
+        ))
     }
 
     /// Makes the map hold exactly `desired`, entry by entry (see `maps`).
@@ -217,6 +422,98 @@ impl FastPath {
     /// Raw map access for tests that write templates directly.
     pub fn hosts_mut(&mut self) -> &mut HashMap<MapData, HostKey, ReplyTemplate> {
         &mut self.hosts
+    }
+}
+
+/// Loads the object, its maps on the pins in `pins` when given (reused
+/// where pinned, created and pinned where not); no program is loaded yet.
+fn load_object(pins: Option<&Path>) -> Result<Ebpf, XdpError> {
+    if OBJECT.is_empty() {
+        return Err(XdpError::NoObject);
+    }
+    let mut loader = EbpfLoader::new();
+    if let Some(dir) = pins {
+        for name in pin::MAPS {
+            loader.map_pin_path(name, dir.join(name));
+        }
+    }
+    loader.load(OBJECT).map_err(XdpError::Load)
+}
+
+/// The link pinned at `path` and the program it runs, if it runs on
+/// `iface`; a link that does not (its interface went, or it was detached)
+/// is unpinned.
+fn adoptable(path: &Path, iface: &str) -> Result<Option<(FdLink, u32)>, XdpError> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let stale = |why: String| -> Result<Option<(FdLink, u32)>, XdpError> {
+        warn!(%iface, pin = %path.display(), "{why}: removing the stale link pin");
+        std::fs::remove_file(path).map_err(|source| pin::PinError::Remove {
+            path: path.into(),
+            source,
+        })?;
+        Ok(None)
+    };
+    let link = match PinnedLink::from_pin(path) {
+        Ok(link) => FdLink::from(link),
+        Err(e) => return stale(format!("cannot open the pinned link: {e}")),
+    };
+    let info = link.info().map_err(|source| XdpError::Link {
+        path: path.into(),
+        source,
+    })?;
+    if !matches!(info.link_type(), Ok(LinkType::Xdp)) {
+        return stale("the pinned link is not an XDP link".into());
+    }
+    let running = info.program_id();
+    match crate::netdev::xdp_program_id(iface) {
+        Ok(Some(id)) if id == running => Ok(Some((link, running))),
+        Ok(Some(id)) => stale(format!(
+            "the pinned link runs program {running} but {iface} runs {id}"
+        )),
+        Ok(None) => stale(format!("the pinned link is not attached to {iface}")),
+        Err(e) => stale(format!("cannot read the XDP state of {iface}: {e}")),
+    }
+}
+
+/// Whether the maps pinned in `dir` are the ones `running` uses and have
+/// the layout the object `fresh` declares: then a program loaded from the
+/// object can share them.
+fn pins_fit(dir: &Path, fresh: &Ebpf, running: &aya::programs::ProgramInfo) -> bool {
+    let Ok(Some(used)) = running.map_ids() else {
+        return false;
+    };
+    pin::MAPS.iter().all(|name| {
+        let Ok(pinned) = MapData::from_pin(dir.join(name)).and_then(|m| m.info()) else {
+            return false;
+        };
+        let Some(ours) = fresh
+            .map(name)
+            .and_then(map_data)
+            .and_then(|m| m.info().ok())
+        else {
+            return false;
+        };
+        let same = used.contains(&pinned.id())
+            && pinned.map_type().ok() == ours.map_type().ok()
+            && pinned.key_size() == ours.key_size()
+            && pinned.value_size() == ours.value_size()
+            && pinned.max_entries() == ours.max_entries()
+            && pinned.map_flags() == ours.map_flags();
+        if !same {
+            info!(map = name, "the pinned map does not fit the new program");
+        }
+        same
+    })
+}
+
+/// The map behind the kinds of map the program pins.
+fn map_data(map: &aya::maps::Map) -> Option<&MapData> {
+    use aya::maps::Map;
+    match map {
+        Map::HashMap(m) | Map::PerCpuArray(m) | Map::RingBuf(m) | Map::Array(m) => Some(m),
+        _ => None,
     }
 }
 
@@ -292,10 +589,7 @@ impl VethPeer {
         name: &'static str,
         target: Option<&str>,
     ) -> Result<VethPeer, XdpError> {
-        if OBJECT.is_empty() {
-            return Err(XdpError::NoObject);
-        }
-        let mut ebpf = Ebpf::load(OBJECT).map_err(XdpError::Load)?;
+        let mut ebpf = load_object(None)?;
         if let Some(target) = target {
             let ifindex = ifindex(target).ok_or_else(|| XdpError::NoInterface(target.into()))?;
             let mut map: DevMap<_> = ebpf
@@ -339,6 +633,12 @@ fn ifindex(name: &str) -> Option<u32> {
 
 impl Drop for FastPath {
     fn drop(&mut self) {
+        if self.pinned {
+            // The pin holds the link: closing our descriptors leaves the
+            // program attached for the next agent.
+            info!("XDP program left attached through its pinned link");
+            return;
+        }
         let Some(link) = self.link.take() else { return };
         if let Some(prog) = self
             .ebpf

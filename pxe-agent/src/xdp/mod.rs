@@ -1,14 +1,15 @@
 //! The fast path from userspace: loading and attaching the XDP program,
 //! writing compiled templates into its map, reading its counters and the
-//! verdicts of traced MACs.
+//! verdicts of traced MACs, pinning it all in bpffs across restarts.
 
 pub mod events;
 pub mod loader;
 pub mod maps;
+pub mod pin;
 pub mod stats;
 pub mod trace;
 
-pub use loader::{AttachMode, FastPath, VethPeer, XdpError, sync_each};
+pub use loader::{Adoption, AttachMode, FastPath, VethPeer, XdpError, sync_each};
 pub use maps::SyncError;
 pub use stats::Stats;
 pub use trace::TraceFilter;

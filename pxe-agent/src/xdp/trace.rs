@@ -31,6 +31,23 @@ impl TraceFilter {
     }
 }
 
+impl TraceFilter {
+    /// Forgets every traced MAC and closes the gate.
+    pub fn clear(&self) -> Result<(), aya::maps::MapError> {
+        let mut maps = self.maps.lock().unwrap_or_else(PoisonError::into_inner);
+        let (macs, gate) = &mut *maps;
+        gate.set(0, 0, 0)?;
+        let keys: Vec<TraceKey> = macs.keys().filter_map(Result::ok).collect();
+        for key in keys {
+            match macs.remove(&key) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
 impl KernelFilter for TraceFilter {
     fn set(&self, mac: MacAddr, traced: bool, count: usize) -> Result<(), String> {
         let mut maps = self.maps.lock().unwrap_or_else(PoisonError::into_inner);

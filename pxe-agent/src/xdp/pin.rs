@@ -1,0 +1,276 @@
+//! The fast path's pins in bpffs (`--pin-dir DIR`): one directory per
+//! interface, `DIR/<ifname>/`, holding the XDP link (`link`) and the maps
+//! of the program that link runs, by their map names. While they are
+//! pinned, the program keeps answering after the agent exits; the next
+//! agent adopts them (see `loader::FastPath::start_pinned`), and
+//! `pxe-agent detach` removes them.
+//!
+//! Owns the layout, the bpffs check and the removal; what is loaded and
+//! attached is the loader's.
+
+use std::{
+    ffi::CString,
+    io,
+    os::{
+        fd::{FromRawFd as _, OwnedFd},
+        unix::ffi::OsStrExt as _,
+    },
+    path::{Path, PathBuf},
+};
+
+use pxe_ebpf_common::{COUNTERS_MAP, EVENTS_MAP, HOSTS_MAP, TRACE_GATE_MAP, TRACE_MAP, TRACED_MAP};
+
+/// `BPF_FS_MAGIC` (include/uapi/linux/magic.h).
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// The name of the link pin in an interface's directory.
+pub const LINK: &str = "link";
+
+/// The maps the program uses, pinned by their names: everything the next
+/// agent needs to keep serving, counting and tracing through a program it
+/// adopts without replacing it (the rings are pinned too, so it reads on
+/// where the last agent stopped).
+pub const MAPS: [&str; 6] = [
+    HOSTS_MAP,
+    COUNTERS_MAP,
+    EVENTS_MAP,
+    TRACE_MAP,
+    TRACED_MAP,
+    TRACE_GATE_MAP,
+];
+
+/// Suffix of map pins made for a new program before it replaces the old
+/// one; renamed over the old pins once it runs. Not a dot: bpffs refuses
+/// names with one (EPERM).
+pub const NEW_SUFFIX: &str = "-new";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    #[error(
+        "{} is not on a BPF file system (bpffs); mount it with `mount -t bpf bpf /sys/fs/bpf`",
+        .0.display()
+    )]
+    NotBpffs(PathBuf),
+    #[error("failed to read the file system of {}", path.display())]
+    Statfs { path: PathBuf, source: io::Error },
+    #[error("failed to create {}", path.display())]
+    Create { path: PathBuf, source: io::Error },
+    #[error("failed to read {}", path.display())]
+    Read { path: PathBuf, source: io::Error },
+    #[error("failed to remove {}", path.display())]
+    Remove { path: PathBuf, source: io::Error },
+}
+
+/// The directory of `iface`'s pins under `dir`.
+pub fn iface_dir(dir: &Path, iface: &str) -> PathBuf {
+    dir.join(iface)
+}
+
+/// Makes sure `dir` is (or can be created) on bpffs, and creates it.
+pub fn prepare(dir: &Path) -> Result<(), PinError> {
+    let existing = dir
+        .ancestors()
+        .find(|a| a.exists())
+        .unwrap_or(Path::new("/"));
+    check_bpffs(existing)?;
+    std::fs::create_dir_all(dir).map_err(|source| PinError::Create {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    check_bpffs(dir)
+}
+
+/// Refuses `path` unless it is on bpffs: pins anywhere else fail, and a
+/// bpffs mounted in a container's own mount namespace only would vanish
+/// with it.
+pub fn check_bpffs(path: &Path) -> Result<(), PinError> {
+    let c =
+        CString::new(path.as_os_str().as_bytes()).map_err(|_| PinError::NotBpffs(path.into()))?;
+    // SAFETY: statfs writes into the zeroed struct it is given.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is NUL-terminated and st is a valid out pointer.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(PinError::Statfs {
+            path: path.into(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    // f_type's type differs between architectures (i64 here, u32 on some).
+    if st.f_type as i64 != BPF_FS_MAGIC {
+        return Err(PinError::NotBpffs(path.into()));
+    }
+    Ok(())
+}
+
+/// Removes the map pins (and their `-new` leftovers) of one interface's
+/// directory; the names removed.
+pub fn remove_maps(dir: &Path) -> Result<Vec<String>, PinError> {
+    let mut removed = Vec::new();
+    for name in MAPS {
+        for file in [name.to_string(), format!("{name}{NEW_SUFFIX}")] {
+            if remove_if_there(&dir.join(&file))? {
+                removed.push(file);
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes `path`; whether it was there.
+fn remove_if_there(path: &Path) -> Result<bool, PinError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(PinError::Remove {
+            path: path.into(),
+            source,
+        }),
+    }
+}
+
+/// What `detach` did on one interface.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Removed {
+    pub iface: String,
+    /// The link was pinned and is now detached.
+    pub link: bool,
+    /// Map pins removed, by name.
+    pub maps: Vec<String>,
+}
+
+/// Detaches and unpins everything pinned for `ifaces` under `dir`, or for
+/// every interface directory there (and then `dir` itself) when `ifaces`
+/// is empty. Idempotent: what is not there is skipped.
+pub fn detach(dir: &Path, ifaces: &[String]) -> Result<Vec<Removed>, PinError> {
+    if !dir.exists() {
+        // Never pinned, or removed by an earlier run: nothing to do, if
+        // the place is right.
+        let existing = dir
+            .ancestors()
+            .find(|a| a.exists())
+            .unwrap_or(Path::new("/"));
+        check_bpffs(existing)?;
+        return Ok(Vec::new());
+    }
+    check_bpffs(dir)?;
+    let all = ifaces.is_empty();
+    let ifaces = if all {
+        let mut names = Vec::new();
+        let entries = std::fs::read_dir(dir).map_err(|source| PinError::Read {
+            path: dir.into(),
+            source,
+        })?;
+        for entry in entries {
+            let entry = entry.map_err(|source| PinError::Read {
+                path: dir.into(),
+                source,
+            })?;
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        names.sort();
+        names
+    } else {
+        ifaces.to_vec()
+    };
+    let mut out = Vec::new();
+    for iface in ifaces {
+        let idir = iface_dir(dir, &iface);
+        let link_path = idir.join(LINK);
+        let mut removed = Removed {
+            iface: iface.clone(),
+            ..Removed::default()
+        };
+        if link_path.exists() {
+            // Detach first: an agent still running holds the link open, and
+            // unpinning alone would leave the program attached until it exits.
+            if let Err(source) = link_detach(&link_path) {
+                return Err(PinError::Remove {
+                    path: link_path,
+                    source,
+                });
+            }
+            removed.link = remove_if_there(&link_path)?;
+        }
+        removed.maps = remove_maps(&idir)?;
+        match std::fs::remove_dir(&idir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(PinError::Remove { path: idir, source });
+            }
+        }
+        out.push(removed);
+    }
+    if all {
+        // Empty now unless something else was put there: then it stays.
+        let _ = std::fs::remove_dir(dir);
+    }
+    Ok(out)
+}
+
+/// `BPF_OBJ_GET` and `BPF_LINK_DETACH` (include/uapi/linux/bpf.h).
+const BPF_OBJ_GET: libc::c_long = 7;
+const BPF_LINK_DETACH: libc::c_long = 34;
+
+/// `union bpf_attr`, large enough for the commands used here.
+#[repr(C, align(8))]
+struct Attr([u32; 32]);
+
+fn bpf(cmd: libc::c_long, attr: &mut Attr) -> io::Result<libc::c_long> {
+    // SAFETY: attr is a zero-filled bpf_attr of the size passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            std::ptr::from_mut(attr),
+            size_of::<Attr>(),
+        )
+    };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Detaches the link pinned at `path` from its interface, whoever holds it
+/// open (forced `BPF_LINK_DETACH`, kernel 5.9); the link object lives on,
+/// defunct, until its last reference goes. An already defunct link is
+/// fine.
+fn link_detach(path: &Path) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    let mut attr = Attr([0; 32]);
+    let ptr = c.as_ptr() as u64;
+    attr.0[0] = ptr as u32;
+    attr.0[1] = (ptr >> 32) as u32;
+    let fd = bpf(BPF_OBJ_GET, &mut attr)?;
+    // SAFETY: BPF_OBJ_GET returned a new file descriptor we now own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let mut attr = Attr([0; 32]);
+    attr.0[0] = std::os::fd::AsRawFd::as_raw_fd(&fd) as u32;
+    match bpf(BPF_LINK_DETACH, &mut attr) {
+        Ok(_) => Ok(()),
+        // ENOLINK: the link's interface went away, or it was detached already.
+        Err(e) if e.raw_os_error() == Some(libc::ENOLINK) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_off_bpffs_is_refused_with_the_mount_command() {
+        let dir = std::env::temp_dir().join(format!("pxe-pin-{}", std::process::id()));
+        let err = prepare(&dir.join("sub")).expect_err("tmp is not bpffs");
+        assert!(
+            err.to_string()
+                .contains("mount it with `mount -t bpf bpf /sys/fs/bpf`"),
+            "{err}"
+        );
+        assert!(!dir.exists(), "nothing is created off bpffs");
+    }
+}
