@@ -317,7 +317,8 @@ fn a_program_of_another_version_is_replaced_through_the_same_link() {
             "TRACE",
             "TRACED",
             "TRACE_GATE",
-            "link"
+            "link",
+            "program"
         ]
     );
 }

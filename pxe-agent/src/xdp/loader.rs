@@ -12,9 +12,8 @@ use aya::{
     maps::{Array, DevMap, HashMap, MapData, MapError, PerCpuArray, RingBuf, xdp::XdpMapError},
     pin::PinError as AyaPinError,
     programs::{
-        ProgramError, Xdp, XdpMode,
+        ProgramError, ProgramInfo, Xdp, XdpMode,
         links::{FdLink, LinkError, LinkType, PinnedLink},
-        loaded_programs,
         xdp::{XdpLink, XdpLinkId},
     },
 };
@@ -77,8 +76,6 @@ pub enum XdpError {
     NotALink(String),
     #[error("failed to read the pinned XDP link {}", path.display())]
     Link { path: PathBuf, source: LinkError },
-    #[error("the XDP program {0} the pinned link runs is not among the loaded programs")]
-    Running(u32),
     #[error("failed to replace the XDP program on {iface} through its link")]
     Replace { iface: String, source: ProgramError },
     #[error("failed to put the new map pins in place in {}", path.display())]
@@ -291,6 +288,7 @@ impl FastPath {
         let path = dir.join(pin::LINK);
         link.pin(&path)
             .map_err(|source| XdpError::Pin { path, source })?;
+        fast.pin_program(dir)?;
         fast.pinned = true;
         let program = fast.program_id().map_err(XdpError::Verify)?;
         fast.attached = Some(program);
@@ -304,12 +302,16 @@ impl FastPath {
         running: u32,
         templates: Templates,
     ) -> Result<(FastPath, Adoption), XdpError> {
-        let running_info = loaded_programs()
-            .filter_map(Result::ok)
-            .find(|p| p.id() == running)
-            .ok_or(XdpError::Running(running))?;
+        // The running program's own pin, when it is the one the link runs;
+        // without it (pinned by someone else, or removed) the pinned maps
+        // cannot be told to be that program's, so new ones are made.
+        let running_info = ProgramInfo::from_pin(dir.join(pin::PROGRAM))
+            .ok()
+            .filter(|p| p.id() == running);
         let fresh = load_object(None)?;
-        let reuse = pins_fit(dir, &fresh, &running_info);
+        let reuse = running_info
+            .as_ref()
+            .is_some_and(|info| pins_fit(dir, &fresh, info));
         let mut fast = if reuse {
             drop(fresh);
             let mut fast = FastPath::from_ebpf(load_object(Some(dir))?)?;
@@ -336,7 +338,11 @@ impl FastPath {
         fast.pinned = true;
         fast.sync(templates).map_err(XdpError::Fill)?;
         let ours = fast.program().info().map_err(XdpError::Verify)?;
-        if reuse && ours.tag() == running_info.tag() {
+        if reuse
+            && running_info
+                .as_ref()
+                .is_some_and(|info| ours.tag() == info.tag())
+        {
             fast.attached = Some(running);
             return Ok((fast, Adoption::Unchanged { program: running }));
         }
@@ -351,6 +357,7 @@ impl FastPath {
             })?;
         fast.link = Some(id);
         fast.attached = Some(ours.id());
+        fast.pin_program(dir)?;
         if !reuse {
             for name in pin::MAPS {
                 let from = dir.join(format!("{name}{}", pin::NEW_SUFFIX));
@@ -367,6 +374,20 @@ impl FastPath {
                 maps_reused: reuse,
             },
         ))
+    }
+
+    /// Pins the program (in place of the one pinned before), so that the
+    /// next agent can read what the link runs without CAP_SYS_ADMIN.
+    fn pin_program(&mut self, dir: &Path) -> Result<(), XdpError> {
+        let path = dir.join(pin::PROGRAM);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(pin::PinError::Remove { path, source }.into()),
+        }
+        self.program_mut()
+            .pin(&path)
+            .map_err(|source| XdpError::Pin { path, source })
     }
 
     /// Makes the map hold exactly `desired`, entry by entry (see `maps`).

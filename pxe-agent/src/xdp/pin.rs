@@ -26,6 +26,12 @@ const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 /// The name of the link pin in an interface's directory.
 pub const LINK: &str = "link";
 
+/// The name of the pin of the program the link runs. The next agent reads
+/// the program's tag and maps from it: finding a program by its id
+/// (`BPF_PROG_GET_FD_BY_ID`) would need CAP_SYS_ADMIN, a pin needs only
+/// CAP_BPF and the file's permissions.
+pub const PROGRAM: &str = "program";
+
 /// The maps the program uses, pinned by their names: everything the next
 /// agent needs to keep serving, counting and tracing through a program it
 /// adopts without replacing it (the rings are pinned too, so it reads on
@@ -193,6 +199,7 @@ pub fn detach(dir: &Path, ifaces: &[String]) -> Result<Vec<Removed>, PinError> {
             }
             removed.link = remove_if_there(&link_path)?;
         }
+        remove_if_there(&idir.join(PROGRAM))?;
         removed.maps = remove_maps(&idir)?;
         match std::fs::remove_dir(&idir) {
             Ok(()) => {}
