@@ -47,6 +47,10 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per process; boxing run's arguments buys nothing"
+)]
 enum Command {
     /// Attach the fast path to an interface and serve the inventory until
     /// SIGINT or SIGTERM (needs CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON or root).
@@ -59,9 +63,30 @@ enum Command {
         /// the interface's IPv4 address.
         #[arg(long, short, required = true, value_name = "NAME[=SERVER_IP]")]
         interface: Vec<app::Interface>,
-        /// Inventory file (YAML); watched and reloaded on change.
+        /// This node's name, written to the BootHosts it serves
+        /// (`status.servingNode`). Defaults to the host name.
+        #[arg(long, env = "NODE_NAME")]
+        node_name: Option<String>,
+        /// Inventory file (YAML); watched and reloaded on change. Exactly
+        /// one of --inventory and --kube.
+        #[arg(long, required_unless_present = "kube", conflicts_with = "kube")]
+        inventory: Option<PathBuf>,
+        /// Read the inventory from the Kubernetes API (BootHost, BootProfile
+        /// and BootNetwork objects) instead of a file: in-cluster
+        /// configuration, else KUBECONFIG.
         #[arg(long)]
-        inventory: PathBuf,
+        kube: bool,
+        /// Namespace of the objects; defaults to the service account's
+        /// namespace, else the kubeconfig's, else `default`.
+        #[arg(long, env = "POD_NAMESPACE", requires = "kube")]
+        kube_namespace: Option<String>,
+        /// Also read Metal3 BareMetalHosts matching this label selector as
+        /// hosts (never written to).
+        #[arg(long, requires = "kube", value_name = "SELECTOR")]
+        metal3_selector: Option<String>,
+        /// At most this many status patches and Events a second.
+        #[arg(long, default_value_t = 10, requires = "kube")]
+        kube_status_qps: u32,
         /// Server address in replies (option 54, source address) when one
         /// interface is served; the same as --interface NAME=SERVER_IP.
         /// Defaults to the interface's IPv4 address.
@@ -367,11 +392,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// The machine's host name, the default node name.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
 fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Run {
             interface,
+            node_name,
             inventory,
+            kube,
+            kube_namespace,
+            metal3_selector,
+            kube_status_qps,
             server_ip,
             metrics_addr,
             xdp_mode,
@@ -405,9 +444,17 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 rate_per_mac > 0.0 && rate_unknown > 0.0,
                 "rates must be positive"
             );
+            anyhow::ensure!(kube_status_qps > 0, "--kube-status-qps must be positive");
+            let kube = kube.then(|| pxe_agent::kube::KubeSettings {
+                namespace: kube_namespace,
+                node_name: node_name.unwrap_or_else(host_name),
+                metal3_selector,
+                status_qps: kube_status_qps,
+            });
             let cfg = RunConfig {
                 interfaces: with_server_ip(interface, server_ip)?,
-                inventory,
+                inventory: inventory.unwrap_or_default(),
+                kube,
                 metrics_addr,
                 xdp_mode,
                 reload_interval: Duration::from_millis(reload_ms.max(10)),
