@@ -217,18 +217,6 @@ fn spawn_agent(
     extra: &[&str],
     nofile: Option<u64>,
 ) -> ChildGuard {
-    spawn_agent_with(lab, dir, Some(inventory), extra, nofile)
-}
-
-/// Like [`spawn_agent`]; without an inventory file, `extra` names the
-/// source (`--kube`).
-fn spawn_agent_with(
-    lab: &Lab,
-    dir: &Scratch,
-    inventory: Option<&Path>,
-    extra: &[&str],
-    nofile: Option<u64>,
-) -> ChildGuard {
     let log = fs::File::options()
         .create(true)
         .append(true)
@@ -248,12 +236,12 @@ fn spawn_agent_with(
     } else {
         &["--xdp-mode", "native"]
     };
-    cmd.args(["run", "--interface", lab.server_if()]).args(mode);
-    if let Some(inventory) = inventory {
-        cmd.arg("--inventory").arg(inventory);
-    }
     ChildGuard::spawn(
-        cmd.arg("--state-dir")
+        cmd.args(["run", "--interface", lab.server_if()])
+            .args(mode)
+            .arg("--inventory")
+            .arg(inventory)
+            .arg("--state-dir")
             .arg(dir.path("state"))
             .args(extra)
             .stderr(log.try_clone().expect("log fd"))

@@ -195,6 +195,10 @@ pub struct Source {
     refused: BTreeMap<ObjRef, Vec<String>>,
     accepted: BTreeSet<ObjRef>,
     degraded: BTreeMap<ObjRef, Vec<String>>,
+    /// When each object's Accepted condition last changed (accepted or
+    /// not), so the wanted status stays the same until the write shows up
+    /// in the watch.
+    transitions: HashMap<ObjRef, (bool, u64)>,
     /// The generation and message an Event was last created for.
     evented: HashMap<ObjRef, (Option<i64>, String)>,
     /// BareMetalHost refusals already logged, per generation.
@@ -267,6 +271,7 @@ impl Source {
             refused: BTreeMap::new(),
             accepted: BTreeSet::new(),
             degraded: BTreeMap::new(),
+            transitions: HashMap::new(),
             evented: HashMap::new(),
             logged: HashMap::new(),
         };
@@ -570,7 +575,15 @@ impl Source {
                     // Not part of a successful rebuild yet.
                     continue;
                 }
-                let condition = status::accepted(problems, generation, observed, now);
+                let ok = problems.is_none();
+                let since = match self.transitions.get(&at) {
+                    Some(&(was, at_ms)) if was == ok => at_ms,
+                    _ => {
+                        self.transitions.insert(at.clone(), (ok, now));
+                        now
+                    }
+                };
+                let condition = status::accepted(problems, generation, observed, since);
                 let view = (kind == Kind::BootHost && !self.refused.contains_key(&at))
                     .then(|| {
                         object
@@ -619,6 +632,12 @@ impl Source {
         }
         self.evented
             .retain(|at, _| self.refused.contains_key(at) || self.degraded.contains_key(at));
+        let stores = &self.stores;
+        self.transitions.retain(|at, _| {
+            stores
+                .get(&at.kind)
+                .is_some_and(|s| s.objects.contains_key(&at.name))
+        });
         Outgoing { statuses, events }
     }
 }
