@@ -168,8 +168,11 @@ pub fn accepted(
 }
 
 /// The status wanted on an object: its condition, and for an accepted
-/// BootHost what the agent knows of it (`view`). Every key is present
-/// (`null` when unknown) so that a merge patch clears what is gone.
+/// BootHost that this agent has seen (a boot step, a power state, a
+/// recovery under way) what it knows of it (`view`), every key present
+/// (`null` when unknown) so that a merge patch clears what is gone. A host
+/// the agent has seen nothing of gets only the condition, so an agent that
+/// does not serve it leaves the serving agent's fields alone.
 pub fn status_of(
     condition: Value,
     generation: Option<i64>,
@@ -181,7 +184,13 @@ pub fn status_of(
         "conditions": [condition],
         "observedGeneration": generation,
     });
-    if !host {
+    let seen = view.is_some_and(|v| {
+        v.stage.is_some()
+            || v.progress.dhcp.is_some()
+            || v.power.is_some()
+            || v.recovery.as_deref().is_some_and(|r| r != "idle")
+    });
+    if !host || !seen {
         return status;
     }
     let p = view.map(|v| &v.progress);
@@ -208,21 +217,23 @@ pub fn status_of(
     status
 }
 
-/// A merge patch over `observed`, the object's status as last seen, would
-/// leave it equal to `wanted`: `null`s in `wanted` are absent keys.
+/// A merge patch of `wanted` over `observed` (the object's status as last
+/// seen) would change nothing: every key of `wanted` is in `observed` with
+/// the same value, and every `null` of `wanted` is absent there. Keys
+/// `wanted` leaves out do not count (another agent's).
 pub fn same(wanted: &Value, observed: Option<&Value>) -> bool {
-    fn strip(v: &Value) -> Value {
-        match v {
-            Value::Object(m) => Value::Object(
-                m.iter()
-                    .filter(|(_, v)| !v.is_null())
-                    .map(|(k, v)| (k.clone(), strip(v)))
-                    .collect(),
-            ),
-            other => other.clone(),
+    fn covers(wanted: &Value, observed: Option<&Value>) -> bool {
+        match (wanted, observed) {
+            (Value::Null, None | Some(Value::Null)) => true,
+            (Value::Object(w), Some(Value::Object(o))) => {
+                w.iter().all(|(k, v)| covers(v, o.get(k)))
+            }
+            (Value::Object(_), _) => false,
+            (w, Some(o)) => w == o,
+            (_, None) => false,
         }
     }
-    observed.is_some_and(|o| strip(o) == strip(wanted))
+    observed.is_some() && covers(wanted, observed)
 }
 
 #[cfg(test)]
@@ -292,6 +303,16 @@ mod tests {
         let wanted = json!({"stage": null, "servingNode": "n1"});
         assert!(same(&wanted, Some(&json!({"servingNode": "n1"}))));
         assert!(!same(&wanted, Some(&json!({"servingNode": "n2"}))));
+        assert!(!same(
+            &wanted,
+            Some(&json!({"servingNode": "n1", "stage": "dhcp"}))
+        ));
         assert!(!same(&wanted, None));
+        // Keys left out are another agent's.
+        let condition_only = json!({"conditions": [{"type": "Accepted"}]});
+        assert!(same(
+            &condition_only,
+            Some(&json!({"conditions": [{"type": "Accepted"}], "stage": "booted"}))
+        ));
     }
 }
