@@ -362,3 +362,24 @@ fn a_refused_discovery_profile_turns_discovery_off_not_the_subnets() {
     assert!(built.accepted.contains(&network));
     assert!(built.degraded[&network][0].contains("BootProfile worker is refused"));
 }
+
+#[test]
+fn a_subnet_problem_refuses_its_network_only() {
+    let mut s = snapshot();
+    s.networks.insert(
+        "overlapping".into(),
+        object(
+            "BootNetwork",
+            "overlapping",
+            json!({"subnets": [{"cidr": "10.66.128.0/17"}]}),
+        ),
+    );
+    let built = build_plain(&s);
+    let inv = built.result.expect("the rest is valid");
+    assert_eq!(inv.subnets.len(), 1);
+    assert_eq!(inv.hosts.len(), 2);
+    assert_eq!(
+        built.refused[&ObjRef::new(Kind::BootNetwork, "overlapping")],
+        vec!["field subnets[1].cidr: 10.66.128.0/17 overlaps subnets[0] (10.66.0.0/16)".to_owned()]
+    );
+}
