@@ -68,8 +68,9 @@ enum Command {
             value_name = "NAME[=SERVER_IP]"
         )]
         interface: Vec<app::Interface>,
-        /// This node's name, which picks its file in --interface-dir.
-        /// Default: the host name.
+        /// This node's name: it picks this node's file in --interface-dir
+        /// and is written to the BootHosts it serves (`status.servingNode`).
+        /// Defaults to the host name.
         #[arg(long, env = "NODE_NAME")]
         node_name: Option<String>,
         /// Instead of --interface: read this node's interfaces from
@@ -77,9 +78,26 @@ enum Command {
         /// (a ConfigMap keyed by node name, mounted at DIR).
         #[arg(long, value_name = "DIR", conflicts_with = "interface")]
         interface_dir: Option<PathBuf>,
-        /// Inventory file (YAML); watched and reloaded on change.
+        /// Inventory file (YAML); watched and reloaded on change. Exactly
+        /// one of --inventory and --kube.
+        #[arg(long, required_unless_present = "kube", conflicts_with = "kube")]
+        inventory: Option<PathBuf>,
+        /// Read the inventory from the Kubernetes API (BootHost, BootProfile
+        /// and BootNetwork objects) instead of a file: in-cluster
+        /// configuration, else KUBECONFIG.
         #[arg(long)]
-        inventory: PathBuf,
+        kube: bool,
+        /// Namespace of the objects; defaults to the service account's
+        /// namespace, else the kubeconfig's, else `default`.
+        #[arg(long, env = "POD_NAMESPACE", requires = "kube")]
+        kube_namespace: Option<String>,
+        /// Also read Metal3 BareMetalHosts matching this label selector as
+        /// hosts (never written to).
+        #[arg(long, requires = "kube", value_name = "SELECTOR")]
+        metal3_selector: Option<String>,
+        /// At most this many status patches and Events a second.
+        #[arg(long, default_value_t = 10, requires = "kube")]
+        kube_status_qps: u32,
         /// Server address in replies (option 54, source address) when one
         /// interface is served; the same as --interface NAME=SERVER_IP.
         /// Defaults to the interface's IPv4 address.
@@ -401,6 +419,7 @@ fn main() -> ExitCode {
     }
 }
 
+/// The machine's host name, the default node name.
 fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Run {
@@ -408,6 +427,10 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             node_name,
             interface_dir,
             inventory,
+            kube,
+            kube_namespace,
+            metal3_selector,
+            kube_status_qps,
             server_ip,
             metrics_addr,
             xdp_mode,
@@ -442,12 +465,24 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 rate_per_mac > 0.0 && rate_unknown > 0.0,
                 "rates must be positive"
             );
+            anyhow::ensure!(kube_status_qps > 0, "--kube-status-qps must be positive");
+            let node_name = match node_name {
+                Some(name) => name,
+                None => host_name()?,
+            };
+            let kube = kube.then(|| pxe_agent::kube::KubeSettings {
+                namespace: kube_namespace,
+                node_name: node_name.clone(),
+                metal3_selector,
+                status_qps: kube_status_qps,
+            });
             let cfg = RunConfig {
                 interfaces: with_server_ip(
-                    interfaces(interface, interface_dir, node_name)?,
+                    interfaces(interface, interface_dir, &node_name)?,
                     server_ip,
                 )?,
-                inventory,
+                inventory: inventory.unwrap_or_default(),
+                kube,
                 metrics_addr,
                 xdp_mode,
                 reload_interval: Duration::from_millis(reload_ms.max(10)),
@@ -722,16 +757,12 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
 fn interfaces(
     given: Vec<app::Interface>,
     dir: Option<PathBuf>,
-    node_name: Option<String>,
+    node: &str,
 ) -> anyhow::Result<Vec<app::Interface>> {
     let Some(dir) = dir else {
         return Ok(given);
     };
-    let node = match node_name {
-        Some(name) => name,
-        None => host_name()?,
-    };
-    app::interfaces_of_node(&dir, &node)
+    app::interfaces_of_node(&dir, node)
 }
 
 /// The kernel's host name (the node's, under hostNetwork).

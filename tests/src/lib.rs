@@ -7,6 +7,7 @@ pub mod bmc_lab;
 pub mod bmc_sim;
 pub mod fixture;
 pub mod frame;
+pub mod kube_api;
 pub mod loadgen;
 pub mod raw;
 pub mod rng;
@@ -25,6 +26,8 @@ mod flood;
 mod hostile;
 #[cfg(test)]
 mod http_boot;
+#[cfg(test)]
+mod kube;
 #[cfg(test)]
 mod manifests;
 #[cfg(test)]
