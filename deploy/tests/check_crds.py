@@ -345,6 +345,17 @@ def main(argv):
         if kind not in seen_kinds:
             check.fail(f"examples: no example of {kind}")
 
+    # The integration tests' objects (tests/src/kube.rs) are custom
+    # resources too: what the fake API server serves must be what a real
+    # one would accept.
+    fixtures = sorted((deploy.parent / "tests" / "fixtures" / "kube").glob("*.yaml"))
+    if not fixtures:
+        check.fail("tests/fixtures/kube: no fixtures found")
+    for path in fixtures:
+        for obj in load_docs(path):
+            if obj.get("apiVersion", "").startswith(GROUP + "/"):
+                check_good(obj, f"tests/fixtures/kube/{path.name}", crds, check)
+
     for obj in load_docs(here / "bad-objects.yaml"):
         check_bad(obj, "bad-objects.yaml", crds, check)
 
