@@ -48,6 +48,7 @@ use crate::{
     progress::Progress,
     rawsock::RawSocket,
     recovery::{self, Controller, RecoveryStore, SequencePolicy, Sequencer},
+    share::{Share, membership},
     state::State,
     tftp,
     trace::TracePath,
@@ -154,6 +155,8 @@ pub struct RunConfig {
     pub artifacts: Option<PathBuf>,
     /// Out-of-band control: sequencing, tokens, audit log.
     pub oob: OobConfig,
+    /// Sharing the discovery pools with peer agents (`--peers kube`).
+    pub peers: Option<membership::Config>,
 }
 
 /// The out-of-band knobs of `pxe-agent run`.
@@ -299,6 +302,23 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         progress.clone(),
         health.clone(),
     ));
+    // Shared pools: no unknown MAC is answered until a slot is claimed.
+    let peers = match &cfg.peers {
+        Some(p) => {
+            state.set_share(Share::unclaimed(p.slots)?);
+            let client = kube::Client::try_default()
+                .await
+                .context("failed to set up the Kubernetes client for --peers kube")?;
+            info!(namespace = %p.namespace, node = %p.node, slots = p.slots, "sharing the discovery pools through Leases");
+            Some(tokio::spawn(membership::run(
+                p.clone(),
+                client,
+                state.clone(),
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let mut slow_threads = Vec::with_capacity(ifaces.len());
     for iface in &ifaces {
@@ -388,6 +408,9 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         .await
         .context("out-of-band control panicked")?;
     monitor.await.context("health monitor panicked")?;
+    if let Some(peers) = peers {
+        peers.await.context("pool membership panicked")?;
+    }
     for events in events {
         events.await.context("event reader panicked")?;
     }

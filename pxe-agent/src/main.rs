@@ -47,6 +47,10 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per process; `run` simply has many flags"
+)]
 enum Command {
     /// Attach the fast path to an interface and serve the inventory until
     /// SIGINT or SIGTERM (needs CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON or root).
@@ -171,6 +175,8 @@ enum Command {
             value_name = "MS"
         )]
         recovery_backoff_ms: u64,
+        #[command(flatten)]
+        peers: PeerArgs,
     },
     /// Act on hosts' BMCs through the running agent (or, with --direct,
     /// straight from the inventory).
@@ -396,6 +402,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             audit_log,
             bmc_boot_flag_echo,
             recovery_backoff_ms,
+            peers,
         } => {
             anyhow::ensure!(
                 bmc_concurrency > 0 && power_ons_per_second > 0.0 && slow_path_rate_threshold > 0.0,
@@ -406,6 +413,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 "rates must be positive"
             );
             let cfg = RunConfig {
+                peers: peers.config()?,
                 interfaces: with_server_ip(interface, server_ip)?,
                 inventory,
                 metrics_addr,
@@ -656,6 +664,83 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
 }
 
 /// Folds `--server-ip` into the one interface it may name.
+/// Sharing the discovery pools with other agents on the same segment
+/// (docs/peers.md).
+#[derive(clap::Args)]
+struct PeerArgs {
+    /// Share the discovery pools with the other agents through
+    /// coordination.k8s.io Leases in the namespace (in-cluster config, or
+    /// KUBECONFIG): each agent leases from its own slice and answers the
+    /// unknown MACs of its hash buckets. Reserved hosts are answered by
+    /// every agent.
+    #[arg(long, value_enum, value_name = "kube")]
+    peers: Option<PeersArg>,
+    /// Slices each pool is cut into: the most agents that can share it.
+    #[arg(long, default_value_t = 8, requires = "peers")]
+    pool_slots: u16,
+    /// leaseDurationSeconds of an agent's slot Lease, renewed every third:
+    /// an agent that dies loses its unknown MACs to the others within about
+    /// this long.
+    #[arg(long, default_value_t = 15, value_name = "S", requires = "peers")]
+    peer_lease_seconds: u32,
+    /// The slot Leases' namespace (default: $POD_NAMESPACE, else the
+    /// service account's namespace, else "default").
+    #[arg(long, value_name = "NS", requires = "peers")]
+    kube_namespace: Option<String>,
+    /// The holderIdentity of this agent's Lease (default: $NODE_NAME, else
+    /// the host name).
+    #[arg(long, value_name = "NAME", requires = "peers")]
+    node_name: Option<String>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PeersArg {
+    Kube,
+}
+
+impl PeerArgs {
+    fn config(self) -> anyhow::Result<Option<pxe_agent::share::membership::Config>> {
+        let Some(PeersArg::Kube) = self.peers else {
+            return Ok(None);
+        };
+        pxe_agent::share::Share::new(0, self.pool_slots).context("--pool-slots")?;
+        anyhow::ensure!(
+            self.peer_lease_seconds >= 1,
+            "--peer-lease-seconds must be at least 1"
+        );
+        let namespace = self
+            .kube_namespace
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .or_else(|| {
+                std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                    .ok()
+                    .map(|s| s.trim().to_string())
+            })
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "default".to_string());
+        let node = self
+            .node_name
+            .or_else(|| std::env::var("NODE_NAME").ok())
+            .filter(|s| !s.is_empty())
+            .map_or_else(host_name, Ok)?;
+        Ok(Some(pxe_agent::share::membership::Config {
+            namespace,
+            node,
+            slots: self.pool_slots,
+            lease_secs: self.peer_lease_seconds,
+        }))
+    }
+}
+
+/// The machine's host name, for the holder of the slot Lease.
+fn host_name() -> anyhow::Result<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .context("failed to read the host name; pass --node-name")?;
+    let name = name.trim();
+    anyhow::ensure!(!name.is_empty(), "the host name is empty; pass --node-name");
+    Ok(name.to_string())
+}
+
 fn with_server_ip(
     mut interfaces: Vec<app::Interface>,
     server_ip: Option<Ipv4Addr>,
