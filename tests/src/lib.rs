@@ -7,6 +7,7 @@ pub mod bmc_lab;
 pub mod bmc_sim;
 pub mod fixture;
 pub mod frame;
+pub mod lease_api;
 pub mod loadgen;
 pub mod raw;
 pub mod rng;
@@ -27,6 +28,8 @@ mod hostile;
 mod http_boot;
 #[cfg(test)]
 mod oob;
+#[cfg(test)]
+mod peers;
 #[cfg(test)]
 mod persistence;
 #[cfg(test)]
