@@ -7,6 +7,7 @@ pub mod bmc_lab;
 pub mod bmc_sim;
 pub mod fixture;
 pub mod frame;
+pub mod kube_api;
 pub mod lease_api;
 pub mod loadgen;
 pub mod raw;
