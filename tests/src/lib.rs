@@ -8,7 +8,6 @@ pub mod bmc_sim;
 pub mod fixture;
 pub mod frame;
 pub mod kube_api;
-pub mod lease_api;
 pub mod loadgen;
 pub mod raw;
 pub mod rng;

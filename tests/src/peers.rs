@@ -14,14 +14,17 @@
 //! ```
 //!
 //! The agents run in native XDP mode on their veth; the bridge ends carry
-//! the pass-through program so XDP_TX frames arrive (docs/veth.md).
+//! the pass-through program so XDP_TX frames arrive (docs/veth.md). The
+//! Leases live in the fake API server of `kube_api`, run in the bridge
+//! namespace.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
-    net::{Ipv4Addr, TcpListener},
+    net::{Ipv4Addr, SocketAddr, TcpListener},
     path::PathBuf,
     process::Command,
+    sync::Arc,
     thread,
     time::{Duration, Instant},
 };
@@ -37,9 +40,47 @@ use xtask::ChildGuard;
 use crate::{
     agent::{Scratch, agent_bin, script, vars},
     frame::{Req, parse_reply},
-    lease_api::LeaseApi,
+    kube_api,
     raw::{RawSocket, in_netns, is_dhcp_reply},
 };
+
+/// The fake Kubernetes API (`kube_api`) serving on a listener bound in the
+/// bridge namespace, on a runtime of its own that stops on drop.
+struct Api {
+    runtime: Option<tokio::runtime::Runtime>,
+    addr: SocketAddr,
+}
+
+impl Api {
+    fn start(ns: &Ns) -> Api {
+        let listener = in_netns(&ns.0, || TcpListener::bind((BRIDGE_IP, 0)))
+            .expect("enter the bridge namespace")
+            .expect("bind the fake API");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("local addr");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            kube_api::serve(listener, Arc::new(kube_api::Server::default())).await;
+        });
+        Api {
+            runtime: Some(runtime),
+            addr,
+        }
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
 
 /// Lease duration of the agents' slot Leases, in seconds.
 const LEASE_SECS: u64 = 2;
@@ -114,7 +155,7 @@ fn run(cmd: &mut Command) -> String {
 struct PeerLab {
     agents: Vec<Option<ChildGuard>>,
     _peers: Vec<ChildGuard>,
-    api: Option<LeaseApi>,
+    api: Option<Api>,
     dir: Scratch,
     _bridge: Ns,
     agent_ns: Vec<Ns>,
@@ -163,17 +204,14 @@ impl PeerLab {
                 .expect("veth peer")
             })
             .collect();
-        let api = in_netns(&bridge.0, || TcpListener::bind((BRIDGE_IP, 0)))
-            .expect("enter the bridge namespace")
-            .expect("bind the fake API");
-        let api = LeaseApi::serve(api).expect("serve the fake API");
+        let api = Api::start(&bridge);
         let dir = Scratch::new("peers");
         fs::write(dir.path("inventory.yaml"), inventory()).expect("inventory");
         fs::write(
             dir.path("kubeconfig"),
             format!(
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake, namespace: pxe}}\ncurrent-context: fake\n",
-                api.addr()
+                api.addr
             ),
         )
         .expect("kubeconfig");
