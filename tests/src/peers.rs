@@ -672,5 +672,61 @@ fn two_agents_share_a_pool_without_sharing_an_address_and_fail_over() {
     let lease = lab.udhcpc("52:54:00:77:00:01");
     assert_eq!(lease["ip"], "10.66.1.10");
     assert_eq!(lease["serverid"], AGENT_IPS[1]);
+
+    // (4) Agent 0 comes back on its node: it takes its own slot again, and
+    // its clients' renewals are its to answer from its store.
+    let restarted = Instant::now();
+    lab.start_agent(0);
+    let view = lab.wait_peers(0, "its own slot back", |v| {
+        v["serving"] == true && v["live"].as_array().is_some_and(|l| l.len() == 2)
+    });
+    assert_eq!(view["slot"].as_u64(), Some(u64::from(slot(0))), "{view:?}");
+    lab.wait_peers(1, "agent 0 live again", |v| {
+        v["live"].as_array().is_some_and(|l| l.len() == 2)
+    });
+    println!(
+        "restart: agent 0 serving its slot {} again {:.1} s after start",
+        slot(0),
+        restarted.elapsed().as_secs_f64()
+    );
+    let client = orphans[2];
+    let old = stores[0]
+        .iter()
+        .find(|(_, m)| **m == mac_text(client))
+        .map(|(ip, _)| *ip)
+        .expect("client's lease");
+    let mut reboot = discover(client, 0x7300_0000).request();
+    reboot.requested_ip = Some(old);
+    clients.send(&reboot);
+    let replies: Vec<Seen> = clients
+        .collect(Duration::from_millis(500))
+        .into_iter()
+        .filter(|s| s.mac == client)
+        .collect();
+    assert!(
+        replies.len() == 1
+            && replies[0].kind == MessageType::Ack
+            && replies[0].yiaddr == old
+            && replies[0].server == server_ip(0),
+        "INIT-REBOOT for {old} after the restart: want one ACK from agent 0, got {replies:?}\n{}",
+        lab.logs()
+    );
+
+    // (5) The API goes away: once their Leases have run out unrenewed,
+    // neither agent answers a pool client; reserved hosts are still served.
     drop(lab.api.take());
+    thread::sleep(Duration::from_secs(LEASE_SECS + 2));
+    for i in 0..2 {
+        lab.wait_peers(i, "its own slot lapsed", |v| v["serving"] == false);
+    }
+    let fresh = [0x02, 0x5e, 0x77, 0x03, 0x00, 0x01];
+    clients.send(&discover(fresh, 0x7400_0000));
+    let got = clients.collect(Duration::from_secs(1));
+    assert!(
+        !got.iter().any(|s| s.mac == fresh),
+        "a pool client answered with the API gone: {got:?}"
+    );
+    let lease = lab.udhcpc("52:54:00:77:00:02");
+    assert_eq!(lease["ip"], "10.66.1.11");
+    println!("API down: no pool client answered, reserved hosts still served");
 }
