@@ -56,8 +56,10 @@ pub fn slot_of(name: &str) -> Option<u16> {
 pub struct Seen {
     pub slot: u16,
     pub holder: Option<String>,
-    /// renewTime (else acquireTime), unix seconds; `None` when neither is set.
+    /// renewTime (else acquireTime), unix milliseconds; `None` when neither
+    /// is set.
     pub renewed: Option<i64>,
+    /// leaseDurationSeconds, in milliseconds.
     pub duration: i64,
     pub resource_version: Option<String>,
 }
@@ -66,25 +68,26 @@ impl Seen {
     pub fn from_lease(lease: &Lease) -> Option<Seen> {
         let slot = slot_of(lease.metadata.name.as_deref()?)?;
         let spec = lease.spec.as_ref();
-        let time = |t: &Option<MicroTime>| t.as_ref().map(|t| t.0.as_second());
+        let time = |t: &Option<MicroTime>| t.as_ref().map(|t| t.0.as_millisecond());
         Some(Seen {
             slot,
             holder: spec.and_then(|s| s.holder_identity.clone()),
             renewed: spec.and_then(|s| time(&s.renew_time).or_else(|| time(&s.acquire_time))),
             duration: spec
                 .and_then(|s| s.lease_duration_seconds)
-                .map_or(0, i64::from),
+                .map_or(0, |d| i64::from(d) * 1000),
             resource_version: lease.metadata.resource_version.clone(),
         })
     }
 
-    /// Whether its holder is live at `now`: renewed within its duration.
+    /// Whether its holder is live at `now` (unix milliseconds): renewed
+    /// within its duration.
     pub fn is_live(&self, now: i64) -> bool {
         self.holder.is_some() && self.renewed.is_some_and(|r| r + self.duration > now)
     }
 
     /// Whether another node may take the slot at `now`: its holder's Lease
-    /// ran out more than `pool_lease` seconds ago, so every address that
+    /// ran out more than `pool_lease` milliseconds ago, so every address that
     /// holder leased from the slice has expired too.
     pub fn is_reusable(&self, now: i64, pool_lease: i64) -> bool {
         match self.renewed {
@@ -106,9 +109,10 @@ pub enum Claim {
     Take { slot: u16, resource_version: String },
 }
 
-/// The claims to try, in order (see the module doc). `pool_lease` is the
-/// longest pool lease time in seconds; `None` (an infinite lease) means no
-/// slot of another node is ever reusable.
+/// The claims to try, in order (see the module doc), at `now` (unix
+/// milliseconds). `pool_lease` is the longest pool lease time in
+/// milliseconds; `None` (an infinite lease) means no slot of another node
+/// is ever reusable.
 pub fn candidates(
     node: &str,
     slots: u16,
@@ -166,17 +170,19 @@ pub struct Config {
     pub lease_secs: u32,
 }
 
+/// Unix milliseconds: the Leases' times are compared to the millisecond,
+/// so that a short lease duration is not eaten up by rounding.
 fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn micro(secs: i64) -> Option<MicroTime> {
-    Timestamp::from_second(secs).ok().map(MicroTime)
+fn micro(ms: i64) -> Option<MicroTime> {
+    Timestamp::from_millisecond(ms).ok().map(MicroTime)
 }
 
-/// The longest pool lease time of the inventory in force, in seconds;
+/// The longest pool lease time of the inventory in force, in milliseconds;
 /// `None` when some pool leases forever.
 fn longest_pool_lease(state: &State) -> Option<i64> {
     let inv = state.inventory();
@@ -188,7 +194,7 @@ fn longest_pool_lease(state: &State) -> Option<i64> {
         }
         longest = longest.max(i64::from(t));
     }
-    Some(longest)
+    Some(longest * 1000)
 }
 
 /// Keeps this agent's slot and the live slots in `state.share` until
@@ -203,12 +209,13 @@ pub async fn run(
 ) {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let period =
-        Duration::from_secs(u64::from(cfg.lease_secs.max(3)) / 3).max(Duration::from_millis(500));
+        Duration::from_millis(u64::from(cfg.lease_secs) * 1000 / 3).max(Duration::from_millis(200));
     let mut m = Member {
         cfg,
         api,
         mine: None,
         renewed_at: None,
+        acquired: 0,
         others: BTreeSet::new(),
     };
     loop {
@@ -226,8 +233,10 @@ struct Member {
     api: Api<Lease>,
     /// Our slot and the resourceVersion of our last write to its Lease.
     mine: Option<(u16, String)>,
-    /// When we last renewed our Lease successfully (unix seconds).
+    /// When we last renewed our Lease successfully (unix milliseconds).
     renewed_at: Option<i64>,
+    /// When we claimed it: its acquireTime.
+    acquired: i64,
     /// The other live slots as last read.
     others: BTreeSet<u16>,
 }
@@ -245,7 +254,7 @@ impl Member {
         let base = Share::new(*slot, slots).expect("slots validated at start");
         let ours_live = self
             .renewed_at
-            .is_some_and(|r| r + i64::from(self.cfg.lease_secs) > unix_now());
+            .is_some_and(|r| r + self.lease_ms() > unix_now());
         let mut live = self.others.clone();
         live.remove(slot);
         if ours_live {
@@ -300,7 +309,11 @@ impl Member {
         debug!(mine = ?self.mine.as_ref().map(|m| m.0), others = ?self.others, "pool membership");
     }
 
-    fn lease(&self, slot: u16, rv: Option<String>, now: i64, acquired: Option<i64>) -> Lease {
+    fn lease_ms(&self) -> i64 {
+        i64::from(self.cfg.lease_secs) * 1000
+    }
+
+    fn lease(&self, slot: u16, rv: Option<String>, now: i64, acquired: i64) -> Lease {
         Lease {
             metadata: ObjectMeta {
                 name: Some(lease_name(slot)),
@@ -318,7 +331,7 @@ impl Member {
             spec: Some(LeaseSpec {
                 holder_identity: Some(self.cfg.node.clone()),
                 lease_duration_seconds: i32::try_from(self.cfg.lease_secs).ok(),
-                acquire_time: micro(acquired.unwrap_or(now)),
+                acquire_time: micro(acquired),
                 renew_time: micro(now),
                 ..LeaseSpec::default()
             }),
@@ -332,7 +345,7 @@ impl Member {
                     slot,
                     resource_version,
                 } => {
-                    let lease = self.lease(*slot, Some(resource_version.clone()), now, None);
+                    let lease = self.lease(*slot, Some(resource_version.clone()), now, now);
                     let r = self
                         .api
                         .replace(&lease_name(*slot), &PostParams::default(), &lease)
@@ -340,14 +353,14 @@ impl Member {
                     (*slot, r)
                 }
                 Claim::Create { slot } => {
-                    let lease = self.lease(*slot, None, now, None);
+                    let lease = self.lease(*slot, None, now, now);
                     (*slot, self.api.create(&PostParams::default(), &lease).await)
                 }
                 Claim::Take {
                     slot,
                     resource_version,
                 } => {
-                    let lease = self.lease(*slot, Some(resource_version.clone()), now, None);
+                    let lease = self.lease(*slot, Some(resource_version.clone()), now, now);
                     let r = self
                         .api
                         .replace(&lease_name(*slot), &PostParams::default(), &lease)
@@ -360,6 +373,7 @@ impl Member {
                     info!(slot, slots = self.cfg.slots, ?claim, "claimed pool slot");
                     self.mine = Some((slot, lease.metadata.resource_version.unwrap_or_default()));
                     self.renewed_at = Some(now);
+                    self.acquired = now;
                     return;
                 }
                 Err(kube::Error::Api(status))
@@ -386,7 +400,7 @@ impl Member {
             return;
         };
         let now = unix_now();
-        let lease = self.lease(slot, Some(rv.unwrap_or(last)), now, None);
+        let lease = self.lease(slot, Some(rv.unwrap_or(last)), now, self.acquired);
         match self
             .api
             .replace(&lease_name(slot), &PostParams::default(), &lease)
@@ -397,9 +411,7 @@ impl Member {
                 self.renewed_at = Some(now);
             }
             Err(e) => {
-                let lapsed = self
-                    .renewed_at
-                    .is_none_or(|r| r + i64::from(self.cfg.lease_secs) <= now);
+                let lapsed = self.renewed_at.is_none_or(|r| r + self.lease_ms() <= now);
                 warn!(
                     slot,
                     error = %e,
@@ -425,7 +437,7 @@ mod tests {
             slot,
             holder: Some(holder.into()),
             renewed: Some(renewed),
-            duration: 15,
+            duration: 15_000,
             resource_version: Some(rv.into()),
         }
     }
@@ -445,10 +457,43 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_object_reads_to_the_millisecond() {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some("pxe-agent-slot-2".into()),
+                resource_version: Some("7".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some("node-a".into()),
+                lease_duration_seconds: Some(15),
+                renew_time: micro(1_700_000_000_123),
+                ..LeaseSpec::default()
+            }),
+        };
+        let s = Seen::from_lease(&lease).expect("a slot lease");
+        assert_eq!(
+            s,
+            Seen {
+                slot: 2,
+                holder: Some("node-a".into()),
+                renewed: Some(1_700_000_000_123),
+                duration: 15_000,
+                resource_version: Some("7".into()),
+            }
+        );
+        assert!(s.is_live(1_700_000_015_122));
+        assert!(!s.is_live(1_700_000_015_123));
+        let mut other = lease;
+        other.metadata.name = Some("kube-scheduler".into());
+        assert_eq!(Seen::from_lease(&other), None);
+    }
+
+    #[test]
     fn a_node_takes_its_own_slot_back_first() {
-        let now = 1000;
-        let s = [seen(0, "a", now, "1"), seen(3, "me", now - 500, "9")];
-        let c = candidates("me", 4, &s, now, Some(600));
+        let now = 1_000_000;
+        let s = [seen(0, "a", now, "1"), seen(3, "me", now - 500_000, "9")];
+        let c = candidates("me", 4, &s, now, Some(600_000));
         assert_eq!(
             c[0],
             Claim::Own {
@@ -461,33 +506,33 @@ mod tests {
 
     #[test]
     fn a_dead_nodes_slot_is_reused_only_after_its_leases_expired() {
-        let pool = 600;
-        // Renewed at 0 for 15 s: out at 15, its clients' leases out by 615.
+        let pool = 600_000;
+        // Renewed at 0 for 15 s: out at 15 s, its clients' leases out by 615 s.
         let s = [seen(0, "dead", 0, "5")];
         let take = Claim::Take {
             slot: 0,
             resource_version: "5".into(),
         };
-        assert!(!candidates("me", 1, &s, 614, Some(pool)).contains(&take));
-        assert!(candidates("me", 1, &s, 615, Some(pool)).contains(&take));
+        assert!(!candidates("me", 1, &s, 614_999, Some(pool)).contains(&take));
+        assert!(candidates("me", 1, &s, 615_000, Some(pool)).contains(&take));
         // An infinite pool lease: never.
         assert!(candidates("me", 1, &s, i64::MAX / 2, None).is_empty());
         // Free slots come before reusable ones in slot order.
-        let s = [seen(0, "dead", 0, "5"), seen(2, "b", 10_000, "6")];
-        let c = candidates("me", 3, &s, 10_000, Some(pool));
+        let s = [seen(0, "dead", 0, "5"), seen(2, "b", 10_000_000, "6")];
+        let c = candidates("me", 3, &s, 10_000_000, Some(pool));
         assert_eq!(c, vec![take, Claim::Create { slot: 1 }]);
     }
 
     #[test]
     fn live_slots_are_those_renewed_within_their_duration() {
         let s = [
-            seen(0, "a", 100, "1"),
-            seen(1, "b", 90, "1"),
-            seen(2, "me", 100, "1"),
-            seen(9, "c", 100, "1"),
+            seen(0, "a", 100_000, "1"),
+            seen(1, "b", 90_000, "1"),
+            seen(2, "me", 100_000, "1"),
+            seen(9, "c", 100_000, "1"),
         ];
-        // At 105: a (100 + 15) live, b (90 + 15 = 105) not, ours left out,
+        // At 105 s: a (100 + 15) live, b (90 + 15 = 105) not, ours left out,
         // slot 9 beyond the slots.
-        assert_eq!(live_others("me", 4, &s, 105), BTreeSet::from([0]));
+        assert_eq!(live_others("me", 4, &s, 105_000), BTreeSet::from([0]));
     }
 }
