@@ -30,10 +30,14 @@ use kube::{
     api::{ListParams, PostParams},
 };
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::Share;
 use crate::state::State;
+
+/// The annotation on each slot Lease that says how many slots its holder
+/// cuts the pools into: agents that disagree would cut overlapping slices.
+pub const SLOTS_ANNOTATION: &str = "pxe-agent.io/pool-slots";
 
 /// The Lease of slot `slot`.
 pub fn lease_name(slot: u16) -> String {
@@ -62,6 +66,8 @@ pub struct Seen {
     /// leaseDurationSeconds, in milliseconds.
     pub duration: i64,
     pub resource_version: Option<String>,
+    /// The holder's `--pool-slots`, from [`SLOTS_ANNOTATION`].
+    pub slots: Option<u16>,
 }
 
 impl Seen {
@@ -77,6 +83,12 @@ impl Seen {
                 .and_then(|s| s.lease_duration_seconds)
                 .map_or(0, |d| i64::from(d) * 1000),
             resource_version: lease.metadata.resource_version.clone(),
+            slots: lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SLOTS_ANNOTATION))
+                .and_then(|n| n.parse().ok()),
         })
     }
 
@@ -160,6 +172,16 @@ pub fn live_others(node: &str, slots: u16, seen: &[Seen], now: i64) -> BTreeSet<
         .collect()
 }
 
+/// The live Leases of other nodes whose holders cut the pools into another
+/// number of slots than `slots` (or hold a slot beyond it): while any is
+/// live, slices may overlap, so no pool client may be answered.
+pub fn disagreeing<'a>(node: &str, slots: u16, seen: &'a [Seen], now: i64) -> Vec<&'a Seen> {
+    seen.iter()
+        .filter(|s| s.holder.as_deref() != Some(node) && s.is_live(now))
+        .filter(|s| s.slot >= slots || s.slots.is_some_and(|n| n != slots))
+        .collect()
+}
+
 /// How the membership runs.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -217,6 +239,7 @@ pub async fn run(
         renewed_at: None,
         acquired: 0,
         others: BTreeSet::new(),
+        disagree: false,
     };
     loop {
         m.round(&state).await;
@@ -239,6 +262,8 @@ struct Member {
     acquired: i64,
     /// The other live slots as last read.
     others: BTreeSet<u16>,
+    /// A live peer cuts the pools into another number of slots.
+    disagree: bool,
 }
 
 impl Member {
@@ -246,7 +271,7 @@ impl Member {
     /// last renewal we made is within the Lease's duration.
     fn share(&self) -> Share {
         let slots = self.cfg.slots;
-        let Some((slot, _)) = &self.mine else {
+        let Some((slot, _)) = self.mine.as_ref().filter(|_| !self.disagree) else {
             return Share::unclaimed(slots)
                 .expect("slots validated at start")
                 .with_live(self.others.iter().copied());
@@ -305,7 +330,20 @@ impl Member {
         if self.mine.is_none() {
             self.claim(&seen, now, longest_pool_lease(state)).await;
         }
-        self.others = live_others(&self.cfg.node, self.cfg.slots, &seen, unix_now());
+        let now = unix_now();
+        self.others = live_others(&self.cfg.node, self.cfg.slots, &seen, now);
+        let odd = disagreeing(&self.cfg.node, self.cfg.slots, &seen, now);
+        if !odd.is_empty() && !self.disagree {
+            error!(
+                slots = self.cfg.slots,
+                peers = ?odd.iter().map(|s| (s.slot, s.holder.clone(), s.slots)).collect::<Vec<_>>(),
+                "agents disagree on --pool-slots, so their slices could overlap; answering only \
+                 reserved hosts until every live agent runs with the same --pool-slots"
+            );
+        } else if odd.is_empty() && self.disagree {
+            info!("every live agent runs with the same --pool-slots again");
+        }
+        self.disagree = !odd.is_empty();
         debug!(mine = ?self.mine.as_ref().map(|m| m.0), others = ?self.others, "pool membership");
     }
 
@@ -325,6 +363,9 @@ impl Member {
                         "pxe-agent".to_string(),
                     )]
                     .into(),
+                ),
+                annotations: Some(
+                    [(SLOTS_ANNOTATION.to_string(), self.cfg.slots.to_string())].into(),
                 ),
                 ..ObjectMeta::default()
             },
@@ -439,6 +480,7 @@ mod tests {
             renewed: Some(renewed),
             duration: 15_000,
             resource_version: Some(rv.into()),
+            slots: Some(4),
         }
     }
 
@@ -462,6 +504,7 @@ mod tests {
             metadata: ObjectMeta {
                 name: Some("pxe-agent-slot-2".into()),
                 resource_version: Some("7".into()),
+                annotations: Some([(SLOTS_ANNOTATION.to_string(), "8".to_string())].into()),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
@@ -480,6 +523,7 @@ mod tests {
                 renewed: Some(1_700_000_000_123),
                 duration: 15_000,
                 resource_version: Some("7".into()),
+                slots: Some(8),
             }
         );
         assert!(s.is_live(1_700_000_015_122));
@@ -521,6 +565,24 @@ mod tests {
         let s = [seen(0, "dead", 0, "5"), seen(2, "b", 10_000_000, "6")];
         let c = candidates("me", 3, &s, 10_000_000, Some(pool));
         assert_eq!(c, vec![take, Claim::Create { slot: 1 }]);
+    }
+
+    #[test]
+    fn a_live_peer_with_another_slot_count_is_found() {
+        let mut odd = seen(1, "b", 100_000, "1");
+        odd.slots = Some(8);
+        let beyond = seen(6, "c", 100_000, "1");
+        let mut dead = seen(2, "d", 0, "1");
+        dead.slots = Some(8);
+        let s = [
+            seen(0, "a", 100_000, "1"),
+            odd.clone(),
+            beyond.clone(),
+            dead,
+        ];
+        let found = disagreeing("me", 4, &s, 101_000);
+        assert_eq!(found, vec![&odd, &beyond]);
+        assert!(disagreeing("me", 4, &s[..1], 101_000).is_empty());
     }
 
     #[test]
