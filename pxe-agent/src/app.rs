@@ -132,7 +132,10 @@ fn resolve(interfaces: &[Interface]) -> anyhow::Result<Vec<Iface>> {
 pub struct RunConfig {
     /// The interfaces served, in the order given (at least one).
     pub interfaces: Vec<Interface>,
+    /// The inventory file; unused when `kube` is set.
     pub inventory: PathBuf,
+    /// Read the inventory from the Kubernetes API instead of the file.
+    pub kube: Option<crate::kube::KubeSettings>,
     pub metrics_addr: SocketAddr,
     pub xdp_mode: AttachMode,
     /// How often the inventory file is checked for changes.
@@ -194,19 +197,34 @@ pub fn prepare(
     ))
 }
 
+/// An inventory with the templates compiled from it, `templates[i]` for
+/// the `i`th interface's server.
+pub type Prepared = (Inventory, Vec<template::Templates>);
+
 /// Like [`prepare`], compiling the templates once per interface's server:
 /// `templates[i]` names `servers[i]` and holds the hosts it answers.
 pub fn prepare_each(
     path: &Path,
     servers: &[Server],
     http_port: u16,
-) -> Result<(Inventory, Vec<template::Templates>), LoadError> {
-    let mut inv = Inventory::load(path)?;
+) -> Result<Prepared, LoadError> {
+    compile_each(Inventory::load(path)?, path, servers, http_port)
+}
+
+/// The part of [`prepare_each`] after the inventory is loaded, for every
+/// source: the file, or the Kubernetes API (`label` names the source in
+/// messages, as the path names a file).
+pub fn compile_each(
+    mut inv: Inventory,
+    label: &Path,
+    servers: &[Server],
+    http_port: u16,
+) -> Result<Prepared, LoadError> {
     inv.use_http_port(http_port);
     inv.serve_on(&servers.iter().map(|s| s.ip).collect::<Vec<_>>());
     let templates = servers
         .iter()
-        .map(|server| compile(path, &inv, server))
+        .map(|server| compile(label, &inv, server))
         .collect::<Result<_, _>>()?;
     Ok((inv, templates))
 }
@@ -257,7 +275,20 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         info!(iface = %i.name, server = %i.server.ip, "starting");
     }
 
-    let (inv, templates) = prepare_each(&cfg.inventory, &servers, cfg.http_addr.port())?;
+    let http_port = cfg.http_addr.port();
+    let (kube_source, (inv, templates)) = match &cfg.kube {
+        None => (None, prepare_each(&cfg.inventory, &servers, http_port)?),
+        Some(settings) => {
+            let compile_servers = servers.clone();
+            let prepare: crate::kube::Prepare = Arc::new(move |inv: Inventory, label: &Path| {
+                compile_each(inv, label, &compile_servers, http_port)
+            });
+            let (source, prepared) = crate::kube::Source::start(settings.clone(), prepare)
+                .await
+                .context("failed to read the inventory from the Kubernetes API")?;
+            (Some(source), prepared)
+        }
+    };
     std::fs::create_dir_all(&cfg.state_dir).with_context(|| {
         format!(
             "failed to create the state directory {}",
@@ -309,7 +340,12 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
             let client = kube::Client::try_default()
                 .await
                 .context("failed to set up the Kubernetes client for --peers kube")?;
-            info!(namespace = %p.namespace, node = %p.node, slots = p.slots, "sharing the discovery pools through Leases");
+            info!(
+                namespace = %p.namespace.as_deref().unwrap_or(client.default_namespace()),
+                node = %p.node,
+                slots = p.slots,
+                "sharing the discovery pools through Leases"
+            );
             Some(tokio::spawn(membership::run(
                 p.clone(),
                 client,
@@ -361,6 +397,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         }),
         boot: boot.clone(),
         oob,
+        kube: OnceLock::new(),
     });
 
     let tftp = match &cfg.boot_root {
@@ -391,12 +428,23 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     ));
 
     let monitor = tokio::spawn(monitor_health(programs, state.clone(), shutdown.clone()));
-    let watcher = tokio::spawn(watch_inventory(
-        cfg.clone(),
-        ifaces.iter().map(|i| i.server).collect(),
-        admin.clone(),
-        shutdown.clone(),
-    ));
+    let watcher = match kube_source {
+        // The same apply as a file reload's: map sync with rollback, state
+        // swap, control task, gauges.
+        Some(source) => {
+            admin.kube.set(source.stats()).ok();
+            let shared = admin.clone();
+            let apply: crate::kube::Apply =
+                Arc::new(move |prepared| apply_prepared(Ok(prepared), &shared) == Reload::Applied);
+            tokio::spawn(source.run(admin.clone(), apply, shutdown.clone()))
+        }
+        None => tokio::spawn(watch_inventory(
+            cfg.clone(),
+            ifaces.iter().map(|i| i.server).collect(),
+            admin.clone(),
+            shutdown.clone(),
+        )),
+    };
     let _ = shutdown.wait_for(|stop| *stop).await;
     info!("shutting down");
     // First, so the slow paths stop even if joining something below fails.
@@ -718,6 +766,12 @@ enum Reload {
 const RELOAD_RETRY: Duration = Duration::from_secs(5);
 
 fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &AdminState) -> Reload {
+    apply_prepared(prepare_each(path, servers, http_port), shared)
+}
+
+/// Puts an inventory that any source loaded and compiled (or its error) in
+/// force on both paths, or leaves the previous one in force everywhere.
+fn apply_prepared(prepared: Result<Prepared, LoadError>, shared: &AdminState) -> Reload {
     let health = &shared.boot.state.health;
     let rejected = || {
         shared
@@ -726,7 +780,7 @@ fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &Adm
             .unwrap_or_else(PoisonError::into_inner)
             .reloads_rejected += 1;
     };
-    let (inv, templates) = match prepare_each(path, servers, http_port) {
+    let (inv, templates) = match prepared {
         Ok(prepared) => prepared,
         Err(e) => {
             rejected();

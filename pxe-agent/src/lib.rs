@@ -10,6 +10,7 @@ pub mod discovered;
 pub mod health;
 pub mod http;
 pub mod inventory;
+pub mod kube;
 pub mod lease;
 pub mod logging;
 pub mod metrics;

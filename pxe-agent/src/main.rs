@@ -49,7 +49,7 @@ struct Cli {
 #[derive(Subcommand)]
 #[expect(
     clippy::large_enum_variant,
-    reason = "parsed once per process; `run` simply has many flags"
+    reason = "parsed once per process; boxing run's arguments buys nothing"
 )]
 enum Command {
     /// Attach the fast path to an interface and serve the inventory until
@@ -63,9 +63,31 @@ enum Command {
         /// the interface's IPv4 address.
         #[arg(long, short, required = true, value_name = "NAME[=SERVER_IP]")]
         interface: Vec<app::Interface>,
-        /// Inventory file (YAML); watched and reloaded on change.
+        /// This node's name, written to the BootHosts it serves
+        /// (`status.servingNode`). Defaults to the host name.
+        #[arg(long, env = "NODE_NAME")]
+        node_name: Option<String>,
+        /// Inventory file (YAML); watched and reloaded on change. Exactly
+        /// one of --inventory and --kube.
+        #[arg(long, required_unless_present = "kube", conflicts_with = "kube")]
+        inventory: Option<PathBuf>,
+        /// Read the inventory from the Kubernetes API (BootHost, BootProfile
+        /// and BootNetwork objects) instead of a file: in-cluster
+        /// configuration, else KUBECONFIG.
         #[arg(long)]
-        inventory: PathBuf,
+        kube: bool,
+        /// Namespace of the objects (and of the slot Leases of --peers
+        /// kube); defaults to the service account's namespace, else the
+        /// kubeconfig's, else `default`.
+        #[arg(long, env = "POD_NAMESPACE")]
+        kube_namespace: Option<String>,
+        /// Also read Metal3 BareMetalHosts matching this label selector as
+        /// hosts (never written to).
+        #[arg(long, requires = "kube", value_name = "SELECTOR")]
+        metal3_selector: Option<String>,
+        /// At most this many status patches and Events a second.
+        #[arg(long, default_value_t = 10, requires = "kube")]
+        kube_status_qps: u32,
         /// Server address in replies (option 54, source address) when one
         /// interface is served; the same as --interface NAME=SERVER_IP.
         /// Defaults to the interface's IPv4 address.
@@ -373,11 +395,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// The machine's host name, the default node name.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
 fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Run {
             interface,
+            node_name,
             inventory,
+            kube,
+            kube_namespace,
+            metal3_selector,
+            kube_status_qps,
             server_ip,
             metrics_addr,
             xdp_mode,
@@ -412,10 +448,20 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 rate_per_mac > 0.0 && rate_unknown > 0.0,
                 "rates must be positive"
             );
+            anyhow::ensure!(kube_status_qps > 0, "--kube-status-qps must be positive");
+            let node_name = node_name.unwrap_or_else(host_name);
+            let peers = peers.config(kube_namespace.clone(), &node_name)?;
+            let kube = kube.then_some(pxe_agent::kube::KubeSettings {
+                namespace: kube_namespace,
+                node_name,
+                metal3_selector,
+                status_qps: kube_status_qps,
+            });
             let cfg = RunConfig {
-                peers: peers.config()?,
+                peers,
                 interfaces: with_server_ip(interface, server_ip)?,
-                inventory,
+                inventory: inventory.unwrap_or_default(),
+                kube,
                 metrics_addr,
                 xdp_mode,
                 reload_interval: Duration::from_millis(reload_ms.max(10)),
@@ -683,14 +729,6 @@ struct PeerArgs {
     /// this long.
     #[arg(long, default_value_t = 15, value_name = "S", requires = "peers")]
     peer_lease_seconds: u32,
-    /// The slot Leases' namespace (default: $POD_NAMESPACE, else the
-    /// service account's namespace, else "default").
-    #[arg(long, value_name = "NS", requires = "peers")]
-    kube_namespace: Option<String>,
-    /// The holderIdentity of this agent's Lease (default: $NODE_NAME, else
-    /// the host name).
-    #[arg(long, value_name = "NAME", requires = "peers")]
-    node_name: Option<String>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -699,7 +737,13 @@ enum PeersArg {
 }
 
 impl PeerArgs {
-    fn config(self) -> anyhow::Result<Option<pxe_agent::share::membership::Config>> {
+    /// The membership's settings, in `namespace` (--kube-namespace; the
+    /// client's default namespace when unset) as `node`.
+    fn config(
+        self,
+        namespace: Option<String>,
+        node: &str,
+    ) -> anyhow::Result<Option<pxe_agent::share::membership::Config>> {
         let Some(PeersArg::Kube) = self.peers else {
             return Ok(None);
         };
@@ -708,37 +752,13 @@ impl PeerArgs {
             self.peer_lease_seconds >= 1,
             "--peer-lease-seconds must be at least 1"
         );
-        let namespace = self
-            .kube_namespace
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .or_else(|| {
-                std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-                    .ok()
-                    .map(|s| s.trim().to_string())
-            })
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "default".to_string());
-        let node = self
-            .node_name
-            .or_else(|| std::env::var("NODE_NAME").ok())
-            .filter(|s| !s.is_empty())
-            .map_or_else(host_name, Ok)?;
         Ok(Some(pxe_agent::share::membership::Config {
             namespace,
-            node,
+            node: node.to_string(),
             slots: self.pool_slots,
             lease_secs: self.peer_lease_seconds,
         }))
     }
-}
-
-/// The machine's host name, for the holder of the slot Lease.
-fn host_name() -> anyhow::Result<String> {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .context("failed to read the host name; pass --node-name")?;
-    let name = name.trim();
-    anyhow::ensure!(!name.is_empty(), "the host name is empty; pass --node-name");
-    Ok(name.to_string())
 }
 
 fn with_server_ip(

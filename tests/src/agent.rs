@@ -58,6 +58,9 @@ impl Drop for Scratch {
 pub struct Served {
     pub agent: ChildGuard,
     pub peer: ChildGuard,
+    /// The fake Kubernetes API server an agent started by
+    /// [`Served::start_kube`] reads its inventory from.
+    pub api: Option<crate::kube_api::FakeApi>,
     pub lab: Lab,
     pub dir: Scratch,
     pub inventory: PathBuf,
@@ -290,12 +293,77 @@ impl Served {
         let served = Served {
             agent,
             peer,
+            api: None,
             lab,
             dir,
             inventory: path,
         };
         served.wait_ready();
         served
+    }
+
+    /// Starts a fake Kubernetes API server on the loopback of the server
+    /// namespace, lets `seed` create objects in it (namespace `ns`), then
+    /// the agent with `--kube` (a kubeconfig in the scratch directory
+    /// pointing at the fake) and `extra` arguments; waits until it serves.
+    pub fn start_kube(
+        name: &str,
+        ns: &str,
+        extra: &[&str],
+        seed: impl FnOnce(&crate::kube_api::FakeApi),
+    ) -> Served {
+        crate::fixture::assert_root();
+        let lab = Lab::new(name).expect("lab");
+        let dir = Scratch::new(name);
+        let api = crate::kube_api::FakeApi::start(&lab, lab.server_ns(), "127.0.0.1:0");
+        seed(&api);
+        let kubeconfig = dir.path("kubeconfig");
+        api.write_kubeconfig(&kubeconfig, ns);
+        let mut args = vec!["--kube", "--kube-namespace", ns, "--node-name", "node-a"];
+        args.extend_from_slice(extra);
+        let log = fs::File::options()
+            .create(true)
+            .append(true)
+            .open(dir.path("agent.log"))
+            .expect("agent log");
+        let mut cmd = lab.cmd_in(lab.server_ns(), agent_bin());
+        cmd.args([
+            "run",
+            "--interface",
+            lab.server_if(),
+            "--xdp-mode",
+            "native",
+        ])
+        .arg("--state-dir")
+        .arg(dir.path("state"))
+        .args(&args)
+        .env("KUBECONFIG", &kubeconfig)
+        .env("RUST_LOG", "info,pxe_agent=debug,kube=info")
+        .stderr(log.try_clone().expect("log fd"))
+        .stdout(log);
+        let agent = ChildGuard::spawn(&mut cmd).expect("spawn agent");
+        let peer = ChildGuard::spawn(
+            lab.cmd_in(lab.client_ns(), agent_bin())
+                .args(["veth-peer", "--interface", lab.client_if()])
+                .stderr(std::process::Stdio::null()),
+        )
+        .expect("spawn veth peer");
+        let inventory = dir.path("no-inventory");
+        let served = Served {
+            agent,
+            peer,
+            api: Some(api),
+            lab,
+            dir,
+            inventory,
+        };
+        served.wait_ready();
+        served
+    }
+
+    /// The fake API server of [`Served::start_kube`].
+    pub fn api(&self) -> &crate::kube_api::FakeApi {
+        self.api.as_ref().expect("started with start_kube")
     }
 
     /// The agent's PID (`ip netns exec` runs it in place of itself).

@@ -35,7 +35,8 @@
 //! `POST /fake/fail-status?count=N` makes the next N writes to a `/status`
 //! subresource fail with 409, `GET /fake/log` returns the requests seen so
 //! far, one JSON object a line (`method`, `path`, `query`, `content_type`,
-//! `code`).
+//! `user_agent`, `code`, `at_ms`). Bookmarks carry the resourceVersion of
+//! the last event the watch delivered.
 //!
 //! The server speaks plain HTTP/1.1 (kubeconfig `server: http://...`) with
 //! keep-alive; it is the binary `fake-kube-api`. [`FakeApi`] starts it in a
@@ -96,6 +97,7 @@ struct Request {
     query: HashMap<String, String>,
     raw_query: String,
     content_type: String,
+    user_agent: String,
     body: Vec<u8>,
     /// The client asked to close the connection after this request.
     close: bool,
@@ -104,7 +106,7 @@ struct Request {
 /// A response: status code and JSON body, or a watch stream.
 enum Reply {
     Json(u16, Value),
-    Watch(WatchSpec),
+    Watch(Box<WatchSpec>),
 }
 
 struct WatchSpec {
@@ -237,6 +239,8 @@ impl Server {
         let reply = self.route(req);
         let code = match &reply {
             Reply::Json(code, _) => *code,
+            // Logged as the ERROR event the stream carries.
+            Reply::Watch(spec) if spec.from < self.lock().compacted => 410,
             Reply::Watch(_) => 200,
         };
         self.lock().log.push(json!({
@@ -244,7 +248,11 @@ impl Server {
             "path": req.path,
             "query": req.raw_query,
             "content_type": req.content_type,
+            "user_agent": req.user_agent,
             "code": code,
+            "at_ms": std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
         }));
         reply
     }
@@ -554,7 +562,7 @@ impl Server {
             .get("resourceVersion")
             .and_then(|rv| rv.parse().ok())
             .unwrap_or_else(|| self.lock().rv);
-        Reply::Watch(WatchSpec {
+        Reply::Watch(Box::new(WatchSpec {
             group: target.group.clone(),
             version: target.version.clone(),
             resource: target.resource.clone(),
@@ -570,7 +578,7 @@ impl Server {
                 .get("timeoutSeconds")
                 .and_then(|t| t.parse().ok())
                 .map(Duration::from_secs),
-        })
+        }))
     }
 }
 
@@ -653,6 +661,7 @@ async fn read_request(conn: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Request
                     .map(|h| String::from_utf8_lossy(h.value).into_owned())
             };
             let content_type = header("content-type").unwrap_or_default();
+            let user_agent = header("user-agent").unwrap_or_default();
             let close = header("connection").is_some_and(|c| c.eq_ignore_ascii_case("close"));
             let chunked = header("transfer-encoding").is_some_and(|t| t.contains("chunked"));
             let length: usize = header("content-length")
@@ -685,6 +694,7 @@ async fn read_request(conn: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Request
                 query,
                 raw_query,
                 content_type,
+                user_agent,
                 body,
                 close,
             });
@@ -746,7 +756,7 @@ async fn connection(server: Arc<Server>, mut conn: TcpStream) {
                 }
             }
             Reply::Watch(spec) => {
-                stream_watch(&server, &mut conn, spec).await;
+                stream_watch(&server, &mut conn, *spec).await;
                 return;
             }
         }
@@ -794,6 +804,7 @@ async fn stream_watch(server: &Server, conn: &mut TcpStream, spec: WatchSpec) {
     }
     let deadline = spec.timeout.map(|t| tokio::time::Instant::now() + t);
     let mut last = spec.from;
+    let mut delivered = spec.from;
     let bookmark_every = Duration::from_secs(1);
     let mut next_bookmark = tokio::time::Instant::now() + bookmark_every;
     loop {
@@ -819,6 +830,7 @@ async fn stream_watch(server: &Server, conn: &mut TcpStream, spec: WatchSpec) {
             if !matches(&spec.selector, &change.object) {
                 continue;
             }
+            delivered = change.rv;
             let event = json!({"type": change.kind, "object": change.object});
             if !write_chunk(conn, &event).await {
                 return;
@@ -840,7 +852,7 @@ async fn stream_watch(server: &Server, conn: &mut TcpStream, spec: WatchSpec) {
             let event = json!({"type": "BOOKMARK", "object": {
                 "apiVersion": api_version,
                 "kind": "Bookmark",
-                "metadata": {"resourceVersion": last.to_string()},
+                "metadata": {"resourceVersion": delivered.to_string()},
             }});
             if !write_chunk(conn, &event).await {
                 return;

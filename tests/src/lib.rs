@@ -27,6 +27,8 @@ mod hostile;
 #[cfg(test)]
 mod http_boot;
 #[cfg(test)]
+mod kube;
+#[cfg(test)]
 mod oob;
 #[cfg(test)]
 mod peers;

@@ -41,6 +41,11 @@ pub fn run() -> anyhow::Result<()> {
     ensure_root()?;
     // The end-to-end tests run this binary (target/debug/pxe-agent).
     cargo("pxe-agent build", &["build", "-p", "pxe-agent"])?;
+    // The Kubernetes source's tests run this one (target/debug/fake-kube-api).
+    cargo(
+        "fake API server build",
+        &["build", "-p", "pxe-tests", "--bin", "fake-kube-api"],
+    )?;
     // The tests build netns labs and attach XDP: they must not overlap.
     cargo(
         "privileged tests",

@@ -49,6 +49,8 @@ pub struct AdminState {
     pub boot: Arc<BootState>,
     /// Out-of-band control: BMC calls, recovery, tokens, audit.
     pub oob: Arc<OobState>,
+    /// The Kubernetes source's counters, when the inventory comes from it.
+    pub kube: std::sync::OnceLock<Arc<crate::kube::KubeStats>>,
 }
 
 /// What the out-of-band endpoints need.
@@ -128,6 +130,9 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
     });
     page.push_str(&metrics::render_share(&s.boot.state.share()));
     page.push_str(&recovery);
+    if let Some(kube) = s.kube.get() {
+        page.push_str(&kube.render());
+    }
     Ok(page)
 }
 
@@ -313,44 +318,48 @@ pub struct HostView {
 
 /// Every inventory host, with how far its current boot got.
 async fn hosts(State(s): State<Arc<AdminState>>) -> Json<Vec<HostView>> {
+    Json(host_views(&s))
+}
+
+/// Every inventory host with its boot progress, power and recovery state:
+/// what `/api/v1/hosts` shows and the Kubernetes source writes back.
+pub fn host_views(s: &AdminState) -> Vec<HostView> {
     let inv = s.boot.state.inventory();
     let view = s.oob.control.view();
-    Json(
-        inv.hosts
-            .iter()
-            .map(|h| {
-                let progress = s
-                    .boot
-                    .state
-                    .progress
-                    .get(h.mac)
-                    .unwrap_or_else(|| HostProgress {
-                        mac: h.mac.to_string(),
-                        ..Default::default()
-                    });
-                HostView {
+    inv.hosts
+        .iter()
+        .map(|h| {
+            let progress = s
+                .boot
+                .state
+                .progress
+                .get(h.mac)
+                .unwrap_or_else(|| HostProgress {
                     mac: h.mac.to_string(),
-                    ip: h.ip,
-                    hostname: h.hostname.clone(),
-                    profile: inv.profile_of(h).name.clone(),
-                    stage: progress.stage(),
-                    progress,
-                    labels: h.labels.clone(),
-                    bmc: h.bmc.is_some(),
-                    power: view.power.get(&h.mac).map(|(p, _)| {
-                        match p {
-                            crate::bmc::PowerState::On => "on",
-                            crate::bmc::PowerState::Off => "off",
-                        }
-                        .to_string()
-                    }),
-                    power_at_ms: view.power.get(&h.mac).map(|(_, at)| *at),
-                    recovery: view.recovery.get(&h.mac).map(|r| r.state.to_string()),
-                    attempts: view.recovery.get(&h.mac).map(|r| r.attempt),
-                }
-            })
-            .collect(),
-    )
+                    ..Default::default()
+                });
+            HostView {
+                mac: h.mac.to_string(),
+                ip: h.ip,
+                hostname: h.hostname.clone(),
+                profile: inv.profile_of(h).name.clone(),
+                stage: progress.stage(),
+                progress,
+                labels: h.labels.clone(),
+                bmc: h.bmc.is_some(),
+                power: view.power.get(&h.mac).map(|(p, _)| {
+                    match p {
+                        crate::bmc::PowerState::On => "on",
+                        crate::bmc::PowerState::Off => "off",
+                    }
+                    .to_string()
+                }),
+                power_at_ms: view.power.get(&h.mac).map(|(_, at)| *at),
+                recovery: view.recovery.get(&h.mac).map(|r| r.state.to_string()),
+                attempts: view.recovery.get(&h.mac).map(|r| r.attempt),
+            }
+        })
+        .collect()
 }
 
 /// `POST /api/v1/hosts/<host>/power` body.

@@ -29,7 +29,7 @@ pub use mac::{MacAddr, ParseMacError};
 pub use oob::{
     AfterBoot, BmcSettings, BootMode, DEFAULT_BOOT_FILE_DEADLINE, DEFAULT_DHCP_DEADLINE,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_RECOVERY_DEADLINE, DEFAULT_SCRIPT_DEADLINE, PasswordSource,
-    RecoverySettings, StageDeadlines, parse_duration,
+    RecoverySettings, SecretSource, StageDeadlines, parse_duration,
 };
 pub use rule::{BootAnswer, Match, Rule, Traits, circuit_id, parse_user_classes};
 
@@ -322,7 +322,47 @@ impl Inventory {
         Inventory::parse_with(path, text, &oob::System)
     }
 
-    fn parse_with(
+    /// Validates a document of the file format's shape that another source
+    /// assembled (the Kubernetes source, from its objects); `label` names
+    /// the source in messages as the path names a file. The same checks
+    /// and messages as a file's.
+    pub fn from_document(
+        label: &Path,
+        document: serde_norway::Value,
+        secrets: &dyn SecretSource,
+    ) -> Result<Inventory, LoadError> {
+        let raw: raw::RawInventory =
+            serde_norway::from_value(document).map_err(|e| LoadError::Syntax {
+                path: PathBuf::from(label),
+                message: e.to_string(),
+            })?;
+        Inventory::validate_raw(label, raw, secrets)
+    }
+
+    /// Whether `document` has the file format's shape (keys and types),
+    /// without validating values: the parser's message when it has not.
+    pub fn check_shape(document: &serde_norway::Value) -> Result<(), String> {
+        serde_norway::from_value::<raw::RawInventory>(document.clone())
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    fn validate_raw(
+        path: &Path,
+        raw: raw::RawInventory,
+        secrets: &dyn SecretSource,
+    ) -> Result<Inventory, LoadError> {
+        let mut secrets = oob::Secrets::new(secrets, path);
+        let mut inventory =
+            validate::validate(raw, &mut secrets).map_err(|problems| LoadError::Invalid {
+                path: PathBuf::from(path),
+                problems,
+            })?;
+        inventory.reindex();
+        Ok(inventory)
+    }
+
+    pub(crate) fn parse_with(
         path: &Path,
         text: &str,
         secrets: &dyn oob::SecretSource,
@@ -345,14 +385,7 @@ impl Inventory {
                 message,
             }
         })?;
-        let mut secrets = oob::Secrets::new(secrets, path);
-        let mut inventory =
-            validate::validate(raw, &mut secrets).map_err(|problems| LoadError::Invalid {
-                path: PathBuf::from(path),
-                problems,
-            })?;
-        inventory.reindex();
-        Ok(inventory)
+        Inventory::validate_raw(path, raw, secrets)
     }
 
     /// Rebuilds the index behind [`Inventory::host_by_mac`] after `hosts`

@@ -138,8 +138,9 @@ impl Default for RecoverySettings {
 }
 
 /// Where validation reads passwords from: the real file system and
-/// environment, or a fake in tests.
-pub(super) trait SecretSource {
+/// environment, a fake in tests, or the Secrets the Kubernetes source read
+/// (which answers `password_env` names it made up itself).
+pub trait SecretSource {
     fn read_file(&self, path: &Path) -> io::Result<Vec<u8>>;
     fn var(&self, name: &str) -> Option<OsString>;
 }

@@ -185,7 +185,9 @@ pub fn disagreeing<'a>(node: &str, slots: u16, seen: &'a [Seen], now: i64) -> Ve
 /// How the membership runs.
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub namespace: String,
+    /// The Leases' namespace; the client's default (the service account's
+    /// or the kubeconfig's, else `default`) when unset.
+    pub namespace: Option<String>,
     pub node: String,
     pub slots: u16,
     /// leaseDurationSeconds of our Lease; renewed and re-read every third.
@@ -229,7 +231,11 @@ pub async fn run(
     state: Arc<State>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    let namespace = cfg
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let api: Api<Lease> = Api::namespaced(client, &namespace);
     let period =
         Duration::from_millis(u64::from(cfg.lease_secs) * 1000 / 3).max(Duration::from_millis(200));
     let mut m = Member {
@@ -355,7 +361,7 @@ impl Member {
         Lease {
             metadata: ObjectMeta {
                 name: Some(lease_name(slot)),
-                namespace: Some(self.cfg.namespace.clone()),
+                namespace: None,
                 resource_version: rv,
                 labels: Some(
                     [(

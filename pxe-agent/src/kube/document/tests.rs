@@ -1,0 +1,385 @@
+//! Objects to document: every field of the file format through its
+//! camelCase twin, problems pinned on the objects they came from.
+
+use std::{ffi::OsString, io, path::Path};
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::inventory::{Inventory, SecretSource};
+
+const LABEL: &str = "kubernetes namespace/lab";
+
+/// The inventory, as a file, with every key the format has (profiles in
+/// name order, as the objects come).
+const FILE: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+    router: 10.66.0.1
+    dns: [10.66.0.2, 10.66.0.3]
+    domain: lab.example
+    lease_time: 600
+    pool: {start: 10.66.200.1, end: 10.66.200.50}
+profiles:
+  - name: chained
+    chain: "http://{server}:8080/chain/{mac}.ipxe"
+    local_disk: true
+  - name: worker
+    boot:
+      bios: undionly.kpxe
+      uefi: ipxe.efi
+      uefi_arm64: ipxe-arm64.efi
+      http: "http://{server}:8080/ipxe.efi"
+      http_arm64: "http://{server}:8080/ipxe-arm64.efi"
+      http_ia32: "http://{server}:8080/ipxe-ia32.efi"
+    kernel: "http://{server}:8080/artifacts/vmlinuz"
+    initrd: ["http://{server}:8080/artifacts/initrd.img"]
+    cmdline: console=ttyS0
+    rules:
+      - match:
+          arch: [7, 9]
+          vendor_class: PXEClient
+          user_class: iPXE
+          circuit_id: eth0
+          labels: {rack: r1}
+        boot: {uefi: special.efi}
+        options: {66: 10.66.0.9}
+    bmc: {username: admin, boot_mode: uefi}
+    recovery:
+      expect_boot: true
+      deadline: 10m
+      max_attempts: 2
+      heartbeat: 1h
+      after_boot: disk
+      stages: {dhcp: 2m, boot_file: 1m, script: 1m}
+hosts:
+  - mac: 52:54:00:12:34:56
+    ip: 10.66.1.10
+    hostname: node-1
+    profile: worker
+    labels: {rack: r1}
+    options: {42: 10.66.0.5, 252: "http://wpad"}
+    bmc:
+      address: ipmi://10.77.0.2:623
+      username: root
+      password_env: kubernetes Secret bmc-node-1
+      boot_mode: legacy
+    recovery: {expect_boot: false, max_attempts: 3, after_boot: none}
+  - mac: 52:54:00:12:34:57
+    ip: 10.66.1.11
+    profile: chained
+discovery: {policy: inspect, profile: worker, lease_time: 300}
+ipxe: {user_class: iPXE, script: "http://{server}:8080/boot/{mac}.ipxe"}
+"#;
+
+fn object(kind: &str, name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "pxe-agent.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "lab", "generation": 1},
+        "spec": spec,
+    })
+}
+
+/// The same inventory as objects.
+fn snapshot() -> Snapshot {
+    let mut s = Snapshot {
+        namespace: "lab".into(),
+        ..Snapshot::default()
+    };
+    s.networks.insert(
+        "lab".into(),
+        object(
+            "BootNetwork",
+            "lab",
+            json!({
+                "subnets": [{
+                    "cidr": "10.66.0.0/16", "router": "10.66.0.1",
+                    "dns": ["10.66.0.2", "10.66.0.3"], "domain": "lab.example",
+                    "leaseTime": 600, "pool": {"start": "10.66.200.1", "end": "10.66.200.50"},
+                }],
+                "discovery": {"policy": "inspect", "profile": "worker", "leaseTime": 300},
+                "ipxe": {"userClass": "iPXE", "script": "http://{server}:8080/boot/{mac}.ipxe"},
+            }),
+        ),
+    );
+    s.profiles.insert(
+        "worker".into(),
+        object(
+            "BootProfile",
+            "worker",
+            json!({
+                "boot": {
+                    "bios": "undionly.kpxe", "uefi": "ipxe.efi", "uefiArm64": "ipxe-arm64.efi",
+                    "http": "http://{server}:8080/ipxe.efi",
+                    "httpArm64": "http://{server}:8080/ipxe-arm64.efi",
+                    "httpIa32": "http://{server}:8080/ipxe-ia32.efi",
+                },
+                "kernel": "http://{server}:8080/artifacts/vmlinuz",
+                "initrd": ["http://{server}:8080/artifacts/initrd.img"],
+                "cmdline": "console=ttyS0",
+                "rules": [{
+                    "match": {"arch": [7, 9], "vendorClass": "PXEClient", "userClass": "iPXE",
+                              "circuitId": "eth0", "labels": {"rack": "r1"}},
+                    "boot": {"uefi": "special.efi"},
+                    "options": {"66": "10.66.0.9"},
+                }],
+                "bmc": {"bootMode": "uefi", "credentialsName": "bmc-admin"},
+                "recovery": {
+                    "expectBoot": true, "deadline": "10m", "maxAttempts": 2, "heartbeat": "1h",
+                    "afterBoot": "disk",
+                    "stages": {"dhcp": "2m", "bootFile": "1m", "script": "1m"},
+                },
+            }),
+        ),
+    );
+    s.profiles.insert(
+        "chained".into(),
+        object(
+            "BootProfile",
+            "chained",
+            json!({"chain": "http://{server}:8080/chain/{mac}.ipxe", "localDisk": true}),
+        ),
+    );
+    s.hosts.insert(
+        "node-1".into(),
+        object(
+            "BootHost",
+            "node-1",
+            json!({
+                "mac": "52:54:00:12:34:56", "ip": "10.66.1.10", "hostname": "node-1",
+                "profile": "worker", "labels": {"rack": "r1"},
+                "options": {"42": "10.66.0.5", "252": "http://wpad"},
+                "bmc": {"address": "ipmi://10.77.0.2:623", "credentialsName": "bmc-node-1",
+                        "bootMode": "legacy"},
+                "recovery": {"expectBoot": false, "maxAttempts": 3, "afterBoot": "none"},
+            }),
+        ),
+    );
+    s.hosts.insert(
+        "node-2".into(),
+        object(
+            "BootHost",
+            "node-2",
+            json!({"mac": "52:54:00:12:34:57", "ip": "10.66.1.11", "profile": "chained"}),
+        ),
+    );
+    for (name, user) in [("bmc-node-1", "root"), ("bmc-admin", "admin")] {
+        s.secrets.insert(
+            name.into(),
+            SecretKeys {
+                username: Some(user.into()),
+                password: Some(Password::new(b"s3cret-pw".to_vec())),
+            },
+        );
+    }
+    s
+}
+
+/// The file's password for the same Secret.
+struct FileSecrets;
+
+impl SecretSource for FileSecrets {
+    fn read_file(&self, _: &Path) -> io::Result<Vec<u8>> {
+        Err(io::ErrorKind::NotFound.into())
+    }
+
+    fn var(&self, name: &str) -> Option<OsString> {
+        (name == "kubernetes Secret bmc-node-1").then(|| OsString::from("s3cret-pw"))
+    }
+}
+
+fn build_plain(s: &Snapshot) -> Built<Inventory> {
+    build(s, Path::new(LABEL), &|inv, _| Ok(inv))
+}
+
+#[test]
+fn camel_case_keys_become_the_files() {
+    assert_eq!(snake("uefiArm64"), "uefi_arm64");
+    assert_eq!(snake("httpIa32"), "http_ia32");
+    assert_eq!(snake("bootFile"), "boot_file");
+    assert_eq!(snake("cidr"), "cidr");
+}
+
+#[test]
+fn objects_with_every_field_equal_the_same_inventory_as_a_file() {
+    let built = build_plain(&snapshot());
+    assert!(built.refused.is_empty(), "{:#?}", built.refused);
+    let from_objects = built.result.expect("valid");
+    let from_file =
+        Inventory::parse_with(Path::new("inventory.yaml"), FILE, &FileSecrets).expect("file");
+    assert_eq!(from_objects, from_file);
+    assert_eq!(built.accepted.len(), 5);
+    let bmc = from_objects.hosts[0].bmc.as_ref().expect("bmc");
+    assert_eq!(bmc.credentials.password().expose(), b"s3cret-pw");
+}
+
+#[test]
+fn the_password_never_reaches_a_debug_print_or_a_message() {
+    let mut s = snapshot();
+    let built = build_plain(&s);
+    let text = format!("{built:?}{s:?}");
+    assert!(!text.contains("s3cret-pw"), "password in a Debug print");
+    // A missing key names the Secret and key, not a value.
+    s.secrets.get_mut("bmc-node-1").expect("secret").password = None;
+    let built = build_plain(&s);
+    let problems = &built.refused[&ObjRef::new(Kind::BootHost, "node-1")];
+    assert_eq!(
+        problems,
+        &vec![r#"bmc.credentialsName: Secret lab/bmc-node-1 has no key "password""#.to_owned()]
+    );
+    assert!(!format!("{built:?}").contains("s3cret-pw"));
+}
+
+#[test]
+fn a_bad_host_is_refused_and_the_others_kept() {
+    let mut s = snapshot();
+    s.hosts.get_mut("node-2").expect("node-2")["spec"]["ip"] = "10.99.0.1".into();
+    s.secrets.remove("bmc-node-1");
+    let built = build_plain(&s);
+    let inv = built.result.expect("the rest is valid");
+    assert!(inv.hosts.is_empty(), "{:?}", inv.hosts);
+    assert_eq!(
+        built.refused[&ObjRef::new(Kind::BootHost, "node-2")],
+        vec!["host 52:54:00:12:34:57: field ip: 10.99.0.1 is outside every subnet".to_owned()]
+    );
+    assert_eq!(
+        built.refused[&ObjRef::new(Kind::BootHost, "node-1")],
+        vec!["bmc.credentialsName: Secret lab/bmc-node-1 not found".to_owned()]
+    );
+    assert!(
+        built
+            .accepted
+            .contains(&ObjRef::new(Kind::BootProfile, "worker"))
+    );
+}
+
+#[test]
+fn a_refused_profile_refuses_its_hosts_saying_so() {
+    let mut s = snapshot();
+    s.profiles.get_mut("chained").expect("chained")["spec"]["chain"] = "ftp://x".into();
+    let built = build_plain(&s);
+    let inv = built.result.expect("the rest is valid");
+    assert_eq!(inv.hosts.len(), 1);
+    let profile = &built.refused[&ObjRef::new(Kind::BootProfile, "chained")];
+    assert!(
+        profile[0].starts_with("field profiles[chained].chain: "),
+        "{profile:?}"
+    );
+    assert_eq!(
+        built.refused[&ObjRef::new(Kind::BootHost, "node-2")],
+        vec!["field profile: BootProfile chained is refused, so its hosts are too".to_owned()]
+    );
+}
+
+#[test]
+fn duplicates_refuse_the_later_object_only() {
+    let mut s = snapshot();
+    let mut dup = s.hosts["node-2"].clone();
+    dup["metadata"]["name"] = "node-3".into();
+    dup["spec"]["ip"] = "10.66.1.12".into();
+    s.hosts.insert("node-3".into(), dup);
+    let built = build_plain(&s);
+    let inv = built.result.expect("the rest is valid");
+    assert_eq!(inv.hosts.len(), 2);
+    assert!(
+        built
+            .refused
+            .contains_key(&ObjRef::new(Kind::BootHost, "node-3"))
+    );
+    assert!(
+        built
+            .accepted
+            .contains(&ObjRef::new(Kind::BootHost, "node-2"))
+    );
+}
+
+#[test]
+fn unknown_fields_and_a_second_discovery_are_refused_per_object() {
+    let mut s = snapshot();
+    s.hosts.get_mut("node-2").expect("node-2")["spec"]["colour"] = "blue".into();
+    let mut second = s.networks["lab"].clone();
+    second["spec"]["subnets"] = json!([{"cidr": "10.67.0.0/16"}]);
+    s.networks.insert("other".into(), second);
+    let built = build_plain(&s);
+    assert!(built.result.is_ok());
+    let host = &built.refused[&ObjRef::new(Kind::BootHost, "node-2")];
+    assert!(host[0].contains("unknown field `colour`"), "{host:?}");
+    let net = &built.refused[&ObjRef::new(Kind::BootNetwork, "other")];
+    assert!(net[0].contains("already set by BootNetwork lab"), "{net:?}");
+}
+
+#[test]
+fn a_bare_metal_host_becomes_a_host() {
+    let mut s = snapshot();
+    s.bare_metal.insert(
+        "worker-7".into(),
+        json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "BareMetalHost",
+            "metadata": {"name": "worker-7", "annotations": {
+                "pxe-agent.io/ip": "10.66.1.77", "pxe-agent.io/profile": "chained"}},
+            "spec": {"bootMACAddress": "52:54:00:aa:bb:07", "online": false,
+                     "bootMode": "UEFISecureBoot",
+                     "bmc": {"address": "redfish+https://10.77.0.7/redfish/v1/Systems/1",
+                             "credentialsName": "bmc-admin"}},
+        }),
+    );
+    s.bare_metal.insert(
+        "worker-8".into(),
+        json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "BareMetalHost",
+            "metadata": {"name": "worker-8"},
+            "spec": {"bootMACAddress": "52:54:00:aa:bb:08"},
+        }),
+    );
+    let built = build_plain(&s);
+    let inv = built.result.expect("valid");
+    let host = inv
+        .host_by_mac("52:54:00:aa:bb:07".parse().expect("mac"))
+        .expect("the BareMetalHost is a host");
+    assert_eq!(host.hostname.as_deref(), Some("worker-7"));
+    assert_eq!(host.ip.to_string(), "10.66.1.77");
+    assert!(host.bmc.as_ref().expect("bmc").boot_mode.is_efi());
+    let refused = &built.refused[&ObjRef::new(Kind::BareMetalHost, "worker-8")];
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(refused[0].contains("pxe-agent.io/ip"));
+}
+
+#[test]
+fn a_refused_discovery_profile_turns_discovery_off_not_the_subnets() {
+    let mut s = snapshot();
+    s.profiles.get_mut("worker").expect("worker")["spec"]["kernel"] = Value::Null;
+    let built = build_plain(&s);
+    let inv = built.result.expect("the rest is valid");
+    assert_eq!(inv.hosts.len(), 1, "node-2 (profile chained) is served");
+    assert_eq!(
+        inv.discovery.policy,
+        crate::inventory::DiscoveryPolicy::Ignore
+    );
+    let network = ObjRef::new(Kind::BootNetwork, "lab");
+    assert!(built.accepted.contains(&network));
+    assert!(built.degraded[&network][0].contains("BootProfile worker is refused"));
+}
+
+#[test]
+fn a_subnet_problem_refuses_its_network_only() {
+    let mut s = snapshot();
+    s.networks.insert(
+        "overlapping".into(),
+        object(
+            "BootNetwork",
+            "overlapping",
+            json!({"subnets": [{"cidr": "10.66.128.0/17"}]}),
+        ),
+    );
+    let built = build_plain(&s);
+    let inv = built.result.expect("the rest is valid");
+    assert_eq!(inv.subnets.len(), 1);
+    assert_eq!(inv.hosts.len(), 2);
+    assert_eq!(
+        built.refused[&ObjRef::new(Kind::BootNetwork, "overlapping")],
+        vec!["field subnets[1].cidr: 10.66.128.0/17 overlaps subnets[0] (10.66.0.0/16)".to_owned()]
+    );
+}

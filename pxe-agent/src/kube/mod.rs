@@ -1,0 +1,799 @@
+//! The inventory from the Kubernetes API, a second source beside the file:
+//! BootHost, BootProfile and BootNetwork objects (`pxe-agent.io/v1alpha1`)
+//! in the agent's namespace, and, with `--metal3-selector`, Metal3
+//! BareMetalHosts read as hosts. Owns the client, one watch per kind (list,
+//! then watch from its resourceVersion, with bookmarks, re-list on 410 and
+//! back-off on errors, all kube-runtime's `watcher`), the debounced
+//! rebuild (`document`: one validation, the file's), handing the result to
+//! the apply path every source shares (`app`), and writing back status and
+//! Events (`status`, `events`) to the agent's own kinds only.
+//!
+//! It does not decide DHCP policy, touch the XDP maps itself, or write to
+//! BareMetalHosts, which another controller owns.
+
+pub mod document;
+pub mod events;
+pub mod objects;
+pub mod status;
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use futures_util::StreamExt as _;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, Client,
+    api::{DynamicObject, Patch, PatchParams, PostParams},
+    runtime::{WatchStreamExt as _, watcher},
+};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
+
+use self::{
+    document::{Built, SecretKeys, Snapshot},
+    objects::{Kind, ObjRef},
+    status::{Outbox, TokenBucket},
+};
+use crate::{
+    app::Prepared,
+    bmc::Password,
+    http::admin::{AdminState, host_views},
+    inventory::{Inventory, LoadError, MacAddr},
+};
+
+/// What `pxe-agent run --kube` needs.
+#[derive(Clone, Debug)]
+pub struct KubeSettings {
+    /// `--kube-namespace`; `None`: the kubeconfig's or service account's.
+    pub namespace: Option<String>,
+    /// `--node-name`: written as `servingNode`.
+    pub node_name: String,
+    /// `--metal3-selector`: also read the BareMetalHosts it selects.
+    pub metal3_selector: Option<String>,
+    /// `--kube-status-qps`: status patches and Events a second, at most.
+    pub status_qps: u32,
+}
+
+/// Compiles an inventory for the served interfaces (`app::compile_each`).
+pub type Prepare = Arc<dyn Fn(Inventory, &Path) -> Result<Prepared, LoadError> + Send + Sync>;
+/// Puts a compiled inventory in force on both paths; false if it could not.
+pub type Apply = Arc<dyn Fn(Prepared) -> bool + Send + Sync>;
+
+/// Quiet time after a change before the inventory is rebuilt, so that a
+/// burst of changes (an `kubectl apply` of many objects) is one rebuild.
+const DEBOUNCE: Duration = Duration::from_millis(100);
+/// A full rebuild (and Secret re-read) this often even without events.
+const RESYNC: Duration = Duration::from_secs(30);
+/// Secrets are read again after this long.
+const SECRET_TTL: Duration = Duration::from_secs(30);
+/// How often wanted statuses are recomputed from the agent's state.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// Retries of a status patch after a 409 Conflict.
+const CONFLICT_RETRIES: u32 = 3;
+/// How long `start` waits for the first list of every kind.
+const INITIAL_LIST: Duration = Duration::from_secs(30);
+
+pub const KUBE_EVENTS: &str = "pxe_kube_watch_events_total";
+pub const KUBE_WATCH_ERRORS: &str = "pxe_kube_watch_errors_total";
+pub const KUBE_REBUILDS: &str = "pxe_kube_rebuilds_total";
+pub const KUBE_REFUSED: &str = "pxe_kube_objects_refused";
+pub const KUBE_STATUS: &str = "pxe_kube_status_patches_total";
+pub const KUBE_EVENTS_SENT: &str = "pxe_kube_events_created_total";
+
+/// The Kubernetes source's counters, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct KubeStats {
+    pub watch_events: AtomicU64,
+    pub watch_errors: AtomicU64,
+    pub rebuilds_ok: AtomicU64,
+    pub rebuilds_failed: AtomicU64,
+    /// Objects refused by the last rebuild (a gauge).
+    pub refused: AtomicU64,
+    pub status_sent: AtomicU64,
+    pub status_failed: AtomicU64,
+    pub status_conflicts: AtomicU64,
+    pub events_created: AtomicU64,
+}
+
+impl KubeStats {
+    pub fn render(&self) -> String {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP {KUBE_EVENTS} Watch events received from the Kubernetes API.\n\
+             # TYPE {KUBE_EVENTS} counter\n{KUBE_EVENTS} {}",
+            get(&self.watch_events)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP {KUBE_WATCH_ERRORS} Watch errors (each followed by a back-off and a re-watch or re-list).\n\
+             # TYPE {KUBE_WATCH_ERRORS} counter\n{KUBE_WATCH_ERRORS} {}",
+            get(&self.watch_errors)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP {KUBE_REBUILDS} Inventory rebuilds from the cluster's objects.\n\
+             # TYPE {KUBE_REBUILDS} counter\n{KUBE_REBUILDS}{{result=\"ok\"}} {}\n{KUBE_REBUILDS}{{result=\"failed\"}} {}",
+            get(&self.rebuilds_ok),
+            get(&self.rebuilds_failed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP {KUBE_REFUSED} Objects the last rebuild refused as invalid.\n\
+             # TYPE {KUBE_REFUSED} gauge\n{KUBE_REFUSED} {}",
+            get(&self.refused)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP {KUBE_STATUS} Status patches sent, by result.\n\
+             # TYPE {KUBE_STATUS} counter\n{KUBE_STATUS}{{result=\"ok\"}} {}\n{KUBE_STATUS}{{result=\"failed\"}} {}\n{KUBE_STATUS}{{result=\"conflict\"}} {}",
+            get(&self.status_sent),
+            get(&self.status_failed),
+            get(&self.status_conflicts)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP {KUBE_EVENTS_SENT} Events created for refused objects.\n\
+             # TYPE {KUBE_EVENTS_SENT} counter\n{KUBE_EVENTS_SENT} {}",
+            get(&self.events_created)
+        );
+        out
+    }
+}
+
+/// What a watch task reports.
+enum Update {
+    Event(Kind, watcher::Event<DynamicObject>),
+}
+
+/// The objects of one kind as watched, and the list being received.
+#[derive(Default)]
+struct Store {
+    objects: BTreeMap<String, Value>,
+    listing: Option<BTreeMap<String, Value>>,
+    listed: bool,
+}
+
+/// What of an object a rebuild depends on: not its status or version.
+fn relevant(object: &Value) -> Value {
+    json!({
+        "spec": object.get("spec"),
+        "labels": object.pointer("/metadata/labels"),
+        "annotations": object.pointer("/metadata/annotations"),
+    })
+}
+
+fn name_of(object: &DynamicObject) -> Option<String> {
+    object.metadata.name.clone()
+}
+
+/// The source: the client, the stores the watches fill, and what the last
+/// rebuild decided.
+pub struct Source {
+    client: Client,
+    namespace: String,
+    settings: KubeSettings,
+    prepare: Prepare,
+    stats: Arc<KubeStats>,
+    rx: mpsc::Receiver<Update>,
+    stores: BTreeMap<Kind, Store>,
+    kinds: Vec<Kind>,
+    secrets: BTreeMap<String, (Instant, Option<SecretKeys>)>,
+    /// The inventory last put in force: a rebuild that yields the same one
+    /// is not applied again.
+    in_force: Option<Inventory>,
+    refused: BTreeMap<ObjRef, Vec<String>>,
+    accepted: BTreeSet<ObjRef>,
+    degraded: BTreeMap<ObjRef, Vec<String>>,
+    /// When each object's Accepted condition last changed (accepted or
+    /// not), so the wanted status stays the same until the write shows up
+    /// in the watch.
+    transitions: HashMap<ObjRef, (bool, u64)>,
+    /// The generation and message an Event was last created for.
+    evented: HashMap<ObjRef, (Option<i64>, String)>,
+    /// BareMetalHost refusals already logged, per generation.
+    logged: HashMap<ObjRef, (Option<i64>, String)>,
+    label: PathBuf,
+}
+
+impl Source {
+    /// Connects (in-cluster config, else `KUBECONFIG`), starts the watches
+    /// and waits for the first list of every kind; the inventory they make.
+    pub async fn start(
+        settings: KubeSettings,
+        prepare: Prepare,
+    ) -> anyhow::Result<(Source, Prepared)> {
+        let config = kube::Config::infer().await.map_err(|e| {
+            anyhow::anyhow!("no Kubernetes configuration (in-cluster or KUBECONFIG): {e}")
+        })?;
+        let namespace = settings
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = Client::try_from(config)
+            .map_err(|e| anyhow::anyhow!("failed to build the Kubernetes client: {e}"))?;
+        let mut kinds = vec![Kind::BootNetwork, Kind::BootProfile, Kind::BootHost];
+        if settings.metal3_selector.is_some() {
+            kinds.push(Kind::BareMetalHost);
+        }
+        let stats = Arc::new(KubeStats::default());
+        let (tx, rx) = mpsc::channel(1024);
+        for &kind in &kinds {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &namespace, &kind.resource());
+            let mut config = watcher::Config::default();
+            if kind == Kind::BareMetalHost
+                && let Some(selector) = &settings.metal3_selector
+            {
+                config = config.labels(selector);
+            }
+            let (tx, stats) = (tx.clone(), stats.clone());
+            tokio::spawn(async move {
+                let mut stream = watcher(api, config).default_backoff().boxed();
+                while let Some(event) = stream.next().await {
+                    match event {
+                        Ok(event) => {
+                            if tx.send(Update::Event(kind, event)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            stats.watch_errors.fetch_add(1, Ordering::Relaxed);
+                            warn!(kind = kind.name(), error = %e, "watch failed; retrying with back-off");
+                        }
+                    }
+                }
+            });
+        }
+        info!(%namespace, kinds = ?kinds.iter().map(|k| k.name()).collect::<Vec<_>>(), "reading the inventory from the Kubernetes API");
+        let mut source = Source {
+            client,
+            label: PathBuf::from(format!("kubernetes namespace/{namespace}")),
+            namespace,
+            settings,
+            prepare,
+            stats,
+            rx,
+            stores: kinds.iter().map(|&k| (k, Store::default())).collect(),
+            kinds,
+            secrets: BTreeMap::new(),
+            in_force: None,
+            refused: BTreeMap::new(),
+            accepted: BTreeSet::new(),
+            degraded: BTreeMap::new(),
+            transitions: HashMap::new(),
+            evented: HashMap::new(),
+            logged: HashMap::new(),
+        };
+        let deadline = tokio::time::Instant::now() + INITIAL_LIST;
+        while !source.stores.values().all(|s| s.listed) {
+            let missing: Vec<&str> = source
+                .stores
+                .iter()
+                .filter(|(_, s)| !s.listed)
+                .map(|(k, _)| k.plural())
+                .collect();
+            let update = tokio::time::timeout_at(deadline, source.rx.recv())
+                .await
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "no list of {} from the Kubernetes API within {} s",
+                        missing.join(", "),
+                        INITIAL_LIST.as_secs()
+                    )
+                })?
+                .ok_or_else(|| anyhow::anyhow!("the watches ended"))?;
+            source.update(update);
+        }
+        let built = source.rebuild().await;
+        let prepared = built.result.map_err(|e| anyhow::anyhow!("{e}"))?;
+        source.in_force = Some(prepared.0.clone());
+        Ok((source, prepared))
+    }
+
+    pub fn stats(&self) -> Arc<KubeStats> {
+        self.stats.clone()
+    }
+
+    /// Applies a watch event to the stores; true when an object changed in
+    /// a way a rebuild depends on.
+    fn update(&mut self, update: Update) -> bool {
+        let Update::Event(kind, event) = update;
+        self.stats.watch_events.fetch_add(1, Ordering::Relaxed);
+        let Some(store) = self.stores.get_mut(&kind) else {
+            return false;
+        };
+        let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
+        match event {
+            watcher::Event::Init => {
+                store.listing = Some(BTreeMap::new());
+                false
+            }
+            watcher::Event::InitApply(o) => {
+                if let (Some(listing), Some(name)) = (&mut store.listing, name_of(&o)) {
+                    listing.insert(name, value(&o));
+                }
+                false
+            }
+            watcher::Event::InitDone => {
+                let listed = store.listing.take().unwrap_or_default();
+                let changed = listed.len() != store.objects.len()
+                    || listed.iter().any(|(name, o)| {
+                        store.objects.get(name).map(relevant) != Some(relevant(o))
+                    });
+                store.objects = listed;
+                store.listed = true;
+                changed
+            }
+            watcher::Event::Apply(o) => {
+                let Some(name) = name_of(&o) else {
+                    return false;
+                };
+                let o = value(&o);
+                let changed = store.objects.get(&name).map(relevant) != Some(relevant(&o));
+                store.objects.insert(name, o);
+                changed
+            }
+            watcher::Event::Delete(o) => name_of(&o)
+                .and_then(|name| store.objects.remove(&name))
+                .is_some(),
+        }
+    }
+
+    /// Reads the Secrets the objects name (again after [`SECRET_TTL`], and
+    /// every time while one is missing).
+    async fn read_secrets(&mut self, names: &BTreeSet<String>) {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        self.secrets.retain(|name, _| names.contains(name));
+        for name in names {
+            let fresh = self
+                .secrets
+                .get(name)
+                .is_some_and(|(at, keys)| keys.is_some() && at.elapsed() < SECRET_TTL);
+            if fresh {
+                continue;
+            }
+            let keys = match api.get_opt(name).await {
+                Ok(Some(secret)) => {
+                    let data = secret.data.unwrap_or_default();
+                    Some(SecretKeys {
+                        username: data
+                            .get(document::SECRET_USERNAME)
+                            .and_then(|b| String::from_utf8(b.0.clone()).ok()),
+                        password: data
+                            .get(document::SECRET_PASSWORD)
+                            .map(|b| Password::new(b.0.clone())),
+                    })
+                }
+                Ok(None) => None,
+                Err(e) => {
+                    // Keep what was read before: an API hiccup is not a
+                    // removed Secret.
+                    warn!(secret = %name, error = %e, "failed to read a BMC credentials Secret");
+                    if self.secrets.contains_key(name) {
+                        continue;
+                    }
+                    None
+                }
+            };
+            self.secrets.insert(name.clone(), (Instant::now(), keys));
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let of = |kind| {
+            self.stores
+                .get(&kind)
+                .map(|s| s.objects.clone())
+                .unwrap_or_default()
+        };
+        Snapshot {
+            namespace: self.namespace.clone(),
+            hosts: of(Kind::BootHost),
+            profiles: of(Kind::BootProfile),
+            networks: of(Kind::BootNetwork),
+            bare_metal: of(Kind::BareMetalHost),
+            secrets: self
+                .secrets
+                .iter()
+                .filter_map(|(name, (_, keys))| keys.clone().map(|k| (name.clone(), k)))
+                .collect(),
+        }
+    }
+
+    /// Builds the inventory of the objects as they are now.
+    async fn rebuild(&mut self) -> Built<Prepared> {
+        let names = self.snapshot().secret_names();
+        self.read_secrets(&names).await;
+        let snapshot = self.snapshot();
+        let (prepare, label) = (self.prepare.clone(), self.label.clone());
+        let built = tokio::task::spawn_blocking(move || {
+            document::build(&snapshot, &label, &|inv, label| prepare(inv, label))
+        })
+        .await
+        .unwrap_or_else(|e| Built {
+            result: Err(LoadError::Invalid {
+                path: PathBuf::from("kubernetes"),
+                problems: vec![crate::inventory::Problem::new(
+                    None,
+                    "inventory",
+                    format!("the rebuild panicked: {e}"),
+                )],
+            }),
+            refused: BTreeMap::new(),
+            accepted: BTreeSet::new(),
+            degraded: BTreeMap::new(),
+        });
+        match &built.result {
+            Ok(_) => {
+                self.stats.rebuilds_ok.fetch_add(1, Ordering::Relaxed);
+                self.refused = built.refused.clone();
+                self.accepted = built.accepted.clone();
+                self.degraded = built.degraded.clone();
+            }
+            Err(e) => {
+                self.stats.rebuilds_failed.fetch_add(1, Ordering::Relaxed);
+                warn!(
+                    "inventory from the Kubernetes API refused, still serving the previous one: {e}"
+                );
+            }
+        }
+        self.stats
+            .refused
+            .store(built.refused.len() as u64, Ordering::Relaxed);
+        for (at, problems) in &built.refused {
+            let generation = self.object(at).and_then(generation_of);
+            let message = problems.join("; ");
+            if self.logged.get(at) != Some(&(generation, message.clone())) {
+                warn!(object = %at, "refused: {message}");
+                self.logged.insert(at.clone(), (generation, message));
+            }
+        }
+        self.logged.retain(|at, _| built.refused.contains_key(at));
+        built
+    }
+
+    fn object(&self, at: &ObjRef) -> Option<&Value> {
+        self.stores.get(&at.kind)?.objects.get(&at.name)
+    }
+
+    /// Runs until shutdown: applies watch events, rebuilds after a quiet
+    /// [`DEBOUNCE`], and feeds the status writer.
+    pub async fn run(
+        mut self,
+        admin: Arc<AdminState>,
+        apply: Apply,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let (out_tx, out_rx) = mpsc::channel(64);
+        let writer = tokio::spawn(status_writer(
+            self.client.clone(),
+            self.namespace.clone(),
+            self.settings.clone(),
+            self.stats.clone(),
+            out_rx,
+            shutdown.clone(),
+        ));
+        let mut due: Option<tokio::time::Instant> = None;
+        let mut resync = tokio::time::interval(RESYNC);
+        resync.tick().await;
+        let mut status_tick = tokio::time::interval(STATUS_EVERY);
+        loop {
+            let debounce = async {
+                match due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = stopped(&mut shutdown) => break,
+                update = self.rx.recv() => {
+                    let Some(update) = update else { break };
+                    if self.update(update) && due.is_none() {
+                        due = Some(tokio::time::Instant::now() + DEBOUNCE);
+                    }
+                }
+                () = debounce => {
+                    due = None;
+                    self.rebuild_and_apply(&apply).await;
+                    let _ = out_tx.send(self.wanted(&admin)).await;
+                }
+                _ = resync.tick() => {
+                    self.rebuild_and_apply(&apply).await;
+                }
+                _ = status_tick.tick() => {
+                    let _ = out_tx.send(self.wanted(&admin)).await;
+                }
+            }
+        }
+        drop(out_tx);
+        let _ = writer.await;
+    }
+
+    async fn rebuild_and_apply(&mut self, apply: &Apply) {
+        let started = Instant::now();
+        let built = self.rebuild().await;
+        let Ok(prepared) = built.result else {
+            return;
+        };
+        if self.in_force.as_ref() == Some(&prepared.0) {
+            debug!("objects changed, inventory did not");
+            return;
+        }
+        let inv = prepared.0.clone();
+        let apply = apply.clone();
+        let applied = tokio::task::spawn_blocking(move || apply(prepared))
+            .await
+            .unwrap_or(false);
+        if applied {
+            info!(
+                hosts = inv.hosts.len(),
+                refused = self.refused.len(),
+                ms = started.elapsed().as_millis() as u64,
+                "inventory from the Kubernetes API in force"
+            );
+            self.in_force = Some(inv);
+        }
+    }
+
+    /// The status every own object should have now, and the Events due.
+    fn wanted(&mut self, admin: &AdminState) -> Outgoing {
+        let views: HashMap<String, crate::http::admin::HostView> = host_views(admin)
+            .into_iter()
+            .map(|v| (v.mac.clone(), v))
+            .collect();
+        let now = crate::progress::now_ms();
+        let mut statuses = Vec::new();
+        let mut events = Vec::new();
+        for kind in self.kinds.clone() {
+            if !kind.is_ours() {
+                continue;
+            }
+            let Some(store) = self.stores.get(&kind) else {
+                continue;
+            };
+            for (name, object) in &store.objects {
+                let at = ObjRef::new(kind, name);
+                let generation = generation_of(object);
+                let observed = object.get("status");
+                let problems = self
+                    .refused
+                    .get(&at)
+                    .or_else(|| self.degraded.get(&at))
+                    .map(Vec::as_slice);
+                if problems.is_none() && !self.accepted.contains(&at) {
+                    // Not part of a successful rebuild yet.
+                    continue;
+                }
+                let ok = problems.is_none();
+                let since = match self.transitions.get(&at) {
+                    Some(&(was, at_ms)) if was == ok => at_ms,
+                    _ => {
+                        self.transitions.insert(at.clone(), (ok, now));
+                        now
+                    }
+                };
+                let condition = status::accepted(problems, generation, observed, since);
+                let view = (kind == Kind::BootHost && !self.refused.contains_key(&at))
+                    .then(|| {
+                        object
+                            .pointer("/spec/mac")
+                            .and_then(Value::as_str)
+                            .and_then(|m| m.parse::<MacAddr>().ok())
+                            .and_then(|mac| views.get(&mac.to_string()))
+                    })
+                    .flatten();
+                let wanted = status::status_of(
+                    condition,
+                    generation,
+                    view,
+                    &self.settings.node_name,
+                    kind == Kind::BootHost,
+                );
+                statuses.push(Want {
+                    at: at.clone(),
+                    status: wanted,
+                    observed: observed.cloned(),
+                    resource_version: object
+                        .pointer("/metadata/resourceVersion")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                });
+                if let Some(problems) = problems {
+                    let message = problems.join("; ");
+                    let key = (generation, message.clone());
+                    if self.evented.get(&at) != Some(&key) {
+                        self.evented.insert(at.clone(), key);
+                        events.push(events::Invalid {
+                            at: at.clone(),
+                            uid: object
+                                .pointer("/metadata/uid")
+                                .and_then(Value::as_str)
+                                .map(str::to_owned),
+                            resource_version: object
+                                .pointer("/metadata/resourceVersion")
+                                .and_then(Value::as_str)
+                                .map(str::to_owned),
+                            message,
+                        });
+                    }
+                }
+            }
+        }
+        self.evented
+            .retain(|at, _| self.refused.contains_key(at) || self.degraded.contains_key(at));
+        let stores = &self.stores;
+        self.transitions.retain(|at, _| {
+            stores
+                .get(&at.kind)
+                .is_some_and(|s| s.objects.contains_key(&at.name))
+        });
+        Outgoing { statuses, events }
+    }
+}
+
+/// Resolves once shutdown is asked for (no guard held across awaits).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+fn generation_of(object: &Value) -> Option<i64> {
+    object
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+}
+
+/// One object's wanted status, with what the watch last showed of it.
+struct Want {
+    at: ObjRef,
+    status: Value,
+    observed: Option<Value>,
+    resource_version: Option<String>,
+}
+
+/// One round of wanted statuses and the Events to create.
+struct Outgoing {
+    statuses: Vec<Want>,
+    events: Vec<events::Invalid>,
+}
+
+/// Sends what the source wants written: at most `status_qps` patches and
+/// Events a second, one queued status per object (the latest), merge
+/// patches to `/status` guarded by the object's resourceVersion, re-read
+/// and retried on a 409 Conflict.
+async fn status_writer(
+    client: Client,
+    namespace: String,
+    settings: KubeSettings,
+    stats: Arc<KubeStats>,
+    mut rx: mpsc::Receiver<Outgoing>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut outbox = Outbox::default();
+    let mut versions: HashMap<ObjRef, String> = HashMap::new();
+    let mut pending_events: Vec<events::Invalid> = Vec::new();
+    let mut bucket = TokenBucket::new(settings.status_qps, Instant::now());
+    let apis: BTreeMap<Kind, Api<DynamicObject>> = Kind::ALL
+        .into_iter()
+        .filter(|k| k.is_ours())
+        .map(|k| {
+            (
+                k,
+                Api::namespaced_with(client.clone(), &namespace, &k.resource()),
+            )
+        })
+        .collect();
+    let events_api: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(client.clone(), &namespace);
+    loop {
+        let idle = outbox.is_empty() && pending_events.is_empty();
+        let wait = if idle {
+            Duration::from_secs(3600)
+        } else {
+            bucket.wait()
+        };
+        tokio::select! {
+            () = stopped(&mut shutdown) => return,
+            msg = rx.recv() => {
+                let Some(out) = msg else { return };
+                let live: BTreeSet<ObjRef> = out.statuses.iter().map(|w| w.at.clone()).collect();
+                for want in out.statuses {
+                    if let Some(rv) = want.resource_version {
+                        versions.insert(want.at.clone(), rv);
+                    }
+                    outbox.offer(&want.at, want.status, want.observed.as_ref());
+                }
+                versions.retain(|at, _| live.contains(at));
+                pending_events.extend(out.events);
+                continue;
+            }
+            () = tokio::time::sleep(wait) => {}
+        }
+        if !bucket.try_take(Instant::now()) {
+            continue;
+        }
+        if let Some(event) = pending_events.pop() {
+            let body = events::invalid_spec(&event, &namespace, &settings.node_name);
+            match events_api.create(&PostParams::default(), &body).await {
+                Ok(_) => {
+                    stats.events_created.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => warn!(object = %event.at, error = %e, "failed to create an Event"),
+            }
+            continue;
+        }
+        let Some((at, wanted)) = outbox.take() else {
+            continue;
+        };
+        let Some(api) = apis.get(&at.kind) else {
+            continue;
+        };
+        let mut attempt = 0;
+        loop {
+            let mut patch = json!({"status": wanted});
+            if let Some(rv) = versions.get(&at) {
+                patch["metadata"] = json!({"resourceVersion": rv});
+            }
+            match api
+                .patch_status(&at.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(object) => {
+                    stats.status_sent.fetch_add(1, Ordering::Relaxed);
+                    if let Some(rv) = object.metadata.resource_version {
+                        versions.insert(at.clone(), rv);
+                    }
+                    outbox.sent(&at, wanted);
+                    break;
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt < CONFLICT_RETRIES => {
+                    stats.status_conflicts.fetch_add(1, Ordering::Relaxed);
+                    attempt += 1;
+                    debug!(object = %at, attempt, "status conflict; reading the object again");
+                    match api.get_opt(&at.name).await {
+                        Ok(Some(object)) => {
+                            if let Some(rv) = object.metadata.resource_version {
+                                versions.insert(at.clone(), rv);
+                            }
+                        }
+                        Ok(None) => {
+                            outbox.remove(&at);
+                            versions.remove(&at);
+                            break;
+                        }
+                        Err(e) => {
+                            stats.status_failed.fetch_add(1, Ordering::Relaxed);
+                            warn!(object = %at, error = %e, "failed to re-read after a conflict");
+                            outbox.retry(&at, wanted);
+                            break;
+                        }
+                    }
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    outbox.remove(&at);
+                    versions.remove(&at);
+                    break;
+                }
+                Err(e) => {
+                    if matches!(&e, kube::Error::Api(s) if s.code == 409) {
+                        stats.status_conflicts.fetch_add(1, Ordering::Relaxed);
+                    }
+                    stats.status_failed.fetch_add(1, Ordering::Relaxed);
+                    warn!(object = %at, error = %e, "failed to write status; trying again later");
+                    outbox.retry(&at, wanted);
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! What the agent writes back to its own objects' `status`: the Accepted
+//! condition, and for BootHosts a projection of what the agent observed
+//! (stage, last DHCP, boot file, last phone-home, power and recovery state,
+//! serving node). Owns composing that status, the per-object coalescing
+//! (the latest wanted status wins; nothing is sent when it is already
+//! there) and the token bucket that bounds patches a second, so a boot
+//! storm does not flood the API server. The status is never read back as
+//! the source of a decision. Sending is `mod.rs`'s, over merge patches
+//! guarded by the object's resourceVersion.
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use super::objects::ObjRef;
+use crate::http::admin::HostView;
+
+/// A token bucket: `rate` tokens a second, at most `burst` saved up.
+#[derive(Debug)]
+pub struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    pub fn new(rate: u32, now: Instant) -> TokenBucket {
+        let rate = f64::from(rate.max(1));
+        TokenBucket {
+            rate,
+            burst: rate,
+            tokens: rate,
+            last: now,
+        }
+    }
+
+    /// Takes a token if one is there.
+    pub fn try_take(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// How long until the next token.
+    pub fn wait(&self) -> Duration {
+        Duration::from_secs_f64(((1.0 - self.tokens) / self.rate).max(0.0))
+    }
+}
+
+/// The statuses waiting to be written, one per object, oldest first.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    /// What was last written (or seen) per object.
+    written: BTreeMap<ObjRef, Value>,
+    pending: BTreeMap<ObjRef, Value>,
+    order: VecDeque<ObjRef>,
+}
+
+impl Outbox {
+    /// Wants `status` on `at`: queued unless it is what is already there
+    /// (`observed`, the object's status as last watched, or what was last
+    /// written). A newer wanted status replaces a queued one in place.
+    pub fn offer(&mut self, at: &ObjRef, status: Value, observed: Option<&Value>) {
+        if same(&status, observed) {
+            self.written.insert(at.clone(), status);
+            self.pending.remove(at);
+            return;
+        }
+        if self.written.get(at) == Some(&status) {
+            self.pending.remove(at);
+            return;
+        }
+        if self.pending.insert(at.clone(), status).is_none() {
+            self.order.push_back(at.clone());
+        }
+    }
+
+    /// The oldest queued status.
+    pub fn take(&mut self) -> Option<(ObjRef, Value)> {
+        while let Some(at) = self.order.pop_front() {
+            if let Some(status) = self.pending.remove(&at) {
+                return Some((at, status));
+            }
+        }
+        None
+    }
+
+    pub fn sent(&mut self, at: &ObjRef, status: Value) {
+        self.written.insert(at.clone(), status);
+    }
+
+    /// Writing failed: queue it again unless something newer is waiting.
+    pub fn retry(&mut self, at: &ObjRef, status: Value) {
+        if !self.pending.contains_key(at) {
+            self.pending.insert(at.clone(), status);
+            self.order.push_back(at.clone());
+        }
+    }
+
+    /// Forgets an object that is gone.
+    pub fn remove(&mut self, at: &ObjRef) {
+        self.written.remove(at);
+        self.pending.remove(at);
+    }
+
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+/// RFC 3339 of unix milliseconds.
+pub fn rfc3339(ms: u64) -> Option<String> {
+    let ms = i64::try_from(ms).ok()?;
+    k8s_openapi::jiff::Timestamp::from_millisecond(ms)
+        .ok()
+        .map(|t| {
+            t.round(k8s_openapi::jiff::Unit::Second)
+                .unwrap_or(t)
+                .to_string()
+        })
+}
+
+/// The Accepted condition: `Valid`, or `Invalid` with the problems. Its
+/// `lastTransitionTime` is kept from `previous` (the object's status) while
+/// the condition's status stays the same.
+pub fn accepted(
+    problems: Option<&[String]>,
+    generation: Option<i64>,
+    previous: Option<&Value>,
+    now_ms: u64,
+) -> Value {
+    let (status, reason, message) = match problems {
+        None => ("True", "Valid", "accepted into the inventory".to_owned()),
+        Some(problems) => ("False", "Invalid", problems.join("; ")),
+    };
+    let since = previous
+        .and_then(|p| p.get("conditions"))
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "Accepted"))
+        .filter(|c| c["status"] == status)
+        .and_then(|c| c.get("lastTransitionTime").cloned())
+        .unwrap_or_else(|| rfc3339(now_ms).into());
+    let mut condition = json!({
+        "type": "Accepted",
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+    });
+    if let Some(g) = generation {
+        condition["observedGeneration"] = g.into();
+    }
+    condition
+}
+
+/// The status wanted on an object: its condition, and for an accepted
+/// BootHost that this agent has seen (a boot step, a power state, a
+/// recovery under way) what it knows of it (`view`), every key present
+/// (`null` when unknown) so that a merge patch clears what is gone. A host
+/// the agent has seen nothing of gets only the condition, so an agent that
+/// does not serve it leaves the serving agent's fields alone.
+pub fn status_of(
+    condition: Value,
+    generation: Option<i64>,
+    view: Option<&HostView>,
+    node: &str,
+    host: bool,
+) -> Value {
+    let mut status = json!({
+        "conditions": [condition],
+        "observedGeneration": generation,
+    });
+    let seen = view.is_some_and(|v| {
+        v.stage.is_some()
+            || v.progress.dhcp.is_some()
+            || v.power.is_some()
+            || v.recovery.as_deref().is_some_and(|r| r != "idle")
+    });
+    if !host || !seen {
+        return status;
+    }
+    let p = view.map(|v| &v.progress);
+    let step = |f: fn(&crate::progress::HostProgress) -> &Option<crate::progress::Step>| {
+        p.and_then(|p| f(p).as_ref())
+    };
+    status["stage"] = view
+        .and_then(|v| v.stage)
+        .map(|s| serde_json::to_value(s).unwrap_or(Value::Null))
+        .unwrap_or(Value::Null);
+    status["lastDhcp"] = step(|p| &p.dhcp).and_then(|s| rfc3339(s.at_ms)).into();
+    status["bootFile"] = step(|p| &p.tftp).map(|s| s.detail.clone()).into();
+    status["lastPhoneHome"] = step(|p| &p.booted).and_then(|s| rfc3339(s.at_ms)).into();
+    status["powerState"] = view.and_then(|v| v.power.clone()).into();
+    status["recovery"] = match view.and_then(|v| v.recovery.clone()) {
+        Some(state) => json!({"state": state, "attempts": view.and_then(|v| v.attempts)}),
+        None => Value::Null,
+    };
+    status["servingNode"] = if view.is_some() {
+        node.into()
+    } else {
+        Value::Null
+    };
+    status
+}
+
+/// A merge patch of `wanted` over `observed` (the object's status as last
+/// seen) would change nothing: every key of `wanted` is in `observed` with
+/// the same value, and every `null` of `wanted` is absent there. Keys
+/// `wanted` leaves out do not count (another agent's).
+pub fn same(wanted: &Value, observed: Option<&Value>) -> bool {
+    fn covers(wanted: &Value, observed: Option<&Value>) -> bool {
+        match (wanted, observed) {
+            (Value::Null, None | Some(Value::Null)) => true,
+            (Value::Object(w), Some(Value::Object(o))) => {
+                w.iter().all(|(k, v)| covers(v, o.get(k)))
+            }
+            (Value::Object(_), _) => false,
+            (w, Some(o)) => w == o,
+            (_, None) => false,
+        }
+    }
+    observed.is_some() && covers(wanted, observed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::objects::Kind;
+
+    #[test]
+    fn bucket_allows_burst_then_rate() {
+        let t0 = Instant::now();
+        let mut bucket = TokenBucket::new(10, t0);
+        let burst = (0..100).filter(|_| bucket.try_take(t0)).count();
+        assert_eq!(burst, 10);
+        // Over the next second, ten more: never more than the rate.
+        let mut sent = 0;
+        for ms in (10..=1000).step_by(10) {
+            if bucket.try_take(t0 + Duration::from_millis(ms)) {
+                sent += 1;
+            }
+        }
+        assert!((9..=10).contains(&sent), "{sent}");
+        assert!(!bucket.try_take(t0 + Duration::from_millis(1000)));
+        assert!(bucket.wait() <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn outbox_coalesces_per_object_latest_wins() {
+        let a = ObjRef::new(Kind::BootHost, "a");
+        let b = ObjRef::new(Kind::BootHost, "b");
+        let mut out = Outbox::default();
+        for n in 0..50 {
+            out.offer(&a, json!({"n": n}), None);
+        }
+        out.offer(&b, json!({"n": 1}), None);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out.take(), Some((a.clone(), json!({"n": 49}))));
+        out.sent(&a, json!({"n": 49}));
+        // Already written: not queued again.
+        out.offer(&a, json!({"n": 49}), None);
+        assert_eq!(out.take(), Some((b.clone(), json!({"n": 1}))));
+        assert_eq!(out.take(), None);
+        // Already on the object: not queued.
+        out.offer(&b, json!({"n": 2}), Some(&json!({"n": 2})));
+        assert!(out.is_empty());
+        // A failed write is retried, unless something newer is queued.
+        out.retry(&a, json!({"n": 50}));
+        out.offer(&a, json!({"n": 51}), None);
+        out.retry(&a, json!({"n": 50}));
+        assert_eq!(out.take(), Some((a, json!({"n": 51}))));
+    }
+
+    #[test]
+    fn condition_keeps_its_transition_time_while_unchanged() {
+        let first = accepted(None, Some(1), None, 1_000);
+        assert_eq!(first["lastTransitionTime"], "1970-01-01T00:00:01Z");
+        let status = json!({"conditions": [first]});
+        let again = accepted(None, Some(2), Some(&status), 99_000);
+        assert_eq!(again["lastTransitionTime"], "1970-01-01T00:00:01Z");
+        let flipped = accepted(Some(&["bad".into()]), Some(2), Some(&status), 99_000);
+        assert_eq!(flipped["lastTransitionTime"], "1970-01-01T00:01:39Z");
+        assert_eq!(flipped["reason"], "Invalid");
+        assert_eq!(flipped["message"], "bad");
+    }
+
+    #[test]
+    fn nulls_are_absent_keys() {
+        let wanted = json!({"stage": null, "servingNode": "n1"});
+        assert!(same(&wanted, Some(&json!({"servingNode": "n1"}))));
+        assert!(!same(&wanted, Some(&json!({"servingNode": "n2"}))));
+        assert!(!same(
+            &wanted,
+            Some(&json!({"servingNode": "n1", "stage": "dhcp"}))
+        ));
+        assert!(!same(&wanted, None));
+        // Keys left out are another agent's.
+        let condition_only = json!({"conditions": [{"type": "Accepted"}]});
+        assert!(same(
+            &condition_only,
+            Some(&json!({"conditions": [{"type": "Accepted"}], "stage": "booted"}))
+        ));
+    }
+}
