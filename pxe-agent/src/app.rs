@@ -48,6 +48,7 @@ use crate::{
     progress::Progress,
     rawsock::RawSocket,
     recovery::{self, Controller, RecoveryStore, SequencePolicy, Sequencer},
+    share::{Share, membership},
     state::State,
     tftp,
     trace::TracePath,
@@ -207,6 +208,8 @@ pub struct RunConfig {
     /// (`<dir>/<ifname>/`): they outlive the agent, and the next one adopts
     /// them. Without it, exiting detaches.
     pub pin_dir: Option<PathBuf>,
+    /// Sharing the discovery pools with peer agents (`--peers kube`).
+    pub peers: Option<membership::Config>,
 }
 
 /// The out-of-band knobs of `pxe-agent run`.
@@ -391,6 +394,28 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         progress.clone(),
         health.clone(),
     ));
+    // Shared pools: no unknown MAC is answered until a slot is claimed.
+    let peers = match &cfg.peers {
+        Some(p) => {
+            state.set_share(Share::unclaimed(p.slots)?);
+            let client = kube::Client::try_default()
+                .await
+                .context("failed to set up the Kubernetes client for --peers kube")?;
+            info!(
+                namespace = %p.namespace.as_deref().unwrap_or(client.default_namespace()),
+                node = %p.node,
+                slots = p.slots,
+                "sharing the discovery pools through Leases"
+            );
+            Some(tokio::spawn(membership::run(
+                p.clone(),
+                client,
+                state.clone(),
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let mut slow_threads = Vec::with_capacity(ifaces.len());
     for iface in &ifaces {
@@ -492,6 +517,9 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         .await
         .context("out-of-band control panicked")?;
     monitor.await.context("health monitor panicked")?;
+    if let Some(peers) = peers {
+        peers.await.context("pool membership panicked")?;
+    }
     for events in events {
         events.await.context("event reader panicked")?;
     }

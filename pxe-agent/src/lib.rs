@@ -19,6 +19,7 @@ pub mod progress;
 pub mod ratelimit;
 pub mod rawsock;
 pub mod recovery;
+pub mod share;
 pub mod state;
 pub mod terminal;
 pub mod tftp;

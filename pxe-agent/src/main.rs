@@ -87,9 +87,10 @@ enum Command {
         /// configuration, else KUBECONFIG.
         #[arg(long)]
         kube: bool,
-        /// Namespace of the objects; defaults to the service account's
-        /// namespace, else the kubeconfig's, else `default`.
-        #[arg(long, env = "POD_NAMESPACE", requires = "kube")]
+        /// Namespace of the objects (and of the slot Leases of --peers
+        /// kube); defaults to the service account's namespace, else the
+        /// kubeconfig's, else `default`.
+        #[arg(long, env = "POD_NAMESPACE")]
         kube_namespace: Option<String>,
         /// Also read Metal3 BareMetalHosts matching this label selector as
         /// hosts (never written to).
@@ -214,6 +215,8 @@ enum Command {
         /// `pxe-agent detach` removes it. Without it, exit detaches.
         #[arg(long, value_name = "DIR")]
         pin_dir: Option<PathBuf>,
+        #[command(flatten)]
+        peers: PeerArgs,
     },
     /// Remove what `run --pin-dir DIR` left pinned: detach the XDP link of
     /// each interface (all under DIR unless --interface is given) and
@@ -456,6 +459,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             bmc_boot_flag_echo,
             recovery_backoff_ms,
             pin_dir,
+            peers,
         } => {
             anyhow::ensure!(
                 bmc_concurrency > 0 && power_ons_per_second > 0.0 && slow_path_rate_threshold > 0.0,
@@ -470,6 +474,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 Some(name) => name,
                 None => host_name()?,
             };
+            let peers = peers.config(kube_namespace.clone(), &node_name)?;
             let kube = kube.then(|| pxe_agent::kube::KubeSettings {
                 namespace: kube_namespace,
                 node_name: node_name.clone(),
@@ -477,6 +482,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 status_qps: kube_status_qps,
             });
             let cfg = RunConfig {
+                peers,
                 interfaces: with_server_ip(
                     interfaces(interface, interface_dir, &node_name)?,
                     server_ip,
@@ -770,6 +776,57 @@ fn host_name() -> anyhow::Result<String> {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .context("failed to read the host name (give --node-name)")?;
     Ok(name.trim().to_owned())
+}
+
+/// Sharing the discovery pools with other agents on the same segment
+/// (docs/peers.md).
+#[derive(clap::Args)]
+struct PeerArgs {
+    /// Share the discovery pools with the other agents through
+    /// coordination.k8s.io Leases in the namespace (in-cluster config, or
+    /// KUBECONFIG): each agent leases from its own slice and answers the
+    /// unknown MACs of its hash buckets. Reserved hosts are answered by
+    /// every agent.
+    #[arg(long, value_enum, value_name = "kube")]
+    peers: Option<PeersArg>,
+    /// Slices each pool is cut into: the most agents that can share it.
+    #[arg(long, default_value_t = 8, requires = "peers")]
+    pool_slots: u16,
+    /// leaseDurationSeconds of an agent's slot Lease, renewed every third:
+    /// an agent that dies loses its unknown MACs to the others within about
+    /// this long.
+    #[arg(long, default_value_t = 15, value_name = "S", requires = "peers")]
+    peer_lease_seconds: u32,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PeersArg {
+    Kube,
+}
+
+impl PeerArgs {
+    /// The membership's settings, in `namespace` (--kube-namespace; the
+    /// client's default namespace when unset) as `node`.
+    fn config(
+        self,
+        namespace: Option<String>,
+        node: &str,
+    ) -> anyhow::Result<Option<pxe_agent::share::membership::Config>> {
+        let Some(PeersArg::Kube) = self.peers else {
+            return Ok(None);
+        };
+        pxe_agent::share::Share::new(0, self.pool_slots).context("--pool-slots")?;
+        anyhow::ensure!(
+            self.peer_lease_seconds >= 1,
+            "--peer-lease-seconds must be at least 1"
+        );
+        Ok(Some(pxe_agent::share::membership::Config {
+            namespace,
+            node: node.to_string(),
+            slots: self.pool_slots,
+            lease_secs: self.peer_lease_seconds,
+        }))
+    }
 }
 
 /// Folds `--server-ip` into the one interface it may name.

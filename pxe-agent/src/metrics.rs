@@ -4,7 +4,9 @@ use std::{fmt::Write as _, sync::atomic::Ordering};
 
 use pxe_ebpf_common::Counter;
 
-use crate::{dhcp::server, http::limit, lease::LeaseState, tftp::StatsSnapshot, xdp::Stats};
+use crate::{
+    dhcp::server, http::limit, lease::LeaseState, share::Share, tftp::StatsSnapshot, xdp::Stats,
+};
 
 /// What the agent exports besides the counters.
 #[derive(Clone, Copy, Debug, Default)]
@@ -24,6 +26,10 @@ pub const SLOW_DECLINES_REFUSED: &str = "pxe_slow_declines_refused_total";
 pub const RESERVATION_DECLINES: &str = "pxe_reservation_declines_total";
 pub const SLOW_RX: &str = "pxe_slow_requests_total";
 pub const SLOW_RESTARTS: &str = "pxe_slow_path_restarts_total";
+pub const SLOW_NOT_OURS: &str = "pxe_slow_not_ours_total";
+pub const SHARE_SLOT: &str = "pxe_share_slot";
+pub const SHARE_LIVE: &str = "pxe_share_live_slots";
+pub const SHARE_BUCKETS: &str = "pxe_share_buckets";
 pub const READY: &str = "pxe_ready";
 pub const DISCOVERED: &str = "pxe_discovered_hosts";
 pub const TRACED: &str = "pxe_traced_macs";
@@ -132,6 +138,12 @@ pub fn render(p: &Page) -> String {
     ] {
         o.sample(SLOW_LIMITED, &format!("scope=\"{scope}\""), load(c));
     }
+    o.head(
+        SLOW_NOT_OURS,
+        "counter",
+        "Requests of unknown hosts left to a peer agent sharing the discovery pool.",
+    );
+    o.sample(SLOW_NOT_OURS, "", load(&p.slow.not_ours));
     o.head(SLOW_ERRORS, "counter", "Slow-path failures, by kind.");
     for (kind, c) in [
         ("malformed", &p.slow.malformed),
@@ -275,5 +287,32 @@ pub fn render(p: &Page) -> String {
         "result=\"rejected\"",
         p.gauges.reloads_rejected,
     );
+    o.0
+}
+
+/// How the discovery pools are shared: this agent's slot, the live slots
+/// and the RFC 3074 buckets this agent answers (256 alone, 0 while its
+/// own slot is not live).
+pub fn render_share(share: &Share) -> String {
+    let mut o = Out(String::new());
+    o.head(
+        SHARE_SLOT,
+        "gauge",
+        "This agent's pool slot, and how many slots the pools are cut into.",
+    );
+    // -1 while no slot is claimed.
+    o.sample(
+        SHARE_SLOT,
+        &format!("slots=\"{}\"", share.slots()),
+        share.slot().map_or(-1, i32::from),
+    );
+    o.head(SHARE_LIVE, "gauge", "Pool slots whose agents are live.");
+    o.sample(SHARE_LIVE, "", share.live().len());
+    o.head(
+        SHARE_BUCKETS,
+        "gauge",
+        "Hash buckets of unknown MACs (of 256) this agent answers.",
+    );
+    o.sample(SHARE_BUCKETS, "", share.buckets_owned());
     o.0
 }

@@ -1,6 +1,7 @@
 //! The state several services read: the inventory in force (with its
-//! indexes), pool leases, the machines discovered, boot progress, health
-//! and the slow path's counters. DHCP, TFTP, HTTP and the API each hold an
+//! indexes), pool leases, the machines discovered, boot progress, health,
+//! the slow path's counters and how the discovery pools are shared with
+//! peer agents (`share`). DHCP, TFTP, HTTP and the API each hold an
 //! `Arc<State>` and read it here, so no service reaches into another for
 //! it; each service keeps only its own working state (sockets, transfers,
 //! the storm guard's buckets).
@@ -17,6 +18,7 @@ use crate::{
     inventory::{Inventory, MacAddr},
     lease::{LeaseState, LeaseStore},
     progress::Progress,
+    share::Share,
 };
 
 /// What the services share (see the module doc).
@@ -31,6 +33,8 @@ pub struct State {
     pub progress: Arc<Progress>,
     /// What `/healthz` reports; the slow path beats here.
     pub health: Arc<Health>,
+    /// This agent's slot and the live slots; the membership swaps it.
+    pub share: RwLock<Arc<Share>>,
 }
 
 impl State {
@@ -49,7 +53,21 @@ impl State {
             stats: Stats::default(),
             progress,
             health,
+            share: RwLock::new(Arc::new(Share::alone())),
         }
+    }
+
+    /// How the pools are shared now ([`Share::alone`] without peers).
+    pub fn share(&self) -> Arc<Share> {
+        self.share
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Swaps in a new membership.
+    pub fn set_share(&self, share: Share) {
+        *self.share.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(share);
     }
 
     /// The serving inventory.

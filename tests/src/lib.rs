@@ -33,6 +33,8 @@ mod manifests;
 #[cfg(test)]
 mod oob;
 #[cfg(test)]
+mod peers;
+#[cfg(test)]
 mod persistence;
 #[cfg(test)]
 mod recovery_vm;

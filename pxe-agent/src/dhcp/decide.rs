@@ -7,8 +7,12 @@
 //! from `decide`: the requests whose answer the kernel can give from a
 //! template, and why it passes the rest. The templates themselves are
 //! `decide`'s answers to one request of each boot class (`template`).
+//! An agent sharing the discovery pools with peers on the same segment
+//! decides with [`decide_shared`], the same policy told which slice of each
+//! pool and which unknown MACs are its own ([`crate::share`]); `decide` is
+//! that policy for an agent alone.
 
-use std::{borrow::Cow, collections::BTreeMap, net::Ipv4Addr};
+use std::{borrow::Cow, collections::BTreeMap, net::Ipv4Addr, ops::RangeInclusive, sync::LazyLock};
 
 use dhcproto::v4::{DhcpOption, DhcpOptions, MessageType, OptionCode, UnknownOption};
 use pxe_ebpf_common::{
@@ -17,9 +21,12 @@ use pxe_ebpf_common::{
 };
 
 use super::Request;
-use crate::inventory::{
-    BootFiles, DiscoveryPolicy, Host, Inventory, MAC_PLACEHOLDER, MacAddr, Profile, Rule,
-    SERVER_PLACEHOLDER, Subnet,
+use crate::{
+    inventory::{
+        BootFiles, DiscoveryPolicy, Host, Inventory, MAC_PLACEHOLDER, MacAddr, Profile, Rule,
+        SERVER_PLACEHOLDER, Subnet,
+    },
+    share::Share,
 };
 
 /// The server as the replies name it.
@@ -117,7 +124,7 @@ pub fn fast_path(req: &Request, inv: &Inventory, server: &Server) -> Decision {
         Answer::Reply(_) => Decision::Pass(Counter::PassRequestMismatch),
         Answer::Ignore(Counter::DropOtherServer) => Decision::Drop(Counter::DropOtherServer),
         Answer::Ignore(reason) => Decision::Pass(reason),
-        Answer::Pool(_) | Answer::Release { .. } | Answer::Decline { .. } => {
+        Answer::Pool(_) | Answer::Release { .. } | Answer::Decline { .. } | Answer::NotOurs => {
             Decision::Pass(Counter::PassUnknownHost)
         }
         // Not reached: only DISCOVERs and REQUESTs get this far.
@@ -370,6 +377,10 @@ pub enum Answer {
     ReservationDeclined {
         ip: Ipv4Addr,
     },
+    /// An unknown host another agent sharing the pool answers (its bucket
+    /// is another live slot's), or a request for an address of another
+    /// live agent's slice: no answer, so that exactly one agent speaks.
+    NotOurs,
 }
 
 /// What the lease store must settle before a pool client is answered.
@@ -380,10 +391,44 @@ pub struct PoolAsk {
     pub kind: ReplyKind,
     /// For an ACK: the address the client asks for; for an OFFER: a hint.
     pub wanted: Option<Ipv4Addr>,
+    /// The part of the subnet's pool this agent leases from: all of it for
+    /// an agent alone, its slice when agents share the pool.
+    pub slice: RangeInclusive<Ipv4Addr>,
 }
 
-/// The complete policy (see the module doc).
+/// What the pool policy knows beyond the request and the inventory when
+/// agents share the discovery pools.
+#[derive(Clone, Copy, Debug)]
+pub struct Pools<'a> {
+    /// This agent's slot, the slots live, hence its slices and buckets.
+    pub share: &'a Share,
+    /// The pool address this agent's lease store holds for the client
+    /// (bound or offered, not lapsed): a client of ours stays ours for its
+    /// renewals whichever slot its bucket belongs to now.
+    pub held: Option<Ipv4Addr>,
+}
+
+static ALONE: LazyLock<Share> = LazyLock::new(Share::alone);
+
+impl Pools<'_> {
+    /// An agent with no peers: the whole pool, every unknown MAC.
+    pub fn alone() -> Pools<'static> {
+        Pools {
+            share: &ALONE,
+            held: None,
+        }
+    }
+}
+
+/// The complete policy for an agent alone (see the module doc).
 pub fn decide(req: &Request, inv: &Inventory, server: &Server) -> Answer {
+    decide_shared(req, inv, server, &Pools::alone())
+}
+
+/// The complete policy, for an agent that may share its pools with peers:
+/// reserved hosts are answered as by an agent alone (every agent answers
+/// them alike); unknown hosts as [`unknown`] says.
+pub fn decide_shared(req: &Request, inv: &Inventory, server: &Server, pools: &Pools) -> Answer {
     let Some(msg_type) = req.msg_type else {
         return Answer::Ignore(Counter::PassMessageType);
     };
@@ -416,7 +461,7 @@ pub fn decide(req: &Request, inv: &Inventory, server: &Server) -> Answer {
         _ => return Answer::Ignore(Counter::PassMessageType),
     };
     let Some(host) = host else {
-        return unknown(req, inv, server, kind, segment);
+        return unknown(req, inv, server, kind, segment, pools);
     };
     if relayed && !inv.subnet_of(host).contains(req.giaddr) {
         // Reserved elsewhere: this relay's segment is not where it lives.
@@ -466,12 +511,27 @@ fn on_segment(inv: &Inventory, host: &Host, server: &Server) -> bool {
         || !inv.subnets.iter().any(|s| s.contains(server.ip))
 }
 
+/// An unknown host's DISCOVER or REQUEST. With the pool shared
+/// ([`crate::share`]), nothing while our own slot is not live, else:
+/// - a DISCOVER is ours when the client's RFC 3074 bucket is our live
+///   slot's, or when our store holds an address of our slice for it (so a
+///   client keeps its address and server while it renews); we offer only
+///   from our slice;
+/// - a REQUEST naming another server is ignored (RFC 2131 4.3.2), one
+///   naming us goes to the store, which acks only addresses of our slice;
+/// - a REQUEST without a server id (INIT-REBOOT, RENEWING, REBINDING) for
+///   an address of our slice goes to the store; for an address of another
+///   slot's slice it is that slot's agent's while the slot is live (no
+///   answer here), and when the slot is not live (its agent died) the
+///   agent now answering the client's bucket NAKs it, so the client starts
+///   over with a DISCOVER and gets an address of the survivor's slice.
 fn unknown(
     req: &Request,
     inv: &Inventory,
     server: &Server,
     kind: ReplyKind,
     segment: Ipv4Addr,
+    pools: &Pools,
 ) -> Answer {
     if inv.discovery.policy == DiscoveryPolicy::Ignore {
         return Answer::Ignore(Counter::PassUnknownHost);
@@ -483,11 +543,39 @@ fn unknown(
     else {
         return Answer::Ignore(Counter::PassUnknownHost);
     };
+    let range = inv.subnets[subnet]
+        .pool
+        .expect("the subnet picked has a pool");
+    let share = pools.share;
+    // Our slot's Lease lapsed: another agent may take our buckets now, and
+    // our slice once our clients' leases have run out. Nothing we bind or
+    // renew from here on may outlive that, so no pool client is answered
+    // until the Lease is renewed.
+    if !share.is_live() {
+        return Answer::NotOurs;
+    }
+    // A pool smaller than the slots leaves the last slots without a slice.
+    let Some(slice) = share.slice(range.start, range.end) else {
+        return Answer::NotOurs;
+    };
+    let ours = pools.held.is_some_and(|ip| slice.contains(&ip)) || share.answers(&req.chaddr.0);
     let wanted = match kind {
+        ReplyKind::Offer if !ours => return Answer::NotOurs,
         ReplyKind::Offer => req.requested_ip,
         _ => match requested(req, server) {
             Wanted::OtherServer => return Answer::Ignore(Counter::DropOtherServer),
-            Wanted::Address(ip) => Some(ip),
+            Wanted::Address(ip) => {
+                if req.server_id.is_none()
+                    && !slice.contains(&ip)
+                    && let Some(owner) = share.slot_at(range.start, range.end, ip)
+                {
+                    if share.live().contains(&owner) || !share.answers(&req.chaddr.0) {
+                        return Answer::NotOurs;
+                    }
+                    return Answer::Reply(nak(server, "address of a server that left"));
+                }
+                Some(ip)
+            }
             Wanted::Nothing => return Answer::Ignore(Counter::PassMalformed),
         },
     };
@@ -495,6 +583,7 @@ fn unknown(
         subnet,
         kind,
         wanted,
+        slice,
     })
 }
 
@@ -884,6 +973,7 @@ hosts:
         },
         Ignore(Counter),
         Release(Ipv4Addr),
+        NotOurs,
     }
 
     fn slow(a: Answer) -> Slow {
@@ -907,6 +997,7 @@ hosts:
             },
             Answer::Ignore(c) => Slow::Ignore(c),
             Answer::Release { ip } => Slow::Release(ip),
+            Answer::NotOurs => Slow::NotOurs,
             Answer::Decline { .. } | Answer::ReservationDeclined { .. } => {
                 panic!("unexpected decline")
             }
@@ -1215,6 +1306,7 @@ hosts:
                 subnet: 1,
                 kind: ReplyKind::Ack,
                 wanted: Some(Ipv4Addr::new(10, 77, 100, 7)),
+                slice: Ipv4Addr::new(10, 77, 100, 1)..=Ipv4Addr::new(10, 77, 100, 50),
             })
         );
     }
@@ -1348,5 +1440,150 @@ hosts:
             ..SERVER
         };
         assert_eq!(summary(&pxe(discover(tagged), 0), &outside), bios);
+    }
+
+    /// Two agents sharing SLOW_INV's first pool (10.66.200.1-9): slot 0
+    /// leases .1-.5, slot 1 .6-.9.
+    fn shared(slot: u16, live: &[u16]) -> Share {
+        Share::new(slot, 2).unwrap().with_live(live.iter().copied())
+    }
+
+    /// An unknown MAC whose bucket `share` answers, and one it does not.
+    fn macs_of(share: &Share) -> (MacAddr, MacAddr) {
+        let mac = |b| MacAddr([0x52, 0x54, 0, 0, 1, b]);
+        let mine = (0..=255).map(mac).find(|m| share.answers(&m.0)).unwrap();
+        let theirs = (0..=255).map(mac).find(|m| !share.answers(&m.0)).unwrap();
+        (mine, theirs)
+    }
+
+    #[test]
+    fn shared_pools_answer_each_unknown_mac_from_one_agent_and_its_slice() {
+        let inv = Inventory::parse(Path::new("t.yaml"), SLOW_INV).expect("valid");
+        let a = shared(0, &[0, 1]);
+        let (mine, theirs) = macs_of(&a);
+        let decide = |req: &Request, share: &Share, held| {
+            slow_pool(decide_shared(req, &inv, &SERVER, &Pools { share, held }))
+        };
+        let ip = |d| Ipv4Addr::new(10, 66, 200, d);
+        let first = ip(1)..=ip(5);
+        let second = ip(6)..=ip(9);
+        // A DISCOVER: ours from our slice, theirs not answered.
+        assert_eq!(decide(&discover(mine), &a, None), Ok(Some(first.clone())));
+        assert_eq!(decide(&discover(theirs), &a, None), Err(Slow::NotOurs));
+        let b = shared(1, &[0, 1]);
+        assert_eq!(
+            decide(&discover(theirs), &b, None),
+            Ok(Some(second.clone()))
+        );
+        assert_eq!(decide(&discover(mine), &b, None), Err(Slow::NotOurs));
+        // A client our store holds an address of our slice for stays ours.
+        assert_eq!(
+            decide(&discover(theirs), &a, Some(ip(3))),
+            Ok(Some(first.clone()))
+        );
+        // ... but not for an address outside our slice (a stale record).
+        assert_eq!(
+            decide(&discover(theirs), &a, Some(ip(7))),
+            Err(Slow::NotOurs)
+        );
+        // Our Lease lapsed (our slot not live): no pool client at all, not
+        // even our own, until it is renewed.
+        let lapsed = shared(0, &[1]);
+        assert_eq!(decide(&discover(mine), &lapsed, None), Err(Slow::NotOurs));
+        assert_eq!(
+            decide(&discover(mine), &lapsed, Some(ip(2))),
+            Err(Slow::NotOurs)
+        );
+        let renew = Request {
+            ciaddr: ip(2),
+            ..request(discover(mine))
+        };
+        assert_eq!(decide(&renew, &lapsed, Some(ip(2))), Err(Slow::NotOurs));
+
+        // REQUESTs without a server id.
+        let init_reboot = |mac, want| Request {
+            requested_ip: Some(want),
+            ..request(discover(mac))
+        };
+        // For our slice: the store judges.
+        assert_eq!(
+            decide(&init_reboot(theirs, ip(2)), &a, None),
+            Ok(Some(first.clone()))
+        );
+        // For a live peer's slice: its agent answers, we stay silent.
+        assert_eq!(
+            decide(&init_reboot(mine, ip(7)), &a, None),
+            Err(Slow::NotOurs)
+        );
+        // The peer died and its buckets are ours: NAK, so the client
+        // restarts with a DISCOVER and gets an address of our slice.
+        let survivor = shared(0, &[0]);
+        let (_, orphan) = macs_of(&a);
+        assert!(survivor.answers(&orphan.0));
+        assert_eq!(
+            decide(&init_reboot(orphan, ip(7)), &survivor, None),
+            Err(Slow::Nak)
+        );
+        assert_eq!(
+            decide(&discover(orphan), &survivor, None),
+            Ok(Some(first.clone()))
+        );
+        // Outside the pool altogether: the store's judgement, as alone.
+        assert_eq!(
+            decide(
+                &init_reboot(orphan, Ipv4Addr::new(10, 66, 9, 9)),
+                &survivor,
+                None
+            ),
+            Ok(Some(first.clone()))
+        );
+        // Selecting another server: ignored; selecting us: the store.
+        let selecting = |mac, sid| Request {
+            server_id: Some(sid),
+            requested_ip: Some(ip(7)),
+            ..request(discover(mac))
+        };
+        assert_eq!(
+            decide(&selecting(mine, Ipv4Addr::new(10, 66, 0, 2)), &a, None),
+            Err(Slow::Ignore(Counter::DropOtherServer))
+        );
+        assert_eq!(
+            decide(&selecting(theirs, SERVER.ip), &a, None),
+            Ok(Some(first))
+        );
+        // Reserved hosts are every agent's, whatever their bucket.
+        let installer = MacAddr([0x52, 0x54, 0, 0, 0, 3]);
+        for share in [&a, &b, &lapsed] {
+            assert!(matches!(
+                decide_shared(
+                    &discover(installer),
+                    &inv,
+                    &SERVER,
+                    &Pools { share, held: None }
+                ),
+                Answer::Reply(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn a_pool_smaller_than_the_slots_leaves_the_last_slots_out() {
+        let inv = Inventory::parse(Path::new("t.yaml"), SLOW_INV).expect("valid");
+        // Nine addresses, sixteen slots: slots 9.. have no slice.
+        let share = Share::new(12, 16).unwrap().with_live([12]);
+        let pools = Pools {
+            share: &share,
+            held: None,
+        };
+        let req = discover(MacAddr([0x52, 0x54, 0, 0, 1, 1]));
+        assert_eq!(decide_shared(&req, &inv, &SERVER, &pools), Answer::NotOurs);
+    }
+
+    /// The slice a pool answer leases from, or what else the answer is.
+    fn slow_pool(a: Answer) -> Result<Option<RangeInclusive<Ipv4Addr>>, Slow> {
+        match a {
+            Answer::Pool(p) => Ok(Some(p.slice)),
+            other => Err(slow(other)),
+        }
     }
 }

@@ -11,7 +11,8 @@ pub mod request;
 pub mod template;
 
 pub use decide::{
-    Answer, Decision, PoolAsk, Reply, ReplyKind, Server, decide, fast_path, nak, pool_reply,
+    Answer, Decision, PoolAsk, Pools, Reply, ReplyKind, Server, decide, decide_shared, fast_path,
+    nak, pool_reply,
 };
 pub use encode::encode;
 pub use request::Request;

@@ -23,12 +23,16 @@ use std::{
 use pxe_ebpf_common::{Counter, ReplyDestination, bootp, reply_destination};
 use tracing::{debug, error, warn};
 
-use super::{Answer, PoolAsk, Reply, ReplyKind, Request, Server, decide, encode, nak, pool_reply};
+use super::{
+    Answer, PoolAsk, Pools, Reply, ReplyKind, Request, Server, decide_shared, encode, nak,
+    pool_reply,
+};
 use crate::{
     discovered::{Registry, Sighting},
     inventory::Inventory,
     lease::{
-        DeclineOutcome, LeaseRequest, LeaseStore, NakReason, Pool, Quarantine, RequestOutcome,
+        DeclineOutcome, LeaseRequest, LeaseState, LeaseStore, NakReason, Pool, Quarantine,
+        RequestOutcome,
     },
     progress,
     ratelimit::{Limited, Limiter, Rate},
@@ -74,6 +78,8 @@ pub struct Stats {
     pub send_errors: AtomicU64,
     /// Requests whose handling panicked (contained, request dropped).
     pub panics: AtomicU64,
+    /// Requests of unknown hosts left to a peer agent sharing the pool.
+    pub not_ours: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -241,12 +247,31 @@ impl SlowPath<'_> {
         if !known {
             self.discovered().record(req.chaddr, sighting(&req), now);
         }
-        self.answer(inv, req, now)
+        self.answer(inv, req, known, now)
     }
 
     /// Answers one request, or returns it when its lease must be committed.
-    fn answer(&mut self, inv: &Inventory, req: Request, now: u64) -> Option<PendingAck> {
-        match decide(&req, inv, &self.server) {
+    fn answer(
+        &mut self,
+        inv: &Inventory,
+        req: Request,
+        known: bool,
+        now: u64,
+    ) -> Option<PendingAck> {
+        let share = self.state.share();
+        // Only a shared pool asks whose client this is; alone, every one is.
+        let held = (share.is_shared() && !known)
+            .then(|| self.leases().lease_of(req.chaddr.0))
+            .flatten()
+            .filter(|l| {
+                matches!(l.state, LeaseState::Bound | LeaseState::Offered) && l.expires > now
+            })
+            .map(|l| l.ip);
+        let pools = Pools {
+            share: &share,
+            held,
+        };
+        match decide_shared(&req, inv, &self.server, &pools) {
             Answer::Reply(reply) => self.send(&req, &reply),
             Answer::Ignore(reason) => {
                 self.trace(&req, "ignore", || reason.name().to_string());
@@ -279,6 +304,16 @@ impl SlowPath<'_> {
             Answer::ReservationDeclined { ip } => {
                 self.trace(&req, "reservation declined", || ip.to_string());
                 self.reservation_declined(inv, &req, ip);
+            }
+            Answer::NotOurs => {
+                self.trace(&req, "ignore", || {
+                    format!(
+                        "another agent's (slot {:?} of {})",
+                        share.slot(),
+                        share.slots()
+                    )
+                });
+                bump(&self.state.stats.not_ours);
             }
         }
         None
@@ -530,35 +565,33 @@ impl SlowPath<'_> {
 }
 
 /// The lease pool of the subnet `decide` picked.
+/// The lease pool of the subnet `decide` picked, narrowed to the slice it
+/// leases from.
 fn pool_of(inv: &Inventory, ask: &PoolAsk) -> Pool {
     let subnet = &inv.subnets[ask.subnet];
-    let range = subnet.pool.expect("decide picks a subnet with a pool");
     Pool {
         subnet: subnet.network,
         prefix: subnet.prefix,
-        start: range.start,
-        end: range.end,
+        start: *ask.slice.start(),
+        end: *ask.slice.end(),
         lease_time: inv.discovery.lease_time_in(subnet),
     }
 }
 
 /// The lease pool whose range holds `ip`, if any subnet's does.
 fn pool_containing(inv: &Inventory, ip: Ipv4Addr) -> Option<Pool> {
-    inv.subnets
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.pool.is_some_and(|r| (r.start..=r.end).contains(&ip)))
-        .map(|(subnet, _)| {
-            pool_of(
-                inv,
-                &PoolAsk {
-                    subnet,
-                    kind: ReplyKind::Ack,
-                    wanted: None,
-                },
-            )
-        })
-        .next()
+    inv.subnets.iter().enumerate().find_map(|(subnet, s)| {
+        let range = s.pool.filter(|r| (r.start..=r.end).contains(&ip))?;
+        Some(pool_of(
+            inv,
+            &PoolAsk {
+                subnet,
+                kind: ReplyKind::Ack,
+                wanted: None,
+                slice: range.start..=range.end,
+            },
+        ))
+    })
 }
 
 fn sighting(req: &Request) -> Sighting {

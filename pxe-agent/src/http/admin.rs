@@ -80,6 +80,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/api/v1/discovered", get(discovered))
         .route("/api/v1/leases", get(leases))
+        .route("/api/v1/peers", get(peers))
         .route("/api/v1/hosts", get(hosts))
         .route("/api/v1/trace/{mac}", get(trace))
         .with_state(state)
@@ -127,6 +128,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         tftp,
         http: s.boot.http_stats.snapshot(),
     });
+    page.push_str(&metrics::render_share(&s.boot.state.share()));
     page.push_str(&recovery);
     if let Some(kube) = s.kube.get() {
         page.push_str(&kube.render());
@@ -178,6 +180,54 @@ impl From<&Lease> for LeaseView {
 }
 
 /// Pool leases, including quarantined addresses.
+/// How this agent shares the discovery pools (`GET /api/v1/peers`).
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PeersView {
+    /// None until a slot is claimed.
+    pub slot: Option<u16>,
+    pub slots: u16,
+    pub live: Vec<u16>,
+    /// Whether this agent's own slot is live (it answers unknown MACs).
+    pub serving: bool,
+    /// RFC 3074 buckets of 256 this agent answers.
+    pub buckets: usize,
+    /// This agent's slice of each pool.
+    pub slices: Vec<SliceView>,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SliceView {
+    pub subnet: String,
+    pub start: Ipv4Addr,
+    pub end: Ipv4Addr,
+}
+
+async fn peers(State(s): State<Arc<AdminState>>) -> Json<PeersView> {
+    let share = s.boot.state.share();
+    let inv = s.boot.state.inventory();
+    let slices = inv
+        .subnets
+        .iter()
+        .filter_map(|sub| {
+            let pool = sub.pool?;
+            let slice = share.slice(pool.start, pool.end)?;
+            Some(SliceView {
+                subnet: format!("{}/{}", sub.network, sub.prefix),
+                start: *slice.start(),
+                end: *slice.end(),
+            })
+        })
+        .collect();
+    Json(PeersView {
+        slot: share.slot(),
+        slots: share.slots(),
+        live: share.live().iter().copied().collect(),
+        serving: share.is_live(),
+        buckets: share.buckets_owned(),
+        slices,
+    })
+}
+
 async fn leases(State(s): State<Arc<AdminState>>) -> Result<Json<Vec<LeaseView>>, ApiError> {
     let state = s.boot.state.clone();
     let list = tokio::task::spawn_blocking(move || lock(&state.leases).list())
