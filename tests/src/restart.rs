@@ -124,6 +124,33 @@ fn inventory_with(n: u8) -> (String, Vec<[u8; 6]>) {
 const NODE1: &str = "52:54:00:12:34:56";
 const PXE: [&str; 4] = ["-V", "PXEClient", "-x", "0x5d:0000"];
 
+/// Attaches the pass-through program (from the agent's own object) to
+/// `iface` in `ns` and pins its link in `dir`, as an agent of another
+/// version would leave it; the link's id and its program's.
+fn pin_pass_program(ns: &str, iface: &str, mode: XdpMode, dir: &Path) -> (u32, u32) {
+    let (iface, dir) = (iface.to_string(), dir.to_path_buf());
+    in_netns(ns, move || {
+        let mut ebpf = aya::Ebpf::load(pxe_agent::xdp::loader::object()).expect("load");
+        let prog: &mut Xdp = ebpf
+            .program_mut(PASS_PROGRAM_NAME)
+            .expect("pass program")
+            .try_into()
+            .expect("an XDP program");
+        prog.load().expect("verify");
+        let id = prog.attach(&iface, mode).expect("attach");
+        let link: FdLink = prog
+            .take_link(id)
+            .expect("take link")
+            .try_into()
+            .expect("a bpf_link");
+        let info = link.info().expect("link info");
+        fs::create_dir_all(&dir).expect("pin directory");
+        link.pin(dir.join("link")).expect("pin the link");
+        (info.id(), info.program_id())
+    })
+    .expect("enter server namespace")
+}
+
 #[test]
 fn kill_9_under_load_leaves_no_known_host_unanswered() {
     let bpffs = Bpffs::mount("kill9");
@@ -262,26 +289,7 @@ fn a_program_of_another_version_is_replaced_through_the_same_link() {
             let ns = lab.server_ns().to_string();
             let iface = lab.server_if().to_string();
             let dir = pins.join(&iface);
-            *old_ref = in_netns(&ns, move || {
-                let mut ebpf = aya::Ebpf::load(pxe_agent::xdp::loader::object()).expect("load");
-                let prog: &mut Xdp = ebpf
-                    .program_mut(PASS_PROGRAM_NAME)
-                    .expect("pass program")
-                    .try_into()
-                    .expect("an XDP program");
-                prog.load().expect("verify");
-                let id = prog.attach(&iface, XdpMode::Driver).expect("attach");
-                let link: FdLink = prog
-                    .take_link(id)
-                    .expect("take link")
-                    .try_into()
-                    .expect("a bpf_link");
-                let info = link.info().expect("link info");
-                fs::create_dir_all(&dir).expect("pin directory");
-                link.pin(dir.join("link")).expect("pin the link");
-                (info.id(), info.program_id())
-            })
-            .expect("enter server namespace");
+            *old_ref = pin_pass_program(&ns, &iface, XdpMode::Driver, &dir);
         });
     let (old_link, old_program) = old;
     let now = attached(&served).expect("a program attached");
@@ -415,24 +423,7 @@ fn pins_of_an_interface_no_longer_served_are_detached() {
                 lab.run_in(&ns, args).expect("add the interface");
             }
             let dir = pins.join("ghost0");
-            in_netns(&ns, move || {
-                let mut ebpf = aya::Ebpf::load(pxe_agent::xdp::loader::object()).expect("load");
-                let prog: &mut Xdp = ebpf
-                    .program_mut(PASS_PROGRAM_NAME)
-                    .expect("pass program")
-                    .try_into()
-                    .expect("an XDP program");
-                prog.load().expect("verify");
-                let id = prog.attach("ghost0", XdpMode::Skb).expect("attach");
-                let link: FdLink = prog
-                    .take_link(id)
-                    .expect("take link")
-                    .try_into()
-                    .expect("a bpf_link");
-                fs::create_dir_all(&dir).expect("pin directory");
-                link.pin(dir.join("link")).expect("pin the link");
-            })
-            .expect("enter server namespace");
+            pin_pass_program(&ns, "ghost0", XdpMode::Skb, &dir);
         });
     let ns = served.lab.server_ns().to_string();
     let ghost = in_netns(&ns, || pxe_agent::netdev::xdp_program_id("ghost0"))

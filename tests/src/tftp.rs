@@ -163,6 +163,10 @@ fn tftp_hpa_downloads_are_byte_identical() {
     let result = tftp_hpa(port, "/efi/nested.bin", &out);
     assert!(result.status.success(), "{}", text(&result));
     assert_eq!(fs::read(&out).expect("nested"), pattern(3000));
+    // The client exits once it has sent its last ACK; the transfer is done
+    // on the server when that ACK arrives, which may be a moment later.
+    let event = next_event(&server, "tftp-hpa", "/efi/nested.bin");
+    assert!(matches!(event.outcome, Outcome::Done), "{event:?}");
     let stats = server.stats().snapshot();
     assert_eq!(stats.done, files.files.len() as u64 + 1);
     assert_eq!(stats.failed, 0);

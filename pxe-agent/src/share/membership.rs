@@ -388,7 +388,13 @@ impl Member {
     async fn claim(&mut self, seen: &[Seen], now: i64, pool_lease: Option<i64>) {
         for claim in candidates(&self.cfg.node, self.cfg.slots, seen, now, pool_lease) {
             let (slot, result) = match &claim {
+                // Our own slot back, or a lapsed one taken over: both replace
+                // the Lease as last seen, so a 409 means someone else won.
                 Claim::Own {
+                    slot,
+                    resource_version,
+                }
+                | Claim::Take {
                     slot,
                     resource_version,
                 } => {
@@ -402,17 +408,6 @@ impl Member {
                 Claim::Create { slot } => {
                     let lease = self.lease(*slot, None, now, now);
                     (*slot, self.api.create(&PostParams::default(), &lease).await)
-                }
-                Claim::Take {
-                    slot,
-                    resource_version,
-                } => {
-                    let lease = self.lease(*slot, Some(resource_version.clone()), now, now);
-                    let r = self
-                        .api
-                        .replace(&lease_name(*slot), &PostParams::default(), &lease)
-                        .await;
-                    (*slot, r)
                 }
             };
             match result {
