@@ -1138,13 +1138,17 @@ fn method_name(m: &Method) -> &'static str {
     }
 }
 
-/// The rustls error inside `err` (hyper-rustls wraps it in an io::Error).
+/// The rustls error inside `err`: hyper-rustls wraps tokio-rustls's
+/// io::Error, which wraps the rustls error, in another io::Error.
 fn tls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    err.downcast_ref::<rustls::Error>().or_else(|| {
-        err.downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-    })
+    let mut err: &(dyn std::error::Error + 'static) = err;
+    for _ in 0..4 {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        err = err.downcast_ref::<std::io::Error>()?.get_ref()?;
+    }
+    None
 }
 
 /// Standard base64 (RFC 4648 §4), for the basic authentication header.
