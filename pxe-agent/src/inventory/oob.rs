@@ -452,17 +452,6 @@ pub(super) fn bmc(
         );
         ok = false;
     }
-    if let Some(path) = &ca_file
-        && https
-        && !insecure
-        && let Err(e) = std::fs::metadata(path)
-    {
-        report(
-            "bmc.ca_file",
-            format!("cannot read {}: {e}", path.display()),
-        );
-        ok = false;
-    }
     let (address, username, mode, password, (field, from)) =
         (address?, username?, mode?, password?, source?);
     if !ok {

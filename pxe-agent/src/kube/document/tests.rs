@@ -1,7 +1,11 @@
 //! Objects to document: every field of the file format through its
 //! camelCase twin, problems pinned on the objects they came from.
 
-use std::{ffi::OsString, io, path::Path};
+use std::{
+    ffi::OsString,
+    io,
+    path::{Path, PathBuf},
+};
 
 use serde_json::{Value, json};
 
@@ -212,6 +216,39 @@ fn objects_with_every_field_equal_the_same_inventory_as_a_file() {
     assert_eq!(built.accepted.len(), 5);
     let bmc = from_objects.hosts[0].bmc.as_ref().expect("bmc");
     assert_eq!(bmc.credentials.password().expose(), b"s3cret-pw");
+}
+
+#[test]
+fn bmc_ca_file_and_insecure_reach_the_redfish_tls_settings() {
+    let tls_of = |bmc: Value| {
+        let mut s = snapshot();
+        s.hosts.get_mut("node-1").expect("node-1")["spec"]["bmc"] = bmc;
+        let built = build_plain(&s);
+        assert!(built.refused.is_empty(), "{:#?}", built.refused);
+        let inv = built.result.expect("valid");
+        let host = inv
+            .hosts
+            .iter()
+            .find(|h| h.hostname.as_deref() == Some("node-1"))
+            .expect("node-1");
+        host.bmc.as_ref().expect("bmc").tls.clone()
+    };
+    let tls = tls_of(json!({
+        "address": "redfish://10.77.0.2/redfish/v1/Systems/1",
+        "credentialsName": "bmc-node-1",
+        "caFile": "/etc/pxe-agent/bmc-ca.pem",
+    }));
+    assert_eq!(
+        tls.ca_file,
+        Some(PathBuf::from("/etc/pxe-agent/bmc-ca.pem"))
+    );
+    assert!(!tls.insecure);
+    let tls = tls_of(json!({
+        "address": "redfish+https://10.77.0.2:8443",
+        "credentialsName": "bmc-node-1",
+        "insecure": true,
+    }));
+    assert!(tls.insecure && tls.ca_file.is_none());
 }
 
 #[test]
