@@ -10,6 +10,7 @@ pub mod frame;
 pub mod kube_api;
 pub mod loadgen;
 pub mod raw;
+pub mod redfish_fixture;
 pub mod redfish_lab;
 pub mod rng;
 

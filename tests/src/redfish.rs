@@ -2,7 +2,11 @@
 //! loopback ports: power, boot override and its read-back, discovery,
 //! credentials, TLS trust, and the CLI's `--direct` path; an unreachable
 //! BMC on a closed loopback port and on an unowned address inside a lab
-//! namespace. No traffic leaves this machine's loopback or the lab.
+//! namespace; and against the Dell-shaped fixture service of
+//! [`crate::redfish_fixture`] for what the emulator does not do (Once
+//! versus Continuous, ETags, advertised reset types, Redfish error
+//! messages, sessions). No traffic leaves this machine's loopback or the
+//! lab.
 
 use std::{
     fs,
@@ -12,14 +16,15 @@ use std::{
 };
 
 use pxe_agent::bmc::{
-    Bmc, BmcError, BootDevice, BootTarget, PowerAction, PowerState, RedfishBmc, RetryPolicy,
-    TlsOptions,
+    Bmc, BmcError, BootDevice, BootTarget, Credentials, Password, PowerAction, PowerState,
+    RedfishBmc, RetryPolicy, TlsOptions,
 };
 use xtask::Lab;
 
 use crate::{
     agent::{Scratch, agent_bin},
     bmc_sim::block_on_in,
+    redfish_fixture::{self as fixture, RedfishFixture, Seen},
     redfish_lab::{PASSWORD, SYSTEM_1, SYSTEM_2, SushyEmulator, driver, free_port},
 };
 
@@ -307,4 +312,185 @@ fn cli_direct_reads_and_sets_a_redfish_host() {
     let audit = fs::read_to_string(dir.path("audit.jsonl")).unwrap();
     assert!(audit.contains("direct"), "{audit}");
     let _ = fs::remove_dir_all(&dir.0);
+}
+
+/// A driver for the fixture, as its user with `password`.
+fn fixture_driver(fx: &RedfishFixture, password: &str) -> RedfishBmc {
+    RedfishBmc::new(
+        &fx.address().parse().unwrap(),
+        Credentials::new(fixture::USER, Password::new(password)).unwrap(),
+        &TlsOptions::default(),
+        quick(),
+    )
+    .expect("driver")
+}
+
+#[test]
+fn once_and_continuous_are_told_apart_on_a_bmc_that_keeps_them() {
+    let fx = RedfishFixture::start(true);
+    let bmc = fixture_driver(&fx, fixture::PASSWORD);
+    block_on(async {
+        let once = BootTarget {
+            device: BootDevice::Pxe,
+            persistent: false,
+            efi: true,
+        };
+        bmc.set_boot_device(once).await.expect("pxe once");
+        let flags = bmc.boot_device().await.unwrap();
+        assert!(flags.valid && !flags.persistent && flags.efi, "{flags:?}");
+        assert_eq!(flags.device(), Some(BootDevice::Pxe));
+        // The next boot consumes it.
+        fx.reboot();
+        assert!(!bmc.boot_device().await.unwrap().valid);
+
+        let always = BootTarget {
+            device: BootDevice::Disk,
+            persistent: true,
+            efi: false,
+        };
+        bmc.set_boot_device(always).await.expect("hdd continuous");
+        let flags = bmc.boot_device().await.unwrap();
+        assert!(flags.valid && flags.persistent && !flags.efi, "{flags:?}");
+        fx.reboot();
+        assert!(bmc.boot_device().await.unwrap().valid, "continuous stays");
+    });
+    let patches: Vec<Seen> = fx
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == "PATCH")
+        .collect();
+    assert_eq!(patches.len(), 2, "{patches:#?}");
+    assert_eq!(patches[0].body["Boot"]["BootSourceOverrideEnabled"], "Once");
+    assert_eq!(patches[0].body["Boot"]["BootSourceOverrideMode"], "UEFI");
+    assert_eq!(patches[1].body["Boot"]["BootSourceOverrideTarget"], "Hdd");
+    assert_eq!(
+        patches[1].body["Boot"]["BootSourceOverrideEnabled"],
+        "Continuous"
+    );
+}
+
+#[test]
+fn boot_patch_carries_the_etag_and_rereads_it_once_after_412() {
+    let fx = RedfishFixture::start(true);
+    let bmc = fixture_driver(&fx, fixture::PASSWORD);
+    let pxe = BootTarget {
+        device: BootDevice::Pxe,
+        persistent: false,
+        efi: true,
+    };
+    block_on(bmc.set_boot_device(pxe)).expect("set with If-Match");
+    let seen = fx.seen();
+    let patch = seen.iter().find(|s| s.method == "PATCH").expect("a PATCH");
+    assert_eq!(patch.if_match.as_deref(), Some("W/\"1\""), "{patch:#?}");
+
+    // Another client changes the system between our GET and PATCH: the
+    // first PATCH gets 412; the driver reads the new ETag and succeeds.
+    let fx = RedfishFixture::start(true);
+    let bmc = fixture_driver(&fx, fixture::PASSWORD);
+    block_on(async {
+        bmc.power_status().await.unwrap(); // session and first GET
+        fx.bump_etag();
+        bmc.set_boot_device(pxe)
+            .await
+            .expect("set after a stale ETag");
+    });
+    let if_matches: Vec<Option<String>> = fx
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == "PATCH")
+        .map(|s| s.if_match)
+        .collect();
+    assert_eq!(if_matches, vec![Some("W/\"2\"".to_owned())]);
+}
+
+#[test]
+fn reset_types_come_from_allowable_values_and_unadvertised_ones_are_not_sent() {
+    let fx = RedfishFixture::start(true);
+    let bmc = fixture_driver(&fx, fixture::PASSWORD);
+    block_on(async {
+        bmc.power(PowerAction::Cycle).await.expect("cycle");
+        let err = bmc.power(PowerAction::SoftOff).await.unwrap_err();
+        assert!(matches!(err, BmcError::NotAdvertised { .. }), "{err}");
+        assert!(err.to_string().contains("PowerCycle"), "{err}");
+        bmc.power(PowerAction::Off).await.expect("off");
+        assert_eq!(bmc.power_status().await.unwrap(), PowerState::Off);
+    });
+    let resets: Vec<String> = fx
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == "POST" && s.path.ends_with("ComputerSystem.Reset"))
+        .map(|s| s.body["ResetType"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(resets, ["PowerCycle", "ForceOff"], "SoftOff never sent");
+}
+
+#[test]
+fn server_error_shows_the_redfish_message_and_a_failed_cycle_is_sent_once() {
+    let fx = RedfishFixture::start(true);
+    let bmc = fixture_driver(&fx, fixture::PASSWORD);
+    fx.fail_next_reset();
+    let err = block_on(bmc.power(PowerAction::Cycle)).unwrap_err();
+    assert!(matches!(err, BmcError::Http { status: 500, .. }), "{err}");
+    assert!(err.to_string().contains("server is busy"), "{err}");
+    let cycles = fx
+        .seen()
+        .into_iter()
+        .filter(|s| s.path.ends_with("ComputerSystem.Reset"))
+        .count();
+    assert_eq!(cycles, 1, "a non-idempotent reset is sent once");
+
+    // An idempotent one is retried past a 500.
+    fx.fail_next_reset();
+    block_on(bmc.power(PowerAction::Off)).expect("off after one 500");
+}
+
+#[test]
+fn session_token_is_used_when_offered_and_basic_auth_otherwise() {
+    let fx = RedfishFixture::start(true);
+    let bmc = fixture_driver(&fx, fixture::PASSWORD);
+    let info = block_on(async {
+        bmc.power_status().await.unwrap();
+        bmc.info().await.unwrap()
+    });
+    assert_eq!(info.vendor.as_deref(), Some("Dell Inc."));
+    assert_eq!(info.firmware_version.as_deref(), Some("6.10.30.00"));
+    let seen = fx.seen();
+    let posts = seen
+        .iter()
+        .filter(|s| s.method == "POST" && s.path.contains("Sessions"))
+        .count();
+    assert_eq!(posts, 1, "one session for several calls: {seen:#?}");
+    assert!(
+        seen.iter()
+            .filter(|s| s.path.starts_with(fixture::SYSTEM))
+            .all(|s| s.token.is_some() && !s.basic),
+        "{seen:#?}"
+    );
+    // Dropping the driver gives the session back.
+    block_on(async {
+        drop(bmc);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    });
+    assert!(
+        fx.seen().iter().any(|s| s.method == "DELETE"),
+        "session deleted"
+    );
+
+    let fx = RedfishFixture::start(false);
+    let bmc = fixture_driver(&fx, fixture::PASSWORD);
+    assert_eq!(block_on(bmc.power_status()).unwrap(), PowerState::On);
+    let seen = fx.seen();
+    assert!(
+        seen.iter()
+            .filter(|s| s.path.starts_with(fixture::SYSTEM))
+            .all(|s| s.basic && s.token.is_none()),
+        "{seen:#?}"
+    );
+
+    // Wrong password for the session: an auth error without the password.
+    let fx = RedfishFixture::start(true);
+    let bmc = fixture_driver(&fx, "not-the-password-55");
+    let err = block_on(bmc.power_status()).unwrap_err();
+    assert!(matches!(err, BmcError::AuthFailed { .. }), "{err}");
+    assert!(!format!("{err}{err:?}").contains("not-the-password-55"));
 }
