@@ -359,7 +359,8 @@ fn a_bare_metal_host_becomes_a_host() {
             "spec": {"bootMACAddress": "52:54:00:aa:bb:07", "online": false,
                      "bootMode": "UEFISecureBoot",
                      "bmc": {"address": "redfish+https://10.77.0.7/redfish/v1/Systems/1",
-                             "credentialsName": "bmc-admin"}},
+                             "credentialsName": "bmc-admin",
+                             "disableCertificateVerification": true}},
         }),
     );
     s.bare_metal.insert(
@@ -378,7 +379,9 @@ fn a_bare_metal_host_becomes_a_host() {
         .expect("the BareMetalHost is a host");
     assert_eq!(host.hostname.as_deref(), Some("worker-7"));
     assert_eq!(host.ip.to_string(), "10.66.1.77");
-    assert!(host.bmc.as_ref().expect("bmc").boot_mode.is_efi());
+    let bmc = host.bmc.as_ref().expect("bmc");
+    assert!(bmc.boot_mode.is_efi());
+    assert!(bmc.tls.insecure, "from disableCertificateVerification");
     let refused = &built.refused[&ObjRef::new(Kind::BareMetalHost, "worker-8")];
     assert_eq!(refused.len(), 2, "{refused:?}");
     assert!(refused[0].contains("pxe-agent.io/ip"));
