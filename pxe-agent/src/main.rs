@@ -1090,14 +1090,20 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
                     .recovery
                     .clone()
                     .or_else(|| {
-                        o.info.as_ref().map(|i| {
-                            format!(
+                        o.info.as_ref().map(|i| match &i.vendor {
+                            Some(vendor) => format!(
+                                "{vendor} {} fw {} {}",
+                                i.model.as_deref().unwrap_or(""),
+                                i.firmware,
+                                o.boot_device.as_deref().unwrap_or("")
+                            ),
+                            None => format!(
                                 "dev {} fw {} ipmi {} {}",
                                 i.device_id,
                                 i.firmware,
                                 i.ipmi_version,
                                 o.boot_device.as_deref().unwrap_or("")
-                            )
+                            ),
                         })
                     })
                     .or_else(|| o.boot_device.clone())

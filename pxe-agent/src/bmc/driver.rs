@@ -85,3 +85,52 @@ impl Bmc for Driver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        bmc::{Credentials, Password, TlsOptions},
+        inventory::{BootMode, PasswordSource},
+    };
+
+    fn settings(address: &str) -> BmcSettings {
+        BmcSettings {
+            address: address.parse().unwrap(),
+            credentials: Credentials::new("admin", Password::new("pw-not-shown")).unwrap(),
+            password_from: PasswordSource::Env("BMC_PW".into()),
+            boot_mode: BootMode::Uefi,
+            tls: TlsOptions::default(),
+        }
+    }
+
+    #[test]
+    fn the_address_scheme_picks_the_driver() {
+        let echo = BootFlagEcho::default();
+        let ipmi = Driver::for_host(&settings("ipmi://10.0.0.1"), RetryPolicy::default(), echo);
+        assert_eq!(ipmi.unwrap().name(), "ipmi");
+        for address in [
+            "redfish+http://10.0.0.1:8000/redfish/v1/Systems/1",
+            "idrac-redfish://10.0.0.1/redfish/v1/Systems/System.Embedded.1",
+        ] {
+            let driver = Driver::for_host(&settings(address), RetryPolicy::default(), echo)
+                .expect("redfish driver");
+            assert_eq!(driver.name(), "redfish");
+            assert!(!format!("{driver:?}").contains("pw-not-shown"));
+        }
+    }
+
+    #[test]
+    fn an_unreadable_ca_file_fails_when_the_driver_is_built() {
+        let mut s = settings("redfish://10.0.0.1/redfish/v1/Systems/1");
+        s.tls.ca_file = Some("/nonexistent/pxe-agent-ca.pem".into());
+        let err =
+            Driver::for_host(&s, RetryPolicy::default(), BootFlagEcho::default()).unwrap_err();
+        assert!(matches!(err, BmcError::TlsConfig { .. }), "{err}");
+        assert!(err.is_permanent());
+        assert!(
+            err.to_string().contains("/nonexistent/pxe-agent-ca.pem"),
+            "{err}"
+        );
+    }
+}
