@@ -27,7 +27,7 @@ use tracing::{error, info, warn};
 
 use crate::{
     audit::AuditLog,
-    bmc::{BootFlagEcho, IpmiBmc, RetryPolicy},
+    bmc::{BootFlagEcho, Driver, RetryPolicy},
     control,
     dhcp::{
         Server,
@@ -548,7 +548,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
 }
 
 /// Opens the recovery store, the token file and the audit log, and starts
-/// the out-of-band control task over the IPMI driver for the inventory in
+/// the out-of-band control task over each host's BMC driver for the inventory in
 /// force. Fails (the agent does not start) on an unreadable token file or
 /// audit log: acting without either is not an option.
 fn start_recovery(
@@ -579,12 +579,7 @@ fn start_recovery(
         controller,
         sequencer: Sequencer::new(cfg.oob.sequence),
         make_bmc: Box::new(move |settings| {
-            IpmiBmc::new(
-                &settings.address,
-                settings.credentials.clone(),
-                RetryPolicy::default(),
-            )
-            .map(|b| b.with_boot_flag_echo(echo))
+            Driver::for_host(settings, RetryPolicy::default(), echo)
         }),
         progress: state.progress.clone(),
         slow_path_rx: Box::new(move || rx_of.stats.rx.load(Ordering::Relaxed)),

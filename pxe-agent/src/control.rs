@@ -181,6 +181,12 @@ pub struct InfoView {
     pub ipmi_version: String,
     pub manufacturer_id: u32,
     pub product_id: u16,
+    /// Redfish `Manufacturer` (IPMI reports only `manufacturer_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<String>,
+    /// Redfish `Model`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// What came of one operator's call on one host.
@@ -254,10 +260,14 @@ pub async fn perform<B: Bmc>(bmc: &B, op: Op, out: &mut Outcome) -> Result<(), B
             out.info = Some(InfoView {
                 device_id: info.device_id,
                 device_revision: info.device_revision,
-                firmware: format!("{}.{:02x}", info.firmware_major, info.firmware_minor),
+                firmware: info.firmware_version.clone().unwrap_or_else(|| {
+                    format!("{}.{:02x}", info.firmware_major, info.firmware_minor)
+                }),
                 ipmi_version: format!("{}.{}", info.ipmi_version.0, info.ipmi_version.1),
                 manufacturer_id: info.manufacturer_id,
                 product_id: info.product_id,
+                vendor: info.vendor.clone(),
+                model: info.model.clone(),
             });
             out.power = Some(power_name(bmc.power_status().await?).into());
             out.boot_device = Some(flags_name(bmc.boot_device().await?));

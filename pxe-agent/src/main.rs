@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 use pxe_agent::{
     app::{self, OobConfig, RunConfig},
     audit::{AuditLog, Entry},
-    bmc::{BootFlagEcho, BootTarget, IpmiBmc, RetryPolicy},
+    bmc::{BootFlagEcho, BootTarget, Driver, RetryPolicy},
     control::{self, Op, Outcome},
     dhcp::{Server, server::Limits},
     discovered::Discovered,
@@ -1090,14 +1090,20 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
                     .recovery
                     .clone()
                     .or_else(|| {
-                        o.info.as_ref().map(|i| {
-                            format!(
+                        o.info.as_ref().map(|i| match &i.vendor {
+                            Some(vendor) => format!(
+                                "{vendor} {} fw {} {}",
+                                i.model.as_deref().unwrap_or(""),
+                                i.firmware,
+                                o.boot_device.as_deref().unwrap_or("")
+                            ),
+                            None => format!(
                                 "dev {} fw {} ipmi {} {}",
                                 i.device_id,
                                 i.firmware,
                                 i.ipmi_version,
                                 o.boot_device.as_deref().unwrap_or("")
-                            )
+                            ),
                         })
                     })
                     .or_else(|| o.boot_device.clone())
@@ -1230,21 +1236,14 @@ async fn direct(
                         control::Failure::NoBmc,
                         format!("host {} has no bmc block in the inventory", host.label()),
                     ),
-                    Some(s) => {
-                        match IpmiBmc::new(
-                            &s.address,
-                            s.credentials.clone(),
-                            RetryPolicy::default(),
-                        ) {
-                            Err(e) => fail(&mut out, control::Failure::NoBmc, e.to_string()),
-                            Ok(bmc) => {
-                                let bmc = bmc.with_boot_flag_echo(echo);
-                                if let Err(e) = control::perform(&bmc, op, &mut out).await {
-                                    fail(&mut out, control::Failure::Bmc, e.to_string());
-                                }
+                    Some(s) => match Driver::for_host(s, RetryPolicy::default(), echo) {
+                        Err(e) => fail(&mut out, control::Failure::NoBmc, e.to_string()),
+                        Ok(bmc) => {
+                            if let Err(e) = control::perform(&bmc, op, &mut out).await {
+                                fail(&mut out, control::Failure::Bmc, e.to_string());
                             }
                         }
-                    }
+                    },
                 }
             }
         }

@@ -10,6 +10,8 @@ pub mod frame;
 pub mod kube_api;
 pub mod loadgen;
 pub mod raw;
+pub mod redfish_fixture;
+pub mod redfish_lab;
 pub mod rng;
 
 #[cfg(test)]
@@ -38,6 +40,8 @@ mod peers;
 mod persistence;
 #[cfg(test)]
 mod recovery_vm;
+#[cfg(test)]
+mod redfish;
 #[cfg(test)]
 mod relay;
 #[cfg(test)]

@@ -50,20 +50,26 @@ pub const PACKAGES: &[&str] = &[
     "ipxe-qemu",
     "ovmf",
     "radvd",
-    // BMC tests: the IPMI simulator and a reference lanplus client.
+    // BMC tests: the IPMI simulator and a reference lanplus client; the
+    // openssl CLI makes the Redfish TLS tests' CA and certificate.
     "openipmi",
     "ipmitool",
+    "openssl",
     // Manifest tests: a venv for kubernetes-validate and jsonschema
     // (Debian's pip refuses to install outside one).
     "python3-venv",
 ];
 
-/// PyPI packages of the manifest tests, installed into [`python_tools_dir`]:
+/// PyPI packages of the tests, installed into [`python_tools_dir`]:
 /// kubernetes-validate bundles the Kubernetes 1.25-1.37 schemas (offline);
 /// it and `deploy/tests/check_crds.py` need jsonschema >= 4.23, newer than
-/// Debian's.
-pub const PYTHON_TOOLS: &[(&str, &str)] =
-    &[("kubernetes-validate", "1.37.0"), ("jsonschema", "4.26.0")];
+/// Debian's. sushy-tools is the Redfish emulator of the Redfish driver's
+/// tests (its fake driver needs no libvirt; pip brings Flask and bcrypt).
+pub const PYTHON_TOOLS: &[(&str, &str)] = &[
+    ("kubernetes-validate", "1.37.0"),
+    ("jsonschema", "4.26.0"),
+    ("sushy-tools", "2.2.0"),
+];
 
 /// The bpf-linker release the eBPF build is known to work with.
 pub const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -309,6 +309,9 @@ pub fn bmc_info(id: &ipmi_rs::app::DeviceId) -> BmcInfo {
         ipmi_version: (id.major_version, id.minor_version),
         manufacturer_id: id.manufacturer_id,
         product_id: id.product_id,
+        vendor: None,
+        model: None,
+        firmware_version: None,
     }
 }
 

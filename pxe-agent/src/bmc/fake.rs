@@ -275,6 +275,9 @@ impl Bmc for FakeBmc {
             ipmi_version: (2, 0),
             manufacturer_id: 0,
             product_id: 0,
+            vendor: None,
+            model: None,
+            firmware_version: None,
         })
     }
 }

@@ -146,9 +146,10 @@ impl IpmiBmc {
     ) -> Result<IpmiBmc, BmcError> {
         let endpoint = match address {
             BmcAddress::Ipmi { .. } => address.endpoint(),
-            BmcAddress::Redfish { url } => {
+            BmcAddress::Redfish(_) => {
                 return Err(BmcError::UnsupportedDriver {
-                    address: url.clone(),
+                    address: address.to_string(),
+                    driver: "IPMI",
                 });
             }
         };
@@ -804,7 +805,7 @@ mod tests {
     }
 
     #[test]
-    fn redfish_addresses_are_refused_as_not_supported_yet() {
+    fn redfish_addresses_are_refused_by_the_ipmi_driver() {
         let creds = Credentials::new("admin", Password::new("pw")).unwrap();
         let err = IpmiBmc::new(
             &"redfish://10.0.0.1/redfish/v1/Systems/1".parse().unwrap(),
@@ -813,7 +814,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, BmcError::UnsupportedDriver { .. }));
-        assert!(err.to_string().contains("not supported yet"));
+        assert!(err.to_string().contains("IPMI driver"), "{err}");
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! Owns the driver-facing [`Bmc`] trait (power, boot device, identity), the
 //! types it speaks in, [`BmcError`], the BMC address format
 //! ([`address::BmcAddress`]) and the credentials ([`credential`]). The IPMI
-//! driver lives in [`ipmi`], its wire commands in [`command`]; [`fake`] is
-//! a simulated BMC for tests of the callers.
+//! driver lives in [`ipmi`], its wire commands in [`command`]; the Redfish
+//! driver in [`redfish`]; [`driver::Driver`] is the one type callers build
+//! from a host's settings; [`fake`] is a simulated BMC for tests of the
+//! callers.
 //!
 //! It does not decide *when* to power-cycle or re-provision a host: that is
 //! the recovery controller's job, which (like the CLI and the API) only calls
@@ -13,16 +15,20 @@
 pub mod address;
 pub mod command;
 pub mod credential;
+pub mod driver;
 pub mod fake;
 pub mod ipmi;
 mod rakp;
+pub mod redfish;
 
 use std::{fmt, future::Future, time::Duration};
 
-pub use address::{AddressError, BmcAddress};
+pub use address::{AddressError, BmcAddress, RedfishAddress};
 pub use command::{BootDevice, BootFlags, ChassisStatus};
 pub use credential::{CredentialError, Credentials, Password};
+pub use driver::Driver;
 pub use ipmi::{BootFlagEcho, IpmiBmc, RetryPolicy};
+pub use redfish::{RedfishBmc, TlsOptions};
 
 /// What a driver can do to one host's BMC. Every call has its own deadline
 /// (see [`RetryPolicy`]) and never panics, whatever the BMC answers.
@@ -87,7 +93,9 @@ pub struct BootTarget {
     pub efi: bool,
 }
 
-/// A BMC's identity, from Get Device ID (IPMI 2.0 §20.1).
+/// A BMC's identity: from Get Device ID (IPMI 2.0 §20.1), or for Redfish
+/// from the Manager (the numeric IPMI fields are then 0 and the text
+/// fields are set).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BmcInfo {
     pub device_id: u8,
@@ -99,6 +107,12 @@ pub struct BmcInfo {
     /// IANA enterprise number of the manufacturer.
     pub manufacturer_id: u32,
     pub product_id: u16,
+    /// Manufacturer name (Redfish `Manufacturer`).
+    pub vendor: Option<String>,
+    /// Model (Redfish `Model`).
+    pub model: Option<String>,
+    /// Firmware version as the BMC writes it (Redfish `FirmwareVersion`).
+    pub firmware_version: Option<String>,
 }
 
 /// A command this module sends, for error messages.
@@ -210,10 +224,54 @@ pub enum BmcError {
         action: PowerAction,
         waited: Duration,
     },
-    #[error("driver for BMC address {address} is not supported yet")]
-    UnsupportedDriver { address: String },
+    #[error("the {driver} driver cannot speak to BMC address {address}")]
+    UnsupportedDriver {
+        address: String,
+        driver: &'static str,
+    },
+    #[error("BMC {bmc}: TLS settings unusable: {reason}")]
+    TlsConfig { bmc: String, reason: String },
+    #[error(
+        "BMC {bmc}: TLS handshake failed: {reason} (set bmc.ca_file to the CA that signed the \
+         BMC's certificate, or bmc.insecure: true to skip verification)"
+    )]
+    TlsRejected { bmc: String, reason: String },
+    #[error("BMC {bmc}: connection failed: {reason}")]
+    Connect { bmc: String, reason: String },
+    #[error("BMC {bmc} answered {method} {path} with HTTP {status}{}", redfish_message(.message))]
+    Http {
+        bmc: String,
+        method: &'static str,
+        path: String,
+        status: u16,
+        /// The Redfish error's first `@Message.ExtendedInfo` message (or
+        /// its `message`), when it had one.
+        message: Option<String>,
+    },
+    #[error("BMC {bmc}: unexpected Redfish answer from {path}: {problem}")]
+    Malformed {
+        bmc: String,
+        path: String,
+        problem: String,
+    },
+    #[error("BMC {bmc}: {problem}")]
+    SystemNotFound { bmc: String, problem: String },
+    #[error("BMC {bmc}: {what} {wanted} is not advertised (it advertises {advertised:?})")]
+    NotAdvertised {
+        bmc: String,
+        what: &'static str,
+        wanted: String,
+        advertised: Vec<String>,
+    },
     #[error("BMC {bmc}: the blocking IPMI worker stopped unexpectedly")]
     WorkerLost { bmc: String },
+}
+
+fn redfish_message(message: &Option<String>) -> String {
+    message
+        .as_ref()
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default()
 }
 
 impl BmcError {
@@ -226,6 +284,10 @@ impl BmcError {
                 | BmcError::InsufficientPrivilege { .. }
                 | BmcError::NoCipherSuite { .. }
                 | BmcError::UnsupportedDriver { .. }
+                | BmcError::TlsConfig { .. }
+                | BmcError::TlsRejected { .. }
+                | BmcError::SystemNotFound { .. }
+                | BmcError::NotAdvertised { .. }
         )
     }
 }

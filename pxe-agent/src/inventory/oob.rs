@@ -18,7 +18,7 @@ use std::{
 };
 
 use super::raw::{RawBmc, RawRecovery, RawStages};
-use crate::bmc::{BmcAddress, Credentials, Password};
+use crate::bmc::{BmcAddress, Credentials, Password, TlsOptions};
 
 /// Default of `recovery.deadline`: how long a host marked `expect_boot` has
 /// to phone home, and the phone-home stage of a recovery.
@@ -43,6 +43,8 @@ pub struct BmcSettings {
     /// Where the password came from, for messages.
     pub password_from: PasswordSource,
     pub boot_mode: BootMode,
+    /// How a Redfish driver trusts the BMC's certificate.
+    pub tls: TlsOptions,
 }
 
 /// Where a BMC password is read from.
@@ -414,6 +416,42 @@ pub(super) fn bmc(
             .map_err(|message| report(field, message))
             .ok(),
     };
+    let ca_file = pick(|b| b.ca_file.as_ref()).map(|f| secrets.resolve(&f));
+    let insecure = own
+        .insecure
+        .or_else(|| profile.and_then(|p| p.insecure))
+        .unwrap_or(false);
+    let https = matches!(&address, Some(BmcAddress::Redfish(r)) if r.https);
+    if let Some(address) = &address
+        && !https
+    {
+        let what = match address {
+            BmcAddress::Redfish(_) => "a redfish+http:// address (plain HTTP)",
+            BmcAddress::Ipmi { .. } => "an IPMI address",
+        };
+        if own.ca_file.is_some() {
+            report(
+                "bmc.ca_file",
+                format!("applies to Redfish over HTTPS only, not to {what}"),
+            );
+            ok = false;
+        }
+        if own.insecure == Some(true) {
+            report(
+                "bmc.insecure",
+                format!("applies to Redfish over HTTPS only, not to {what}"),
+            );
+            ok = false;
+        }
+    }
+    if insecure && own.ca_file.is_some() {
+        report(
+            "bmc.insecure",
+            "set either ca_file (verify against that CA) or insecure: true (verify nothing),              not both"
+                .to_owned(),
+        );
+        ok = false;
+    }
     let (address, username, mode, password, (field, from)) =
         (address?, username?, mode?, password?, source?);
     if !ok {
@@ -433,6 +471,10 @@ pub(super) fn bmc(
         credentials,
         password_from: from,
         boot_mode: mode,
+        tls: TlsOptions {
+            ca_file: ca_file.filter(|_| !insecure),
+            insecure,
+        },
     })
 }
 

@@ -134,6 +134,11 @@ pub(super) struct RawBmc {
     pub password_file: Option<String>,
     pub password_env: Option<String>,
     pub boot_mode: Option<String>,
+    /// Redfish over HTTPS: PEM bundle of the CA that signs the BMC's
+    /// certificate, relative to the inventory file.
+    pub ca_file: Option<String>,
+    /// Redfish over HTTPS: skip certificate verification.
+    pub insecure: Option<bool>,
     /// Accepted by the parser only to be refused with the reason; never
     /// read, so the value goes nowhere.
     pub password: Option<serde::de::IgnoredAny>,

@@ -1818,3 +1818,70 @@ fn unknown_keys_in_bmc_and_recovery_are_syntax_errors() {
     let err = parse_oob(&oob_host("", "    recovery: {deadlin: 1m}\n")).expect_err("typo");
     assert!(err.to_string().contains("unknown field `deadlin`"), "{err}");
 }
+
+#[test]
+fn redfish_bmc_takes_ca_file_or_insecure() {
+    let text = oob_host(
+        "",
+        "    bmc:
+      address: redfish://10.77.0.2/redfish/v1/Systems/1
+      username: admin
+      password_file: /etc/pxe-agent/bmc/node-1.password
+      ca_file: /etc/pxe-agent/bmc-ca.pem
+",
+    );
+    let inventory = parse_oob(&text).expect("valid");
+    let bmc = inventory.hosts[0].bmc.as_ref().expect("bmc");
+    assert_eq!(
+        bmc.tls.ca_file.as_deref(),
+        Some(Path::new("/etc/pxe-agent/bmc-ca.pem"))
+    );
+    assert!(!bmc.tls.insecure, "never the default");
+
+    let text = oob_host(
+        "    bmc: {insecure: true}\n",
+        "    bmc:
+      address: redfish+https://10.77.0.2:8443
+      username: admin
+      password_file: /etc/pxe-agent/bmc/node-1.password
+",
+    );
+    let inventory = parse_oob(&text).expect("valid");
+    let bmc = inventory.hosts[0].bmc.as_ref().expect("bmc");
+    assert!(bmc.tls.insecure, "from the profile");
+}
+
+#[test]
+fn tls_settings_outside_redfish_over_https_are_refused() {
+    for (address, key) in [
+        ("ipmi://10.77.0.2", "ca_file: /etc/ca.pem"),
+        ("redfish+http://10.77.0.2", "insecure: true"),
+    ] {
+        let problem = only_oob_problem(&oob_host(
+            "",
+            &format!(
+                "    bmc:
+      address: {address}
+      username: admin
+      password_file: /etc/pxe-agent/bmc/node-1.password
+      {key}
+"
+            ),
+        ));
+        assert!(
+            problem.message.contains("Redfish over HTTPS only"),
+            "{problem:?}"
+        );
+    }
+    let problem = only_oob_problem(&oob_host(
+        "",
+        "    bmc:
+      address: redfish://10.77.0.2
+      username: admin
+      password_file: /etc/pxe-agent/bmc/node-1.password
+      ca_file: /etc/ca.pem
+      insecure: true
+",
+    ));
+    assert!(problem.message.contains("not both"), "{problem:?}");
+}

@@ -411,6 +411,10 @@ fn part_of(at: &ObjRef, object: &Value, snapshot: &Snapshot) -> Result<Part, Vec
                 if let Some(c) = bmc.get("credentialsName") {
                     block.insert("credentialsName".into(), c.clone());
                 }
+                // Metal3's name for a BMC with a self-signed certificate.
+                if let Some(v) = bmc.get("disableCertificateVerification") {
+                    block.insert("insecure".into(), v.clone());
+                }
                 // Metal3's boot modes on the file's two.
                 match spec.get("bootMode").and_then(Value::as_str) {
                     Some("UEFI" | "UEFISecureBoot") => {

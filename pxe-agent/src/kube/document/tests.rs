@@ -1,7 +1,11 @@
 //! Objects to document: every field of the file format through its
 //! camelCase twin, problems pinned on the objects they came from.
 
-use std::{ffi::OsString, io, path::Path};
+use std::{
+    ffi::OsString,
+    io,
+    path::{Path, PathBuf},
+};
 
 use serde_json::{Value, json};
 
@@ -215,6 +219,39 @@ fn objects_with_every_field_equal_the_same_inventory_as_a_file() {
 }
 
 #[test]
+fn bmc_ca_file_and_insecure_reach_the_redfish_tls_settings() {
+    let tls_of = |bmc: Value| {
+        let mut s = snapshot();
+        s.hosts.get_mut("node-1").expect("node-1")["spec"]["bmc"] = bmc;
+        let built = build_plain(&s);
+        assert!(built.refused.is_empty(), "{:#?}", built.refused);
+        let inv = built.result.expect("valid");
+        let host = inv
+            .hosts
+            .iter()
+            .find(|h| h.hostname.as_deref() == Some("node-1"))
+            .expect("node-1");
+        host.bmc.as_ref().expect("bmc").tls.clone()
+    };
+    let tls = tls_of(json!({
+        "address": "redfish://10.77.0.2/redfish/v1/Systems/1",
+        "credentialsName": "bmc-node-1",
+        "caFile": "/etc/pxe-agent/bmc-ca.pem",
+    }));
+    assert_eq!(
+        tls.ca_file,
+        Some(PathBuf::from("/etc/pxe-agent/bmc-ca.pem"))
+    );
+    assert!(!tls.insecure);
+    let tls = tls_of(json!({
+        "address": "redfish+https://10.77.0.2:8443",
+        "credentialsName": "bmc-node-1",
+        "insecure": true,
+    }));
+    assert!(tls.insecure && tls.ca_file.is_none());
+}
+
+#[test]
 fn the_password_never_reaches_a_debug_print_or_a_message() {
     let mut s = snapshot();
     let built = build_plain(&s);
@@ -322,7 +359,8 @@ fn a_bare_metal_host_becomes_a_host() {
             "spec": {"bootMACAddress": "52:54:00:aa:bb:07", "online": false,
                      "bootMode": "UEFISecureBoot",
                      "bmc": {"address": "redfish+https://10.77.0.7/redfish/v1/Systems/1",
-                             "credentialsName": "bmc-admin"}},
+                             "credentialsName": "bmc-admin",
+                             "disableCertificateVerification": true}},
         }),
     );
     s.bare_metal.insert(
@@ -341,7 +379,9 @@ fn a_bare_metal_host_becomes_a_host() {
         .expect("the BareMetalHost is a host");
     assert_eq!(host.hostname.as_deref(), Some("worker-7"));
     assert_eq!(host.ip.to_string(), "10.66.1.77");
-    assert!(host.bmc.as_ref().expect("bmc").boot_mode.is_efi());
+    let bmc = host.bmc.as_ref().expect("bmc");
+    assert!(bmc.boot_mode.is_efi());
+    assert!(bmc.tls.insecure, "from disableCertificateVerification");
     let refused = &built.refused[&ObjRef::new(Kind::BareMetalHost, "worker-8")];
     assert_eq!(refused.len(), 2, "{refused:?}");
     assert!(refused[0].contains("pxe-agent.io/ip"));
