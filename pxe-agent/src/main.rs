@@ -1366,35 +1366,6 @@ fn http_request(
     Ok((status, page.to_string()))
 }
 
-#[cfg(test)]
-mod tests {
-    use clap::Parser as _;
-
-    use super::*;
-
-    fn run_args(extra: &[&str]) -> Result<Cli, clap::Error> {
-        let mut args = vec!["pxe-agent", "run", "--inventory", "hosts.yaml"];
-        args.extend_from_slice(extra);
-        Cli::try_parse_from(args)
-    }
-
-    #[test]
-    fn run_takes_interfaces_or_an_interface_dir_not_both() {
-        assert!(run_args(&["--interface", "eth1"]).is_ok());
-        assert!(run_args(&["--interface-dir", "/etc/pxe-agent/interfaces"]).is_ok());
-        let both = run_args(&["-i", "eth1", "--interface-dir", "/etc/pxe-agent/interfaces"]);
-        assert_eq!(
-            both.err().map(|e| e.kind()),
-            Some(clap::error::ErrorKind::ArgumentConflict)
-        );
-        let neither = run_args(&[]);
-        assert_eq!(
-            neither.err().map(|e| e.kind()),
-            Some(clap::error::ErrorKind::MissingRequiredArgument)
-        );
-    }
-}
-
 /// `pxe-agent import`: the inventory to --output (or stdout), the report to
 /// --report (or stderr). Untranslated items do not fail the command; input
 /// that cannot be read or parsed, or a result that does not validate, does.
@@ -1439,4 +1410,33 @@ fn import(from: ImportFrom) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    fn run_args(extra: &[&str]) -> Result<Cli, clap::Error> {
+        let mut args = vec!["pxe-agent", "run", "--inventory", "hosts.yaml"];
+        args.extend_from_slice(extra);
+        Cli::try_parse_from(args)
+    }
+
+    #[test]
+    fn run_takes_interfaces_or_an_interface_dir_not_both() {
+        assert!(run_args(&["--interface", "eth1"]).is_ok());
+        assert!(run_args(&["--interface-dir", "/etc/pxe-agent/interfaces"]).is_ok());
+        let both = run_args(&["-i", "eth1", "--interface-dir", "/etc/pxe-agent/interfaces"]);
+        assert_eq!(
+            both.err().map(|e| e.kind()),
+            Some(clap::error::ErrorKind::ArgumentConflict)
+        );
+        let neither = run_args(&[]);
+        assert_eq!(
+            neither.err().map(|e| e.kind()),
+            Some(clap::error::ErrorKind::MissingRequiredArgument)
+        );
+    }
 }

@@ -40,4 +40,23 @@ mod tests {
              aa:bb:cc:dd:ee:01,10.0.0.11,n1\naa:bb:cc:dd:ee:02,10.0.0.12\n"
         );
     }
+
+    #[test]
+    fn exported_hosts_import_back() {
+        let inv = Inventory::parse(
+            Path::new("inv.yaml"),
+            "subnets: [{cidr: 10.0.0.0/24}]\nprofiles: [{name: p}]\nhosts:\n  - {mac: \"aa:bb:cc:dd:ee:01\", ip: 10.0.0.11, profile: p, hostname: n1}\n",
+        )
+        .expect("inventory");
+        let conf = format!(
+            "dhcp-range=10.0.0.0,static,255.255.255.0\n{}",
+            dnsmasq_hosts(&inv, "inv.yaml")
+        );
+        let t = crate::import::dnsmasq::translate("test", vec![("hosts".into(), conf)], false)
+            .expect("translates");
+        assert!(t.report.is_empty(), "{}", t.report);
+        assert_eq!(t.hosts.len(), 1);
+        assert_eq!(t.hosts[0].hostname.as_deref(), Some("n1"));
+        assert_eq!(t.hosts[0].ip, inv.hosts[0].ip);
+    }
 }

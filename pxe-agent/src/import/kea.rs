@@ -501,7 +501,11 @@ fn pool_range(text: &str) -> Option<(Ipv4Addr, Ipv4Addr)> {
     Some((net, Ipv4Addr::from(u32::from(net) | size)))
 }
 
-/// Translates the configuration `text` read from `file`.
+/// A reservation's own classes, its own boot file and its subnet: all the
+/// boot answer depends on besides the request.
+type CacheKey = (Vec<String>, Option<String>, Option<usize>);
+
+/// Translates the configuration `source` read from `file`.
 pub fn translate(file: &Path, source: &str) -> Result<Translation, ImportError> {
     let (json, lines) = strip_comments(source);
     let root: Value = serde_json::from_str(&json).map_err(|e| ImportError::Parse {
@@ -682,8 +686,7 @@ pub fn translate(file: &Path, source: &str) -> Result<Translation, ImportError> 
     let probes = |arch, ipxe| Probe { arch, ipxe };
     // Class memberships and boot files depend only on the reservation's own
     // classes and the subnet: evaluate once per distinct pair.
-    let mut cache: BTreeMap<(Vec<String>, Option<String>, Option<usize>), BootSet> =
-        BTreeMap::new();
+    let mut cache: BTreeMap<CacheKey, BootSet> = BTreeMap::new();
     let mut hosts = Vec::new();
     for (r, subnet) in reservations {
         let id = text(r, "hw-address");

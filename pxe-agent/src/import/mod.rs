@@ -274,18 +274,28 @@ impl Translation {
         // The inventory keeps reserved addresses out of pools; a server that
         // allows both is translated without the pool.
         for subnet in &mut self.subnets {
-            if let Some((start, end)) = subnet.pool {
-                if let Some(host) = self.hosts.iter().find(|h| start <= h.ip && h.ip <= end) {
-                    self.report.add(
-                        &subnet.origin,
-                        format!(
-                            "pool {start}-{end} left out: it holds reserved addresses ({} of {})",
-                            host.ip, host.mac
-                        ),
-                    );
-                    subnet.pool = None;
-                }
-            }
+            let Some((start, end)) = subnet.pool else {
+                continue;
+            };
+            let broadcast = Ipv4Addr::from(u32::from(subnet.network) | !subnet.mask());
+            let why = if let Some(host) = self.hosts.iter().find(|h| start <= h.ip && h.ip <= end) {
+                format!("it holds reserved addresses ({} of {})", host.ip, host.mac)
+            } else if start > end || !subnet.contains(start) || !subnet.contains(end) {
+                "it is not a range inside the subnet".to_string()
+            } else if [Some(subnet.network), Some(broadcast), subnet.router]
+                .into_iter()
+                .flatten()
+                .any(|a| start <= a && a <= end)
+            {
+                "it covers the subnet's network, broadcast or router address".to_string()
+            } else {
+                continue;
+            };
+            self.report.add(
+                &subnet.origin,
+                format!("pool {start}-{end} left out: {why}"),
+            );
+            subnet.pool = None;
         }
     }
 
