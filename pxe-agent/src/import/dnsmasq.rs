@@ -58,11 +58,19 @@ const QUIET: &[&str] = &[
     "address",
 ];
 
-/// Imports the named files (configuration files or hosts files), and the
-/// hosts files and configuration files they name that can be read.
+/// Imports the named files (configuration files or hosts files; a
+/// directory is read as a `dhcp-hostsdir`), and the hosts files, hosts
+/// directories and configuration files they name that can be read.
 pub fn import(paths: &[PathBuf]) -> Result<Imported, ImportError> {
     let mut files = Vec::new();
     for path in paths {
+        if path.is_dir() {
+            files.extend(hosts_dir(path).map_err(|source| ImportError::Read {
+                path: path.clone(),
+                source,
+            })?);
+            continue;
+        }
         let text = std::fs::read_to_string(path).map_err(|source| ImportError::Read {
             path: path.clone(),
             source,
@@ -263,6 +271,19 @@ impl State {
                         }
                     }
                 }
+                "dhcp-hostsdir" if follow => match hosts_dir(Path::new(value)) {
+                    Ok(files) => {
+                        for (file, text) in files {
+                            if self.seen.insert(file.clone()) {
+                                self.read(&file, &text, false)?;
+                            }
+                        }
+                    }
+                    Err(e) => self.report.add(
+                        &origin,
+                        format!("dhcp-hostsdir={value} not read ({e}): pass its files on the command line"),
+                    ),
+                },
                 "dhcp-hostsdir" | "conf-dir" | "dhcp-optsfile" | "dhcp-optsdir" => {
                     self.report.add(
                         &origin,
@@ -748,6 +769,25 @@ impl State {
     }
 }
 
+/// The files of a `dhcp-hostsdir` directory, in name order (dnsmasq reads
+/// every file in it, skipping names that start with '.' or end with '~').
+fn hosts_dir(dir: &Path) -> std::io::Result<Vec<(PathBuf, String)>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            !name.starts_with('.') && !name.ends_with('~')
+        })
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| std::fs::read_to_string(&p).map(|t| (p, t)))
+        .collect()
+}
+
 fn key_known(key: &str) -> bool {
     key.starts_with("dhcp-") || QUIET.contains(&key) || key == "domain" || key == "conf-file"
 }
@@ -911,6 +951,29 @@ dhcp-host=aa:bb:cc:dd:ee:01,10.0.0.11
             "{r}"
         );
         t.finish().expect("validates");
+    }
+
+    #[test]
+    fn hosts_dir_files_are_read_as_hosts_files() {
+        let dir = std::env::temp_dir().join(format!("pxe-import-hostsdir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("a"), "aa:bb:cc:dd:ee:01,10.0.0.11,a\n").expect("write");
+        std::fs::write(dir.join("b"), "aa:bb:cc:dd:ee:02,set:ironic\n").expect("write");
+        std::fs::write(dir.join(".hidden"), "aa:bb:cc:dd:ee:03,10.0.0.13\n").expect("write");
+        let conf = format!(
+            "dhcp-range=10.0.0.0,static,255.255.255.0\ndhcp-hostsdir={}\n",
+            dir.display()
+        );
+        let t = translate("test", vec![(PathBuf::from("dnsmasq.conf"), conf)], true);
+        std::fs::remove_dir_all(&dir).expect("clean up");
+        let t = t.expect("translates");
+        assert_eq!(t.hosts.len(), 1);
+        assert_eq!(t.hosts[0].hostname.as_deref(), Some("a"));
+        let r = report(&t);
+        assert!(
+            r.contains("/b:1: dhcp-host aa:bb:cc:dd:ee:02,set:ironic left out: no fixed address"),
+            "{r}"
+        );
     }
 
     #[test]

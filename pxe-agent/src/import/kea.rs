@@ -527,6 +527,23 @@ pub fn translate(file: &Path, source: &str) -> Result<Translation, ImportError> 
     read_options(dhcp4, &mut global, &mut ctx, "global", 1);
     let global_lease = dhcp4.get("valid-lifetime").and_then(Value::as_u64);
     let global_boot = boot_file(dhcp4);
+    for (key, why) in [
+        ("hooks-libraries", "hook libraries can change any answer"),
+        ("option-def", "custom option definitions"),
+        ("next-server", "the agent names itself as the TFTP server"),
+    ] {
+        if dhcp4.get(key).is_some() {
+            let line = ctx
+                .lines
+                .get(key)
+                .and_then(|l| l.first().copied())
+                .unwrap_or(1);
+            ctx.report.add(
+                &Origin::new(file, line),
+                format!("{key} not translated: {why}"),
+            );
+        }
+    }
     if dhcp4.get("shared-networks").is_some() {
         ctx.report.add(
             &Origin::new(
@@ -620,6 +637,12 @@ pub fn translate(file: &Path, source: &str) -> Result<Translation, ImportError> 
             ctx.report.add(
                 &origin,
                 format!("subnet {cidr} restricted to client classes: the agent serves it to every client"),
+            );
+        }
+        if s.get("next-server").is_some() {
+            ctx.report.add(
+                &origin,
+                format!("subnet {cidr} next-server not translated: the agent names itself as the TFTP server"),
             );
         }
         let mut pool = None;
