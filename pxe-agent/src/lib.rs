@@ -9,6 +9,7 @@ pub mod dhcp;
 pub mod discovered;
 pub mod health;
 pub mod http;
+pub mod import;
 pub mod inventory;
 pub mod kube;
 pub mod lease;

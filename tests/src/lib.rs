@@ -29,6 +29,8 @@ mod hostile;
 #[cfg(test)]
 mod http_boot;
 #[cfg(test)]
+mod import;
+#[cfg(test)]
 mod kube;
 #[cfg(test)]
 mod manifests;

@@ -1,0 +1,62 @@
+//! A validated inventory -> a dnsmasq hosts file (`--dhcp-hostsfile`): one
+//! `dhcp-host` value per host, `MAC,IP[,hostname]`, so that a dnsmasq can
+//! stand in for the agent with the same reservations. Owns only that text;
+//! boot files and subnets stay with the dnsmasq configuration.
+
+use std::fmt::Write as _;
+
+use crate::inventory::Inventory;
+
+/// The hosts file, one line per host in inventory order, after a comment
+/// naming where it came from.
+pub fn dnsmasq_hosts(inv: &Inventory, source: &str) -> String {
+    let mut out = format!("# dnsmasq hosts file exported from {source} by `pxe-agent export`\n");
+    for host in &inv.hosts {
+        let _ = write!(out, "{},{}", host.mac, host.ip);
+        if let Some(name) = &host.hostname {
+            let _ = write!(out, ",{name}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[test]
+    fn hosts_file_lists_every_host() {
+        let inv = Inventory::parse(
+            Path::new("inv.yaml"),
+            "subnets: [{cidr: 10.0.0.0/24}]\nprofiles: [{name: p}]\nhosts:\n  - {mac: \"AA-BB-CC-DD-EE-01\", ip: 10.0.0.11, profile: p, hostname: n1}\n  - {mac: \"aa:bb:cc:dd:ee:02\", ip: 10.0.0.12, profile: p}\n",
+        )
+        .expect("inventory");
+        assert_eq!(
+            dnsmasq_hosts(&inv, "inv.yaml"),
+            "# dnsmasq hosts file exported from inv.yaml by `pxe-agent export`\n\
+             aa:bb:cc:dd:ee:01,10.0.0.11,n1\naa:bb:cc:dd:ee:02,10.0.0.12\n"
+        );
+    }
+
+    #[test]
+    fn exported_hosts_import_back() {
+        let inv = Inventory::parse(
+            Path::new("inv.yaml"),
+            "subnets: [{cidr: 10.0.0.0/24}]\nprofiles: [{name: p}]\nhosts:\n  - {mac: \"aa:bb:cc:dd:ee:01\", ip: 10.0.0.11, profile: p, hostname: n1}\n",
+        )
+        .expect("inventory");
+        let conf = format!(
+            "dhcp-range=10.0.0.0,static,255.255.255.0\n{}",
+            dnsmasq_hosts(&inv, "inv.yaml")
+        );
+        let t = crate::import::dnsmasq::translate("test", vec![("hosts".into(), conf)], false)
+            .expect("translates");
+        assert!(t.report.is_empty(), "{}", t.report);
+        assert_eq!(t.hosts.len(), 1);
+        assert_eq!(t.hosts[0].hostname.as_deref(), Some("n1"));
+        assert_eq!(t.hosts[0].ip, inv.hosts[0].ip);
+    }
+}

@@ -1,0 +1,429 @@
+//! Translation of other DHCP servers' configurations (dnsmasq, kea-dhcp4)
+//! into an inventory file, and of an inventory back to a dnsmasq hosts file.
+//! Owns the shared translation model (subnets, hosts with the boot answers
+//! each firmware class gets), the YAML it is written as, and the report of
+//! what could not be translated, each item with its file and line. It does
+//! not decide what is a valid inventory: the written text goes through
+//! [`Inventory::parse`], the agent's own validation, before it is returned.
+
+pub mod dnsmasq;
+pub mod export;
+pub mod kea;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    fmt::Write as _,
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+};
+
+use crate::inventory::{Inventory, LoadError, MacAddr};
+
+/// Why an import produced nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("failed to read {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("failed to parse {origin}: {message}")]
+    Parse { origin: Origin, message: String },
+    /// The translation was written but the inventory validation refused it.
+    #[error("the imported inventory does not validate: {0}")]
+    Invalid(LoadError),
+}
+
+/// Where a setting was read: file and line (1-based).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Origin {
+    pub file: String,
+    pub line: usize,
+}
+
+impl Origin {
+    pub fn new(file: &Path, line: usize) -> Origin {
+        Origin {
+            file: file.display().to_string(),
+            line,
+        }
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+/// Everything the import left out or changed in meaning, in source order.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    pub items: Vec<(Origin, String)>,
+}
+
+impl Report {
+    pub fn add(&mut self, origin: &Origin, message: impl Into<String>) {
+        self.items.push((origin.clone(), message.into()));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+/// One `file:line: message` a line.
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut items: Vec<_> = self.items.iter().collect();
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        for (origin, message) in items {
+            writeln!(f, "{origin}: {message}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A subnet with its settings, as the inventory's `subnets` entry.
+#[derive(Debug, Clone)]
+pub struct SubnetOut {
+    pub network: Ipv4Addr,
+    pub prefix: u8,
+    pub router: Option<Ipv4Addr>,
+    pub dns: Vec<Ipv4Addr>,
+    pub domain: Option<String>,
+    pub lease_time: Option<u32>,
+    pub pool: Option<(Ipv4Addr, Ipv4Addr)>,
+    pub origin: Origin,
+}
+
+impl SubnetOut {
+    fn mask(&self) -> u32 {
+        match self.prefix {
+            0 => 0,
+            p => u32::MAX << (32 - u32::from(p.min(32))),
+        }
+    }
+
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        u32::from(ip) & self.mask() == u32::from(self.network)
+    }
+}
+
+/// What each firmware class is told to load: a profile's `boot` plus its
+/// `chain`. Hosts with equal boot sets share a profile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BootSet {
+    pub bios: Option<String>,
+    pub uefi: Option<String>,
+    pub uefi_arm64: Option<String>,
+    pub http: Option<String>,
+    /// What iPXE clients load (the profile's `chain`).
+    pub chain: Option<String>,
+}
+
+impl BootSet {
+    fn files(&self) -> bool {
+        self.bios.is_some()
+            || self.uefi.is_some()
+            || self.uefi_arm64.is_some()
+            || self.http.is_some()
+    }
+}
+
+/// A reserved host.
+#[derive(Debug, Clone)]
+pub struct HostOut {
+    pub mac: MacAddr,
+    pub ip: Ipv4Addr,
+    pub hostname: Option<String>,
+    pub boot: BootSet,
+    /// Extra options: code -> value as YAML text (already quoted).
+    pub options: BTreeMap<u8, String>,
+    pub origin: Origin,
+}
+
+/// A whole translation, before it is written.
+#[derive(Debug, Default)]
+pub struct Translation {
+    /// What was imported, for the file's header (`dnsmasq a.conf b.hosts`).
+    pub source: String,
+    pub subnets: Vec<SubnetOut>,
+    pub hosts: Vec<HostOut>,
+    pub report: Report,
+}
+
+/// The YAML text and what was left out.
+#[derive(Debug)]
+pub struct Imported {
+    pub yaml: String,
+    pub report: Report,
+    pub hosts: usize,
+}
+
+/// A hostname the inventory accepts (option 12: letters, digits, `-`, `.`,
+/// at most 63 bytes).
+pub fn valid_hostname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+}
+
+/// A double-quoted YAML scalar.
+pub fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Parses `a.b.c.d/len` into network and prefix, refusing host bits.
+pub fn parse_cidr(text: &str) -> Option<(Ipv4Addr, u8)> {
+    let (ip, len) = text.trim().split_once('/')?;
+    let ip: Ipv4Addr = ip.trim().parse().ok()?;
+    let len: u8 = len.trim().parse().ok().filter(|l| *l <= 32)?;
+    let mask = if len == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(len))
+    };
+    (u32::from(ip) & !mask == 0).then_some((ip, len))
+}
+
+/// The prefix length of a contiguous netmask.
+pub fn mask_prefix(mask: Ipv4Addr) -> Option<u8> {
+    let bits = u32::from(mask);
+    let len = bits.leading_ones();
+    (bits.checked_shl(len).unwrap_or(0) == 0).then_some(len as u8)
+}
+
+impl Translation {
+    /// Drops what the inventory would refuse (hosts outside every subnet,
+    /// duplicate MACs and addresses, hosts inside a pool) into the report,
+    /// writes the YAML and validates it with [`Inventory::parse`].
+    pub fn finish(mut self) -> Result<Imported, ImportError> {
+        self.prune();
+        let yaml = self.render();
+        Inventory::parse(Path::new("<imported inventory>"), &yaml).map_err(ImportError::Invalid)?;
+        Ok(Imported {
+            yaml,
+            report: self.report,
+            hosts: self.hosts.len(),
+        })
+    }
+
+    fn prune(&mut self) {
+        let mut macs = BTreeSet::new();
+        let mut ips = BTreeSet::new();
+        let hosts = std::mem::take(&mut self.hosts);
+        for host in hosts {
+            let Some(subnet) = self.subnets.iter().position(|s| s.contains(host.ip)) else {
+                self.report.add(
+                    &host.origin,
+                    format!(
+                        "host {} left out: no subnet holds its address {}",
+                        host.mac, host.ip
+                    ),
+                );
+                continue;
+            };
+            let s = &self.subnets[subnet];
+            let broadcast = Ipv4Addr::from(u32::from(s.network) | !s.mask());
+            if host.ip == s.network || host.ip == broadcast || Some(host.ip) == s.router {
+                self.report.add(
+                    &host.origin,
+                    format!(
+                        "host {} left out: {} is the network, broadcast or router address of {}/{}",
+                        host.mac, host.ip, s.network, s.prefix
+                    ),
+                );
+                continue;
+            }
+            if !macs.insert(host.mac) {
+                self.report.add(
+                    &host.origin,
+                    format!("host {} left out: its MAC is reserved twice", host.mac),
+                );
+                continue;
+            }
+            if !ips.insert(host.ip) {
+                self.report.add(
+                    &host.origin,
+                    format!(
+                        "host {} left out: its address {} is reserved twice",
+                        host.mac, host.ip
+                    ),
+                );
+                continue;
+            }
+            self.hosts.push(host);
+        }
+        // The inventory keeps reserved addresses out of pools; a server that
+        // allows both is translated without the pool.
+        for subnet in &mut self.subnets {
+            let Some((start, end)) = subnet.pool else {
+                continue;
+            };
+            let broadcast = Ipv4Addr::from(u32::from(subnet.network) | !subnet.mask());
+            let why = if let Some(host) = self.hosts.iter().find(|h| start <= h.ip && h.ip <= end) {
+                format!("it holds reserved addresses ({} of {})", host.ip, host.mac)
+            } else if start > end || !subnet.contains(start) || !subnet.contains(end) {
+                "it is not a range inside the subnet".to_string()
+            } else if [Some(subnet.network), Some(broadcast), subnet.router]
+                .into_iter()
+                .flatten()
+                .any(|a| start <= a && a <= end)
+            {
+                "it covers the subnet's network, broadcast or router address".to_string()
+            } else {
+                continue;
+            };
+            self.report.add(
+                &subnet.origin,
+                format!("pool {start}-{end} left out: {why}"),
+            );
+            subnet.pool = None;
+        }
+    }
+
+    /// The inventory as YAML: subnets, one profile per distinct boot set,
+    /// then the hosts, each after a comment naming its source line.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# Imported from {} by `pxe-agent import`.",
+            self.source
+        );
+        let _ = writeln!(
+            out,
+            "# Check it with `pxe-agent check`; what was not translated is in the import report."
+        );
+        out.push_str("\nsubnets:\n");
+        if self.subnets.is_empty() {
+            out.push_str("  []\n");
+        }
+        for s in &self.subnets {
+            let _ = writeln!(out, "  # {}", s.origin);
+            let _ = writeln!(out, "  - cidr: {}/{}", s.network, s.prefix);
+            if let Some(r) = s.router {
+                let _ = writeln!(out, "    router: {r}");
+            }
+            if !s.dns.is_empty() {
+                let dns: Vec<String> = s.dns.iter().map(ToString::to_string).collect();
+                let _ = writeln!(out, "    dns: [{}]", dns.join(", "));
+            }
+            if let Some(d) = &s.domain {
+                let _ = writeln!(out, "    domain: {}", quote(d));
+            }
+            if let Some(l) = s.lease_time {
+                let _ = writeln!(out, "    lease_time: {l}");
+            }
+            if let Some((a, b)) = s.pool {
+                let _ = writeln!(
+                    out,
+                    "    # Leased to unknown machines only with discovery on (see docs/inventory.md)."
+                );
+                let _ = writeln!(out, "    pool: {{start: {a}, end: {b}}}");
+            }
+        }
+        let profiles = self.profiles();
+        out.push_str("\nprofiles:\n");
+        if profiles.is_empty() {
+            out.push_str("  []\n");
+        }
+        for (boot, name) in &profiles {
+            let _ = writeln!(out, "  - name: {name}");
+            if boot.files() {
+                let mut parts = Vec::new();
+                for (key, value) in [
+                    ("bios", &boot.bios),
+                    ("uefi", &boot.uefi),
+                    ("uefi_arm64", &boot.uefi_arm64),
+                    ("http", &boot.http),
+                ] {
+                    if let Some(v) = value {
+                        parts.push(format!("{key}: {}", quote(v)));
+                    }
+                }
+                let _ = writeln!(out, "    boot: {{{}}}", parts.join(", "));
+            }
+            if let Some(chain) = &boot.chain {
+                let _ = writeln!(out, "    chain: {}", quote(chain));
+            }
+        }
+        out.push_str("\nhosts:\n");
+        if self.hosts.is_empty() {
+            out.push_str("  []\n");
+        }
+        for h in &self.hosts {
+            let _ = writeln!(out, "  # {}", h.origin);
+            let _ = write!(
+                out,
+                "  - {{mac: \"{}\", ip: {}, profile: {}",
+                h.mac, h.ip, profiles[&h.boot]
+            );
+            if let Some(name) = &h.hostname {
+                let _ = write!(out, ", hostname: {}", quote(name));
+            }
+            if !h.options.is_empty() {
+                let opts: Vec<String> =
+                    h.options.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                let _ = write!(out, ", options: {{{}}}", opts.join(", "));
+            }
+            out.push_str("}\n");
+        }
+        out
+    }
+
+    /// Boot set -> profile name, in order of first use.
+    fn profiles(&self) -> BTreeMap<BootSet, String> {
+        let mut names = BTreeMap::new();
+        for h in &self.hosts {
+            let n = names.len() + 1;
+            names.entry(h.boot.clone()).or_insert_with(|| {
+                if h.boot == BootSet::default() {
+                    "no-boot".to_string()
+                } else {
+                    format!("boot-{n}")
+                }
+            });
+        }
+        names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidr_and_mask_helpers() {
+        assert_eq!(
+            parse_cidr("10.66.0.0/16"),
+            Some(([10, 66, 0, 0].into(), 16))
+        );
+        assert_eq!(parse_cidr("10.66.0.1/16"), None);
+        assert_eq!(mask_prefix([255, 255, 255, 0].into()), Some(24));
+        assert_eq!(mask_prefix([255, 0, 255, 0].into()), None);
+        assert_eq!(mask_prefix([255, 255, 255, 255].into()), Some(32));
+    }
+
+    #[test]
+    fn quote_escapes() {
+        assert_eq!(quote(r#"a"b\c"#), r#""a\"b\\c""#);
+    }
+}
