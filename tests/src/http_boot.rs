@@ -184,7 +184,13 @@ fn artifacts_honour_range_head_and_etag() {
 #[test]
 fn phone_home_completes_the_boot_progress() {
     let (served, _artifacts, _) = served("pxhttp", "10.66.1.10/16", 10);
-    curl(&served, &[SCRIPT_URL]);
+    let script = curl(&served, &[SCRIPT_URL]);
+    let script = String::from_utf8_lossy(&script.stdout);
+    let token = script
+        .split_whitespace()
+        .find_map(|a| a.strip_prefix("pxe_agent.token="))
+        .unwrap_or_else(|| panic!("no token in the script:\n{script}"));
+    let url = format!("http://10.66.0.1:8080/api/v1/hosts/52:54:00:12:34:56/booted?token={token}");
     curl(
         &served,
         &["-o", "/dev/null", "http://10.66.0.1:8080/artifacts/vmlinuz"],
@@ -200,7 +206,7 @@ fn phone_home_completes_the_boot_progress() {
             "/dev/null",
             "-w",
             "%{http_code}\n",
-            "http://10.66.0.1:8080/api/v1/hosts/52:54:00:12:34:56/booted",
+            &url,
         ],
     );
     assert_eq!(status(&out), "204");
