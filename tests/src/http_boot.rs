@@ -599,3 +599,33 @@ fn connections_past_the_bound_do_not_break_a_normal_request() {
     assert!(closed_within(&mut idle[0], Duration::from_secs(1)));
     assert!(agent.metric("pxe_http_dropped_total{reason=\"head_timeout\"}") > 0);
 }
+
+#[test]
+fn hosts_table_cuts_long_cells_in_line_and_json_keeps_them_whole() {
+    let long = "a-hostname-much-longer-than-its-column-of-the-table";
+    let inventory = inventory().replace("hostname: node-1", &format!("hostname: {long}"));
+    let served = Served::start_with("pxtable", &inventory, &[]);
+    served.set_client_mac("52:54:00:12:34:56");
+    served.add_client_address("10.66.1.10/16");
+    curl(&served, &[SCRIPT_URL]);
+    let table = served.cli(&["hosts"]);
+    let lines: Vec<&str> = table.lines().collect();
+    let row = lines
+        .iter()
+        .find(|l| l.starts_with("52:54:00:12:34:56"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("a-hostname-much-longer-…"), "{row}");
+    assert!(!row.contains(long), "{row}");
+    // STAGE starts where its title does, in characters (the row has a `…`).
+    let at = lines[0].find("STAGE").expect("STAGE title");
+    let stage: String = row.chars().skip(at).take(6).collect();
+    assert_eq!(stage, "script", "{table}");
+    let json: serde_json::Value =
+        serde_json::from_str(&served.cli(&["hosts", "--output", "json"])).expect("hosts json");
+    let host = json
+        .as_array()
+        .and_then(|a| a.iter().find(|h| h["mac"] == "52:54:00:12:34:56"))
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(host["hostname"], long);
+    assert_eq!(host["stage"], "script");
+}
