@@ -40,6 +40,7 @@ use crate::{
         BootState,
         admin::{self, AdminState},
         boot, limit, sendfile,
+        token::TokenKey,
     },
     inventory::{Inventory, LoadError, Problem},
     lease::LeaseStore,
@@ -445,6 +446,9 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         artifacts: cfg.artifacts.clone(),
         tftp_stats: OnceLock::new(),
         http_stats: limit::Stats::default(),
+        token_key: TokenKey::load_or_create(&cfg.state_dir)
+            .context("failed to load the phone-home token key")?,
+        refusal_log: Mutex::default(),
     });
     let (oob, recovery_task) = start_recovery(&cfg, &state, shutdown.clone())?;
     let recovery_task = watch_recovery(recovery_task, state.clone(), shutdown.clone());

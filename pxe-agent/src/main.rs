@@ -27,7 +27,8 @@ use pxe_agent::{
     progress::{self, Step},
     ratelimit::Rate,
     recovery::{self, SequencePolicy},
-    terminal, tftp,
+    terminal::{self, Align, Table},
+    tftp,
     trace::TraceEvent,
     when,
     xdp::{AttachMode, VethPeer},
@@ -272,11 +273,15 @@ enum Command {
     Hosts {
         #[arg(long)]
         discovered: bool,
+        #[arg(long, value_enum, default_value_t = Output::Table)]
+        output: Output,
         #[arg(long, default_value = DEFAULT_METRICS)]
         metrics_addr: SocketAddr,
     },
     /// List the running agent's pool leases.
     Leases {
+        #[arg(long, value_enum, default_value_t = Output::Table)]
+        output: Output,
         #[arg(long, default_value = DEFAULT_METRICS)]
         metrics_addr: SocketAddr,
     },
@@ -651,7 +656,21 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Hosts {
+            discovered,
+            output: Output::Json,
+            metrics_addr,
+        } => {
+            let path = if discovered {
+                "/api/v1/discovered"
+            } else {
+                "/api/v1/hosts"
+            };
+            print_json(&http_get(metrics_addr, path)?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Hosts {
             discovered: false,
+            output: Output::Table,
             metrics_addr,
         } => {
             let list: Vec<HostView> =
@@ -667,69 +686,77 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     )
                 })
             };
-            println!(
-                "{:<17}  {:<15}  {:<12}  {:<9}  {:<5}  {:<19}  {:>8}  {:<28}  {:<28}  {:<28}  declined",
-                "MAC",
-                "IP",
-                "HOSTNAME",
-                "STAGE",
-                "POWER",
-                "RECOVERY",
-                "ATTEMPTS",
-                "LAST DHCP",
-                "LAST TFTP/SCRIPT",
-                "BOOTED"
-            );
+            let mut table = Table::new(&[
+                ("MAC", 17, Align::Left),
+                ("IP", 15, Align::Left),
+                ("HOSTNAME", 24, Align::Left),
+                ("STAGE", 9, Align::Left),
+                ("POWER", 7, Align::Left),
+                ("RECOVERY", 19, Align::Left),
+                ("ATTEMPTS", 8, Align::Right),
+                ("LAST DHCP", 44, Align::Left),
+                ("LAST TFTP/SCRIPT", 44, Align::Left),
+                ("BOOTED", 44, Align::Left),
+                // Lowercase: not a boot stage (docs/boot.md).
+                ("declined", 32, Align::Left),
+            ]);
             for h in list {
                 let p = &h.progress;
                 let middle = p.script.as_ref().or(p.tftp.as_ref()).cloned();
-                println!(
-                    "{:<17}  {:<15}  {:<12}  {:<9}  {:<5}  {:<19}  {:>8}  {:<28}  {:<28}  {:<28}  {}",
-                    h.mac,
-                    h.ip,
-                    terminal::escape(h.hostname.as_deref().unwrap_or_default()),
+                table.row(vec![
+                    h.mac.clone(),
+                    h.ip.to_string(),
+                    terminal::escape(h.hostname.as_deref().unwrap_or("-")).into_owned(),
                     h.stage
                         .map_or("-".to_string(), |s| format!("{s:?}").to_lowercase()),
-                    h.power.as_deref().unwrap_or("-"),
-                    h.recovery.as_deref().unwrap_or("-"),
+                    h.power.as_deref().unwrap_or("-").to_string(),
+                    h.recovery.as_deref().unwrap_or("-").to_string(),
                     h.attempts.map_or("-".to_string(), |a| a.to_string()),
                     step(&p.dhcp),
                     step(&middle),
                     step(&p.booted),
                     step(&p.declined),
-                );
+                ]);
             }
+            print!("{}", table.render());
             Ok(ExitCode::SUCCESS)
         }
         Command::Hosts {
             discovered: true,
+            output: Output::Table,
             metrics_addr,
         } => {
             let list: Vec<Discovered> =
                 serde_json::from_str(&http_get(metrics_addr, "/api/v1/discovered")?)
                     .context("malformed /api/v1/discovered answer")?;
             let now = progress::now_ms();
-            println!(
-                "{:<17}  {:<15}  {:>4}  {:<24}  {:<10}  {:<15}  {:>5}  last seen",
-                "MAC", "IP", "ARCH", "VENDOR CLASS", "USER CLASS", "RELAY", "REQS"
-            );
+            let mut table = Table::new(&[
+                ("MAC", 17, Align::Left),
+                ("IP", 15, Align::Left),
+                ("ARCH", 5, Align::Right),
+                ("VENDOR CLASS", 32, Align::Left),
+                ("USER CLASS", 16, Align::Left),
+                ("RELAY", 15, Align::Left),
+                ("REQS", 8, Align::Right),
+                ("last seen", 12, Align::Left),
+            ]);
             for d in list {
                 let opt = |v: &Option<String>| {
                     v.as_deref()
                         .map_or_else(|| "-".into(), |v| terminal::escape(v).into_owned())
                 };
-                println!(
-                    "{:<17}  {:<15}  {:>4}  {:<24}  {:<10}  {:<15}  {:>5}  {}",
-                    d.mac,
+                table.row(vec![
+                    d.mac.to_string(),
                     d.ip.map_or("-".into(), |ip| ip.to_string()),
                     d.arch.map_or("-".into(), |a| a.to_string()),
                     opt(&d.vendor_class),
                     opt(&d.user_class),
                     d.relay.map_or("-".into(), |ip| ip.to_string()),
-                    d.requests,
+                    d.requests.to_string(),
                     when::ago(d.last_seen.saturating_mul(1000), now),
-                );
+                ]);
             }
+            print!("{}", table.render());
             Ok(ExitCode::SUCCESS)
         }
         Command::Trace {
@@ -792,28 +819,49 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             );
             oob(Op::Recover, hosts, &select)
         }
-        Command::Leases { metrics_addr } => {
+        Command::Leases {
+            output: Output::Json,
+            metrics_addr,
+        } => {
+            print_json(&http_get(metrics_addr, "/api/v1/leases")?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Leases {
+            output: Output::Table,
+            metrics_addr,
+        } => {
             let list: Vec<LeaseView> =
                 serde_json::from_str(&http_get(metrics_addr, "/api/v1/leases")?)
                     .context("malformed /api/v1/leases answer")?;
             let now = progress::now_ms() / 1000;
-            println!(
-                "{:<17}  {:<15}  {:<9}  {:>12}  hostname",
-                "MAC", "IP", "STATE", "EXPIRES"
-            );
+            let mut table = Table::new(&[
+                ("MAC", 17, Align::Left),
+                ("IP", 15, Align::Left),
+                ("STATE", 9, Align::Left),
+                ("EXPIRES", 12, Align::Right),
+                ("hostname", 64, Align::Left),
+            ]);
             for l in list {
-                println!(
-                    "{:<17}  {:<15}  {:<9}  {:>12}  {}",
-                    l.mac,
-                    l.ip,
-                    l.state,
+                table.row(vec![
+                    l.mac.to_string(),
+                    l.ip.to_string(),
+                    l.state.to_string(),
                     when::until(l.expires, now),
-                    terminal::escape(l.hostname.as_deref().unwrap_or_default())
-                );
+                    terminal::escape(l.hostname.as_deref().unwrap_or_default()).into_owned(),
+                ]);
             }
+            print!("{}", table.render());
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Prints an API answer as indented JSON, as the agent gave it.
+fn print_json(body: &str) -> anyhow::Result<()> {
+    let value: serde_json::Value =
+        serde_json::from_str(body).context("malformed answer from the agent")?;
+    println!("{}", serde_json::to_string_pretty(&value)?);
+    Ok(())
 }
 
 /// `--interface`, or this node's entry of `--interface-dir` (clap makes
@@ -1139,10 +1187,14 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
     match select.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&outcomes)?),
         Output::Table => {
-            println!(
-                "{:<20}  {:<6}  {:<5}  {:>8}  {:<24}  error",
-                "HOST", "RESULT", "POWER", "TIME", "DETAIL"
-            );
+            let mut table = Table::new(&[
+                ("HOST", 32, Align::Left),
+                ("RESULT", 8, Align::Left),
+                ("POWER", 7, Align::Left),
+                ("TIME", 10, Align::Right),
+                ("DETAIL", 48, Align::Left),
+                ("error", 120, Align::Left),
+            ]);
             for o in &outcomes {
                 let detail = o
                     .recovery
@@ -1166,16 +1218,16 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
                     })
                     .or_else(|| o.boot_device.clone())
                     .unwrap_or_else(|| "-".into());
-                println!(
-                    "{:<20}  {:<6}  {:<5}  {:>6}ms  {:<24}  {}",
-                    terminal::escape(&o.host),
-                    o.result,
-                    o.power.as_deref().unwrap_or("-"),
-                    o.duration_ms,
-                    terminal::escape(&detail),
-                    terminal::escape(o.error.as_deref().unwrap_or("-")),
-                );
+                table.row(vec![
+                    terminal::escape(&o.host).into_owned(),
+                    o.result.to_string(),
+                    o.power.as_deref().unwrap_or("-").to_string(),
+                    format!("{}ms", o.duration_ms),
+                    terminal::escape(detail.trim_end()).into_owned(),
+                    terminal::escape(o.error.as_deref().unwrap_or("-")).into_owned(),
+                ]);
             }
+            print!("{}", table.render());
         }
     }
     Ok(if failed == 0 {

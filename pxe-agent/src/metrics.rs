@@ -46,6 +46,7 @@ pub const HTTP_OPEN: &str = "pxe_http_open_connections";
 pub const HTTP_AT_LIMIT: &str = "pxe_http_at_limit_total";
 pub const HTTP_DROPPED: &str = "pxe_http_dropped_total";
 pub const HTTP_ACCEPT_ERRORS: &str = "pxe_http_accept_errors_total";
+pub const HTTP_PHONE_HOME_REJECTED: &str = "pxe_http_phone_home_rejected_total";
 
 /// Everything one scrape shows.
 pub struct Page<'a> {
@@ -268,6 +269,17 @@ pub fn render(p: &Page) -> String {
         "Failed accepts of the boot HTTP listener (EMFILE, ENFILE, ...), each followed by a pause.",
     );
     o.sample(HTTP_ACCEPT_ERRORS, "", h.accept_errors);
+    o.head(
+        HTTP_PHONE_HOME_REJECTED,
+        "counter",
+        "Phone-homes from the host's address refused for their token, by reason (mismatch: wrong, or of an earlier boot).",
+    );
+    for (reason, v) in [
+        ("missing", h.phone_home_missing),
+        ("mismatch", h.phone_home_mismatch),
+    ] {
+        o.sample(HTTP_PHONE_HOME_REJECTED, &format!("reason=\"{reason}\""), v);
+    }
     o.head(INVENTORY_HOSTS, "gauge", "Hosts in the serving inventory.");
     o.sample(INVENTORY_HOSTS, "", p.gauges.hosts);
     o.head(

@@ -92,6 +92,11 @@ pub struct HostProgress {
     /// it. Not a boot stage.
     #[serde(default)]
     pub declined: Option<Step>,
+    /// The epoch of the current boot's phone-home token
+    /// (`http::token`): 0 when none is known (an agent restarted since).
+    /// A counter, not a secret; not shown.
+    #[serde(skip)]
+    pub token_epoch: u64,
 }
 
 impl HostProgress {
@@ -270,6 +275,33 @@ impl Progress {
         self.with(mac, |p| p.declined = Some(Step { at_ms, detail }));
     }
 
+    /// Starts a new boot's phone-home token epoch for `mac`: `now_ms`, or
+    /// one past the current epoch if the clock has not moved past it, so
+    /// every boot's epoch is new and a token of an earlier boot is stale.
+    pub fn new_token_epoch(&self, mac: MacAddr, now_ms: u64) -> u64 {
+        let mut epoch = now_ms;
+        self.with(mac, |p| {
+            epoch = now_ms.max(p.token_epoch.saturating_add(1));
+            p.token_epoch = epoch;
+        });
+        epoch
+    }
+
+    /// Whether a genuine token of boot `epoch` is the current boot's: not
+    /// older than the newest epoch issued or accepted. After a restart none
+    /// is known and the first genuine token sets it, so a restarted agent
+    /// keeps taking the tokens it issued.
+    pub fn accept_token_epoch(&self, mac: MacAddr, epoch: u64) -> bool {
+        let mut current = false;
+        self.with(mac, |p| {
+            if epoch >= p.token_epoch {
+                p.token_epoch = epoch;
+                current = true;
+            }
+        });
+        current
+    }
+
     pub fn get(&self, mac: MacAddr) -> Option<HostProgress> {
         self.lock().hosts.get(&mac).map(|e| e.progress.clone())
     }
@@ -308,6 +340,24 @@ mod tests {
         // The next boot starts over.
         p.dhcp(MAC, 30, "offer".into());
         assert_eq!(p.get(MAC).and_then(|h| h.stage()), Some(Stage::Dhcp));
+    }
+
+    #[test]
+    fn each_boot_gets_a_new_token_epoch_and_older_ones_are_refused() {
+        let p = Progress::default();
+        // After a restart nothing is known: a genuine token is taken.
+        assert!(p.accept_token_epoch(MAC, 500));
+        let first = p.new_token_epoch(MAC, 1_000);
+        assert_eq!(first, 1_000);
+        // The clock stood still (or stepped back): still a new epoch.
+        let second = p.new_token_epoch(MAC, 900);
+        assert_eq!(second, 1_001);
+        assert!(!p.accept_token_epoch(MAC, first), "earlier boot");
+        assert!(!p.accept_token_epoch(MAC, 500), "before the restart");
+        assert!(p.accept_token_epoch(MAC, second));
+        assert!(p.accept_token_epoch(MAC, second), "heartbeats repeat it");
+        let h = p.get(MAC).expect("recorded");
+        assert!(!serde_json::to_string(&h).expect("json").contains("epoch"));
     }
 
     #[test]

@@ -184,7 +184,13 @@ fn artifacts_honour_range_head_and_etag() {
 #[test]
 fn phone_home_completes_the_boot_progress() {
     let (served, _artifacts, _) = served("pxhttp", "10.66.1.10/16", 10);
-    curl(&served, &[SCRIPT_URL]);
+    let script = curl(&served, &[SCRIPT_URL]);
+    let script = String::from_utf8_lossy(&script.stdout);
+    let token = script
+        .split_whitespace()
+        .find_map(|a| a.strip_prefix("pxe_agent.token="))
+        .unwrap_or_else(|| panic!("no token in the script:\n{script}"));
+    let url = format!("http://10.66.0.1:8080/api/v1/hosts/52:54:00:12:34:56/booted?token={token}");
     curl(
         &served,
         &["-o", "/dev/null", "http://10.66.0.1:8080/artifacts/vmlinuz"],
@@ -200,7 +206,7 @@ fn phone_home_completes_the_boot_progress() {
             "/dev/null",
             "-w",
             "%{http_code}\n",
-            "http://10.66.0.1:8080/api/v1/hosts/52:54:00:12:34:56/booted",
+            &url,
         ],
     );
     assert_eq!(status(&out), "204");
@@ -592,4 +598,34 @@ fn connections_past_the_bound_do_not_break_a_normal_request() {
     // The silent connections were dropped at their head deadline.
     assert!(closed_within(&mut idle[0], Duration::from_secs(1)));
     assert!(agent.metric("pxe_http_dropped_total{reason=\"head_timeout\"}") > 0);
+}
+
+#[test]
+fn hosts_table_cuts_long_cells_in_line_and_json_keeps_them_whole() {
+    let long = "a-hostname-much-longer-than-its-column-of-the-table";
+    let inventory = inventory().replace("hostname: node-1", &format!("hostname: {long}"));
+    let served = Served::start_with("pxtable", &inventory, &[]);
+    served.set_client_mac("52:54:00:12:34:56");
+    served.add_client_address("10.66.1.10/16");
+    curl(&served, &[SCRIPT_URL]);
+    let table = served.cli(&["hosts"]);
+    let lines: Vec<&str> = table.lines().collect();
+    let row = lines
+        .iter()
+        .find(|l| l.starts_with("52:54:00:12:34:56"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("a-hostname-much-longer-…"), "{row}");
+    assert!(!row.contains(long), "{row}");
+    // STAGE starts where its title does, in characters (the row has a `…`).
+    let at = lines[0].find("STAGE").expect("STAGE title");
+    let stage: String = row.chars().skip(at).take(6).collect();
+    assert_eq!(stage, "script", "{table}");
+    let json: serde_json::Value =
+        serde_json::from_str(&served.cli(&["hosts", "--output", "json"])).expect("hosts json");
+    let host = json
+        .as_array()
+        .and_then(|a| a.iter().find(|h| h["mac"] == "52:54:00:12:34:56"))
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(host["hostname"], long);
+    assert_eq!(host["stage"], "script");
 }

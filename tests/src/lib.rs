@@ -41,6 +41,8 @@ mod peers;
 #[cfg(test)]
 mod persistence;
 #[cfg(test)]
+mod phone_home;
+#[cfg(test)]
 mod recovery_vm;
 #[cfg(test)]
 mod redfish;

@@ -1,20 +1,33 @@
 //! Routes of the boot listener: `/boot/<mac>.ipxe`, `/artifacts/...`, boot
 //! files at `/`, and `POST /api/v1/hosts/<mac>/booted`. Scripts and the
 //! phone-home are served only to the host's own address; anyone else gets 403.
+//! Each script rendered starts a new boot with a new phone-home token
+//! (`http::token`); unless `ipxe.phone_home_token` is `off`, a phone-home
+//! without the current one gets 403 too, and is counted.
 
 use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
     Router,
-    extract::{ConnectInfo, Path, State},
+    extract::{ConnectInfo, Path, RawQuery, State},
     http::{HeaderMap, Method, StatusCode},
     response::{IntoResponse, Response},
     routing::{get, post},
 };
 use tracing::{debug, warn};
 
-use super::{BootState, artifacts, script};
-use crate::{inventory::MacAddr, progress, trace::TracePath};
+use super::{
+    BootState, artifacts, limit, script,
+    token::{self, Refusal},
+};
+use crate::{
+    inventory::{MacAddr, PhoneHomeToken},
+    progress,
+    trace::TracePath,
+};
+
+/// How often a host's refused phone-homes are logged, in milliseconds.
+const REFUSAL_LOG_EVERY_MS: u64 = 60_000;
 
 pub fn router(state: Arc<BootState>) -> Router {
     Router::new()
@@ -72,7 +85,13 @@ async fn boot_script(
         hostname: host.and_then(|h| h.hostname.as_deref()),
         labels: host.map_or(&no_labels, |h| &h.labels),
     };
-    match script::render(profile, &target, state.server_for(ip).ip) {
+    // A script fetched is a new boot: its token replaces the last one.
+    let epoch = state
+        .state
+        .progress
+        .new_token_epoch(mac, progress::now_ms());
+    let token = state.token_key.issue(mac, epoch);
+    match script::render(profile, &target, state.server_for(ip).ip, Some(&token)) {
         Ok(text) => {
             let what = || format!("/boot/{name} from {peer}");
             state
@@ -98,6 +117,7 @@ async fn booted(
     State(state): State<Arc<BootState>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(mac): Path<String>,
+    RawQuery(query): RawQuery,
     body: String,
 ) -> StatusCode {
     let Ok(mac) = mac.parse::<MacAddr>() else {
@@ -116,6 +136,12 @@ async fn booted(
         warn!(%mac, %peer, "phone-home refused: not the host's address");
         return StatusCode::FORBIDDEN;
     }
+    if state.state.inventory().ipxe.phone_home_token == PhoneHomeToken::Required
+        && let Err(refusal) = check_token(&state, mac, query.as_deref())
+    {
+        refuse_phone_home(&state, mac, peer, refusal);
+        return StatusCode::FORBIDDEN;
+    }
     let note: String = body.chars().take(200).filter(|c| !c.is_control()).collect();
     let trace = state.state.progress.trace();
     trace.publish(mac, TracePath::PhoneHome, "booted", || {
@@ -131,6 +157,53 @@ async fn booted(
         },
     );
     StatusCode::NO_CONTENT
+}
+
+/// Whether the phone-home of `mac` carries the token of its current boot.
+fn check_token(state: &BootState, mac: MacAddr, query: Option<&str>) -> Result<(), Refusal> {
+    let presented = token::from_query(query).ok_or(Refusal::Missing)?;
+    let epoch = state.token_key.check(mac, presented)?;
+    if state.state.progress.accept_token_epoch(mac, epoch) {
+        Ok(())
+    } else {
+        Err(Refusal::Stale)
+    }
+}
+
+/// Counts a refused phone-home and logs it at most once a minute per host,
+/// never with the token presented.
+fn refuse_phone_home(state: &BootState, mac: MacAddr, peer: SocketAddr, refusal: Refusal) {
+    let (counter, why) = match refusal {
+        Refusal::Missing => (&state.http_stats.phone_home_missing, "no token"),
+        Refusal::Mismatch => (&state.http_stats.phone_home_mismatch, "wrong token"),
+        Refusal::Stale => (
+            &state.http_stats.phone_home_mismatch,
+            "token of an earlier boot",
+        ),
+    };
+    limit::Stats::bump(counter);
+    state
+        .state
+        .progress
+        .trace()
+        .publish(mac, TracePath::PhoneHome, "refused", || {
+            format!("{why}, from {peer}")
+        });
+    let now = progress::now_ms();
+    let mut logged = state
+        .refusal_log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let last = logged.get(&mac).copied();
+    if last.is_none_or(|at| now.saturating_sub(at) >= REFUSAL_LOG_EVERY_MS) {
+        // Only hosts with an address reach here, so the map is bounded by
+        // the inventory and the pools; old entries go in bulk.
+        if logged.len() >= 65_536 {
+            logged.retain(|_, at| now.saturating_sub(*at) < REFUSAL_LOG_EVERY_MS);
+        }
+        logged.insert(mac, now);
+        warn!(%mac, %peer, reason = why, "phone-home refused (logged once a minute per host)");
+    }
 }
 
 /// Notes a boot file or artifact fetched by the host at `peer`. A pool

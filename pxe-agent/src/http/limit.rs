@@ -115,6 +115,10 @@ pub struct Stats {
     pub short_bodies: AtomicU64,
     /// Failed accepts (EMFILE, ENFILE, ENOBUFS, ...).
     pub accept_errors: AtomicU64,
+    /// Phone-homes refused for carrying no token.
+    pub phone_home_missing: AtomicU64,
+    /// Phone-homes refused for a token that is not the host's current one.
+    pub phone_home_mismatch: AtomicU64,
 }
 
 /// A copy of [`Stats`] for one scrape.
@@ -127,6 +131,8 @@ pub struct StatsSnapshot {
     pub write_timeouts: u64,
     pub short_bodies: u64,
     pub accept_errors: u64,
+    pub phone_home_missing: u64,
+    pub phone_home_mismatch: u64,
 }
 
 impl Stats {
@@ -140,6 +146,8 @@ impl Stats {
             write_timeouts: load(&self.write_timeouts),
             short_bodies: load(&self.short_bodies),
             accept_errors: load(&self.accept_errors),
+            phone_home_missing: load(&self.phone_home_missing),
+            phone_home_mismatch: load(&self.phone_home_mismatch),
         }
     }
 

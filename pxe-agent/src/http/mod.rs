@@ -11,6 +11,7 @@ pub mod boot;
 pub mod limit;
 pub mod script;
 pub mod sendfile;
+pub mod token;
 
 use std::{
     net::Ipv4Addr,
@@ -35,6 +36,11 @@ pub struct BootState {
     pub tftp_stats: OnceLock<Arc<tftp::Stats>>,
     /// The boot listener's connection counters.
     pub http_stats: limit::Stats,
+    /// Signs and checks the phone-home tokens of rendered scripts.
+    pub token_key: token::TokenKey,
+    /// When each host's refused phone-home was last logged, so a host (or
+    /// a spoofer) retrying in a loop logs once a minute.
+    pub refusal_log: std::sync::Mutex<std::collections::HashMap<crate::inventory::MacAddr, u64>>,
 }
 
 impl BootState {

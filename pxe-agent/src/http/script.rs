@@ -2,8 +2,9 @@
 //! iPXE client fetching `/boot/<mac>.ipxe` runs next.
 //!
 //! Owns the built-in template and the variables a template sees (mac, ip,
-//! hostname, labels, server, profile, kernel, initrd, cmdline, chain); not
-//! who may fetch a script (`http::boot`).
+//! hostname, labels, server, profile, kernel, initrd, cmdline, chain,
+//! token); not who may fetch a script (`http::boot`) or what a token is
+//! (`http::token`).
 
 use std::{collections::BTreeMap, net::Ipv4Addr};
 
@@ -22,7 +23,7 @@ chain --autofree {{ chain }}
 echo Booting {{ hostname or mac }} from its local disk
 exit
 {%- elif kernel -%}
-kernel {{ kernel }}{% for i in initrd %} initrd={{ i | basename }}{% endfor %}{% if cmdline %} {{ cmdline }}{% endif %}
+kernel {{ kernel }}{% for i in initrd %} initrd={{ i | basename }}{% endfor %}{% if cmdline %} {{ cmdline }}{% endif %}{% if token %} pxe_agent.token={{ token }}{% endif %}
 {% for i in initrd -%}
 initrd {{ i }}
 {% endfor -%}
@@ -48,12 +49,23 @@ pub struct RenderError {
     source: minijinja::Error,
 }
 
-/// Renders `profile` for `target`, with `{server}` and `{mac}` expanded in
-/// the profile's strings as everywhere else.
-pub fn render(profile: &Profile, target: &Target, server: Ipv4Addr) -> Result<String, RenderError> {
+/// Placeholder for the boot's phone-home token in `kernel`, `initrd`,
+/// `cmdline` and `chain`; empty when the script carries no token.
+pub const TOKEN_PLACEHOLDER: &str = "{token}";
+
+/// Renders `profile` for `target`, with `{server}` and `{mac}` (and
+/// `{token}`) expanded in the profile's strings as everywhere else. With a
+/// `token`, a kernel's command line ends with `pxe_agent.token=<token>`.
+pub fn render(
+    profile: &Profile,
+    target: &Target,
+    server: Ipv4Addr,
+    token: Option<&str>,
+) -> Result<String, RenderError> {
     let expand = |s: &str| {
         s.replace(SERVER_PLACEHOLDER, &server.to_string())
             .replace(MAC_PLACEHOLDER, &target.mac.to_string())
+            .replace(TOKEN_PLACEHOLDER, token.unwrap_or_default())
     };
     let mut env = Environment::new();
     env.add_filter("basename", |s: String| {
@@ -78,6 +90,7 @@ pub fn render(profile: &Profile, target: &Target, server: Ipv4Addr) -> Result<St
             kernel => profile.kernel.as_deref().map(expand),
             initrd => profile.initrd.iter().map(|i| expand(i)).collect::<Vec<_>>(),
             cmdline => profile.cmdline.as_deref().map(expand),
+            token => token,
         })
         .map_err(err)
 }
@@ -111,7 +124,13 @@ mod tests {
     #[test]
     fn kernel_profile_loads_kernel_and_initrd_with_names_on_the_cmdline() {
         let labels = BTreeMap::new();
-        let s = render(&profile(), &target(&labels), Ipv4Addr::new(10, 66, 0, 1)).expect("renders");
+        let s = render(
+            &profile(),
+            &target(&labels),
+            Ipv4Addr::new(10, 66, 0, 1),
+            None,
+        )
+        .expect("renders");
         assert!(s.starts_with("#!ipxe\n"), "{s}");
         assert!(
             s.contains("kernel http://10.66.0.1:8080/artifacts/vmlinuz initrd=initrd.img console=ttyS0 mac=52:54:00:12:34:56\n"),
@@ -125,13 +144,38 @@ mod tests {
     }
 
     #[test]
+    fn the_token_ends_the_kernel_command_line_and_fills_its_placeholder() {
+        let labels = BTreeMap::new();
+        let p = Profile {
+            cmdline: Some("console=ttyS0 home=http://{server}/{mac}?token={token}".into()),
+            ..profile()
+        };
+        let s = render(
+            &p,
+            &target(&labels),
+            Ipv4Addr::new(10, 66, 0, 1),
+            Some("3e8-ab"),
+        )
+        .expect("renders");
+        assert!(
+            s.contains(
+                " console=ttyS0 home=http://10.66.0.1/52:54:00:12:34:56?token=3e8-ab \
+                 pxe_agent.token=3e8-ab\n"
+            ),
+            "{s}"
+        );
+        let s = render(&p, &target(&labels), Ipv4Addr::new(10, 66, 0, 1), None).expect("renders");
+        assert!(!s.contains("pxe_agent.token"), "{s}");
+    }
+
+    #[test]
     fn chain_profile_chains_and_loads_nothing() {
         let labels = BTreeMap::new();
         let p = Profile {
             chain: Some("http://installer.example/{mac}.ipxe".into()),
             ..profile()
         };
-        let s = render(&p, &target(&labels), Ipv4Addr::new(10, 66, 0, 1)).expect("renders");
+        let s = render(&p, &target(&labels), Ipv4Addr::new(10, 66, 0, 1), None).expect("renders");
         assert!(
             s.contains("chain --autofree http://installer.example/52:54:00:12:34:56.ipxe"),
             "{s}"
@@ -146,7 +190,7 @@ mod tests {
             local_disk: true,
             ..profile()
         };
-        let s = render(&p, &target(&labels), Ipv4Addr::new(10, 66, 0, 1)).expect("renders");
+        let s = render(&p, &target(&labels), Ipv4Addr::new(10, 66, 0, 1), None).expect("renders");
         assert!(s.contains("from its local disk\nexit"), "{s}");
         assert!(!s.contains("kernel "), "{s}");
     }
@@ -159,7 +203,7 @@ mod tests {
             initrd: vec![],
             ..profile()
         };
-        let s = render(&p, &target(&labels), Ipv4Addr::new(10, 66, 0, 1)).expect("renders");
+        let s = render(&p, &target(&labels), Ipv4Addr::new(10, 66, 0, 1), None).expect("renders");
         assert!(s.contains("exit 1"), "{s}");
     }
 }

@@ -598,6 +598,8 @@ hosts:
                 artifacts: None,
                 tftp_stats: OnceLock::new(),
                 http_stats: Stats::default(),
+                token_key: crate::http::token::TokenKey::random().expect("token key"),
+                refusal_log: Default::default(),
             });
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
             let addr = listener.local_addr().expect("address");

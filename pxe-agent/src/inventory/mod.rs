@@ -295,6 +295,22 @@ pub struct IpxeSettings {
     /// `script` is [`default_ipxe_script`], not the file's, so it follows
     /// the agent's HTTP port ([`Inventory::use_http_port`]).
     pub default_script: bool,
+    /// Whether a phone-home must carry the token of the host's rendered
+    /// script.
+    pub phone_home_token: PhoneHomeToken,
+}
+
+/// `ipxe.phone_home_token`: whether the phone-home endpoint requires the
+/// per-boot token the agent's script puts on the kernel command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PhoneHomeToken {
+    /// A phone-home without the current boot's token is refused (403).
+    #[default]
+    Required,
+    /// The host's address is enough, as before tokens: for systems that
+    /// phone home without having booted the agent's script (chained
+    /// installers, installed systems) and are not given the token.
+    Off,
 }
 
 impl Default for IpxeSettings {
@@ -303,6 +319,7 @@ impl Default for IpxeSettings {
             user_class: DEFAULT_IPXE_USER_CLASS.to_owned(),
             script: default_ipxe_script(DEFAULT_HTTP_PORT),
             default_script: true,
+            phone_home_token: PhoneHomeToken::default(),
         }
     }
 }

@@ -32,6 +32,8 @@ pub(super) struct RawDiscovery {
 pub(super) struct RawIpxe {
     pub user_class: Option<String>,
     pub script: Option<String>,
+    /// `required` or `off`; text so that a typo is reported with the rest.
+    pub phone_home_token: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

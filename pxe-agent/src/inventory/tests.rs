@@ -717,6 +717,7 @@ fn new_keys_parse_into_the_model() {
             user_class: "iPXE-lab".into(),
             script: "https://{server}/boot/{mac}.ipxe".into(),
             default_script: false,
+            phone_home_token: PhoneHomeToken::Required,
         }
     );
     let worker = &inventory.profiles[0];
@@ -929,6 +930,34 @@ fn ignore_policy_needs_neither_pool_nor_profile() {
     let err = parse("subnets: []\nprofiles: []\nhosts: []\ndiscovery: {profile: x}\n")
         .expect_err("policy is required in the block");
     assert!(err.to_string().contains("missing field `policy`"), "{err}");
+}
+
+#[test]
+fn phone_home_token_is_required_unless_turned_off() {
+    assert_eq!(
+        parse(EXTENDED).expect("valid").ipxe.phone_home_token,
+        PhoneHomeToken::Required
+    );
+    let with = |value: &str| {
+        EXTENDED.replace(
+            "  user_class: iPXE-lab\n",
+            &format!("  user_class: iPXE-lab\n  phone_home_token: {value}\n"),
+        )
+    };
+    assert_eq!(
+        parse(&with("required"))
+            .expect("valid")
+            .ipxe
+            .phone_home_token,
+        PhoneHomeToken::Required
+    );
+    assert_eq!(
+        parse(&with("off")).expect("valid").ipxe.phone_home_token,
+        PhoneHomeToken::Off
+    );
+    let problem = one_problem(&with("optional"));
+    assert_eq!(problem.field, "ipxe.phone_home_token");
+    assert!(problem.message.contains("required or off"), "{problem}");
 }
 
 #[test]

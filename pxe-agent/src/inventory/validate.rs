@@ -10,7 +10,8 @@ use std::{
 
 use super::{
     BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Inventory, IpxeSettings,
-    MAC_PLACEHOLDER, MacAddr, Match, Problem, Profile, Range, Rule, SERVER_PLACEHOLDER, Subnet,
+    MAC_PLACEHOLDER, MacAddr, Match, PhoneHomeToken, Problem, Profile, Range, Rule,
+    SERVER_PLACEHOLDER, Subnet,
     oob::{self, Secrets},
     option,
     raw::{
@@ -854,6 +855,14 @@ fn ipxe(raw: Option<&RawIpxe>, problems: &mut Vec<Problem>) -> IpxeSettings {
         }
         settings.script.clone_from(script);
         settings.default_script = false;
+    }
+    match raw.phone_home_token.as_deref() {
+        None | Some("required") => {}
+        Some("off") => settings.phone_home_token = PhoneHomeToken::Off,
+        Some(other) => report(
+            "phone_home_token",
+            format!("{other:?} is not required or off"),
+        ),
     }
     settings
 }

@@ -4,7 +4,8 @@
 //! `/init` mounts proc, sys and dev, loads the NIC modules in dependency
 //! order, runs `udhcpc` on the first network interface (the agent answers
 //! it), prints `PXE-AGENT-BOOTED <mac> <ip>`, POSTs to the URL given as
-//! `pxe.phonehome=` on the kernel command line, prints
+//! `pxe.phonehome=` on the kernel command line (with the boot's token, the
+//! `pxe_agent.token=` the agent's script puts there, as `?token=`), prints
 //! `PXE-AGENT-PHONED-HOME <mac> ok` (or `failed`), and powers off. Anything
 //! that goes wrong prints `PXE-AGENT-FAILED <why>` and powers off, so a VM
 //! run with `-no-reboot` always ends. With `pxe.stay` on the command line it
@@ -85,9 +86,11 @@ URL=
 STAY=
 BEATS=0
 EVERY=10
+TOKEN=
 for a in $(cat /proc/cmdline); do
     case "$a" in
     pxe.phonehome=*) URL=${a#pxe.phonehome=} ;;
+    pxe_agent.token=*) TOKEN=${a#pxe_agent.token=} ;;
     pxe.stay) STAY=1 ;;
     pxe.heartbeats=*) BEATS=${a#pxe.heartbeats=} ;;
     pxe.heartbeat_every=*) EVERY=${a#pxe.heartbeat_every=} ;;
@@ -95,6 +98,12 @@ for a in $(cat /proc/cmdline); do
 done
 echo "PXE-AGENT-BOOTED $MAC $IP"
 [ -n "$URL" ] || fail "no pxe.phonehome= on the kernel command line"
+if [ -n "$TOKEN" ]; then
+    case "$URL" in
+    *\?*) URL="$URL&token=$TOKEN" ;;
+    *) URL="$URL?token=$TOKEN" ;;
+    esac
+fi
 # busybox 1.35's own `wget -T` crashes (static build); bound it from outside.
 if timeout 20 wget -q -O /dev/null --post-data "ramdisk up on $IP, kernel $(uname -r)" "$URL"; then
     echo "PXE-AGENT-PHONED-HOME $MAC ok"
