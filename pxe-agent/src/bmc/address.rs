@@ -137,21 +137,7 @@ impl FromStr for BmcAddress {
                 address: address.to_owned(),
             });
         }
-        let (host, port) = split_host_port(rest).ok_or_else(|| AddressError::InvalidHost {
-            address: address.to_owned(),
-            host: rest.to_owned(),
-        })?;
-        if host.is_empty() {
-            return Err(AddressError::MissingHost {
-                address: address.to_owned(),
-            });
-        }
-        if !valid_host(host) {
-            return Err(AddressError::InvalidHost {
-                address: address.to_owned(),
-                host: host.to_owned(),
-            });
-        }
+        let (host, port) = host_and_port(address, rest)?;
         let port = match port {
             None => IPMI_DEFAULT_PORT,
             Some(p) => parse_port(address, p)?,
@@ -195,6 +181,27 @@ fn redfish(
             Some(p.to_owned())
         }
     };
+    let (host, port) = host_and_port(address, authority)?;
+    let port = match port {
+        None if https => 443,
+        None => 80,
+        Some(p) => parse_port(address, p)?,
+    };
+    Ok(BmcAddress::Redfish(RedfishAddress {
+        scheme: scheme.to_owned(),
+        https,
+        host: host.to_owned(),
+        port,
+        system,
+    }))
+}
+
+/// The host (checked) and the port text of `authority`, the `host[:port]`
+/// part of `address`.
+fn host_and_port<'a>(
+    address: &str,
+    authority: &'a str,
+) -> Result<(&'a str, Option<&'a str>), AddressError> {
     let (host, port) = split_host_port(authority).ok_or_else(|| AddressError::InvalidHost {
         address: address.to_owned(),
         host: authority.to_owned(),
@@ -210,18 +217,7 @@ fn redfish(
             host: host.to_owned(),
         });
     }
-    let port = match port {
-        None if https => 443,
-        None => 80,
-        Some(p) => parse_port(address, p)?,
-    };
-    Ok(BmcAddress::Redfish(RedfishAddress {
-        scheme: scheme.to_owned(),
-        https,
-        host: host.to_owned(),
-        port,
-        system,
-    }))
+    Ok((host, port))
 }
 
 fn parse_port(address: &str, p: &str) -> Result<u16, AddressError> {
