@@ -828,40 +828,7 @@ fn boot_set(
     report: &mut Report,
     origin: &Origin,
 ) -> BootSet {
-    let is_url = |f: &String| f.starts_with("http://") || f.starts_with("https://");
-    let mut set = BootSet {
-        bios: file(probe(0, false)),
-        uefi: file(probe(7, false)),
-        uefi_arm64: file(probe(11, false)),
-        http: file(probe(16, false)).filter(is_url),
-        chain: None,
-    };
-    if file(probe(9, false)) != set.uefi {
-        report.add(
-            origin,
-            "UEFI x64 architectures 7 and 9 boot different files: the inventory gives both the file of 7",
-        );
-    }
-    let ipxe = file(probe(0, true));
-    if file(probe(7, true)) != ipxe {
-        report.add(
-            origin,
-            "iPXE clients get a different file per architecture: the BIOS one is used for all",
-        );
-    }
-    match ipxe {
-        Some(f) if is_url(&f) => set.chain = Some(f),
-        Some(f) if [&set.bios, &set.uefi].contains(&&Some(f.clone())) => report.add(
-            origin,
-            format!("iPXE clients got {f:?} as other clients did: the agent sends them its iPXE script instead"),
-        ),
-        Some(f) => report.add(
-            origin,
-            format!("iPXE boot file {f:?} not translated: the agent chains iPXE to an http(s) URL only"),
-        ),
-        None => {}
-    }
-    set
+    BootSet::from_probes(|arch, ipxe| file(probe(arch, ipxe)), report, origin)
 }
 
 #[cfg(test)]

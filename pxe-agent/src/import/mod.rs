@@ -124,6 +124,50 @@ pub struct BootSet {
 }
 
 impl BootSet {
+    /// The boot set of a host whose server gives `file(arch, ipxe)` to a
+    /// client of that architecture (option 93), iPXE or not; what the
+    /// inventory cannot say the same way goes into `report`.
+    pub fn from_probes(
+        file: impl Fn(u16, bool) -> Option<String>,
+        report: &mut Report,
+        origin: &Origin,
+    ) -> BootSet {
+        let is_url = |f: &String| f.starts_with("http://") || f.starts_with("https://");
+        let mut set = BootSet {
+            bios: file(0, false),
+            uefi: file(7, false),
+            uefi_arm64: file(11, false),
+            http: file(16, false).filter(is_url),
+            chain: None,
+        };
+        if file(9, false) != set.uefi {
+            report.add(
+                origin,
+                "UEFI x64 architectures 7 and 9 boot different files: the inventory gives both the file of 7",
+            );
+        }
+        let ipxe = file(0, true);
+        if file(7, true) != ipxe {
+            report.add(
+                origin,
+                "iPXE clients get a different file per architecture: the BIOS one is used for all",
+            );
+        }
+        match ipxe {
+            Some(f) if is_url(&f) => set.chain = Some(f),
+            Some(f) if [&set.bios, &set.uefi].contains(&&Some(f.clone())) => report.add(
+                origin,
+                format!("iPXE clients got {f:?} as other clients did: the agent sends them its iPXE script instead"),
+            ),
+            Some(f) => report.add(
+                origin,
+                format!("iPXE boot file {f:?} not translated: the agent chains iPXE to an http(s) URL only"),
+            ),
+            None => {}
+        }
+        set
+    }
+
     fn files(&self) -> bool {
         self.bios.is_some()
             || self.uefi.is_some()
