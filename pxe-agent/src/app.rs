@@ -935,10 +935,47 @@ fn start_slow_path(
     let server = iface.server;
     info!(iface = %iface.name, "slow path listening on UDP port 67");
     let sock: std::net::UdpSocket = sock.into();
+    start_boot_server(iface, shared.clone(), stop.clone(), limits)?;
     std::thread::Builder::new()
         .name("dhcp-slow-path".into())
-        .spawn(move || supervise_slow_path(&sock, &raw, server, &shared, limits, &stop))
+        .spawn(move || supervise_slow_path(&sock, &raw, server, &shared, limits, &stop, false))
         .context("failed to start the slow path thread")
+}
+
+/// Binds the PXE boot server port (UDP 4011) on the interface and starts
+/// its thread: proxyDHCP clients send their follow-up DHCPREQUEST there
+/// (docs/lifecycle.md, "proxyDHCP").
+fn start_boot_server(
+    iface: &Iface,
+    shared: Arc<State>,
+    stop: Arc<AtomicBool>,
+    limits: Limits,
+) -> anyhow::Result<()> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let port = pxe_ebpf_common::bootp::PXE_PORT;
+    let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
+        .context("failed to open the PXE boot server socket")?;
+    sock.set_reuse_address(true)?;
+    sock.bind_device(Some(iface.name.as_bytes()))
+        .with_context(|| {
+            format!(
+                "failed to bind the PXE boot server socket to {}",
+                iface.name
+            )
+        })?;
+    sock.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)).into())
+        .with_context(|| format!("failed to bind UDP port {port} on {}", iface.name))?;
+    sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let raw = RawSocket::send_only(&iface.name)
+        .with_context(|| format!("failed to open a raw socket on {}", iface.name))?;
+    let server = iface.server;
+    info!(iface = %iface.name, "PXE boot server listening on UDP port {port}");
+    let sock: std::net::UdpSocket = sock.into();
+    std::thread::Builder::new()
+        .name("dhcp-boot-server".into())
+        .spawn(move || supervise_slow_path(&sock, &raw, server, &shared, limits, &stop, true))
+        .context("failed to start the PXE boot server thread")?;
+    Ok(())
 }
 
 /// Pause before a slow path that died is started again.
@@ -953,10 +990,15 @@ fn supervise_slow_path(
     shared: &Arc<State>,
     limits: Limits,
     stop: &AtomicBool,
+    boot_server: bool,
 ) {
     loop {
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            server::serve(sock, raw, server, shared.clone(), limits, stop)
+            if boot_server {
+                server::serve_boot_server(sock, raw, server, shared.clone(), limits, stop)
+            } else {
+                server::serve(sock, raw, server, shared.clone(), limits, stop)
+            }
         }));
         let Err(panic) = run else {
             shared.health.slow_path_down(None);

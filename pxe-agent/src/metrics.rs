@@ -109,6 +109,8 @@ pub fn render(p: &Page) -> String {
         ("offer", &p.slow.offers),
         ("ack", &p.slow.acks),
         ("nak", &p.slow.naks),
+        ("proxy_offer", &p.slow.proxy_offers),
+        ("proxy_ack", &p.slow.proxy_acks),
     ] {
         o.sample(SLOW_REPLIES, &format!("type=\"{kind}\""), load(c));
     }

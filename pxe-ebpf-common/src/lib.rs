@@ -77,6 +77,14 @@ pub mod bootp {
     pub const OPT_USER_CLASS: u8 = 77;
     pub const OPT_RELAY_AGENT_INFO: u8 = 82;
     pub const OPT_CLIENT_ARCH: u8 = 93;
+    /// Client machine identifier (RFC 4578 section 2.3), echoed in
+    /// proxyDHCP answers.
+    pub const OPT_CLIENT_UUID: u8 = 97;
+    /// Vendor-specific information (RFC 2132 section 8.4): PXE's options.
+    pub const OPT_VENDOR_INFO: u8 = 43;
+    /// The PXE boot server port a proxyDHCP client sends its follow-up
+    /// DHCPREQUEST to (PXE 2.1 section 2.2.3).
+    pub const PXE_PORT: u16 = 4011;
     /// iPXE's encapsulated options (sent by iPXE itself, never by a PXE ROM).
     pub const OPT_IPXE_ENCAP: u8 = 175;
 
@@ -204,13 +212,16 @@ pub enum ReplyDestination {
 }
 
 /// RFC 2131 section 4.1: giaddr first, then ciaddr, then the broadcast bit.
+/// A reply without an address (`yiaddr` 0: a proxyDHCP offer) has no
+/// unicast destination on the client's segment and is broadcast, as the
+/// PXE specification (2.1, section 2.2.3) has proxy offers sent.
 /// Addresses are in network byte order as read off the wire.
-pub fn reply_destination(flags: u16, ciaddr: u32, giaddr: u32) -> ReplyDestination {
+pub fn reply_destination(flags: u16, ciaddr: u32, giaddr: u32, yiaddr: u32) -> ReplyDestination {
     if giaddr != 0 {
         ReplyDestination::Relay
     } else if ciaddr != 0 {
         ReplyDestination::Ciaddr
-    } else if flags & bootp::FLAG_BROADCAST != 0 {
+    } else if flags & bootp::FLAG_BROADCAST != 0 || yiaddr == 0 {
         ReplyDestination::Broadcast
     } else {
         ReplyDestination::Yiaddr
@@ -268,7 +279,10 @@ pub struct ReplyTemplate {
     pub msg_type_off: u16,
     /// The server interface's MAC, the Ethernet source of every reply.
     pub server_mac: [u8; 6],
-    pub _pad: [u8; 2],
+    /// Nonzero for a proxyDHCP offer (a host of a subnet in mode proxy):
+    /// DISCOVERs get it, REQUESTs on port 67 are the address server's.
+    pub proxy: u8,
+    pub _pad: [u8; 1],
     pub payload: [u8; bootp::TEMPLATE_BYTES],
 }
 const _: () = assert!(size_of::<ReplyTemplate>() == 32 + bootp::TEMPLATE_BYTES);
@@ -285,7 +299,8 @@ impl ReplyTemplate {
             len: 0,
             msg_type_off: 0,
             server_mac: [0; 6],
-            _pad: [0; 2],
+            proxy: 0,
+            _pad: [0; 1],
             payload: [0; bootp::TEMPLATE_BYTES],
         }
     }
@@ -393,6 +408,16 @@ pub enum Counter {
     /// port, a bridge member, a subnet-directed broadcast): left to the
     /// stack, which delivers what is this host's.
     PassNotForUs,
+    /// A proxyDHCP offer sent (counted instead of `TxOffer`).
+    TxProxyOffer,
+    /// A request from a client that is not PXE firmware (no vendor class
+    /// `PXEClient`) in a subnet in mode proxy: never answered, by either
+    /// path. The slow path counts it; the kernel passes such requests as
+    /// unknown hosts (it holds no template for them).
+    IgnoreNotPxe,
+    /// A PXE request with a client machine identifier (97) for a proxy
+    /// template: the answer echoes it, so the slow path gives it.
+    PassClientUuid,
     Count,
 }
 
@@ -417,6 +442,9 @@ impl Counter {
         Counter::EventLost,
         Counter::TraceLost,
         Counter::PassNotForUs,
+        Counter::TxProxyOffer,
+        Counter::IgnoreNotPxe,
+        Counter::PassClientUuid,
     ];
 
     /// Metric-friendly name.
@@ -441,6 +469,9 @@ impl Counter {
             Counter::Error => "error",
             Counter::EventLost => "event_lost",
             Counter::TraceLost => "trace_lost",
+            Counter::TxProxyOffer => "tx_proxy_offer",
+            Counter::IgnoreNotPxe => "ignore_not_pxe",
+            Counter::PassClientUuid => "pass_client_uuid",
             Counter::Count => "count",
         }
     }
@@ -534,10 +565,12 @@ mod tests {
     #[test]
     fn reply_destination_prefers_giaddr_then_ciaddr_then_broadcast() {
         use ReplyDestination::*;
-        assert_eq!(reply_destination(0x8000, 1, 2), Relay);
-        assert_eq!(reply_destination(0x8000, 1, 0), Ciaddr);
-        assert_eq!(reply_destination(0x8000, 0, 0), Broadcast);
-        assert_eq!(reply_destination(0, 0, 0), Yiaddr);
+        assert_eq!(reply_destination(0x8000, 1, 2, 3), Relay);
+        assert_eq!(reply_destination(0x8000, 1, 0, 3), Ciaddr);
+        assert_eq!(reply_destination(0x8000, 0, 0, 3), Broadcast);
+        assert_eq!(reply_destination(0, 0, 0, 3), Yiaddr);
+        // A proxy offer names no address to unicast to.
+        assert_eq!(reply_destination(0, 0, 0, 0), Broadcast);
     }
 
     #[test]

@@ -55,7 +55,8 @@ pub struct Options {
     has_requested_ip: bool,
     has_server_id: bool,
     has_arch: bool,
-    _pad: u8,
+    /// Client machine identifier (97) present: a proxy answer echoes it.
+    pub client_uuid: bool,
     requested_ip: [u8; 4],
     server_id: [u8; 4],
     arch: u16,
@@ -71,7 +72,7 @@ impl Options {
         has_requested_ip: false,
         has_server_id: false,
         has_arch: false,
-        _pad: 0,
+        client_uuid: false,
         requested_ip: [0; 4],
         server_id: [0; 4],
         arch: 0,
@@ -291,6 +292,7 @@ pub fn walk_options(ctx: &XdpContext, end: usize) -> Result<Options, OptionsErro
             }
             OPT_USER_CLASS | OPT_IPXE_ENCAP => s.opts.ipxe = true,
             OPT_RELAY_AGENT_INFO => s.opts.relay_info = true,
+            OPT_CLIENT_UUID => s.opts.client_uuid = true,
             OPT_OVERLOAD => return Err(OptionsError::Unsupported),
             // A malformed known option (wrong length) is not ours to guess at.
             OPT_MESSAGE_TYPE | OPT_REQUESTED_IP | OPT_SERVER_ID | OPT_CLIENT_ARCH => {

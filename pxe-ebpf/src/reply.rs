@@ -168,6 +168,10 @@ fn answer(ctx: &XdpContext, ip_len: usize) -> Result<Outcome, Counter> {
     if relayed && mask(req.giaddr, t.netmask) != t.subnet {
         return Err(Counter::PassRelay);
     }
+    // A proxy answer echoes option 97, which no template holds.
+    if t.proxy != 0 && opts.client_uuid {
+        return Err(Counter::PassClientUuid);
+    }
     if ack {
         // RFC 2131 4.3.2: SELECTING names a server; INIT-REBOOT asks for an
         // address; RENEWING/REBINDING fills ciaddr.
@@ -179,7 +183,8 @@ fn answer(ctx: &XdpContext, ip_len: usize) -> Result<Outcome, Counter> {
             (None, Some(requested)) if req.ciaddr == [0; 4] => Some(requested),
             (None, _) => Some(req.ciaddr),
         };
-        if wanted != Some(t.yiaddr) {
+        // A proxy subnet's REQUESTs on port 67 are the address server's.
+        if t.proxy != 0 || wanted != Some(t.yiaddr) {
             return Err(Counter::PassRequestMismatch);
         }
     }
@@ -270,6 +275,7 @@ fn splice(
         u16::from_be_bytes(req.flags),
         u32::from_be_bytes(req.ciaddr),
         u32::from_be_bytes(req.giaddr),
+        u32::from_be_bytes(t.yiaddr),
     );
     let (dst_mac, dst_ip, dst_port) = match dest {
         ReplyDestination::Relay => (req.client_mac, req.giaddr, SERVER_PORT),
@@ -350,6 +356,8 @@ fn splice(
     });
     Ok(Outcome::Tx(if ack {
         Counter::TxAck
+    } else if t.proxy != 0 {
+        Counter::TxProxyOffer
     } else {
         Counter::TxOffer
     }))

@@ -16,8 +16,8 @@ use std::{borrow::Cow, collections::BTreeMap, net::Ipv4Addr, ops::RangeInclusive
 
 use dhcproto::v4::{DhcpOption, DhcpOptions, MessageType, OptionCode, UnknownOption};
 use pxe_ebpf_common::{
-    BootClass, Counter, boot_class,
-    bootp::{HTTP_CLIENT, PXE_CLIENT},
+    BootClass, Counter, VendorClass, boot_class,
+    bootp::{HTTP_CLIENT, OPT_CLIENT_UUID, OPT_VENDOR_INFO, PXE_CLIENT},
 };
 
 use super::Request;
@@ -65,6 +65,17 @@ pub struct Reply {
     /// BOOTP `file`: the TFTP boot file of PXE firmware.
     pub file: Option<String>,
     pub options: DhcpOptions,
+}
+
+impl Reply {
+    /// A proxyDHCP answer: boot information without an address, naming
+    /// itself `PXEClient` (option 60), which no other reply does.
+    pub fn is_proxy(&self) -> bool {
+        matches!(
+            self.options.get(OptionCode::ClassIdentifier),
+            Some(DhcpOption::ClassIdentifier(id)) if id.as_slice() == PXE_CLIENT
+        )
+    }
 }
 
 /// The fast path's verdict on a request.
@@ -118,6 +129,9 @@ pub fn fast_path(req: &Request, inv: &Inventory, server: &Server) -> Decision {
     {
         return Decision::Pass(Counter::PassUnknownHost);
     }
+    if let Some(reason) = proxy_kernel_passes(req, inv, host, class, server) {
+        return Decision::Pass(reason);
+    }
     match decide(req, inv, server) {
         Answer::Reply(reply) if reply.kind != ReplyKind::Nak => Decision::Reply(reply),
         // The kernel sends no NAKs: the slow path does.
@@ -149,6 +163,31 @@ fn kernel_answers(profile: &Profile, host: &Host, class: BootClass, server: &Ser
         return false;
     };
     boot_answer(profile, boot.as_ref(), class, None, host.mac, server).is_some()
+}
+
+/// Where the kernel's part of proxyDHCP ends, for a host of a subnet in
+/// mode proxy: it holds a host's proxy OFFER for a class (`decide`'s answer
+/// to the class's DISCOVER) when there is one, and gives it only to
+/// requests without option 97, which the answer echoes. REQUESTs on port
+/// 67 it drops or passes as `decide` ignores them.
+fn proxy_kernel_passes(
+    req: &Request,
+    inv: &Inventory,
+    host: &Host,
+    class: BootClass,
+    server: &Server,
+) -> Option<Counter> {
+    if !inv.subnet_of(host).is_proxy() {
+        return None;
+    }
+    let template = Request::of_class(host.mac, class, None);
+    if !matches!(decide(&template, inv, server), Answer::Reply(_)) {
+        return Some(Counter::PassUnknownHost);
+    }
+    req.more
+        .client_uuid
+        .is_some()
+        .then_some(Counter::PassClientUuid)
 }
 
 /// The address a DHCPREQUEST asks for (RFC 2131 4.3.2): SELECTING names a
@@ -299,41 +338,105 @@ pub fn build(
     options.insert(DhcpOption::MessageType(kind.message_type()));
     options.insert(DhcpOption::ServerIdentifier(server.ip));
 
-    let (mut siaddr, mut file) = (Ipv4Addr::UNSPECIFIED, None);
+    let (siaddr, file) = boot_fields(boot, &mut options, server, false);
+    extra_options(&mut options, rule_options, subject.options);
+    Reply {
+        kind,
+        yiaddr: subject.ip,
+        siaddr,
+        file,
+        options,
+    }
+}
+
+/// Puts the boot answer into a reply: `siaddr` and `file` for TFTP, option
+/// 67 (and 60 for HTTP boot) otherwise. `proxy` for a proxyDHCP answer, in
+/// which iPXE is not told that there is no proxyDHCP server.
+fn boot_fields(
+    boot: Boot,
+    options: &mut DhcpOptions,
+    server: &Server,
+    proxy: bool,
+) -> (Ipv4Addr, Option<String>) {
     match boot {
-        Boot::None => {}
-        Boot::Tftp(name) => {
-            siaddr = server.ip;
-            file = Some(name);
-        }
+        Boot::None => (Ipv4Addr::UNSPECIFIED, None),
+        Boot::Tftp(name) => (server.ip, Some(name)),
         Boot::Http(url) => {
             // UEFI HTTP boot takes only offers that echo "HTTPClient"
             // (UEFI 2.5 section 24.7.2).
             options.insert(DhcpOption::ClassIdentifier(HTTP_CLIENT.to_vec()));
             options.insert(DhcpOption::BootfileName(url.into_bytes()));
+            (Ipv4Addr::UNSPECIFIED, None)
         }
         Boot::Ipxe(url) => {
             options.insert(DhcpOption::BootfileName(url.into_bytes()));
-            // iPXE waits for ProxyDHCP offers unless told there are none:
-            // encapsulated option 176 (no-pxedhcp) = 1.
-            options.insert(DhcpOption::Unknown(UnknownOption::new(
-                OptionCode::from(175),
-                vec![176, 1, 1],
-            )));
+            if !proxy {
+                // iPXE waits for ProxyDHCP offers unless told there are
+                // none: encapsulated option 176 (no-pxedhcp) = 1.
+                options.insert(DhcpOption::Unknown(UnknownOption::new(
+                    OptionCode::from(175),
+                    vec![176, 1, 1],
+                )));
+            }
+            (Ipv4Addr::UNSPECIFIED, None)
         }
     }
-    let extra = rule_options
+}
+
+/// Rule options, then the host's own options (a later source wins per code).
+fn extra_options(
+    options: &mut DhcpOptions,
+    rule_options: &BTreeMap<u8, Vec<u8>>,
+    host_options: Option<&BTreeMap<u8, Vec<u8>>>,
+) {
+    for (code, value) in rule_options
         .iter()
-        .chain(subject.options.into_iter().flatten());
-    for (code, value) in extra {
+        .chain(host_options.into_iter().flatten())
+    {
         options.insert(DhcpOption::Unknown(UnknownOption::new(
             OptionCode::from(*code),
             value.clone(),
         )));
     }
+}
+
+/// PXE vendor options (option 43, PXE 2.1 section 2.4.1.2):
+/// PXE_DISCOVERY_CONTROL (6) = 8, "boot the file this offer names, without
+/// boot server discovery or a menu", then the end tag. BIOS PXE ROMs take a
+/// proxy offer only with it.
+const PXE_VENDOR_OPTIONS: [u8; 4] = [6, 1, 8, 255];
+
+/// A proxyDHCP answer (PXE 2.1 section 2.2.3): no address and no address
+/// options (the address server gives those), the boot answer, server id,
+/// option 60 `PXEClient`, the PXE vendor options, option 97 echoed when
+/// the client sent it, then rule and host options.
+fn build_proxy(
+    kind: ReplyKind,
+    boot: Boot,
+    rule_options: &BTreeMap<u8, Vec<u8>>,
+    host_options: Option<&BTreeMap<u8, Vec<u8>>>,
+    req: &Request,
+    server: &Server,
+) -> Reply {
+    let mut options = DhcpOptions::new();
+    options.insert(DhcpOption::MessageType(kind.message_type()));
+    options.insert(DhcpOption::ServerIdentifier(server.ip));
+    options.insert(DhcpOption::ClassIdentifier(PXE_CLIENT.to_vec()));
+    options.insert(DhcpOption::Unknown(UnknownOption::new(
+        OptionCode::from(OPT_VENDOR_INFO),
+        PXE_VENDOR_OPTIONS.to_vec(),
+    )));
+    if let Some(uuid) = &req.more.client_uuid {
+        options.insert(DhcpOption::Unknown(UnknownOption::new(
+            OptionCode::from(OPT_CLIENT_UUID),
+            uuid.clone(),
+        )));
+    }
+    let (siaddr, file) = boot_fields(boot, &mut options, server, true);
+    extra_options(&mut options, rule_options, host_options);
     Reply {
         kind,
-        yiaddr: subject.ip,
+        yiaddr: Ipv4Addr::UNSPECIFIED,
         siaddr,
         file,
         options,
@@ -444,6 +547,9 @@ pub fn decide_shared(req: &Request, inv: &Inventory, server: &Server, pools: &Po
         server.ip
     };
     let host = inv.host_by_mac(req.chaddr);
+    if proxy_subnet(inv, host, segment).is_some() {
+        return proxy(req, inv, server, host, msg_type);
+    }
     let kind = match msg_type {
         MessageType::Discover => ReplyKind::Offer,
         MessageType::Request => ReplyKind::Ack,
@@ -493,6 +599,78 @@ pub fn decide_shared(req: &Request, inv: &Inventory, server: &Server, pools: &Po
     let boot =
         boot_answer(profile, boot.as_ref(), class, ipxe, host.mac, server).unwrap_or(Boot::None);
     let mut reply = build(&Subject::host(inv, host), kind, boot, &rule_options, server);
+    echo_relay_info(&mut reply, req);
+    Answer::Reply(reply)
+}
+
+/// The subnet in mode proxy the request belongs to, if it does: a known
+/// host's own, an unknown client's by the segment it came from.
+fn proxy_subnet<'a>(
+    inv: &'a Inventory,
+    host: Option<&Host>,
+    segment: Ipv4Addr,
+) -> Option<&'a Subnet> {
+    match host {
+        Some(host) => Some(inv.subnet_of(host)),
+        None => inv.subnets.iter().find(|s| s.contains(segment)),
+    }
+    .filter(|s| s.is_proxy())
+}
+
+/// proxyDHCP (PXE 2.1 section 2.2.3), in a subnet whose addresses another
+/// DHCP server leases: PXE firmware (option 60 `PXEClient`, which iPXE
+/// sends too) gets its boot answer and no address. A DISCOVER on port 67
+/// gets a proxy OFFER; the follow-up DHCPREQUEST on port 4011, which the
+/// client sends once it holds its address, the ACK. Nothing else is
+/// answered: REQUESTs on port 67 complete the client's lease with the
+/// address server, and clients that are not PXE firmware are never
+/// answered at all. Only hosts of the inventory are answered: a host's
+/// `ip` is the address the address server reserves for it, which its
+/// script and phone-home must come from, and an unknown machine has none
+/// this agent knows (discovery needs this agent's own pool).
+fn proxy(
+    req: &Request,
+    inv: &Inventory,
+    server: &Server,
+    host: Option<&Host>,
+    msg_type: MessageType,
+) -> Answer {
+    if req.vendor != VendorClass::PxeClient {
+        return Answer::Ignore(Counter::IgnoreNotPxe);
+    }
+    let kind = match (msg_type, req.boot_server) {
+        (MessageType::Request, _) if req.server_id.is_some_and(|id| id != server.ip) => {
+            return Answer::Ignore(Counter::DropOtherServer);
+        }
+        (MessageType::Discover, false) => ReplyKind::Offer,
+        (MessageType::Request, true) => ReplyKind::Ack,
+        (MessageType::Request, false) => return Answer::Ignore(Counter::PassRequestMismatch),
+        _ => return Answer::Ignore(Counter::PassMessageType),
+    };
+    let Some(class) = boot_class(req.arch, req.vendor) else {
+        return Answer::Ignore(Counter::PassUnsupportedClient);
+    };
+    let Some(host) = host else {
+        return Answer::Ignore(Counter::PassUnknownHost);
+    };
+    let relayed = !req.giaddr.is_unspecified();
+    if relayed && !inv.subnet_of(host).contains(req.giaddr) {
+        return Answer::Ignore(Counter::PassRelay);
+    }
+    if !relayed && req.ciaddr.is_unspecified() && !on_segment(inv, host, server) {
+        return Answer::Ignore(Counter::PassUnknownHost);
+    }
+    let profile = inv.profile_of(host);
+    let (boot, rule_options) = profile.boot_for(&host.labels, &req.traits());
+    let ipxe = req
+        .is_ipxe(&inv.ipxe.user_class)
+        .then_some(inv.ipxe.script.as_str());
+    // Boot information is all a proxy has to give.
+    let boot = match boot_answer(profile, boot.as_ref(), class, ipxe, req.chaddr, server) {
+        Some(Boot::None) | None => return Answer::Ignore(Counter::PassUnsupportedClient),
+        Some(boot) => boot,
+    };
+    let mut reply = build_proxy(kind, boot, &rule_options, Some(&host.options), req, server);
     echo_relay_info(&mut reply, req);
     Answer::Reply(reply)
 }

@@ -27,6 +27,10 @@ pub struct Request {
     pub ipxe: bool,
     /// Relay agent information (82).
     pub relay_info: bool,
+    /// Received on the PXE boot server port (4011) rather than on 67: a
+    /// proxyDHCP client's follow-up request. Not on the wire; set by the
+    /// socket that read it.
+    pub boot_server: bool,
     /// What the slow path reads beyond the fast path's fields.
     pub more: Details,
 }
@@ -44,6 +48,9 @@ pub struct Details {
     pub relay_agent_info: Option<Vec<u8>>,
     /// Option 12.
     pub hostname: Option<String>,
+    /// Option 97, the client machine identifier (RFC 4578 section 2.3),
+    /// as sent: a proxyDHCP answer echoes it.
+    pub client_uuid: Option<Vec<u8>>,
 }
 
 impl Request {
@@ -166,6 +173,7 @@ impl Request {
                 OPT_HOSTNAME => {
                     req.more.hostname = Some(String::from_utf8_lossy(value).into_owned());
                 }
+                OPT_CLIENT_UUID => req.more.client_uuid = Some(value.to_vec()),
                 _ => {}
             }
         }
@@ -212,6 +220,7 @@ impl Request {
             vendor: VendorClass::None,
             ipxe: false,
             relay_info: false,
+            boot_server: false,
             more: Details::default(),
         }
     }

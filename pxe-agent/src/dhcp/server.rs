@@ -6,7 +6,9 @@
 //! sends each reply where RFC 2131 section 4.1 says: to the relay, to
 //! ciaddr, or as a raw frame to a client that has no address yet. It owns
 //! delivery, rate limiting and the slow path's counters; policy stays in
-//! `decide`.
+//! `decide`. A second instance on the PXE boot server port (4011) reads
+//! proxyDHCP clients' follow-up requests and answers each where it came
+//! from ([`serve_boot_server`]).
 
 use std::{
     fmt::Write as _,
@@ -60,6 +62,10 @@ pub struct Stats {
     pub offers: AtomicU64,
     pub acks: AtomicU64,
     pub naks: AtomicU64,
+    /// proxyDHCP answers (PXE boot information without an address); not
+    /// counted in `offers` and `acks`.
+    pub proxy_offers: AtomicU64,
+    pub proxy_acks: AtomicU64,
     /// Requests not answered, by reason (indexed by `Counter`).
     pub ignored: [AtomicU64; Counter::Count as usize],
     pub limited_mac: AtomicU64,
@@ -106,9 +112,38 @@ pub fn serve(
     limits: Limits,
     stop: &AtomicBool,
 ) {
+    run(sock, raw, server, state, limits, stop, false);
+}
+
+/// Serves the PXE boot server port until `stop`: `sock` is bound to UDP
+/// 4011 on the interface. Requests read there are proxyDHCP clients'
+/// follow-up DHCPREQUESTs (PXE 2.1 section 2.2.3), decided under the same
+/// policy and answered to the address and port they came from.
+pub fn serve_boot_server(
+    sock: &UdpSocket,
+    raw: &RawSocket,
+    server: Server,
+    state: Arc<State>,
+    limits: Limits,
+    stop: &AtomicBool,
+) {
+    run(sock, raw, server, state, limits, stop, true);
+}
+
+fn run(
+    sock: &UdpSocket,
+    raw: &RawSocket,
+    server: Server,
+    state: Arc<State>,
+    limits: Limits,
+    stop: &AtomicBool,
+    boot_server: bool,
+) {
     let mut path = SlowPath {
         sock,
         raw,
+        boot_server,
+        peer: None,
         server,
         limiter: Limiter::new(limits.per_mac, limits.unknown, limits.tracked_macs),
         started: Instant::now(),
@@ -119,16 +154,27 @@ pub fn serve(
     };
     let mut buf = vec![[0u8; 1500]; BATCH];
     while !stop.load(Ordering::Relaxed) {
-        path.state.health.slow_path_beat();
+        // The port-67 loop is the one readiness follows and the one that
+        // expires leases (port 4011 leases nothing).
+        if !boot_server {
+            path.state.health.slow_path_beat();
+        }
         let received = path.receive(&mut buf);
         path.handle_batch(&buf, &received);
-        path.expire_leases();
+        if !boot_server {
+            path.expire_leases();
+        }
     }
 }
 
 struct SlowPath<'a> {
     sock: &'a UdpSocket,
     raw: &'a RawSocket,
+    /// This instance reads the PXE boot server port (4011).
+    boot_server: bool,
+    /// Where the request being handled came from: a boot server port
+    /// request is answered there.
+    peer: Option<SocketAddr>,
     server: Server,
     limiter: Limiter,
     started: Instant,
@@ -189,8 +235,9 @@ impl SlowPath<'_> {
             .clone();
         let (now, mono) = (unix_now(), self.started.elapsed().as_secs_f64());
         let mut pending = Vec::new();
-        for (slot, (len, _from)) in buf.iter().zip(received) {
+        for (slot, (len, from)) in buf.iter().zip(received) {
             bump(&self.state.stats.rx);
+            self.peer = Some(*from);
             let bytes = &slot[..*len];
             // No request may stop the slow path, whatever a parser does
             // with it: a panic ends this request only.
@@ -229,10 +276,11 @@ impl SlowPath<'_> {
         now: u64,
         mono: f64,
     ) -> Option<PendingAck> {
-        let Ok(req) = Request::parse(bytes) else {
+        let Ok(mut req) = Request::parse(bytes) else {
             bump(&self.state.stats.malformed);
             return None;
         };
+        req.boot_server = self.boot_server;
         let known = inv.host_by_mac(req.chaddr).is_some();
         if let Err(limited) = self.limiter.admit(req.chaddr, known, mono) {
             self.trace(&req, "rate_limited", || format!("{limited:?}"));
@@ -466,9 +514,16 @@ impl SlowPath<'_> {
                 req_fields.flags,
                 u32::from(req.ciaddr),
                 u32::from(req.giaddr),
+                u32::from(reply.yiaddr),
             )
         };
         let sent = match dest {
+            // PXE 2.1 section 2.2.3: a boot server answers the address and
+            // port the request came from (the client holds its address).
+            _ if req.boot_server => match self.peer {
+                Some(peer) => self.sock.send_to(&bytes, peer).map(drop),
+                None => Err(io::Error::other("no peer to answer")),
+            },
             ReplyDestination::Relay => self
                 .sock
                 .send_to(&bytes, (req.giaddr, bootp::SERVER_PORT))
@@ -484,15 +539,21 @@ impl SlowPath<'_> {
         };
         match sent {
             Ok(()) => {
-                let (counter, what) = match reply.kind {
-                    ReplyKind::Offer => (&stats.offers, "offer"),
-                    ReplyKind::Ack => (&stats.acks, "ack"),
-                    ReplyKind::Nak => (&stats.naks, "nak"),
+                let (counter, what) = match (reply.kind, reply.is_proxy()) {
+                    (ReplyKind::Offer, false) => (&stats.offers, "offer"),
+                    (ReplyKind::Ack, false) => (&stats.acks, "ack"),
+                    (ReplyKind::Offer, true) => (&stats.proxy_offers, "proxy offer"),
+                    (ReplyKind::Ack, true) => (&stats.proxy_acks, "proxy ack"),
+                    (ReplyKind::Nak, _) => (&stats.naks, "nak"),
                 };
                 bump(counter);
+                let to = || match self.peer.filter(|_| req.boot_server) {
+                    Some(peer) => peer.to_string(),
+                    None => format!("{dest:?}"),
+                };
                 self.trace(req, what, || match &reply.file {
-                    Some(file) => format!("{} file {file} to {dest:?}", reply.yiaddr),
-                    None => format!("{} to {dest:?}", reply.yiaddr),
+                    Some(file) => format!("{} file {file} to {}", reply.yiaddr, to()),
+                    None => format!("{} to {}", reply.yiaddr, to()),
                 });
                 let detail = format!("{what} {} (slow path)", reply.yiaddr);
                 self.state

@@ -80,6 +80,7 @@ pub fn build(
     let mut t = ReplyTemplate::zeroed();
     t.server_ip = server.ip.octets();
     t.server_mac = server.mac;
+    t.proxy = u8::from(offer.is_proxy());
     t.yiaddr = offer.yiaddr.octets();
     t.subnet = subnet.network.octets();
     t.netmask = subnet.netmask().octets();

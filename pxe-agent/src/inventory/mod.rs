@@ -113,9 +113,29 @@ pub struct Subnet {
     /// Addresses leased to machines that are not in the inventory, when
     /// discovery is on. Inside the subnet; holds no reserved address.
     pub pool: Option<Range>,
+    /// Whether this agent hands out the addresses or only boot information.
+    pub mode: SubnetMode,
+}
+
+/// Who gives a subnet's clients their addresses (docs/lifecycle.md,
+/// "proxyDHCP").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SubnetMode {
+    /// This agent: reservations and the discovery pool.
+    #[default]
+    Server,
+    /// Another DHCP server: this agent answers PXE clients with boot
+    /// information only (PXE 2.1 section 2.2.3 proxyDHCP), on port 67 and
+    /// on port 4011, and never answers other clients.
+    Proxy,
 }
 
 impl Subnet {
+    pub fn is_proxy(&self) -> bool {
+        self.mode == SubnetMode::Proxy
+    }
+
     fn mask_bits(&self) -> u32 {
         match self.prefix {
             0 => 0,

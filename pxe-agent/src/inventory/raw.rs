@@ -47,6 +47,8 @@ pub(super) struct RawSubnet {
     /// Seconds; `None` means the default.
     pub lease_time: Option<u32>,
     pub pool: Option<RawRange>,
+    #[serde(default)]
+    pub mode: super::SubnetMode,
 }
 
 #[derive(Debug, Deserialize)]

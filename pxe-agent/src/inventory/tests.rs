@@ -75,6 +75,7 @@ fn full_format_parses_into_the_model() {
             domain: Some("lab.example".into()),
             lease_time: 7200,
             pool: None,
+            mode: SubnetMode::Server,
         }]
     );
     assert_eq!(
@@ -645,6 +646,7 @@ fn subnet_netmask_broadcast_and_contains() {
         domain: None,
         lease_time: DEFAULT_LEASE_TIME,
         pool: None,
+        mode: SubnetMode::Server,
     };
     let lab = subnet([10, 66, 0, 0], 16);
     assert_eq!(lab.netmask(), Ipv4Addr::new(255, 255, 0, 0));

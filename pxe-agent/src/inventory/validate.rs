@@ -11,7 +11,7 @@ use std::{
 use super::{
     BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Inventory, IpxeSettings,
     MAC_PLACEHOLDER, MacAddr, Match, PhoneHomeToken, Problem, Profile, Range, Rule,
-    SERVER_PLACEHOLDER, Subnet,
+    SERVER_PLACEHOLDER, Subnet, SubnetMode,
     oob::{self, Secrets},
     option,
     raw::{
@@ -98,6 +98,7 @@ fn subnets(raw: &[RawSubnet], problems: &mut Vec<Problem>) -> Vec<Option<Subnet>
                     domain: entry.domain.clone(),
                     lease_time: entry.lease_time.unwrap_or(DEFAULT_LEASE_TIME),
                     pool: None,
+                    mode: entry.mode,
                 };
                 subnet.network = Ipv4Addr::from(u32::from(address) & u32::from(subnet.netmask()));
                 if subnet.network != address {
@@ -169,6 +170,7 @@ fn subnets(raw: &[RawSubnet], problems: &mut Vec<Problem>) -> Vec<Option<Subnet>
             .pool
             .as_ref()
             .and_then(|pool| check_pool(pool, subnet.as_ref(), router, &mut report));
+        check_proxy(entry, &mut report);
 
         out.push(subnet.map(|subnet| Subnet {
             router,
@@ -178,6 +180,19 @@ fn subnets(raw: &[RawSubnet], problems: &mut Vec<Problem>) -> Vec<Option<Subnet>
         }));
     }
     out
+}
+
+/// A proxyDHCP subnet hands out no addresses: the address server's pool is
+/// configured there, not here.
+fn check_proxy(entry: &RawSubnet, report: &mut impl FnMut(&str, String)) {
+    if entry.mode == SubnetMode::Proxy && entry.pool.is_some() {
+        report(
+            "pool",
+            "a subnet in mode proxy hands out no addresses (the other DHCP server \
+             leases them): remove the pool, or use mode server"
+                .to_owned(),
+        );
+    }
 }
 
 /// The pool, if its ends are addresses in order (so that hosts can still be
