@@ -1764,4 +1764,209 @@ hosts:
             other => Err(slow(other)),
         }
     }
+
+    const PROXY_INV: &str = r#"
+subnets:
+  - {cidr: 10.66.0.0/16, mode: proxy, router: 10.66.0.254, dns: [10.66.0.254]}
+profiles:
+  - name: worker
+    boot: {bios: undionly.kpxe, uefi: ipxe.efi, http: "http://{server}/ipxe.efi"}
+  - name: bare
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, profile: worker}
+  - {mac: "52:54:00:00:00:02", ip: 10.66.1.11, profile: bare}
+"#;
+
+    fn proxy_inv() -> Inventory {
+        Inventory::parse(Path::new("t.yaml"), PROXY_INV).expect("valid")
+    }
+
+    fn boot_server(mut r: Request, ciaddr: Ipv4Addr) -> Request {
+        r.msg_type = Some(MessageType::Request);
+        r.boot_server = true;
+        r.ciaddr = ciaddr;
+        r.server_id = Some(SERVER.ip);
+        r
+    }
+
+    fn option(reply: &Reply, code: u8) -> Option<Vec<u8>> {
+        let mut bytes = Vec::new();
+        let opt = reply.options.get(OptionCode::from(code))?;
+        dhcproto::Encodable::encode(opt, &mut dhcproto::Encoder::new(&mut bytes)).ok()?;
+        Some(bytes[2..].to_vec())
+    }
+
+    /// The proxy answer's content: boot information and nothing of an address.
+    fn assert_proxy_reply(reply: &Reply, kind: ReplyKind) {
+        assert_eq!(reply.kind, kind);
+        assert_eq!(reply.yiaddr, Ipv4Addr::UNSPECIFIED);
+        assert!(reply.is_proxy());
+        assert_eq!(option(reply, 54), Some(SERVER.ip.octets().to_vec()));
+        assert_eq!(option(reply, 60), Some(b"PXEClient".to_vec()));
+        assert_eq!(option(reply, 43), Some(vec![6, 1, 8, 255]));
+        for code in [1, 3, 6, 51, 58, 59] {
+            assert_eq!(option(reply, code), None, "option {code} in a proxy reply");
+        }
+    }
+
+    #[test]
+    fn proxy_offer_carries_the_boot_file_of_the_class_and_no_address() {
+        let inv = proxy_inv();
+        for (arch, file) in [(0, "undionly.kpxe"), (7, "ipxe.efi")] {
+            let Answer::Reply(r) = decide(&pxe(discover(WORKER), arch), &inv, &SERVER) else {
+                panic!("no proxy offer for arch {arch}")
+            };
+            assert_proxy_reply(&r, ReplyKind::Offer);
+            assert_eq!(r.file.as_deref(), Some(file));
+            assert_eq!(r.siaddr, SERVER.ip);
+            // Option 97 only when the client sent one.
+            assert_eq!(option(&r, 97), None);
+        }
+        let mut with_uuid = pxe(discover(WORKER), 7);
+        with_uuid.more.client_uuid = Some(vec![0; 17]);
+        let Answer::Reply(r) = decide(&with_uuid, &inv, &SERVER) else {
+            panic!("no proxy offer")
+        };
+        assert_eq!(option(&r, 97), Some(vec![0; 17]));
+    }
+
+    #[test]
+    fn proxy_answers_the_port_4011_request_and_ignores_port_67_requests() {
+        let inv = proxy_inv();
+        let at = Ipv4Addr::new(10, 66, 1, 10);
+        let Answer::Reply(r) = decide(&boot_server(pxe(discover(WORKER), 7), at), &inv, &SERVER)
+        else {
+            panic!("no ACK on port 4011")
+        };
+        assert_proxy_reply(&r, ReplyKind::Ack);
+        assert_eq!(r.file.as_deref(), Some("ipxe.efi"));
+        let ignored = |req: Request| match decide(&req, &inv, &SERVER) {
+            Answer::Ignore(c) => c,
+            other => panic!("answered {req:?}: {other:?}"),
+        };
+        let selecting = |sid| Request {
+            server_id: Some(sid),
+            requested_ip: Some(at),
+            ..request(pxe(discover(WORKER), 0))
+        };
+        // The client completing its lease with the address server.
+        assert_eq!(
+            ignored(selecting(Ipv4Addr::new(10, 66, 0, 2))),
+            Counter::DropOtherServer
+        );
+        assert_eq!(ignored(selecting(SERVER.ip)), Counter::PassRequestMismatch);
+        assert_eq!(
+            ignored(Request {
+                requested_ip: Some(at),
+                ..request(pxe(discover(WORKER), 0))
+            }),
+            Counter::PassRequestMismatch
+        );
+        // A DISCOVER on port 4011 is no follow-up.
+        let mut on_4011 = pxe(discover(WORKER), 0);
+        on_4011.boot_server = true;
+        assert_eq!(ignored(on_4011), Counter::PassMessageType);
+        // A 4011 request naming another proxy.
+        let mut other = boot_server(pxe(discover(WORKER), 7), at);
+        other.server_id = Some(Ipv4Addr::new(10, 66, 0, 2));
+        assert_eq!(ignored(other), Counter::DropOtherServer);
+    }
+
+    #[test]
+    fn proxy_never_answers_clients_that_are_not_pxe_firmware() {
+        let inv = proxy_inv();
+        let ignored = |req: &Request| match decide(req, &inv, &SERVER) {
+            Answer::Ignore(c) => c,
+            other => panic!("answered {req:?}: {other:?}"),
+        };
+        let plain = discover(WORKER);
+        let http = http_boot(WORKER, 16);
+        let udhcpc = vendor(discover(WORKER), b"udhcp 1.36.1");
+        for req in [&plain, &http, &request(plain.clone())] {
+            assert_eq!(ignored(req), Counter::IgnoreNotPxe, "{req:?}");
+        }
+        let mut udhcpc = udhcpc;
+        udhcpc.vendor = VendorClass::Other;
+        assert_eq!(ignored(&udhcpc), Counter::IgnoreNotPxe);
+        // Unknown PXE clients: the address server's, with nothing of ours.
+        assert_eq!(
+            ignored(&pxe(discover(MacAddr([9; 6])), 0)),
+            Counter::PassUnknownHost
+        );
+        // A profile that boots nothing has nothing to say in proxy mode.
+        assert_eq!(
+            ignored(&pxe(discover(BARE), 0)),
+            Counter::PassUnsupportedClient
+        );
+        // The kernel holds no template for any of them.
+        assert_eq!(
+            fast_path(&plain, &inv, &SERVER),
+            Decision::Pass(Counter::PassUnknownHost)
+        );
+        assert_eq!(
+            fast_path(&pxe(discover(BARE), 0), &inv, &SERVER),
+            Decision::Pass(Counter::PassUnknownHost)
+        );
+    }
+
+    #[test]
+    fn ipxe_in_a_proxy_subnet_gets_its_script_through_proxydhcp() {
+        let inv = proxy_inv();
+        // Debian's iPXE: "PXEClient:Arch:00000:UNDI:002001", user class iPXE.
+        let req = vendor(
+            ipxe(pxe(discover(WORKER), 0)),
+            b"PXEClient:Arch:00000:UNDI:002001",
+        );
+        for req in [req.clone(), boot_server(req, Ipv4Addr::new(10, 66, 1, 10))] {
+            let Answer::Reply(r) = decide(&req, &inv, &SERVER) else {
+                panic!("iPXE not answered")
+            };
+            assert!(r.is_proxy());
+            assert_eq!(
+                option(&r, 67),
+                Some(b"http://10.66.0.1:8080/boot/52:54:00:00:00:01.ipxe".to_vec())
+            );
+            // iPXE is not told that there is no proxyDHCP server: this is one.
+            assert_eq!(option(&r, 175), None);
+        }
+    }
+
+    #[test]
+    fn the_kernel_gives_the_proxy_offer_and_leaves_option_97_and_requests_alone() {
+        let inv = proxy_inv();
+        let req = pxe(discover(WORKER), 0);
+        let Decision::Reply(r) = fast_path(&req, &inv, &SERVER) else {
+            panic!("no fast-path proxy offer")
+        };
+        assert_eq!(Answer::Reply(r), decide(&req, &inv, &SERVER));
+        let mut with_uuid = req.clone();
+        with_uuid.more.client_uuid = Some(vec![0; 17]);
+        assert_eq!(
+            fast_path(&with_uuid, &inv, &SERVER),
+            Decision::Pass(Counter::PassClientUuid)
+        );
+        let selecting = |sid| Request {
+            server_id: Some(sid),
+            requested_ip: Some(Ipv4Addr::new(10, 66, 1, 10)),
+            ..request(req.clone())
+        };
+        assert_eq!(
+            summarize(fast_path(
+                &selecting(Ipv4Addr::new(10, 66, 0, 2)),
+                &inv,
+                &SERVER
+            )),
+            Want::Drop
+        );
+        assert_eq!(
+            summarize(fast_path(&selecting(SERVER.ip), &inv, &SERVER)),
+            Want::Pass(Counter::PassRequestMismatch)
+        );
+        // What a subnet in mode server answers is unchanged.
+        let Decision::Reply(server_mode) = fast_path(&req, &super::tests::inv(), &SERVER) else {
+            panic!("no server-mode offer")
+        };
+        assert!(!server_mode.is_proxy());
+        assert_eq!(server_mode.yiaddr, RESERVED);
+    }
 }

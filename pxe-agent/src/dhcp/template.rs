@@ -299,4 +299,32 @@ hosts:
         assert_eq!(file(1, BootClass::Http), None);
         assert!(t.contains_key(&HostKey::new([0x52, 0x54, 0, 0, 0, 1], BootClass::Plain)));
     }
+
+    #[test]
+    fn a_proxy_subnet_compiles_proxy_offers_for_pxe_classes_only() {
+        let yaml = r#"
+subnets:
+  - {cidr: 10.66.0.0/16, mode: proxy}
+profiles:
+  - name: worker
+    boot: {bios: undionly.kpxe, uefi: ipxe.efi, http: "http://{server}:8080/ipxe.efi"}
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, profile: worker}
+"#;
+        let inv = Inventory::parse(Path::new("t.yaml"), yaml).expect("valid");
+        let templates = compile(&inv, &SERVER).expect("compiles");
+        // BIOS and UEFI x64 PXE; no plain client or HTTP boot is answered.
+        let classes: Vec<u8> = templates.keys().map(|k| k.class).collect();
+        assert_eq!(classes, vec![1, 2]);
+        for t in templates.values() {
+            assert_eq!(t.proxy, 1);
+            assert_eq!(t.yiaddr, [0; 4]);
+            let payload = &t.payload[..t.len as usize];
+            let vendor = find_option(payload, 60).expect("option 60");
+            assert_eq!(&payload[vendor..vendor + 9], b"PXEClient");
+            assert!(find_option(payload, 51).is_none());
+        }
+        let server_mode = compile(&inventory("{}"), &SERVER).expect("compiles");
+        assert!(server_mode.values().all(|t| t.proxy == 0));
+    }
 }

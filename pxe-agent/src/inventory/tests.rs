@@ -1916,3 +1916,29 @@ fn tls_settings_outside_redfish_over_https_are_refused() {
     ));
     assert!(problem.message.contains("not both"), "{problem:?}");
 }
+
+#[test]
+fn subnet_mode_defaults_to_server_and_proxy_refuses_a_pool() {
+    let inv = parse(&with_hosts(
+        "  - {mac: \"52:54:00:00:00:01\", ip: 10.66.1.10, profile: worker}\n",
+    ))
+    .expect("valid");
+    assert_eq!(inv.subnets[0].mode, SubnetMode::Server);
+    let proxy = "subnets:\n  - {cidr: 10.66.0.0/16, mode: proxy}\nprofiles:\n  - name: worker\n    \
+                 boot: {bios: undionly.kpxe}\nhosts:\n  - {mac: \"52:54:00:00:00:01\", ip: 10.66.1.10, profile: worker}\n";
+    assert_eq!(
+        parse(proxy).expect("valid").subnets[0].mode,
+        SubnetMode::Proxy
+    );
+    let with_pool = proxy.replace(
+        "mode: proxy}",
+        "mode: proxy, pool: {start: 10.66.200.1, end: 10.66.200.9}}",
+    );
+    let problem = one_problem(&with_pool).to_string();
+    assert!(
+        problem.contains("subnets[0].pool") && problem.contains("mode proxy"),
+        "{problem}"
+    );
+    let unknown = proxy.replace("mode: proxy", "mode: relay");
+    assert!(parse(&unknown).is_err());
+}
