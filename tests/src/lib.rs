@@ -43,6 +43,8 @@ mod persistence;
 #[cfg(test)]
 mod phone_home;
 #[cfg(test)]
+mod proxy;
+#[cfg(test)]
 mod recovery_vm;
 #[cfg(test)]
 mod redfish;

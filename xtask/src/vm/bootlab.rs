@@ -50,6 +50,8 @@ const SERVER_CIDR: &str = "10.66.0.1/16";
 const UNUSED_VETH_CIDR: &str = "192.0.2.1/30";
 /// The agent's admin endpoint inside the server namespace (the CLI default).
 pub const METRICS_ADDR: &str = "127.0.0.1:9464";
+/// The bridge of the bridge wiring.
+const BRIDGE: &str = "pxbr0";
 /// The bridge's own MAC, fixed so it does not change as taps join.
 const BRIDGE_MAC: &str = "02:00:0a:42:00:01";
 /// iPXE binaries copied into the boot root (Debian package `ipxe`).
@@ -254,9 +256,15 @@ impl BootLab {
     /// Starts `args` (program first) in the server namespace for the lab's
     /// lifetime, its output in `<dir>/<name>.log`.
     pub fn spawn_helper(&mut self, name: &str, args: &[&str]) -> anyhow::Result<()> {
+        let ns = self.server_ns().to_owned();
+        self.spawn_helper_in(&ns, name, args)
+    }
+
+    /// Like [`BootLab::spawn_helper`], in namespace `ns` of the lab.
+    pub fn spawn_helper_in(&mut self, ns: &str, name: &str, args: &[&str]) -> anyhow::Result<()> {
         let (program, rest) = args.split_first().context("spawn_helper needs a program")?;
         let log = fs::File::create(self.dir().join(format!("{name}.log")))?;
-        let mut cmd = self.cmd(program);
+        let mut cmd = self.lab.cmd_in(ns, program);
         cmd.args(rest)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -279,6 +287,27 @@ impl BootLab {
         read_clean(&self.dir().join(format!("{name}.log")))
     }
 
+    /// A namespace `<base>-<name>` on the guests' segment: a veth pair whose
+    /// server end joins the lab's bridge, its other end (`pxcli0`)
+    /// addressed `cidr` when given. For a second DHCP server or a plain
+    /// DHCP client beside the guests; needs [`BootLabConfig::bridge`].
+    pub fn add_segment_ns(&mut self, name: &str, cidr: Option<&str>) -> anyhow::Result<String> {
+        ensure!(
+            self.iface == BRIDGE,
+            "a namespace on the segment needs the bridge wiring"
+        );
+        let link = self.lab.add_client_ns(name)?;
+        self.ip(&["link", "set", &link.server_if, "master", BRIDGE])
+            .with_context(|| format!("failed to put {} on the bridge", link.server_if))?;
+        if let Some(cidr) = cidr {
+            self.lab.run_in(
+                &link.client_ns,
+                &["ip", "addr", "add", cidr, "dev", &link.client_if],
+            )?;
+        }
+        Ok(link.client_ns)
+    }
+
     fn ip(&self, args: &[&str]) -> anyhow::Result<()> {
         process::run(Command::new("ip").args(["-n", self.server_ns()]).args(args))?;
         Ok(())
@@ -299,7 +328,7 @@ impl BootLab {
         match wiring {
             Wiring::Tap => self.iface = self.taps[0].clone(),
             Wiring::Bridge { .. } => {
-                let br = "pxbr0";
+                let br = BRIDGE;
                 self.ip(&["link", "add", br, "type", "bridge", "stp_state", "0"])
                     .context("failed to create the bridge")?;
                 self.ip(&["link", "set", br, "address", BRIDGE_MAC])?;
