@@ -90,6 +90,21 @@ impl ProxyLab {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         lab.spawn_helper_in(&ns, "dnsmasq", &args)
             .expect("start dnsmasq");
+        // The segment's DHCP as dnsmasq's port sees it, for a failure's report.
+        lab.spawn_helper_in(
+            &ns,
+            "capture",
+            &[
+                "tcpdump",
+                "-n",
+                "-l",
+                "-v",
+                "-i",
+                "pxcli0",
+                "udp port 67 or udp port 68 or udp port 4011",
+            ],
+        )
+        .expect("start tcpdump");
         ProxyLab { lab }
     }
 
@@ -100,10 +115,13 @@ impl ProxyLab {
     fn context(&self, vm: &xtask::vm::Vm) -> String {
         format!(
             "--- console (last 60 lines) ---\n{}\n--- agent log (last 40 lines) ---\n{}\n\
-             --- dnsmasq (last 40 lines) ---\n{}",
+             --- dnsmasq (last 40 lines) ---\n{}\n--- DHCP on the segment (last 150 lines) ---\n{}\n\
+             --- agent counters ---\n{:?}",
             vm.console_tail(60),
             self.lab.agent_log_tail(40),
             tail(&self.lab.helper_log("dnsmasq"), 40),
+            tail(&self.lab.helper_log("capture"), 150),
+            stats(&self.lab),
         )
     }
 
@@ -162,7 +180,7 @@ impl ProxyLab {
         assert!(
             get("pxe_slow_replies_total{type=\"proxy_offer\"}")
                 + get("pxe_xdp_packets_total{outcome=\"tx_proxy_offer\"}")
-                >= 2,
+                >= 1,
             "{stats:?}"
         );
         assert!(
@@ -198,21 +216,12 @@ fn stats(lab: &BootLab) -> BTreeMap<String, u64> {
 }
 
 /// SeaBIOS with the NIC's iPXE ROM: iPXE takes its address from dnsmasq's
-/// offer and its script URL from the agent's proxy offer, then asks the
-/// agent again on port 4011 (iPXE's ProxyDHCPREQUEST).
+/// offer and its script URL from the agent's proxy offer (which names a
+/// next server and a boot file, so iPXE needs no ProxyDHCPREQUEST).
 #[test]
 fn proxy_bios_ipxe_rom_boots_with_the_address_from_dnsmasq() {
     let lab = ProxyLab::start("pxproxbios");
     lab.boot("pbios", BIOS_MAC, BIOS_IP, Firmware::Bios, &["iPXE"]);
-    let stats = stats(&lab.lab);
-    assert!(
-        stats
-            .get("pxe_slow_replies_total{type=\"proxy_ack\"}")
-            .copied()
-            .unwrap_or(0)
-            >= 1,
-        "no proxy ACK on port 4011: {stats:?}"
-    );
 }
 
 /// OVMF's PXE: the address from dnsmasq, ipxe.efi named by the agent's

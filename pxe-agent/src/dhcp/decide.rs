@@ -407,7 +407,8 @@ fn extra_options(
 const PXE_VENDOR_OPTIONS: [u8; 4] = [6, 1, 8, 255];
 
 /// A proxyDHCP answer (PXE 2.1 section 2.2.3): no address and no address
-/// options (the address server gives those), the boot answer, server id,
+/// options (the address server gives those), this server as next server,
+/// the boot answer, server id,
 /// option 60 `PXEClient`, the PXE vendor options, option 97 echoed when
 /// the client sent it, then rule and host options.
 fn build_proxy(
@@ -432,12 +433,16 @@ fn build_proxy(
             uuid.clone(),
         )));
     }
-    let (siaddr, file) = boot_fields(boot, &mut options, server, true);
+    let (_, file) = boot_fields(boot, &mut options, server, true);
     extra_options(&mut options, rule_options, host_options);
     Reply {
         kind,
         yiaddr: Ipv4Addr::UNSPECIFIED,
-        siaddr,
+        // The next server is this one, whatever the boot answer: iPXE
+        // takes a proxy answer as boot information only with a next
+        // server and a boot file (or a PXE menu), and otherwise asks
+        // again on port 4011 and drops that answer for the same reason.
+        siaddr: server.ip,
         file,
         options,
     }
@@ -1928,6 +1933,8 @@ hosts:
             );
             // iPXE is not told that there is no proxyDHCP server: this is one.
             assert_eq!(option(&r, 175), None);
+            // Without a next server iPXE drops a proxy answer.
+            assert_eq!(r.siaddr, SERVER.ip);
         }
     }
 
