@@ -177,6 +177,12 @@ impl ProxyLab {
         // The agent answered as a proxy only: never an address.
         let stats = stats(&self.lab);
         let get = |k: &str| stats.get(k).copied().unwrap_or(0);
+        eprintln!(
+            "proxy answers: {} offers from the slow path, {} from XDP, {} ACKs on port 4011",
+            get("pxe_slow_replies_total{type=\"proxy_offer\"}"),
+            get("pxe_xdp_packets_total{outcome=\"tx_proxy_offer\"}"),
+            get("pxe_slow_replies_total{type=\"proxy_ack\"}"),
+        );
         assert!(
             get("pxe_slow_replies_total{type=\"proxy_offer\"}")
                 + get("pxe_xdp_packets_total{outcome=\"tx_proxy_offer\"}")
