@@ -33,6 +33,7 @@ subnets:
   - cidr: 10.77.0.0/16
     router: 10.77.0.1
     pool: {start: 10.77.100.1, end: 10.77.100.200}
+  - {cidr: 10.88.0.0/16, mode: proxy}
 discovery: {policy: inspect, profile: worker, lease_time: 600}
 profiles:
   - name: worker
@@ -58,25 +59,30 @@ hosts:
   - {mac: "52:54:00:00:00:02", ip: 10.66.1.11, hostname: node-2, profile: bare}
   - {mac: "52:54:00:00:00:03", ip: 10.66.1.12, profile: ruled, labels: {rack: r1}}
   - {mac: "52:54:00:00:00:04", ip: 10.77.1.13, profile: worker}
+  - {mac: "52:54:00:00:00:05", ip: 10.88.1.14, profile: worker}
 "#;
 
-const MACS: [[u8; 6]; 5] = [
+const MACS: [[u8; 6]; 6] = [
     [0x52, 0x54, 0, 0, 0, 1],
     [0x52, 0x54, 0, 0, 0, 2],
     [0x52, 0x54, 0, 0, 0, 3],
     [0x52, 0x54, 0, 0, 0, 4],
+    // In the proxyDHCP subnet.
+    [0x52, 0x54, 0, 0, 0, 5],
     [0x52, 0x54, 0, 0, 0, 0x7f],
 ];
-const ADDRESSES: [Ipv4Addr; 5] = [
+const ADDRESSES: [Ipv4Addr; 6] = [
     Ipv4Addr::new(10, 66, 1, 10),
     Ipv4Addr::new(10, 66, 1, 11),
     Ipv4Addr::new(10, 66, 1, 12),
     Ipv4Addr::new(10, 77, 1, 13),
+    Ipv4Addr::new(10, 88, 1, 14),
     Ipv4Addr::new(10, 66, 1, 99),
 ];
-const GIADDRS: [Ipv4Addr; 3] = [
+const GIADDRS: [Ipv4Addr; 4] = [
     Ipv4Addr::new(10, 66, 200, 1),
     Ipv4Addr::new(10, 77, 0, 254),
+    Ipv4Addr::new(10, 88, 0, 254),
     Ipv4Addr::new(192, 0, 2, 1),
 ];
 
@@ -389,7 +395,9 @@ fn the_kernel_and_the_slow_path_agree_on_a_hundred_thousand_generated_requests()
             failures.push(format!("{why}\n  request {}", hex(&g.payload)));
         }
     }
-    let answered = counters[Counter::TxOffer as usize] + counters[Counter::TxAck as usize];
+    let answered = counters[Counter::TxOffer as usize]
+        + counters[Counter::TxAck as usize]
+        + counters[Counter::TxProxyOffer as usize];
     let summary: Vec<String> = Counter::ALL
         .iter()
         .filter(|c| counters[**c as usize] > 0)
@@ -420,6 +428,8 @@ fn the_kernel_and_the_slow_path_agree_on_a_hundred_thousand_generated_requests()
         Counter::PassMalformed,
         Counter::PassNotForUs,
         Counter::DropOtherServer,
+        Counter::TxProxyOffer,
+        Counter::PassClientUuid,
     ] {
         assert!(
             counters[c as usize] > 0,

@@ -324,3 +324,263 @@ fn proxy_plain_client_hears_only_the_address_server() {
         "the agent did not count the client's DISCOVER and REQUEST: {stats:?}"
     );
 }
+
+/// The fast path and port 4011 in proxy mode, on crafted requests: the XDP
+/// program in the kernel (`BPF_PROG_TEST_RUN`) against the slow path's
+/// policy and encoding, and the agent's boot server port on a veth pair.
+mod frames {
+    use std::net::Ipv4Addr;
+
+    use dhcproto::{
+        Decodable as _, Decoder,
+        v4::{DhcpOption, Message, MessageType, OptionCode},
+    };
+    use pxe_agent::dhcp::{Answer, Decision, Request, decide, encode, fast_path};
+    use pxe_ebpf_common::Counter;
+
+    use crate::{
+        agent::Served,
+        fixture::{Fixture, XDP_DROP, XDP_PASS, XDP_TX},
+        frame::{Req, SERVER_IP, parse_reply},
+    };
+
+    const INVENTORY: &str = r#"
+subnets:
+  - {cidr: 10.66.0.0/16, mode: proxy}
+profiles:
+  - name: worker
+    boot: {bios: undionly.kpxe, uefi: ipxe.efi}
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, hostname: node-1, profile: worker}
+"#;
+    const WORKER: [u8; 6] = [0x52, 0x54, 0, 0, 0, 1];
+    const NODE1: Ipv4Addr = Ipv4Addr::new(10, 66, 1, 10);
+    const ADDRESS_SERVER: Ipv4Addr = Ipv4Addr::new(10, 66, 0, 2);
+
+    /// Runs `req` through the kernel: the action and the one counter moved.
+    fn run(fx: &Fixture, req: &Req) -> (u32, Counter, Vec<u8>) {
+        let before = fx.stats();
+        let (action, out) = fx.run(&req.frame());
+        let after = fx.stats();
+        let moved: Vec<Counter> = Counter::ALL
+            .iter()
+            .copied()
+            .filter(|c| *c != Counter::Rx && after.get(*c) != before.get(*c))
+            .collect();
+        let [counter] = moved[..] else {
+            panic!("counters moved: {moved:?}")
+        };
+        (action, counter, out)
+    }
+
+    /// The kernel passes or drops `req` under `counter`, as the policy's
+    /// projection says, and the slow path does not answer it either.
+    fn expect_unanswered(fx: &Fixture, req: &Req, action: u32, counter: Counter, slow: Counter) {
+        let (got, moved, _) = run(fx, req);
+        assert_eq!((got, moved), (action, counter), "{req:?}");
+        let parsed = Request::parse(&req.payload()).expect("parses");
+        let projection = if action == XDP_DROP {
+            Decision::Drop(counter)
+        } else {
+            Decision::Pass(counter)
+        };
+        assert_eq!(fast_path(&parsed, &fx.inv, &fx.server), projection);
+        assert_eq!(decide(&parsed, &fx.inv, &fx.server), Answer::Ignore(slow));
+    }
+
+    #[test]
+    fn proxy_xdp_answers_a_known_pxe_discover_with_the_broadcast_proxy_offer() {
+        let fx = Fixture::with_inventory(INVENTORY);
+        for (arch, file) in [(0, "undionly.kpxe"), (7, "ipxe.efi")] {
+            let req = Req::discover(WORKER).pxe(arch);
+            let (action, counter, out) = run(&fx, &req);
+            assert_eq!((action, counter), (XDP_TX, Counter::TxProxyOffer));
+            let reply = parse_reply(&out);
+            assert!(reply.ip_csum_ok && reply.udp_csum_ok);
+            // No address to unicast to: broadcast.
+            assert_eq!(reply.eth_dst, [0xff; 6]);
+            assert_eq!(reply.ip_dst, Ipv4Addr::BROADCAST);
+            let parsed = Request::parse(&req.payload()).expect("parses");
+            let Answer::Reply(slow) = decide(&parsed, &fx.inv, &fx.server) else {
+                panic!("the slow path does not answer what XDP answered")
+            };
+            assert_eq!(reply.payload, encode(&slow, &parsed).expect("encodes"));
+            let msg = Message::decode(&mut Decoder::new(&reply.payload)).expect("decodes");
+            assert_eq!(msg.yiaddr(), Ipv4Addr::UNSPECIFIED);
+            assert_eq!(msg.siaddr(), SERVER_IP);
+            let fname = msg.fname().expect("file");
+            assert!(fname.starts_with(file.as_bytes()), "{fname:?}");
+            let opts = msg.opts();
+            assert_eq!(
+                opts.get(OptionCode::MessageType),
+                Some(&DhcpOption::MessageType(MessageType::Offer))
+            );
+            assert_eq!(
+                opts.get(OptionCode::ClassIdentifier),
+                Some(&DhcpOption::ClassIdentifier(b"PXEClient".to_vec()))
+            );
+            assert!(opts.get(OptionCode::AddressLeaseTime).is_none());
+            assert!(opts.get(OptionCode::SubnetMask).is_none());
+        }
+    }
+
+    #[test]
+    fn proxy_xdp_leaves_plain_clients_requests_and_option_97_alone() {
+        let fx = Fixture::with_inventory(INVENTORY);
+        // udhcpc of a known host: no template, and the slow path ignores it.
+        let mut plain = Req::discover(WORKER);
+        plain.vendor = Some(b"udhcp 1.36.1");
+        expect_unanswered(
+            &fx,
+            &plain,
+            XDP_PASS,
+            Counter::PassUnknownHost,
+            Counter::IgnoreNotPxe,
+        );
+        // The client completing its lease with the address server.
+        let mut selecting = Req::discover(WORKER).pxe(0).request();
+        selecting.server_id = Some(ADDRESS_SERVER);
+        selecting.requested_ip = Some(NODE1);
+        expect_unanswered(
+            &fx,
+            &selecting,
+            XDP_DROP,
+            Counter::DropOtherServer,
+            Counter::DropOtherServer,
+        );
+        // INIT-REBOOT for its address: the address server's to answer.
+        let mut rebooting = Req::discover(WORKER).pxe(0).request();
+        rebooting.requested_ip = Some(NODE1);
+        expect_unanswered(
+            &fx,
+            &rebooting,
+            XDP_PASS,
+            Counter::PassRequestMismatch,
+            Counter::PassRequestMismatch,
+        );
+        // Option 97 is echoed: the slow path answers.
+        let mut uuid = Req::discover(WORKER).pxe(7);
+        uuid.extra.push((97, vec![0; 17]));
+        let (action, counter, _) = run(&fx, &uuid);
+        assert_eq!((action, counter), (XDP_PASS, Counter::PassClientUuid));
+        let parsed = Request::parse(&uuid.payload()).expect("parses");
+        assert_eq!(
+            fast_path(&parsed, &fx.inv, &fx.server),
+            Decision::Pass(Counter::PassClientUuid)
+        );
+        let Answer::Reply(slow) = decide(&parsed, &fx.inv, &fx.server) else {
+            panic!("the slow path does not answer option 97")
+        };
+        assert!(slow.is_proxy());
+    }
+
+    /// A proxyDHCP client's follow-up on UDP 4011, unicast from the address
+    /// it leased elsewhere: the agent's boot server port answers it with
+    /// the ACK, to the port it came from; a REQUEST there for another
+    /// server and a plain client's are not answered.
+    #[test]
+    fn proxy_port_4011_acks_the_follow_up_request() {
+        let served = Served::start("pxprox4011", INVENTORY);
+        served.add_client_address("10.66.1.10/16");
+        let ask = |req: &Req| -> Option<Vec<u8>> {
+            let payload: String = req.payload().iter().map(|b| format!("{b:02x}")).collect();
+            // One datagram from 10.66.1.10:68 to the agent's port 4011; the
+            // answer (or nothing within 2 s) on stdout as hex.
+            let script = format!(
+                "import socket,sys\n\
+                 s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+                 s.bind(('10.66.1.10',68))\n\
+                 s.settimeout(2)\n\
+                 s.sendto(bytes.fromhex('{payload}'),('{SERVER_IP}',4011))\n\
+                 try:\n    d,a=s.recvfrom(2000)\n    print(a[0],a[1],d.hex())\n\
+                 except socket.timeout:\n    print('none')\n"
+            );
+            let out = served
+                .client_cmd("python3")
+                .args(["-c", &script])
+                .output()
+                .expect("run python3");
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            assert!(
+                out.status.success(),
+                "python3: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if text == "none" {
+                return None;
+            }
+            let mut parts = text.split_whitespace();
+            assert_eq!(parts.next(), Some("10.66.0.1"), "{text}");
+            assert_eq!(
+                parts.next(),
+                Some("4011"),
+                "answered from another port: {text}"
+            );
+            let hex = parts.next().expect("payload");
+            Some(
+                (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+                    .collect(),
+            )
+        };
+        let mut follow_up = Req::discover(WORKER).pxe(7).request();
+        follow_up.ciaddr = NODE1;
+        follow_up.server_id = Some(SERVER_IP);
+        let ack = ask(&follow_up).expect("no answer on port 4011");
+        let msg = Message::decode(&mut Decoder::new(&ack)).expect("decodes");
+        assert_eq!(msg.xid(), follow_up.xid);
+        assert_eq!(msg.yiaddr(), Ipv4Addr::UNSPECIFIED);
+        assert_eq!(msg.ciaddr(), NODE1);
+        assert_eq!(
+            msg.opts().get(OptionCode::MessageType),
+            Some(&DhcpOption::MessageType(MessageType::Ack))
+        );
+        assert_eq!(
+            msg.opts().get(OptionCode::ClassIdentifier),
+            Some(&DhcpOption::ClassIdentifier(b"PXEClient".to_vec()))
+        );
+        assert!(msg.fname().expect("file").starts_with(b"ipxe.efi"));
+        // The same bytes the one policy and encoder give.
+        let mut parsed = Request::parse(&follow_up.payload()).expect("parses");
+        parsed.boot_server = true;
+        let Answer::Reply(reply) = decide(&parsed, &served_inventory(), &served_server()) else {
+            panic!("decide does not answer the follow-up")
+        };
+        assert_eq!(
+            ack,
+            encode(&reply, &parsed).expect("encodes"),
+            "port 4011 answered other bytes than decide and encode give"
+        );
+
+        let mut other = follow_up.clone();
+        other.server_id = Some(ADDRESS_SERVER);
+        assert_eq!(ask(&other), None, "answered a request for another server");
+        let mut plain = follow_up.clone();
+        plain.vendor = Some(b"udhcp 1.36.1");
+        plain.arch = None;
+        assert_eq!(ask(&plain), None, "answered a plain client");
+        let stats = served.stats();
+        let get = |k: &str| stats.get(k).copied().unwrap_or(0);
+        assert_eq!(get("pxe_slow_replies_total{type=\"proxy_ack\"}"), 1);
+        assert_eq!(get("pxe_slow_ignored_total{reason=\"ignore_not_pxe\"}"), 1);
+        assert_eq!(
+            get("pxe_slow_ignored_total{reason=\"drop_other_server\"}"),
+            1
+        );
+    }
+
+    fn served_inventory() -> pxe_agent::inventory::Inventory {
+        pxe_agent::inventory::Inventory::parse(std::path::Path::new("t.yaml"), INVENTORY)
+            .expect("valid")
+    }
+
+    /// The server as the agent on the lab's veth names itself; only its
+    /// address is in a reply's payload.
+    fn served_server() -> pxe_agent::dhcp::Server {
+        pxe_agent::dhcp::Server {
+            ip: SERVER_IP,
+            mac: [0; 6],
+        }
+    }
+}

@@ -184,6 +184,10 @@ fn proxy_kernel_passes(
     if !matches!(decide(&template, inv, server), Answer::Reply(_)) {
         return Some(Counter::PassUnknownHost);
     }
+    // In the kernel's order: a foreign relay before option 97.
+    if !req.giaddr.is_unspecified() && !inv.subnet_of(host).contains(req.giaddr) {
+        return Some(Counter::PassRelay);
+    }
     req.more
         .client_uuid
         .is_some()
@@ -643,6 +647,16 @@ fn proxy(
     if req.vendor != VendorClass::PxeClient {
         return Answer::Ignore(Counter::IgnoreNotPxe);
     }
+    let Some(host) = host else {
+        return Answer::Ignore(Counter::PassUnknownHost);
+    };
+    let relayed = !req.giaddr.is_unspecified();
+    if relayed && !inv.subnet_of(host).contains(req.giaddr) {
+        return Answer::Ignore(Counter::PassRelay);
+    }
+    if !relayed && req.ciaddr.is_unspecified() && !on_segment(inv, host, server) {
+        return Answer::Ignore(Counter::PassUnknownHost);
+    }
     let kind = match (msg_type, req.boot_server) {
         (MessageType::Request, _) if req.server_id.is_some_and(|id| id != server.ip) => {
             return Answer::Ignore(Counter::DropOtherServer);
@@ -655,16 +669,6 @@ fn proxy(
     let Some(class) = boot_class(req.arch, req.vendor) else {
         return Answer::Ignore(Counter::PassUnsupportedClient);
     };
-    let Some(host) = host else {
-        return Answer::Ignore(Counter::PassUnknownHost);
-    };
-    let relayed = !req.giaddr.is_unspecified();
-    if relayed && !inv.subnet_of(host).contains(req.giaddr) {
-        return Answer::Ignore(Counter::PassRelay);
-    }
-    if !relayed && req.ciaddr.is_unspecified() && !on_segment(inv, host, server) {
-        return Answer::Ignore(Counter::PassUnknownHost);
-    }
     let profile = inv.profile_of(host);
     let (boot, rule_options) = profile.boot_for(&host.labels, &req.traits());
     let ipxe = req
