@@ -10,7 +10,9 @@
 //! An agent sharing the discovery pools with peers on the same segment
 //! decides with [`decide_shared`], the same policy told which slice of each
 //! pool and which unknown MACs are its own ([`crate::share`]); `decide` is
-//! that policy for an agent alone.
+//! that policy for an agent alone. In a subnet in mode proxy, where another
+//! server leases the addresses, the same policy answers PXE firmware with
+//! boot information only (`proxy`, docs/lifecycle.md "proxyDHCP").
 
 use std::{borrow::Cow, collections::BTreeMap, net::Ipv4Addr, ops::RangeInclusive, sync::LazyLock};
 

@@ -423,3 +423,24 @@ fn a_subnet_problem_refuses_its_network_only() {
         vec!["field subnets[1].cidr: 10.66.128.0/17 overlaps subnets[0] (10.66.0.0/16)".to_owned()]
     );
 }
+
+#[test]
+fn a_boot_network_subnet_in_mode_proxy_is_a_proxy_subnet() {
+    let mut s = snapshot();
+    let network = s.networks.get_mut("lab").expect("network");
+    network["spec"]["subnets"]
+        .as_array_mut()
+        .expect("subnets")
+        .push(json!({"cidr": "10.99.0.0/16", "mode": "proxy"}));
+    let built = build_plain(&s);
+    assert!(built.refused.is_empty(), "{:#?}", built.refused);
+    let inv = built.result.expect("valid");
+    let modes: Vec<_> = inv.subnets.iter().map(|s| s.mode).collect();
+    assert_eq!(
+        modes,
+        vec![
+            crate::inventory::SubnetMode::Server,
+            crate::inventory::SubnetMode::Proxy
+        ]
+    );
+}
