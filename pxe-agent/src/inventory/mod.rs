@@ -26,6 +26,7 @@ use std::{
 
 pub use error::{LoadError, Problem};
 pub use mac::{MacAddr, ParseMacError};
+pub use oob::{DriverKind, FallbackSettings};
 pub use oob::{
     AfterBoot, BmcSettings, BootMode, DEFAULT_BOOT_FILE_DEADLINE, DEFAULT_DHCP_DEADLINE,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_RECOVERY_DEADLINE, DEFAULT_SCRIPT_DEADLINE, PasswordSource,
