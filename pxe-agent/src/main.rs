@@ -695,7 +695,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 ("HOSTNAME", 24, Align::Left),
                 ("STAGE", 9, Align::Left),
                 ("POWER", 7, Align::Left),
-                ("BMC", 16, Align::Left),
+                ("BMC", 20, Align::Left),
                 ("RECOVERY", 19, Align::Left),
                 ("ATTEMPTS", 8, Align::Right),
                 ("LAST DHCP", 44, Align::Left),

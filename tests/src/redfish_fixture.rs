@@ -8,6 +8,12 @@
 //! and authenticates with a SessionService (X-Auth-Token) or, when
 //! started without one, HTTP basic only.
 //!
+//! For the fallback tests it can also fail in the ways a BMC's Redfish
+//! service fails while its IPMI still works: answer every request with an
+//! HTTP error ([`RedfishFixture::fail_all`]), or accept a boot override and
+//! read back another target ([`RedfishFixture::lie_on_read_back`]); and it
+//! can listen inside a lab namespace ([`RedfishFixture::start_in`]).
+//!
 //! One thread serves one connection at a time and closes each after its
 //! answer. Every request is recorded for the tests to inspect.
 
@@ -54,18 +60,27 @@ struct System {
     mode: String,
     etag: u32,
     fail_next_reset: bool,
+    /// Every request is answered with this status.
+    fail_all: Option<u16>,
+    /// GETs of the system report this override target, whatever was set.
+    lie_target: Option<String>,
 }
 
 struct Shared {
     system: Mutex<System>,
     seen: Mutex<Vec<Seen>>,
     sessions: bool,
+    /// The account it accepts.
+    user: String,
+    password: String,
     stop: AtomicBool,
 }
 
 /// A running fixture service.
 pub struct RedfishFixture {
     pub port: u16,
+    /// The address it listens on.
+    pub ip: String,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -74,6 +89,21 @@ impl RedfishFixture {
     /// With a SessionService when `sessions`, else basic authentication.
     pub fn start(sessions: bool) -> RedfishFixture {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind fixture");
+        RedfishFixture::serve_on(listener, sessions, USER, PASSWORD)
+    }
+
+    /// Listening on `ip`:`port` inside the namespace `ns` (which the test
+    /// made), accepting `user` and `password`.
+    pub fn start_in(ns: &str, ip: &str, port: u16, user: &str, password: &str) -> RedfishFixture {
+        let at = format!("{ip}:{port}");
+        let listener = crate::raw::in_netns(ns, move || TcpListener::bind(at))
+            .expect("enter the fixture's namespace")
+            .expect("bind fixture");
+        RedfishFixture::serve_on(listener, true, user, password)
+    }
+
+    fn serve_on(listener: TcpListener, sessions: bool, user: &str, password: &str) -> RedfishFixture {
+        let ip = listener.local_addr().unwrap().ip().to_string();
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
         let shared = Arc::new(Shared {
@@ -84,9 +114,13 @@ impl RedfishFixture {
                 mode: "UEFI".into(),
                 etag: 1,
                 fail_next_reset: false,
+                fail_all: None,
+                lie_target: None,
             }),
             seen: Mutex::new(Vec::new()),
             sessions,
+            user: user.to_owned(),
+            password: password.to_owned(),
             stop: AtomicBool::new(false),
         });
         let s = shared.clone();
@@ -102,14 +136,40 @@ impl RedfishFixture {
         });
         RedfishFixture {
             port,
+            ip,
             shared,
             thread: Some(thread),
         }
     }
 
-    /// `redfish+http://127.0.0.1:PORT` with the system's path.
+    /// `redfish+http://IP:PORT` with the system's path.
     pub fn address(&self) -> String {
-        format!("redfish+http://127.0.0.1:{}{SYSTEM}", self.port)
+        format!("redfish+http://{}:{}{SYSTEM}", self.ip, self.port)
+    }
+
+    /// Requests received so far.
+    pub fn requests(&self) -> usize {
+        self.shared
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Answers every request with `status` (`None`: serve again).
+    pub fn fail_all(&self, status: Option<u16>) {
+        self.system().fail_all = status;
+    }
+
+    /// Reports `target` as the boot override on every GET of the system,
+    /// whatever a PATCH set.
+    pub fn lie_on_read_back(&self, target: &str) {
+        self.system().lie_target = Some(target.to_owned());
+    }
+
+    /// The power state as the fixture holds it (`On`, `Off`).
+    pub fn power(&self) -> &'static str {
+        self.system().power
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -204,8 +264,12 @@ fn serve(shared: &Shared, mut stream: TcpStream) -> std::io::Result<()> {
         buf.extend_from_slice(&chunk[..n]);
     }
     let body: Value = serde_json::from_slice(&buf[head_len..]).unwrap_or(Value::Null);
-    let basic_ok = header("authorization")
-        .is_some_and(|v| v == format!("Basic {}", base64(format!("{USER}:{PASSWORD}").as_bytes())));
+    let basic_ok = header("authorization").is_some_and(|v| {
+        v == format!(
+            "Basic {}",
+            base64(format!("{}:{}", shared.user, shared.password).as_bytes())
+        )
+    });
     let token = header("x-auth-token");
     shared
         .seen
@@ -276,6 +340,13 @@ fn answer(
 ) -> Answer {
     let mut s = shared.system.lock().unwrap_or_else(PoisonError::into_inner);
     let etag = format!("W/\"{}\"", s.etag);
+    if let Some(status) = s.fail_all {
+        return error(
+            status,
+            "Unable to complete the operation because the service is not available.",
+        );
+    }
+    let reported_target = s.lie_target.clone().unwrap_or_else(|| s.target.clone());
     match (method, path) {
         ("GET", "/redfish/v1/" | "/redfish/v1") => {
             let mut root = json!({
@@ -295,14 +366,16 @@ fn answer(
             (200, vec![], root)
         }
         ("POST", SESSIONS) if shared.sessions => {
-            if body["UserName"] == USER && body["Password"] == PASSWORD {
+            if body["UserName"] == shared.user.as_str()
+                && body["Password"] == shared.password.as_str()
+            {
                 (
                     201,
                     vec![
                         ("X-Auth-Token", TOKEN.to_owned()),
                         ("Location", SESSION.to_owned()),
                     ],
-                    json!({"@odata.id": SESSION, "Id": "22", "UserName": USER}),
+                    json!({"@odata.id": SESSION, "Id": "22", "UserName": shared.user}),
                 )
             } else {
                 error(
@@ -329,7 +402,7 @@ fn answer(
                 "PowerState": s.power,
                 "Boot": {
                     "BootSourceOverrideEnabled": s.enabled,
-                    "BootSourceOverrideTarget": s.target,
+                    "BootSourceOverrideTarget": reported_target,
                     "BootSourceOverrideMode": s.mode,
                     "BootSourceOverrideTarget@Redfish.AllowableValues": [
                         "None", "Pxe", "Floppy", "Cd", "Hdd", "BiosSetup", "Utilities",
