@@ -12,14 +12,19 @@
 //! service fails while its IPMI still works: answer every request with an
 //! HTTP error ([`RedfishFixture::fail_all`]), or accept a boot override and
 //! read back another target ([`RedfishFixture::lie_on_read_back`]); and it
-//! can listen inside a lab namespace ([`RedfishFixture::start_in`]).
+//! can listen inside a lab namespace ([`RedfishFixture::start_in`]). Its
+//! power and boot override can drive a QEMU guest through the chassis
+//! directory of [`crate::bmc_lab::PoweredGuest`]
+//! ([`RedfishFixture::drive_chassis`]), as ipmi_sim's chassis program does.
 //!
 //! One thread serves one connection at a time and closes each after its
 //! answer. Every request is recorded for the tests to inspect.
 
 use std::{
+    fs,
     io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
+    path::{Path, PathBuf},
     sync::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicBool, Ordering},
@@ -29,6 +34,8 @@ use std::{
 };
 
 use serde_json::{Value, json};
+
+use crate::bmc_sim::{BOOT_FILE, POWER_FILE, REPLY_FILE, REQUEST_FILE};
 
 /// The fixture's user and password.
 pub const USER: &str = "root";
@@ -64,6 +71,9 @@ struct System {
     fail_all: Option<u16>,
     /// GETs of the system report this override target, whatever was set.
     lie_target: Option<String>,
+    /// The chassis directory of a guest watcher: power comes from it and
+    /// resets and the boot override go to it.
+    chassis: Option<PathBuf>,
 }
 
 struct Shared {
@@ -116,6 +126,7 @@ impl RedfishFixture {
                 fail_next_reset: false,
                 fail_all: None,
                 lie_target: None,
+                chassis: None,
             }),
             seen: Mutex::new(Vec::new()),
             sessions,
@@ -165,6 +176,14 @@ impl RedfishFixture {
     /// whatever a PATCH set.
     pub fn lie_on_read_back(&self, target: &str) {
         self.system().lie_target = Some(target.to_owned());
+    }
+
+    /// Hands power to the guest watcher of chassis directory `dir` (see
+    /// [`crate::bmc_lab`]): the guest is off until a reset turns it on.
+    pub fn drive_chassis(&self, dir: PathBuf) {
+        let mut s = self.system();
+        s.power = "Off";
+        s.chassis = Some(dir);
     }
 
     /// The power state as the fixture holds it (`On`, `Off`).
@@ -347,6 +366,10 @@ fn answer(
         );
     }
     let reported_target = s.lie_target.clone().unwrap_or_else(|| s.target.clone());
+    if let Some(dir) = &s.chassis {
+        let on = fs::read_to_string(dir.join(POWER_FILE)).is_ok_and(|p| p.trim() == "1");
+        s.power = if on { "On" } else { "Off" };
+    }
     match (method, path) {
         ("GET", "/redfish/v1/" | "/redfish/v1") => {
             let mut root = json!({
@@ -447,6 +470,16 @@ fn answer(
             if let Some(m) = boot["BootSourceOverrideMode"].as_str() {
                 s.mode = m.to_owned();
             }
+            if let Some(dir) = &s.chassis {
+                let device = match s.target.as_str() {
+                    "Pxe" | "UefiHttp" => "pxe",
+                    "Hdd" => "default",
+                    "BiosSetup" => "bios",
+                    "Cd" => "cdrom",
+                    _ => "none",
+                };
+                fs::write(dir.join(BOOT_FILE), format!("{device}\n")).expect("write boot file");
+            }
             s.etag += 1;
             (204, vec![], Value::Null)
         }
@@ -458,15 +491,52 @@ fn answer(
                     "Unable to complete the operation because the server is busy.",
                 );
             }
-            match body["ResetType"].as_str() {
-                Some("On") => s.power = "On",
-                Some("ForceOff") => s.power = "Off",
-                Some("ForceRestart" | "PowerCycle" | "GracefulRestart") => {}
+            let request = match body["ResetType"].as_str() {
+                Some("On") => "power 1",
+                Some("ForceOff") => "power 0",
+                Some("ForceRestart" | "PowerCycle" | "GracefulRestart") => "reset 1",
                 _ => return error(400, "The value for ResetType is not supported."),
+            };
+            if let Some(dir) = s.chassis.clone() {
+                if let Err(e) = to_guest(&dir, request) {
+                    return error(500, &format!("The chassis did not act: {e}"));
+                }
+                // The next boot consumes a Once override.
+                if request != "power 0" && s.enabled == "Once" {
+                    s.enabled = "Disabled".into();
+                }
+            }
+            match request {
+                "power 1" => s.power = "On",
+                "power 0" => s.power = "Off",
+                _ => {}
             }
             (204, vec![], Value::Null)
         }
         _ => error(404, "The resource at the URI was not found."),
+    }
+}
+
+/// Hands `request` (`power 1`, `reset 1`, ...) to the guest watcher of
+/// `dir` and waits (at most 10 s) for its answer, as ipmi_sim's chassis
+/// program does.
+fn to_guest(dir: &Path, request: &str) -> Result<(), String> {
+    let tmp = dir.join("request.tmp");
+    fs::write(&tmp, format!("{request}\n")).map_err(|e| e.to_string())?;
+    let _ = fs::remove_file(dir.join(REPLY_FILE));
+    fs::rename(&tmp, dir.join(REQUEST_FILE)).map_err(|e| e.to_string())?;
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while dir.join(REQUEST_FILE).exists() {
+        if std::time::Instant::now() > end {
+            let _ = fs::remove_file(dir.join(REQUEST_FILE));
+            return Err("no guest watcher".into());
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    match fs::read_to_string(dir.join(REPLY_FILE)) {
+        Ok(reply) if reply.trim() == "ok" => Ok(()),
+        Ok(reply) => Err(reply.trim().to_owned()),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -443,7 +443,9 @@ fn fallback(
     };
     let Some(ipmi) = ipmi else {
         let kind = DriverKind::of(address);
-        if let Some(kinds) = &drivers
+        // A profile's list is for those of its hosts that have two
+        // addresses; a host's own must match its one address.
+        if let Some(kinds) = drivers.as_ref().filter(|_| own_list.is_some())
             && let Some(missing) = kinds.iter().find(|k| **k != kind)
         {
             let hint = match missing {
