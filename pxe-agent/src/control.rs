@@ -146,10 +146,7 @@ fn flags_name(f: BootFlags) -> String {
         .find(|d| d.selector() == f.selector)
         .map(device_name)
         .or((f.selector == crate::bmc::redfish::UEFI_HTTP_SELECTOR).then_some("http"))
-        .map_or_else(
-            || format!("selector {:#x}", f.selector),
-            str::to_owned,
-        );
+        .map_or_else(|| format!("selector {:#x}", f.selector), str::to_owned);
     let mut out = device;
     if f.persistent {
         out.push_str(" persistent");

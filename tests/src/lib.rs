@@ -47,6 +47,8 @@ mod recovery_vm;
 #[cfg(test)]
 mod redfish;
 #[cfg(test)]
+mod redfish_fallback;
+#[cfg(test)]
 mod relay;
 #[cfg(test)]
 mod reload;
@@ -64,5 +66,3 @@ mod trace;
 mod vlan;
 #[cfg(test)]
 mod xdp_program;
-#[cfg(test)]
-mod redfish_fallback;

@@ -151,8 +151,13 @@ impl VmRig {
         let spec = lab.vm_spec("recguest", GUEST_MAC, Firmware::Bios, 0);
         let bmc = GuestBmc::start(&lab, 0, spec);
         let redfish = (setup.drivers != Drivers::Ipmi).then(|| {
-            let fx =
-                RedfishFixture::start_in(lab.server_ns(), &bmc_ip(0), REDFISH_PORT, ADMIN, PASSWORD);
+            let fx = RedfishFixture::start_in(
+                lab.server_ns(),
+                &bmc_ip(0),
+                REDFISH_PORT,
+                ADMIN,
+                PASSWORD,
+            );
             match setup.drivers {
                 Drivers::Redfish => fx.drive_chassis(bmc.sim().chassis_dir()),
                 _ => fx.fail_all(Some(500)),
@@ -414,10 +419,7 @@ fn recover_falls_back_to_ipmi_when_redfish_fails_and_boots_the_guest() {
     let fx = rig.redfish.as_ref().expect("fixture");
     // Only the first call reached Redfish: the rest started with IPMI.
     let paths: Vec<String> = fx.seen().into_iter().map(|s| s.path).collect();
-    assert!(
-        paths.iter().all(|p| p == "/redfish/v1/"),
-        "{paths:?}"
-    );
+    assert!(paths.iter().all(|p| p == "/redfish/v1/"), "{paths:?}");
     let metrics = rig
         .lab
         .cmd("curl")
@@ -435,7 +437,11 @@ fn recover_falls_back_to_ipmi_when_redfish_fails_and_boots_the_guest() {
         "{metrics}"
     );
     let log = plain(&rig.lab.agent_log());
-    assert!(log.contains("falling back to the other driver"), "{}", rig.context());
+    assert!(
+        log.contains("falling back to the other driver"),
+        "{}",
+        rig.context()
+    );
 }
 
 #[test]

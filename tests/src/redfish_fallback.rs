@@ -72,7 +72,8 @@ fn ipmitool(rig: &Rig, args: &[&str]) -> String {
 /// The fallback is in every place an operator looks.
 fn assert_recorded(rig: &Rig, reason: &str, call: &str) {
     let metrics = rig.get("/metrics");
-    let want = format!("pxe_bmc_fallback_total{{from=\"redfish\",to=\"ipmi\",reason=\"{reason}\"}} 1");
+    let want =
+        format!("pxe_bmc_fallback_total{{from=\"redfish\",to=\"ipmi\",reason=\"{reason}\"}} 1");
     assert!(metrics.contains(&want), "{want} missing:\n{metrics}");
     assert!(
         metrics.contains("pxe_bmc_fallback_held_hosts 1"),
@@ -138,7 +139,11 @@ fn falls_back(name: &str, how: Break) {
             .find(|s| s.method == "PATCH")
             .expect("the override was tried over Redfish");
         assert_eq!(patch.body["Boot"]["BootSourceOverrideTarget"], "UefiHttp");
-        assert_eq!(rig.sim_state("boot"), "pxe", "UefiHttp is EFI PXE over IPMI");
+        assert_eq!(
+            rig.sim_state("boot"),
+            "pxe",
+            "UefiHttp is EFI PXE over IPMI"
+        );
         let flags = ipmitool(&rig, &["chassis", "bootparam", "get", "5"]);
         assert!(flags.contains("PXE"), "{flags}");
         assert_recorded(&rig, reason, "bootdev");

@@ -112,7 +112,12 @@ impl RedfishFixture {
         RedfishFixture::serve_on(listener, true, user, password)
     }
 
-    fn serve_on(listener: TcpListener, sessions: bool, user: &str, password: &str) -> RedfishFixture {
+    fn serve_on(
+        listener: TcpListener,
+        sessions: bool,
+        user: &str,
+        password: &str,
+    ) -> RedfishFixture {
         let ip = listener.local_addr().unwrap().ip().to_string();
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();

@@ -39,17 +39,12 @@ impl Single {
         echo: BootFlagEcho,
     ) -> Result<Single, BmcError> {
         match address {
-            BmcAddress::Ipmi { .. } => {
-                IpmiBmc::new(address, settings.credentials.clone(), policy)
-                    .map(|b| Single::Ipmi(b.with_boot_flag_echo(echo)))
+            BmcAddress::Ipmi { .. } => IpmiBmc::new(address, settings.credentials.clone(), policy)
+                .map(|b| Single::Ipmi(b.with_boot_flag_echo(echo))),
+            BmcAddress::Redfish(_) => {
+                RedfishBmc::new(address, settings.credentials.clone(), &settings.tls, policy)
+                    .map(Single::Redfish)
             }
-            BmcAddress::Redfish(_) => RedfishBmc::new(
-                address,
-                settings.credentials.clone(),
-                &settings.tls,
-                policy,
-            )
-            .map(Single::Redfish),
         }
     }
 
@@ -83,10 +78,12 @@ impl Driver {
         record: &Arc<Fallbacks>,
     ) -> Result<Driver, BmcError> {
         let Some(fallback) = &settings.fallback else {
-            return Ok(match Single::build(settings, &settings.address, policy, echo)? {
-                Single::Ipmi(b) => Driver::Ipmi(b),
-                Single::Redfish(b) => Driver::Redfish(b),
-            });
+            return Ok(
+                match Single::build(settings, &settings.address, policy, echo)? {
+                    Single::Ipmi(b) => Driver::Ipmi(b),
+                    Single::Redfish(b) => Driver::Redfish(b),
+                },
+            );
         };
         let redfish = Single::build(settings, &settings.address, policy, echo)?;
         let ipmi = Single::build(settings, &fallback.ipmi, policy, echo)?;

@@ -162,10 +162,20 @@ impl Fallbacks {
     }
 
     fn hold(&self, key: &str, until: Option<u64>) {
-        lock(&self.hosts).entry(key.to_owned()).or_default().held_until_ms = until;
+        lock(&self.hosts)
+            .entry(key.to_owned())
+            .or_default()
+            .held_until_ms = until;
     }
 
-    fn note(&self, key: &str, reason: Reason, event: FallbackEvent, from: &'static str, to: &'static str) {
+    fn note(
+        &self,
+        key: &str,
+        reason: Reason,
+        event: FallbackEvent,
+        from: &'static str,
+        to: &'static str,
+    ) {
         *lock(&self.counts).entry((from, to, reason)).or_default() += 1;
         lock(&self.hosts).entry(key.to_owned()).or_default().last = Some(event);
     }
@@ -180,7 +190,12 @@ impl Fallbacks {
             .and_then(|h| h.held_until_ms)
             .filter(|&until| now < until);
         DriverStatus {
-            driver: if held_until_ms.is_some() { second } else { first }.to_owned(),
+            driver: if held_until_ms.is_some() {
+                second
+            } else {
+                first
+            }
+            .to_owned(),
             held_until_ms,
             last_fallback: state.and_then(|h| h.last.clone()),
         }
@@ -299,7 +314,8 @@ impl FallbackBmc {
         let result = op(other.clone()).await;
         if result.is_ok() {
             if Arc::ptr_eq(other, &self.second) {
-                let until = at_ms.saturating_add(u64::try_from(self.hold.as_millis()).unwrap_or(u64::MAX));
+                let until =
+                    at_ms.saturating_add(u64::try_from(self.hold.as_millis()).unwrap_or(u64::MAX));
                 self.record.hold(&self.key, Some(until));
                 info!(host = %self.host, driver = to, hold = ?self.hold, "BMC calls start with the second driver during the hold-down");
             } else {
@@ -354,8 +370,11 @@ impl Bmc for FallbackBmc {
     }
 
     async fn power(&self, action: PowerAction) -> Result<(), BmcError> {
-        self.run("power", |d: Arc<Single>| async move { d.power(action).await })
-            .await
+        self.run(
+            "power",
+            |d: Arc<Single>| async move { d.power(action).await },
+        )
+        .await
     }
 
     async fn set_boot_device(&self, target: BootTarget) -> Result<(), BmcError> {
@@ -375,5 +394,115 @@ impl Bmc for FallbackBmc {
     async fn info(&self) -> Result<BmcInfo, BmcError> {
         self.run("info", |d: Arc<Single>| async move { d.info().await })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn event(reason: Reason) -> FallbackEvent {
+        FallbackEvent {
+            at_ms: now_ms(),
+            from: "redfish".into(),
+            to: "ipmi".into(),
+            reason: reason.label().into(),
+            call: "power".into(),
+            error: "BMC 10.0.0.1:443 unreachable".into(),
+        }
+    }
+
+    #[test]
+    fn every_failure_falls_back_but_a_power_action_of_unknown_outcome() {
+        let bmc = || "10.0.0.1:443".to_owned();
+        let cases = [
+            (
+                BmcError::Connect {
+                    bmc: bmc(),
+                    reason: "refused".into(),
+                },
+                Some(Reason::Unreachable),
+            ),
+            (
+                BmcError::Http {
+                    bmc: bmc(),
+                    method: "GET",
+                    path: "/redfish/v1/".into(),
+                    status: 500,
+                    message: None,
+                },
+                Some(Reason::HttpStatus),
+            ),
+            (
+                BmcError::ReadBackMismatch {
+                    bmc: bmc(),
+                    wanted: BootTarget {
+                        device: super::super::BootDevice::Pxe,
+                        persistent: false,
+                        efi: true,
+                    },
+                    got: BootFlags {
+                        valid: true,
+                        persistent: false,
+                        efi: true,
+                        selector: 2,
+                    },
+                },
+                Some(Reason::ReadBack),
+            ),
+            (
+                BmcError::AuthFailed {
+                    bmc: bmc(),
+                    user: "admin".into(),
+                },
+                Some(Reason::Auth),
+            ),
+            (
+                BmcError::OutcomeUnknown {
+                    bmc: bmc(),
+                    action: PowerAction::Cycle,
+                    waited: Duration::from_secs(5),
+                },
+                None,
+            ),
+        ];
+        for (error, want) in cases {
+            assert_eq!(Reason::of(&error), want, "{error}");
+        }
+    }
+
+    #[test]
+    fn a_hold_down_switches_the_driver_shown_until_it_ends() {
+        let record = Fallbacks::default();
+        let key = "redfish://10.0.0.1/redfish/v1/Systems/1";
+        assert_eq!(record.status(key, "redfish", "ipmi").driver, "redfish");
+        record.note(
+            key,
+            Reason::HttpStatus,
+            event(Reason::HttpStatus),
+            "redfish",
+            "ipmi",
+        );
+        record.hold(key, Some(now_ms() + 60_000));
+        assert!(record.held(key, now_ms()));
+        let status = record.status(key, "redfish", "ipmi");
+        assert_eq!(status.driver, "ipmi");
+        assert!(status.held_until_ms.is_some());
+        assert_eq!(status.last_fallback.unwrap().reason, "http-status");
+        let page = record.render();
+        assert!(
+            page.contains(
+                "pxe_bmc_fallback_total{from=\"redfish\",to=\"ipmi\",reason=\"http-status\"} 1"
+            ),
+            "{page}"
+        );
+        assert!(page.contains("pxe_bmc_fallback_held_hosts 1"), "{page}");
+        // Once it has passed, calls start with the first driver again.
+        record.hold(key, Some(now_ms() - 1));
+        assert!(!record.held(key, now_ms()));
+        assert_eq!(record.status(key, "redfish", "ipmi").driver, "redfish");
+        assert!(record.render().contains("pxe_bmc_fallback_held_hosts 0"));
     }
 }

@@ -352,10 +352,7 @@ pub fn host_views(s: &AdminState) -> Vec<HostView> {
                     mac: h.mac.to_string(),
                     ..Default::default()
                 });
-            let driver_status = h
-                .bmc
-                .as_ref()
-                .map(|b| driver::status(b, &s.oob.fallbacks));
+            let driver_status = h.bmc.as_ref().map(|b| driver::status(b, &s.oob.fallbacks));
             HostView {
                 mac: h.mac.to_string(),
                 ip: h.ip,

@@ -26,12 +26,12 @@ use std::{
 
 pub use error::{LoadError, Problem};
 pub use mac::{MacAddr, ParseMacError};
-pub use oob::{DriverKind, FallbackSettings};
 pub use oob::{
     AfterBoot, BmcSettings, BootMode, DEFAULT_BOOT_FILE_DEADLINE, DEFAULT_DHCP_DEADLINE,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_RECOVERY_DEADLINE, DEFAULT_SCRIPT_DEADLINE, PasswordSource,
     RecoverySettings, SecretSource, StageDeadlines, parse_duration,
 };
+pub use oob::{DriverKind, FallbackSettings};
 pub use rule::{BootAnswer, Match, Rule, Traits, circuit_id, parse_user_classes};
 
 /// Placeholder in boot strings for the server's address, substituted when
