@@ -27,7 +27,7 @@ use tracing::{error, info, warn};
 
 use crate::{
     audit::AuditLog,
-    bmc::{BootFlagEcho, Driver, RetryPolicy},
+    bmc::{BootFlagEcho, Driver, Fallbacks, RetryPolicy},
     control,
     dhcp::{
         Server,
@@ -576,14 +576,16 @@ fn start_recovery(
         .audit_log
         .clone()
         .unwrap_or_else(|| cfg.state_dir.join("audit.jsonl"));
-    let audit = AuditLog::open(&audit_path)?;
+    let audit = Arc::new(AuditLog::open(&audit_path)?);
+    let fallbacks = Arc::new(Fallbacks::new(Some(audit.clone())));
     let rx_of = state.clone();
     let echo = cfg.oob.boot_flag_echo;
+    let record = fallbacks.clone();
     let inputs = control::Inputs {
         controller,
         sequencer: Sequencer::new(cfg.oob.sequence),
         make_bmc: Box::new(move |settings| {
-            Driver::for_host(settings, RetryPolicy::default(), echo)
+            Driver::for_host_in(settings, RetryPolicy::default(), echo, &record)
         }),
         progress: state.progress.clone(),
         slow_path_rx: Box::new(move || rx_of.stats.rx.load(Ordering::Relaxed)),
@@ -595,6 +597,7 @@ fn start_recovery(
             control: handle,
             tokens,
             audit,
+            fallbacks,
         }),
         task,
     ))

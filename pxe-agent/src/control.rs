@@ -99,12 +99,13 @@ pub fn parse_power(text: &str) -> Option<Op> {
     })
 }
 
-/// `pxe`, `disk`, `bios`.
+/// `pxe`, `disk`, `bios`, `http` (UEFI HTTP boot).
 pub fn parse_device(text: &str) -> Option<BootDevice> {
     Some(match text {
         "pxe" => BootDevice::Pxe,
         "disk" => BootDevice::Disk,
         "bios" => BootDevice::BiosSetup,
+        "http" => BootDevice::UefiHttp,
         _ => return None,
     })
 }
@@ -124,6 +125,7 @@ fn device_name(d: BootDevice) -> &'static str {
         BootDevice::Pxe => "pxe",
         BootDevice::Disk => "disk",
         BootDevice::BiosSetup => "bios",
+        BootDevice::UefiHttp => "http",
     }
 }
 
@@ -142,10 +144,9 @@ fn flags_name(f: BootFlags) -> String {
     let device = [BootDevice::Pxe, BootDevice::Disk, BootDevice::BiosSetup]
         .into_iter()
         .find(|d| d.selector() == f.selector)
-        .map_or_else(
-            || format!("selector {:#x}", f.selector),
-            |d| device_name(d).into(),
-        );
+        .map(device_name)
+        .or((f.selector == crate::bmc::redfish::UEFI_HTTP_SELECTOR).then_some("http"))
+        .map_or_else(|| format!("selector {:#x}", f.selector), str::to_owned);
     let mut out = device;
     if f.persistent {
         out.push_str(" persistent");

@@ -6,6 +6,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr, TcpStream},
     path::PathBuf,
     process::ExitCode,
+    sync::Arc,
     time::Duration,
 };
 
@@ -14,7 +15,7 @@ use clap::{Parser, Subcommand};
 use pxe_agent::{
     app::{self, OobConfig, RunConfig},
     audit::{AuditLog, Entry},
-    bmc::{BootFlagEcho, BootTarget, Driver, RetryPolicy},
+    bmc::{BootFlagEcho, BootTarget, Driver, Fallbacks, RetryPolicy},
     control::{self, Op, Outcome},
     dhcp::{Server, server::Limits},
     discovered::Discovered,
@@ -393,6 +394,8 @@ enum DeviceArg {
     Pxe,
     Disk,
     Bios,
+    /// UEFI HTTP boot (Redfish UefiHttp; EFI PXE over IPMI).
+    Http,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -692,6 +695,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 ("HOSTNAME", 24, Align::Left),
                 ("STAGE", 9, Align::Left),
                 ("POWER", 7, Align::Left),
+                ("BMC", 20, Align::Left),
                 ("RECOVERY", 19, Align::Left),
                 ("ATTEMPTS", 8, Align::Right),
                 ("LAST DHCP", 44, Align::Left),
@@ -710,6 +714,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     h.stage
                         .map_or("-".to_string(), |s| format!("{s:?}").to_lowercase()),
                     h.power.as_deref().unwrap_or("-").to_string(),
+                    bmc_column(&h, now),
                     h.recovery.as_deref().unwrap_or("-").to_string(),
                     h.attempts.map_or("-".to_string(), |a| a.to_string()),
                     step(&p.dhcp),
@@ -796,6 +801,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                         DeviceArg::Pxe => "pxe",
                         DeviceArg::Disk => "disk",
                         DeviceArg::Bios => "bios",
+                        DeviceArg::Http => "http",
                     };
                     let device = control::parse_device(name).expect("every device parses");
                     (
@@ -1156,7 +1162,7 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
                 )
             }),
         )?;
-        let audit = AuditLog::open(&select.audit_log)?;
+        let audit = Arc::new(AuditLog::open(&select.audit_log)?);
         let echo = select.bmc_boot_flag_echo.into();
         runtime()?.block_on(direct(op, hosts, &inv, &audit, concurrency, echo))?
     } else {
@@ -1302,6 +1308,19 @@ fn through_agent(
     out.into_iter().map(|(_, o)| o).collect()
 }
 
+/// The hosts table's BMC column: the driver calls start with, and
+/// `fallback <time left>` during a hold-down.
+fn bmc_column(h: &HostView, now: u64) -> String {
+    match (&h.bmc_driver, h.bmc_fallback_until_ms) {
+        (None, _) => "-".to_string(),
+        (Some(d), None) => d.clone(),
+        (Some(d), Some(until)) => {
+            let left = until.saturating_sub(now) / 1000;
+            format!("{d} fallback {}m{:02}s", left / 60, left % 60)
+        }
+    }
+}
+
 /// `host` as a path segment: host names and MACs need no escaping but
 /// `%` and `/` would change the path.
 fn url_segment(host: &str) -> String {
@@ -1314,11 +1333,15 @@ async fn direct(
     op: Op,
     hosts: Vec<String>,
     inv: &inventory::Inventory,
-    audit: &AuditLog,
+    audit: &Arc<AuditLog>,
     concurrency: usize,
     echo: BootFlagEcho,
 ) -> anyhow::Result<Vec<Outcome>> {
     use futures_util::StreamExt as _;
+    // Fallbacks are recorded for this run only: a hold-down lives in the
+    // running agent.
+    let record = Arc::new(Fallbacks::new(Some(audit.clone())));
+    let record = &record;
     let calls = hosts.into_iter().map(|name| async move {
         let at_ms = progress::now_ms();
         let started = std::time::Instant::now();
@@ -1346,7 +1369,7 @@ async fn direct(
                         control::Failure::NoBmc,
                         format!("host {} has no bmc block in the inventory", host.label()),
                     ),
-                    Some(s) => match Driver::for_host(s, RetryPolicy::default(), echo) {
+                    Some(s) => match Driver::for_host_in(s, RetryPolicy::default(), echo, record) {
                         Err(e) => fail(&mut out, control::Failure::NoBmc, e.to_string()),
                         Ok(bmc) => {
                             if let Err(e) = control::perform(&bmc, op, &mut out).await {

@@ -49,6 +49,8 @@ mod recovery_vm;
 #[cfg(test)]
 mod redfish;
 #[cfg(test)]
+mod redfish_fallback;
+#[cfg(test)]
 mod relay;
 #[cfg(test)]
 mod reload;

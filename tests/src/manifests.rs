@@ -183,6 +183,8 @@ fn custom_resources_match_their_crds_and_bad_objects_are_rejected() {
         "BootHost is structural",
         "examples/boothosts.yaml: BootHost/node-1 is valid",
         "BootHost/password-in-spec is rejected",
+        "examples/boothosts.yaml: BootHost/node-4 is valid",
+        "BootHost/bad-fallback-address is rejected",
         "BootNetwork/bad-discovery-policy is rejected",
         "overlay-example.yaml: BootHost/node-1 is valid",
         "overlay-openshift.yaml: SecurityContextConstraints/pxe-agent is valid",

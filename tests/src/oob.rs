@@ -14,7 +14,7 @@ use crate::{
     bmc_sim::{IpmiSim, PASSWORD},
 };
 
-const SIM_IP: &str = "10.66.0.250";
+pub(crate) const SIM_IP: &str = "10.66.0.250";
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
 /// The agent with a host whose BMC is the simulator, and the simulator.
@@ -36,6 +36,19 @@ impl Rig {
     /// (indented keys such as a `recovery` block) and `extra` arguments to
     /// `pxe-agent run`.
     pub(crate) fn start_with(name: &str, host_extra: &str, extra: &[&str]) -> Rig {
+        let rig = Rig::launch(
+            name,
+            &format!("address: ipmi://{SIM_IP}:623"),
+            host_extra,
+            extra,
+        );
+        rig.wait_ready();
+        rig
+    }
+
+    /// The agent and the simulator, not yet waited for: `bmc` is the
+    /// host's BMC address keys (indented as the block's other keys are).
+    pub(crate) fn launch(name: &str, bmc: &str, host_extra: &str, extra: &[&str]) -> Rig {
         let sim_dir = Scratch::new(&format!("{name}-sim"));
         fs::write(sim_dir.path("bmc.password"), PASSWORD).unwrap();
         fs::write(sim_dir.path("tokens"), format!("ops {TOKEN}\n")).unwrap();
@@ -45,7 +58,7 @@ impl Rig {
              profiles: [{{name: w, boot: {{bios: undionly.kpxe}}}}]\n\
              hosts:\n  - mac: \"02:00:00:00:00:10\"\n    ip: 10.66.1.10\n    \
              hostname: node-1\n    profile: w\n    labels: {{rack: r3}}\n    bmc:\n      \
-             address: ipmi://{SIM_IP}:623\n      username: admin\n      \
+             {bmc}\n      username: admin\n      \
              password_file: {}\n{host_extra}",
             sim_dir.path("bmc.password").display()
         );
@@ -67,31 +80,34 @@ impl Rig {
         );
         served.add_client_address(&format!("{SIM_IP}/16"));
         let sim = IpmiSim::start(served.lab.client_ns(), SIM_IP);
-        let rig = Rig {
+        Rig {
             sim,
             sim_dir,
             served,
             args,
-        };
-        // Ready once the simulator answers through the agent.
+        }
+    }
+
+    /// Waits until the host's BMC answers through the agent.
+    pub(crate) fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(15);
         while Instant::now() < deadline {
-            let (ok, _, _) = rig.cli(&[
+            let (ok, _, _) = self.cli(&[
                 "bmc",
                 "power",
                 "status",
                 "node-1",
                 "--token-file",
-                &rig.token(),
+                &self.token(),
             ]);
             if ok {
-                return rig;
+                return;
             }
             thread::sleep(Duration::from_millis(200));
         }
         panic!(
-            "ipmi_sim did not answer the agent; log:\n{}",
-            rig.served.log()
+            "the BMC did not answer the agent; log:\n{}",
+            self.served.log()
         );
     }
 
@@ -107,7 +123,7 @@ impl Rig {
     }
 
     /// `pxe-agent ARGS` in the agent's namespace: success, stdout, stderr.
-    fn cli(&self, args: &[&str]) -> (bool, String, String) {
+    pub(crate) fn cli(&self, args: &[&str]) -> (bool, String, String) {
         let out = self
             .served
             .lab
@@ -133,7 +149,7 @@ impl Rig {
         out
     }
 
-    fn sim_state(&self, file: &str) -> String {
+    pub(crate) fn sim_state(&self, file: &str) -> String {
         self.sim.state(file)
     }
 

@@ -6,6 +6,11 @@
 //! recovered by the watchdog. Without a guest: a recovery survives
 //! `kill -9` of the agent and goes on from the stage and deadline it was at.
 //!
+//! The first of these also runs with a Redfish-only host (the fixture of
+//! [`crate::redfish_fixture`] holding the power and driving the same guest
+//! watcher ipmi_sim's chassis does) and with a host that has both drivers,
+//! its Redfish answering 500 so that the recovery falls back to ipmi_sim.
+//!
 //! The recovery state is read from `GET /api/v1/hosts` (what
 //! `pxe-agent hosts` prints); each lab has one host with a BMC.
 
@@ -19,10 +24,40 @@ use xtask::vm::{BootLab, BootLabConfig, BootReport, BootSource, Firmware, initra
 use crate::{
     agent::{Scratch, agent_bin},
     bmc_lab::{GuestBmc, bmc_ip},
-    bmc_sim::PASSWORD,
+    bmc_sim::{ADMIN, PASSWORD},
     fixture::assert_root,
     oob::Rig,
+    redfish_fixture::{self as fixture, RedfishFixture},
 };
+
+/// The Redfish fixture's port on the BMC's address.
+const REDFISH_PORT: u16 = 8000;
+
+/// Which drivers the host's BMC has.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Drivers {
+    /// ipmi_sim powers the guest.
+    Ipmi,
+    /// The Redfish fixture powers the guest; ipmi_sim is not named.
+    Redfish,
+    /// `[redfish, ipmi]`: the fixture answers 500, ipmi_sim powers the guest.
+    FailingRedfishThenIpmi,
+}
+
+impl Drivers {
+    /// The host's BMC address keys.
+    fn address(self) -> String {
+        let ip = bmc_ip(0);
+        let redfish = format!("redfish+http://{ip}:{REDFISH_PORT}{}", fixture::SYSTEM);
+        match self {
+            Drivers::Ipmi => format!("address: ipmi://{ip}:623"),
+            Drivers::Redfish => format!("address: {redfish}"),
+            Drivers::FailingRedfishThenIpmi => format!(
+                "address: {redfish}\n      ipmi: ipmi://{ip}:623\n      drivers: [redfish, ipmi]"
+            ),
+        }
+    }
+}
 
 /// One boot takes 8–25 s under TCG; room for a busy machine.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -51,7 +86,7 @@ hosts:
     hostname: vm-node-1
     profile: installed
     bmc:
-      address: ipmi://@BMC@:623
+      @BMC_ADDRESS@
       username: admin
       password_file: @PASSWORD_FILE@
     recovery: @RECOVERY@
@@ -60,6 +95,7 @@ hosts:
 /// A boot lab whose one host's BMC is a [`GuestBmc`]. Field order: the
 /// guest and its BMC stop before the agent's lab, the files go last.
 struct VmRig {
+    redfish: Option<RedfishFixture>,
     bmc: GuestBmc,
     lab: BootLab,
     dir: Scratch,
@@ -75,6 +111,7 @@ struct Setup<'a> {
     /// Kernel command line parameters besides the phone-home and `pxe.stay`.
     cmdline: &'a str,
     backoff_ms: u64,
+    drivers: Drivers,
 }
 
 impl VmRig {
@@ -93,7 +130,7 @@ impl VmRig {
         let inventory = INVENTORY
             .replace("@KERNEL@", setup.kernel)
             .replace("@CMDLINE@", cmdline.trim())
-            .replace("@BMC@", &bmc_ip(0))
+            .replace("@BMC_ADDRESS@", &setup.drivers.address())
             .replace(
                 "@PASSWORD_FILE@",
                 &dir.path("bmc.password").display().to_string(),
@@ -113,7 +150,26 @@ impl VmRig {
             BootLab::start(&cfg).unwrap_or_else(|e| panic!("boot lab {}: {e:#}", setup.prefix));
         let spec = lab.vm_spec("recguest", GUEST_MAC, Firmware::Bios, 0);
         let bmc = GuestBmc::start(&lab, 0, spec);
-        VmRig { bmc, lab, dir }
+        let redfish = (setup.drivers != Drivers::Ipmi).then(|| {
+            let fx = RedfishFixture::start_in(
+                lab.server_ns(),
+                &bmc_ip(0),
+                REDFISH_PORT,
+                ADMIN,
+                PASSWORD,
+            );
+            match setup.drivers {
+                Drivers::Redfish => fx.drive_chassis(bmc.sim().chassis_dir()),
+                _ => fx.fail_all(Some(500)),
+            }
+            fx
+        });
+        VmRig {
+            redfish,
+            bmc,
+            lab,
+            dir,
+        }
     }
 
     /// `pxe-agent recover HOST` with the token.
@@ -231,12 +287,20 @@ fn assert_in_order(calls: &str, needles: &[&str]) {
 
 #[test]
 fn recover_boots_the_powered_off_guest_through_pxe_and_leaves_disk_set() {
+    let rig = recover_to_booted("pxrecvm", Drivers::Ipmi);
+    assert_ipmi_booted_the_guest(&rig);
+}
+
+/// Recovers the powered-off guest through `drivers` until it phoned home
+/// and is `booted`.
+fn recover_to_booted(prefix: &str, drivers: Drivers) -> VmRig {
     let rig = VmRig::start(&Setup {
-        prefix: "pxrecvm",
+        prefix,
         recovery: "{deadline: 2m, max_attempts: 1, after_boot: disk, stages: {dhcp: 90s}}",
         kernel: "vmlinuz",
         cmdline: "",
         backoff_ms: 30_000,
+        drivers,
     });
     assert!(!rig.bmc.guest().is_on());
     assert_eq!(rig.recovery(), ("idle".to_owned(), 0));
@@ -258,7 +322,13 @@ fn recover_boots_the_powered_off_guest_through_pxe_and_leaves_disk_set() {
         asked.elapsed().as_secs_f64(),
         report.phoned_home_after.unwrap_or_default().as_secs_f64()
     );
+    let table = rig.lab.cli(&["hosts"]).expect("pxe-agent hosts");
+    assert!(table.contains("booted"), "{table}");
+    rig
+}
 
+/// ipmi_sim set PXE, powered the guest on and was left at disk.
+fn assert_ipmi_booted_the_guest(rig: &VmRig) {
     // The boot device is set (and read back) before the power-on, the disk
     // once the guest booted.
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -290,11 +360,85 @@ fn recover_boots_the_powered_off_guest_through_pxe_and_leaves_disk_set() {
             || bootparam.contains("No override"),
         "{bootparam}"
     );
-    let table = rig.lab.cli(&["hosts"]).expect("pxe-agent hosts");
-    assert!(table.contains("booted"), "{table}");
     let log = plain(&rig.lab.agent_log());
     assert!(
         log.contains("to=booted") && log.contains("reason=phone-home"),
+        "{}",
+        rig.context()
+    );
+}
+
+#[test]
+fn recover_boots_a_redfish_only_guest_and_leaves_disk_set() {
+    let rig = recover_to_booted("pxrecrf", Drivers::Redfish);
+    let fx = rig.redfish.as_ref().expect("fixture");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while rig.bmc.sim().state("boot") != "default" {
+        assert!(
+            Instant::now() < deadline,
+            "the boot device was not left at disk\n{}",
+            rig.context()
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+    let acts: Vec<String> = fx
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == "PATCH" || s.path.ends_with("ComputerSystem.Reset"))
+        .map(|s| {
+            let boot = &s.body["Boot"];
+            match s.method.as_str() {
+                "PATCH" => format!(
+                    "{} {}",
+                    boot["BootSourceOverrideTarget"].as_str().unwrap_or(""),
+                    boot["BootSourceOverrideEnabled"].as_str().unwrap_or("")
+                ),
+                _ => s.body["ResetType"].as_str().unwrap_or("").to_owned(),
+            }
+        })
+        .collect();
+    assert_eq!(
+        acts,
+        ["Pxe Once", "On", "Hdd Continuous"],
+        "{}",
+        rig.context()
+    );
+    let calls = rig.bmc.sim().state("calls.log");
+    assert!(calls.is_empty(), "IPMI was used: {calls}");
+    let hosts = rig.lab.cli(&["hosts", "--output", "json"]).expect("hosts");
+    assert!(
+        hosts.contains("bmc_driver") && hosts.contains("\"redfish\""),
+        "{hosts}"
+    );
+}
+
+#[test]
+fn recover_falls_back_to_ipmi_when_redfish_fails_and_boots_the_guest() {
+    let rig = recover_to_booted("pxrecfb", Drivers::FailingRedfishThenIpmi);
+    assert_ipmi_booted_the_guest(&rig);
+    let fx = rig.redfish.as_ref().expect("fixture");
+    // Only the first call reached Redfish: the rest started with IPMI.
+    let paths: Vec<String> = fx.seen().into_iter().map(|s| s.path).collect();
+    assert!(paths.iter().all(|p| p == "/redfish/v1/"), "{paths:?}");
+    let metrics = rig
+        .lab
+        .cmd("curl")
+        .args([
+            "-s",
+            &format!("http://{}/metrics", xtask::vm::bootlab::METRICS_ADDR),
+        ])
+        .output()
+        .expect("curl");
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert!(
+        metrics.contains(
+            "pxe_bmc_fallback_total{from=\"redfish\",to=\"ipmi\",reason=\"http-status\"} 1"
+        ),
+        "{metrics}"
+    );
+    let log = plain(&rig.lab.agent_log());
+    assert!(
+        log.contains("falling back to the other driver"),
         "{}",
         rig.context()
     );
@@ -311,6 +455,7 @@ fn recovery_whose_boot_cannot_finish_retries_with_backoff_then_fails() {
         kernel: "vmlinuz-missing",
         cmdline: "",
         backoff_ms: BACKOFF_MS,
+        drivers: Drivers::Ipmi,
     });
     let asked = Instant::now();
     rig.recover();
@@ -361,6 +506,7 @@ fn watchdog_recovers_a_booted_guest_whose_heartbeat_stops() {
         kernel: "vmlinuz",
         cmdline: &cmdline,
         backoff_ms: 2_000,
+        drivers: Drivers::Ipmi,
     });
     rig.recover();
     rig.phoned_home();

@@ -8,12 +8,23 @@
 //! and authenticates with a SessionService (X-Auth-Token) or, when
 //! started without one, HTTP basic only.
 //!
+//! For the fallback tests it can also fail in the ways a BMC's Redfish
+//! service fails while its IPMI still works: answer every request with an
+//! HTTP error ([`RedfishFixture::fail_all`]), or accept a boot override and
+//! read back another target ([`RedfishFixture::lie_on_read_back`]); and it
+//! can listen inside a lab namespace ([`RedfishFixture::start_in`]). Its
+//! power and boot override can drive a QEMU guest through the chassis
+//! directory of [`crate::bmc_lab::PoweredGuest`]
+//! ([`RedfishFixture::drive_chassis`]), as ipmi_sim's chassis program does.
+//!
 //! One thread serves one connection at a time and closes each after its
 //! answer. Every request is recorded for the tests to inspect.
 
 use std::{
+    fs,
     io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
+    path::{Path, PathBuf},
     sync::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicBool, Ordering},
@@ -23,6 +34,8 @@ use std::{
 };
 
 use serde_json::{Value, json};
+
+use crate::bmc_sim::{BOOT_FILE, POWER_FILE, REPLY_FILE, REQUEST_FILE};
 
 /// The fixture's user and password.
 pub const USER: &str = "root";
@@ -54,18 +67,30 @@ struct System {
     mode: String,
     etag: u32,
     fail_next_reset: bool,
+    /// Every request is answered with this status.
+    fail_all: Option<u16>,
+    /// GETs of the system report this override target, whatever was set.
+    lie_target: Option<String>,
+    /// The chassis directory of a guest watcher: power comes from it and
+    /// resets and the boot override go to it.
+    chassis: Option<PathBuf>,
 }
 
 struct Shared {
     system: Mutex<System>,
     seen: Mutex<Vec<Seen>>,
     sessions: bool,
+    /// The account it accepts.
+    user: String,
+    password: String,
     stop: AtomicBool,
 }
 
 /// A running fixture service.
 pub struct RedfishFixture {
     pub port: u16,
+    /// The address it listens on.
+    pub ip: String,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -74,6 +99,26 @@ impl RedfishFixture {
     /// With a SessionService when `sessions`, else basic authentication.
     pub fn start(sessions: bool) -> RedfishFixture {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind fixture");
+        RedfishFixture::serve_on(listener, sessions, USER, PASSWORD)
+    }
+
+    /// Listening on `ip`:`port` inside the namespace `ns` (which the test
+    /// made), accepting `user` and `password`.
+    pub fn start_in(ns: &str, ip: &str, port: u16, user: &str, password: &str) -> RedfishFixture {
+        let at = format!("{ip}:{port}");
+        let listener = crate::raw::in_netns(ns, move || TcpListener::bind(at))
+            .expect("enter the fixture's namespace")
+            .expect("bind fixture");
+        RedfishFixture::serve_on(listener, true, user, password)
+    }
+
+    fn serve_on(
+        listener: TcpListener,
+        sessions: bool,
+        user: &str,
+        password: &str,
+    ) -> RedfishFixture {
+        let ip = listener.local_addr().unwrap().ip().to_string();
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
         let shared = Arc::new(Shared {
@@ -84,9 +129,14 @@ impl RedfishFixture {
                 mode: "UEFI".into(),
                 etag: 1,
                 fail_next_reset: false,
+                fail_all: None,
+                lie_target: None,
+                chassis: None,
             }),
             seen: Mutex::new(Vec::new()),
             sessions,
+            user: user.to_owned(),
+            password: password.to_owned(),
             stop: AtomicBool::new(false),
         });
         let s = shared.clone();
@@ -102,14 +152,48 @@ impl RedfishFixture {
         });
         RedfishFixture {
             port,
+            ip,
             shared,
             thread: Some(thread),
         }
     }
 
-    /// `redfish+http://127.0.0.1:PORT` with the system's path.
+    /// `redfish+http://IP:PORT` with the system's path.
     pub fn address(&self) -> String {
-        format!("redfish+http://127.0.0.1:{}{SYSTEM}", self.port)
+        format!("redfish+http://{}:{}{SYSTEM}", self.ip, self.port)
+    }
+
+    /// Requests received so far.
+    pub fn requests(&self) -> usize {
+        self.shared
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Answers every request with `status` (`None`: serve again).
+    pub fn fail_all(&self, status: Option<u16>) {
+        self.system().fail_all = status;
+    }
+
+    /// Reports `target` as the boot override on every GET of the system,
+    /// whatever a PATCH set.
+    pub fn lie_on_read_back(&self, target: &str) {
+        self.system().lie_target = Some(target.to_owned());
+    }
+
+    /// Hands power to the guest watcher of chassis directory `dir` (see
+    /// [`crate::bmc_lab`]): the guest is off until a reset turns it on.
+    pub fn drive_chassis(&self, dir: PathBuf) {
+        let mut s = self.system();
+        s.power = "Off";
+        s.chassis = Some(dir);
+    }
+
+    /// The power state as the fixture holds it (`On`, `Off`).
+    pub fn power(&self) -> &'static str {
+        self.system().power
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -204,8 +288,12 @@ fn serve(shared: &Shared, mut stream: TcpStream) -> std::io::Result<()> {
         buf.extend_from_slice(&chunk[..n]);
     }
     let body: Value = serde_json::from_slice(&buf[head_len..]).unwrap_or(Value::Null);
-    let basic_ok = header("authorization")
-        .is_some_and(|v| v == format!("Basic {}", base64(format!("{USER}:{PASSWORD}").as_bytes())));
+    let basic_ok = header("authorization").is_some_and(|v| {
+        v == format!(
+            "Basic {}",
+            base64(format!("{}:{}", shared.user, shared.password).as_bytes())
+        )
+    });
     let token = header("x-auth-token");
     shared
         .seen
@@ -276,6 +364,17 @@ fn answer(
 ) -> Answer {
     let mut s = shared.system.lock().unwrap_or_else(PoisonError::into_inner);
     let etag = format!("W/\"{}\"", s.etag);
+    if let Some(status) = s.fail_all {
+        return error(
+            status,
+            "Unable to complete the operation because the service is not available.",
+        );
+    }
+    let reported_target = s.lie_target.clone().unwrap_or_else(|| s.target.clone());
+    if let Some(dir) = &s.chassis {
+        let on = fs::read_to_string(dir.join(POWER_FILE)).is_ok_and(|p| p.trim() == "1");
+        s.power = if on { "On" } else { "Off" };
+    }
     match (method, path) {
         ("GET", "/redfish/v1/" | "/redfish/v1") => {
             let mut root = json!({
@@ -295,14 +394,16 @@ fn answer(
             (200, vec![], root)
         }
         ("POST", SESSIONS) if shared.sessions => {
-            if body["UserName"] == USER && body["Password"] == PASSWORD {
+            if body["UserName"] == shared.user.as_str()
+                && body["Password"] == shared.password.as_str()
+            {
                 (
                     201,
                     vec![
                         ("X-Auth-Token", TOKEN.to_owned()),
                         ("Location", SESSION.to_owned()),
                     ],
-                    json!({"@odata.id": SESSION, "Id": "22", "UserName": USER}),
+                    json!({"@odata.id": SESSION, "Id": "22", "UserName": shared.user}),
                 )
             } else {
                 error(
@@ -329,7 +430,7 @@ fn answer(
                 "PowerState": s.power,
                 "Boot": {
                     "BootSourceOverrideEnabled": s.enabled,
-                    "BootSourceOverrideTarget": s.target,
+                    "BootSourceOverrideTarget": reported_target,
                     "BootSourceOverrideMode": s.mode,
                     "BootSourceOverrideTarget@Redfish.AllowableValues": [
                         "None", "Pxe", "Floppy", "Cd", "Hdd", "BiosSetup", "Utilities",
@@ -374,6 +475,16 @@ fn answer(
             if let Some(m) = boot["BootSourceOverrideMode"].as_str() {
                 s.mode = m.to_owned();
             }
+            if let Some(dir) = &s.chassis {
+                let device = match s.target.as_str() {
+                    "Pxe" | "UefiHttp" => "pxe",
+                    "Hdd" => "default",
+                    "BiosSetup" => "bios",
+                    "Cd" => "cdrom",
+                    _ => "none",
+                };
+                fs::write(dir.join(BOOT_FILE), format!("{device}\n")).expect("write boot file");
+            }
             s.etag += 1;
             (204, vec![], Value::Null)
         }
@@ -385,15 +496,52 @@ fn answer(
                     "Unable to complete the operation because the server is busy.",
                 );
             }
-            match body["ResetType"].as_str() {
-                Some("On") => s.power = "On",
-                Some("ForceOff") => s.power = "Off",
-                Some("ForceRestart" | "PowerCycle" | "GracefulRestart") => {}
+            let request = match body["ResetType"].as_str() {
+                Some("On") => "power 1",
+                Some("ForceOff") => "power 0",
+                Some("ForceRestart" | "PowerCycle" | "GracefulRestart") => "reset 1",
                 _ => return error(400, "The value for ResetType is not supported."),
+            };
+            if let Some(dir) = s.chassis.clone() {
+                if let Err(e) = to_guest(&dir, request) {
+                    return error(500, &format!("The chassis did not act: {e}"));
+                }
+                // The next boot consumes a Once override.
+                if request != "power 0" && s.enabled == "Once" {
+                    s.enabled = "Disabled".into();
+                }
+            }
+            match request {
+                "power 1" => s.power = "On",
+                "power 0" => s.power = "Off",
+                _ => {}
             }
             (204, vec![], Value::Null)
         }
         _ => error(404, "The resource at the URI was not found."),
+    }
+}
+
+/// Hands `request` (`power 1`, `reset 1`, ...) to the guest watcher of
+/// `dir` and waits (at most 10 s) for its answer, as ipmi_sim's chassis
+/// program does.
+fn to_guest(dir: &Path, request: &str) -> Result<(), String> {
+    let tmp = dir.join("request.tmp");
+    fs::write(&tmp, format!("{request}\n")).map_err(|e| e.to_string())?;
+    let _ = fs::remove_file(dir.join(REPLY_FILE));
+    fs::rename(&tmp, dir.join(REQUEST_FILE)).map_err(|e| e.to_string())?;
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while dir.join(REQUEST_FILE).exists() {
+        if std::time::Instant::now() > end {
+            let _ = fs::remove_file(dir.join(REQUEST_FILE));
+            return Err("no guest watcher".into());
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    match fs::read_to_string(dir.join(REPLY_FILE)) {
+        Ok(reply) if reply.trim() == "ok" => Ok(()),
+        Ok(reply) => Err(reply.trim().to_owned()),
+        Err(e) => Err(e.to_string()),
     }
 }
 

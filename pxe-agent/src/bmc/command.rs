@@ -122,6 +122,10 @@ pub enum BootDevice {
     Disk,
     /// 0110b: force boot into BIOS setup.
     BiosSetup,
+    /// UEFI HTTP boot (Redfish `UefiHttp`). IPMI has no selector for it:
+    /// over IPMI it is PXE (0001b) with the EFI boot type bit set, which
+    /// UEFI firmware serves from the same network stack.
+    UefiHttp,
 }
 
 impl BootDevice {
@@ -130,7 +134,13 @@ impl BootDevice {
             BootDevice::Pxe => 0x1,
             BootDevice::Disk => 0x2,
             BootDevice::BiosSetup => 0x6,
+            BootDevice::UefiHttp => 0x1,
         }
+    }
+
+    /// Whether IPMI must set the EFI boot type bit whatever was asked.
+    pub fn needs_efi(self) -> bool {
+        self == BootDevice::UefiHttp
     }
 
     pub fn from_selector(selector: u8) -> Option<BootDevice> {
@@ -184,7 +194,7 @@ impl From<BootTarget> for BootFlags {
         BootFlags {
             valid: true,
             persistent: t.persistent,
-            efi: t.efi,
+            efi: t.efi || t.device.needs_efi(),
             selector: t.device.selector(),
         }
     }
@@ -383,6 +393,18 @@ mod tests {
             flags(BootDevice::BiosSetup, false, true),
             [0xa0, 0x18, 0, 0, 0]
         );
+    }
+
+    #[test]
+    fn uefi_http_is_efi_pxe_over_ipmi() {
+        let target = BootTarget {
+            device: BootDevice::UefiHttp,
+            persistent: false,
+            efi: false,
+        };
+        let flags = BootFlags::from(target);
+        assert_eq!(flags.encode(), [0xa0, 0x04, 0, 0, 0]);
+        assert_eq!(flags.device(), Some(BootDevice::Pxe));
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! message or a `{:?}` dump by accident.
 //!
 //! Owns the IPMI 2.0 length limits (§13.28: user names up to 16 bytes,
-//! RAKP-HMAC-SHA1 passwords up to 20 bytes); it does not load secrets from
-//! anywhere.
+//! RAKP-HMAC-SHA1 passwords up to 20 bytes), which apply to IPMI only:
+//! Redfish user names and passwords may be longer. It does not load
+//! secrets from anywhere.
 
 use std::fmt;
 
@@ -43,7 +44,8 @@ impl Drop for Password {
     }
 }
 
-/// A user name and password accepted by the IPMI limits.
+/// A user name and password; [`Credentials::check_ipmi`] says whether
+/// IPMI can use them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Credentials {
     user: String,
@@ -62,18 +64,36 @@ pub enum CredentialError {
 }
 
 impl Credentials {
+    /// Credentials for any driver: the user name must be printable ASCII.
     pub fn new(user: impl Into<String>, password: Password) -> Result<Self, CredentialError> {
         let user = user.into();
         if !user.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
             return Err(CredentialError::UserNotAscii { user });
         }
-        if user.len() > 16 {
-            return Err(CredentialError::UserTooLong { user });
-        }
-        if password.expose().len() > 20 {
-            return Err(CredentialError::PasswordTooLong { user });
-        }
         Ok(Credentials { user, password })
+    }
+
+    /// Credentials within the IPMI limits too.
+    pub fn ipmi(user: impl Into<String>, password: Password) -> Result<Self, CredentialError> {
+        let creds = Credentials::new(user, password)?;
+        creds.check_ipmi()?;
+        Ok(creds)
+    }
+
+    /// Whether IPMI can use these: user name up to 16 bytes, password up
+    /// to 20.
+    pub fn check_ipmi(&self) -> Result<(), CredentialError> {
+        if self.user.len() > 16 {
+            return Err(CredentialError::UserTooLong {
+                user: self.user.clone(),
+            });
+        }
+        if self.password.expose().len() > 20 {
+            return Err(CredentialError::PasswordTooLong {
+                user: self.user.clone(),
+            });
+        }
+        Ok(())
     }
 
     pub fn user(&self) -> &str {
@@ -100,11 +120,11 @@ mod tests {
             format!("{:?}", creds.password()),
             format!(
                 "{}",
-                Credentials::new("x".repeat(17), Password::new(secret)).unwrap_err()
+                Credentials::ipmi("x".repeat(17), Password::new(secret)).unwrap_err()
             ),
             format!(
                 "{:?}",
-                Credentials::new("admin", Password::new(secret.repeat(2))).unwrap_err()
+                Credentials::ipmi("admin", Password::new(secret.repeat(2))).unwrap_err()
             ),
         ];
         for text in renderings {
@@ -118,18 +138,25 @@ mod tests {
 
     #[test]
     fn ipmi_length_limits_are_enforced() {
-        assert!(Credentials::new("a".repeat(16), Password::new([0u8; 20])).is_ok());
+        assert!(Credentials::ipmi("a".repeat(16), Password::new([0u8; 20])).is_ok());
         assert!(matches!(
-            Credentials::new("a".repeat(17), Password::new("p")),
+            Credentials::ipmi("a".repeat(17), Password::new("p")),
             Err(CredentialError::UserTooLong { .. })
         ));
         assert!(matches!(
-            Credentials::new("admin", Password::new([b'p'; 21])),
+            Credentials::ipmi("admin", Password::new([b'p'; 21])),
             Err(CredentialError::PasswordTooLong { .. })
         ));
         assert!(matches!(
             Credentials::new("ädmin", Password::new("p")),
             Err(CredentialError::UserNotAscii { .. })
         ));
+    }
+
+    #[test]
+    fn redfish_credentials_may_exceed_the_ipmi_limits() {
+        let long = Credentials::new("a-long-redfish-user", Password::new([b'p'; 64])).unwrap();
+        assert_eq!(long.password().expose().len(), 64);
+        assert!(long.check_ipmi().is_err());
     }
 }

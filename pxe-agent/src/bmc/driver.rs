@@ -2,49 +2,177 @@
 //! a host's BMC address and delegates every [`Bmc`] call to it.
 //!
 //! Owns that choice only. The recovery controller, the CLI and the API all
-//! build their drivers here, so a later driver (or a fallback from one
-//! driver to another) is added in this one place.
+//! build their drivers here, so the fallback from one driver to another
+//! ([`super::fallback`]) is in this one place for all of them.
+
+use std::sync::Arc;
 
 use super::{
     Bmc, BmcAddress, BmcError, BmcInfo, BootFlagEcho, BootFlags, BootTarget, IpmiBmc, PowerAction,
     PowerState, RedfishBmc, RetryPolicy,
+    fallback::{DriverStatus, FallbackBmc, Fallbacks},
 };
-use crate::inventory::BmcSettings;
+use crate::inventory::{BmcSettings, DriverKind};
 
 /// A host's BMC driver.
 #[derive(Debug, Clone)]
 pub enum Driver {
     Ipmi(IpmiBmc),
     Redfish(RedfishBmc),
+    /// Two drivers of one BMC, the second used when the first fails
+    /// (`bmc.drivers: [redfish, ipmi]`).
+    Fallback(FallbackBmc),
+}
+
+/// One driver alone: what a [`FallbackBmc`] holds two of.
+#[derive(Debug, Clone)]
+pub enum Single {
+    Ipmi(IpmiBmc),
+    Redfish(RedfishBmc),
+}
+
+impl Single {
+    fn build(
+        settings: &BmcSettings,
+        address: &BmcAddress,
+        policy: RetryPolicy,
+        echo: BootFlagEcho,
+    ) -> Result<Single, BmcError> {
+        match address {
+            BmcAddress::Ipmi { .. } => IpmiBmc::new(address, settings.credentials.clone(), policy)
+                .map(|b| Single::Ipmi(b.with_boot_flag_echo(echo))),
+            BmcAddress::Redfish(_) => {
+                RedfishBmc::new(address, settings.credentials.clone(), &settings.tls, policy)
+                    .map(Single::Redfish)
+            }
+        }
+    }
+
+    /// `ipmi` or `redfish`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Single::Ipmi(_) => "ipmi",
+            Single::Redfish(_) => "redfish",
+        }
+    }
 }
 
 impl Driver {
-    /// The driver for `settings`: by address scheme; `echo` applies to IPMI.
+    /// The driver for `settings`, with a fallback record of its own (for
+    /// one-off calls); the agent shares one with [`Driver::for_host_in`].
     pub fn for_host(
         settings: &BmcSettings,
         policy: RetryPolicy,
         echo: BootFlagEcho,
     ) -> Result<Driver, BmcError> {
-        match &settings.address {
-            BmcAddress::Ipmi { .. } => {
-                IpmiBmc::new(&settings.address, settings.credentials.clone(), policy)
-                    .map(|b| Driver::Ipmi(b.with_boot_flag_echo(echo)))
-            }
-            BmcAddress::Redfish(_) => RedfishBmc::new(
-                &settings.address,
-                settings.credentials.clone(),
-                &settings.tls,
-                policy,
-            )
-            .map(Driver::Redfish),
-        }
+        Driver::for_host_in(settings, policy, echo, &Arc::new(Fallbacks::default()))
     }
 
-    /// `ipmi` or `redfish`, for messages and the audit log.
+    /// The driver for `settings`: by address scheme, or both drivers in
+    /// the order of `bmc.drivers` when the host has two addresses; `echo`
+    /// applies to IPMI; fallbacks are recorded in `record`.
+    pub fn for_host_in(
+        settings: &BmcSettings,
+        policy: RetryPolicy,
+        echo: BootFlagEcho,
+        record: &Arc<Fallbacks>,
+    ) -> Result<Driver, BmcError> {
+        let Some(fallback) = &settings.fallback else {
+            return Ok(
+                match Single::build(settings, &settings.address, policy, echo)? {
+                    Single::Ipmi(b) => Driver::Ipmi(b),
+                    Single::Redfish(b) => Driver::Redfish(b),
+                },
+            );
+        };
+        let redfish = Single::build(settings, &settings.address, policy, echo)?;
+        let ipmi = Single::build(settings, &fallback.ipmi, policy, echo)?;
+        let (first, second) = match fallback.first {
+            DriverKind::Redfish => (redfish, ipmi),
+            DriverKind::Ipmi => (ipmi, redfish),
+        };
+        Ok(Driver::Fallback(FallbackBmc::new(
+            first,
+            second,
+            fallback.hold,
+            fallback.host.clone(),
+            fallback_key(settings),
+            record.clone(),
+        )))
+    }
+
+    /// `ipmi`, `redfish`, or for a fallback pair the first driver's name,
+    /// for messages and the audit log.
     pub fn name(&self) -> &'static str {
         match self {
             Driver::Ipmi(_) => "ipmi",
             Driver::Redfish(_) => "redfish",
+            Driver::Fallback(f) => f.names().0,
+        }
+    }
+}
+
+/// The key of a host's state in [`Fallbacks`]: its primary BMC address.
+pub fn fallback_key(settings: &BmcSettings) -> String {
+    settings.address.to_string()
+}
+
+/// What the API shows of a host's driver: the one its calls start with,
+/// and for a host with two its hold-down and last fallback.
+pub fn status(settings: &BmcSettings, record: &Fallbacks) -> DriverStatus {
+    let kind = |a: &BmcAddress| match a {
+        BmcAddress::Ipmi { .. } => "ipmi",
+        BmcAddress::Redfish(_) => "redfish",
+    };
+    match &settings.fallback {
+        None => DriverStatus {
+            driver: kind(&settings.address).to_owned(),
+            held_until_ms: None,
+            last_fallback: None,
+        },
+        Some(f) => {
+            let (first, second) = match f.first {
+                DriverKind::Redfish => ("redfish", "ipmi"),
+                DriverKind::Ipmi => ("ipmi", "redfish"),
+            };
+            record.status(&fallback_key(settings), first, second)
+        }
+    }
+}
+
+impl Bmc for Single {
+    async fn power_status(&self) -> Result<PowerState, BmcError> {
+        match self {
+            Single::Ipmi(b) => b.power_status().await,
+            Single::Redfish(b) => b.power_status().await,
+        }
+    }
+
+    async fn power(&self, action: PowerAction) -> Result<(), BmcError> {
+        match self {
+            Single::Ipmi(b) => b.power(action).await,
+            Single::Redfish(b) => b.power(action).await,
+        }
+    }
+
+    async fn set_boot_device(&self, target: BootTarget) -> Result<(), BmcError> {
+        match self {
+            Single::Ipmi(b) => b.set_boot_device(target).await,
+            Single::Redfish(b) => b.set_boot_device(target).await,
+        }
+    }
+
+    async fn boot_device(&self) -> Result<BootFlags, BmcError> {
+        match self {
+            Single::Ipmi(b) => b.boot_device().await,
+            Single::Redfish(b) => b.boot_device().await,
+        }
+    }
+
+    async fn info(&self) -> Result<BmcInfo, BmcError> {
+        match self {
+            Single::Ipmi(b) => b.info().await,
+            Single::Redfish(b) => b.info().await,
         }
     }
 }
@@ -54,6 +182,7 @@ impl Bmc for Driver {
         match self {
             Driver::Ipmi(b) => b.power_status().await,
             Driver::Redfish(b) => b.power_status().await,
+            Driver::Fallback(b) => b.power_status().await,
         }
     }
 
@@ -61,6 +190,7 @@ impl Bmc for Driver {
         match self {
             Driver::Ipmi(b) => b.power(action).await,
             Driver::Redfish(b) => b.power(action).await,
+            Driver::Fallback(b) => b.power(action).await,
         }
     }
 
@@ -68,6 +198,7 @@ impl Bmc for Driver {
         match self {
             Driver::Ipmi(b) => b.set_boot_device(target).await,
             Driver::Redfish(b) => b.set_boot_device(target).await,
+            Driver::Fallback(b) => b.set_boot_device(target).await,
         }
     }
 
@@ -75,6 +206,7 @@ impl Bmc for Driver {
         match self {
             Driver::Ipmi(b) => b.boot_device().await,
             Driver::Redfish(b) => b.boot_device().await,
+            Driver::Fallback(b) => b.boot_device().await,
         }
     }
 
@@ -82,6 +214,7 @@ impl Bmc for Driver {
         match self {
             Driver::Ipmi(b) => b.info().await,
             Driver::Redfish(b) => b.info().await,
+            Driver::Fallback(b) => b.info().await,
         }
     }
 }
@@ -101,6 +234,7 @@ mod tests {
             password_from: PasswordSource::Env("BMC_PW".into()),
             boot_mode: BootMode::Uefi,
             tls: TlsOptions::default(),
+            fallback: None,
         }
     }
 

@@ -153,6 +153,10 @@ impl IpmiBmc {
                 });
             }
         };
+        creds.check_ipmi().map_err(|source| BmcError::Credentials {
+            bmc: endpoint.clone(),
+            source,
+        })?;
         Ok(IpmiBmc {
             inner: Arc::new(Inner {
                 endpoint,

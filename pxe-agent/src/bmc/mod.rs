@@ -5,7 +5,8 @@
 //! ([`address::BmcAddress`]) and the credentials ([`credential`]). The IPMI
 //! driver lives in [`ipmi`], its wire commands in [`command`]; the Redfish
 //! driver in [`redfish`]; [`driver::Driver`] is the one type callers build
-//! from a host's settings; [`fake`] is a simulated BMC for tests of the
+//! from a host's settings, [`fallback`] its per-host fallback from one
+//! driver to the other; [`fake`] is a simulated BMC for tests of the
 //! callers.
 //!
 //! It does not decide *when* to power-cycle or re-provision a host: that is
@@ -17,6 +18,7 @@ pub mod command;
 pub mod credential;
 pub mod driver;
 pub mod fake;
+pub mod fallback;
 pub mod ipmi;
 mod rakp;
 pub mod redfish;
@@ -27,6 +29,7 @@ pub use address::{AddressError, BmcAddress, RedfishAddress};
 pub use command::{BootDevice, BootFlags, ChassisStatus};
 pub use credential::{CredentialError, Credentials, Password};
 pub use driver::Driver;
+pub use fallback::{FallbackBmc, Fallbacks};
 pub use ipmi::{BootFlagEcho, IpmiBmc, RetryPolicy};
 pub use redfish::{RedfishBmc, TlsOptions};
 
@@ -265,6 +268,17 @@ pub enum BmcError {
     },
     #[error("BMC {bmc}: the blocking IPMI worker stopped unexpectedly")]
     WorkerLost { bmc: String },
+    #[error("BMC {bmc}: {source}")]
+    Credentials {
+        bmc: String,
+        #[source]
+        source: CredentialError,
+    },
+    #[error("{first}; then over the other driver: {second}")]
+    BothFailed {
+        first: Box<BmcError>,
+        second: Box<BmcError>,
+    },
 }
 
 fn redfish_message(message: &Option<String>) -> String {
@@ -288,6 +302,7 @@ impl BmcError {
                 | BmcError::TlsRejected { .. }
                 | BmcError::SystemNotFound { .. }
                 | BmcError::NotAdvertised { .. }
-        )
+                | BmcError::Credentials { .. }
+        ) || matches!(self, BmcError::BothFailed { second, .. } if second.is_permanent())
     }
 }

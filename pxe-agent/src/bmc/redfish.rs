@@ -855,13 +855,19 @@ impl Inner {
             BootDevice::Pxe => "Pxe",
             BootDevice::Disk => "Hdd",
             BootDevice::BiosSetup => "BiosSetup",
+            BootDevice::UefiHttp => "UefiHttp",
         };
         let enabled = if wanted.persistent {
             "Continuous"
         } else {
             "Once"
         };
-        let mode = if wanted.efi { "UEFI" } else { "Legacy" };
+        // HTTP boot is a UEFI feature whatever the host's boot mode says.
+        let mode = if wanted.efi || wanted.device.needs_efi() {
+            "UEFI"
+        } else {
+            "Legacy"
+        };
         let mut refreshed = false;
         loop {
             let answer = self.get(&path, end).await?;
@@ -1086,7 +1092,7 @@ fn reset_type(
 
 /// The Boot object as IPMI-style boot flags: Redfish targets without an
 /// IPMI selector (UefiHttp, UefiTarget, ...) read as selector 0xE, which
-/// IPMI leaves reserved.
+/// IPMI leaves reserved; UefiHttp reads as [`UEFI_HTTP_SELECTOR`].
 pub fn boot_flags(boot: &Value) -> BootFlags {
     let field = |name: &str| boot.get(name).and_then(Value::as_str).unwrap_or("");
     let enabled = field("BootSourceOverrideEnabled");
@@ -1099,6 +1105,7 @@ pub fn boot_flags(boot: &Value) -> BootFlags {
         "Cd" => 0x5,
         "Floppy" | "Usb" => 0xF,
         "RemoteDrive" => 0xB,
+        "UefiHttp" => UEFI_HTTP_SELECTOR,
         _ => 0xE,
     };
     BootFlags {
@@ -1108,6 +1115,10 @@ pub fn boot_flags(boot: &Value) -> BootFlags {
         selector,
     }
 }
+
+/// The selector [`boot_flags`] reports for `UefiHttp`: reserved in IPMI,
+/// so it never stands for another device.
+pub const UEFI_HTTP_SELECTOR: u8 = 0xC;
 
 /// The first message of a Redfish error object (DSP0266 §9.6).
 fn error_message(body: &Value) -> Option<String> {

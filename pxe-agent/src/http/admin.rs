@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     audit::{AuditLog, Entry},
-    bmc::BootTarget,
+    bmc::{BootTarget, Fallbacks, driver, fallback::FallbackEvent},
     control::{self, Failure, Op, Outcome},
     discovered::Discovered,
     http::{BootState, auth::Tokens},
@@ -58,7 +58,9 @@ pub struct OobState {
     pub control: control::Handle,
     /// `None` without `--api-token-file`: acting endpoints then refuse.
     pub tokens: Option<Tokens>,
-    pub audit: AuditLog,
+    pub audit: Arc<AuditLog>,
+    /// Which driver each host with two starts with, and the fallbacks.
+    pub fallbacks: Arc<Fallbacks>,
 }
 
 /// The out-of-band routes alone, on their own state (the admin router
@@ -130,6 +132,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
     });
     page.push_str(&metrics::render_share(&s.boot.state.share()));
     page.push_str(&recovery);
+    page.push_str(&s.oob.fallbacks.render());
     if let Some(kube) = s.kube.get() {
         page.push_str(&kube.render());
     }
@@ -314,6 +317,17 @@ pub struct HostView {
     /// Recovery attempts made in the current recovery.
     #[serde(default)]
     pub attempts: Option<u32>,
+    /// The BMC driver the host's next call starts with (`redfish`,
+    /// `ipmi`).
+    #[serde(default)]
+    pub bmc_driver: Option<String>,
+    /// Until when (unix ms) a host with two drivers starts with its second
+    /// one, after a fallback.
+    #[serde(default)]
+    pub bmc_fallback_until_ms: Option<u64>,
+    /// The host's last fallback from one driver to the other.
+    #[serde(default)]
+    pub bmc_last_fallback: Option<FallbackEvent>,
 }
 
 /// Every inventory host, with how far its current boot got.
@@ -338,6 +352,7 @@ pub fn host_views(s: &AdminState) -> Vec<HostView> {
                     mac: h.mac.to_string(),
                     ..Default::default()
                 });
+            let driver_status = h.bmc.as_ref().map(|b| driver::status(b, &s.oob.fallbacks));
             HostView {
                 mac: h.mac.to_string(),
                 ip: h.ip,
@@ -357,6 +372,9 @@ pub fn host_views(s: &AdminState) -> Vec<HostView> {
                 power_at_ms: view.power.get(&h.mac).map(|(_, at)| *at),
                 recovery: view.recovery.get(&h.mac).map(|r| r.state.to_string()),
                 attempts: view.recovery.get(&h.mac).map(|r| r.attempt),
+                bmc_driver: driver_status.as_ref().map(|d| d.driver.clone()),
+                bmc_fallback_until_ms: driver_status.as_ref().and_then(|d| d.held_until_ms),
+                bmc_last_fallback: driver_status.and_then(|d| d.last_fallback),
             }
         })
         .collect()
@@ -534,7 +552,7 @@ async fn bootdev(
     };
     let Some(device) = control::parse_device(&body.device) else {
         return bad_request(format!(
-            "unknown boot device {:?} (pxe, disk, bios)",
+            "unknown boot device {:?} (pxe, disk, bios, http)",
             body.device
         ));
     };
@@ -664,7 +682,8 @@ mod tests {
         let state = Arc::new(OobState {
             control: handle,
             tokens,
-            audit: AuditLog::open(&dir.join("audit.jsonl")).expect("audit"),
+            audit: Arc::new(AuditLog::open(&dir.join("audit.jsonl")).expect("audit")),
+            fallbacks: Arc::default(),
         });
         Fixture {
             router: oob_router(state),

@@ -31,6 +31,7 @@ pub use oob::{
     DEFAULT_MAX_ATTEMPTS, DEFAULT_RECOVERY_DEADLINE, DEFAULT_SCRIPT_DEADLINE, PasswordSource,
     RecoverySettings, SecretSource, StageDeadlines, parse_duration,
 };
+pub use oob::{DriverKind, FallbackSettings};
 pub use rule::{BootAnswer, Match, Rule, Traits, circuit_id, parse_user_classes};
 
 /// Placeholder in boot strings for the server's address, substituted when

@@ -45,7 +45,61 @@ pub struct BmcSettings {
     pub boot_mode: BootMode,
     /// How a Redfish driver trusts the BMC's certificate.
     pub tls: TlsOptions,
+    /// The second driver of a host with both a Redfish and an IPMI
+    /// address (`bmc.ipmi`, `bmc.drivers`).
+    pub fallback: Option<FallbackSettings>,
 }
+
+/// A BMC driver as `bmc.drivers` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverKind {
+    Redfish,
+    Ipmi,
+}
+
+impl DriverKind {
+    fn parse(text: &str) -> Result<DriverKind, String> {
+        match text {
+            "redfish" => Ok(DriverKind::Redfish),
+            "ipmi" => Ok(DriverKind::Ipmi),
+            other => Err(format!(
+                "unknown driver {other:?} (expected redfish or ipmi)"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DriverKind::Redfish => "redfish",
+            DriverKind::Ipmi => "ipmi",
+        }
+    }
+
+    fn of(address: &BmcAddress) -> DriverKind {
+        match address {
+            BmcAddress::Redfish(_) => DriverKind::Redfish,
+            BmcAddress::Ipmi { .. } => DriverKind::Ipmi,
+        }
+    }
+}
+
+/// A host whose BMC is reached by Redfish (`address`) and by IPMI
+/// (`ipmi`): calls start with `first` and are redone on the other when
+/// they fail; after such a fallback, calls start with the other for `hold`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FallbackSettings {
+    /// The IPMI address (`bmc.ipmi`).
+    pub ipmi: BmcAddress,
+    /// The driver tried first (`bmc.drivers[0]`).
+    pub first: DriverKind,
+    /// `bmc.fallback_hold`.
+    pub hold: Duration,
+    /// The host's name, for the log and the audit log.
+    pub host: String,
+}
+
+/// Default of `bmc.fallback_hold`.
+pub const DEFAULT_FALLBACK_HOLD: Duration = crate::bmc::fallback::DEFAULT_HOLD;
 
 /// Where a BMC password is read from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -304,6 +358,160 @@ pub(super) fn check_profile_bmc(raw: &RawBmc, report: &mut impl FnMut(&str, Stri
     {
         report("bmc.boot_mode", message);
     }
+    check_profile_fallback(raw, report);
+}
+
+/// A profile's `drivers` and `fallback_hold` (its hosts' defaults); `ipmi`
+/// is per host, as `address` is.
+fn check_profile_fallback(raw: &RawBmc, report: &mut impl FnMut(&str, String)) {
+    if raw.ipmi.is_some() {
+        report(
+            "bmc.ipmi",
+            "is per host, as bmc.address is: set it on each host".to_owned(),
+        );
+    }
+    if let Some(list) = &raw.drivers {
+        let _ = driver_list(list).map_err(|m| report("bmc.drivers", m));
+    }
+    if let Some(text) = &raw.fallback_hold {
+        let _ = parse_duration(text).map_err(|m| report("bmc.fallback_hold", m));
+    }
+}
+
+/// `bmc.drivers` as kinds: one or two, no repeats.
+fn driver_list(list: &[String]) -> Result<Vec<DriverKind>, String> {
+    let kinds = list
+        .iter()
+        .map(|d| DriverKind::parse(d))
+        .collect::<Result<Vec<_>, _>>()?;
+    match kinds.as_slice() {
+        [] => Err("lists no driver (expected e.g. [redfish, ipmi])".to_owned()),
+        [_] => Ok(kinds),
+        [a, b] if a != b => Ok(kinds),
+        [_, _] => Err(format!("lists {} twice", kinds[0].name())),
+        _ => Err("lists more than two drivers (expected e.g. [redfish, ipmi])".to_owned()),
+    }
+}
+
+/// The host's second driver from its `ipmi`, `drivers` and
+/// `fallback_hold` over its profile's; `Err` after reporting a problem.
+fn fallback(
+    own: &RawBmc,
+    profile: Option<&RawBmc>,
+    address: &BmcAddress,
+    report: &mut impl FnMut(&str, String),
+) -> Result<Option<FallbackSettings>, ()> {
+    let ipmi = match &own.ipmi {
+        None => None,
+        Some(text) => match text.parse::<BmcAddress>() {
+            Ok(a @ BmcAddress::Ipmi { .. }) => Some(a),
+            Ok(other) => {
+                report(
+                    "bmc.ipmi",
+                    format!("must be an ipmi:// address, not {other}"),
+                );
+                return Err(());
+            }
+            Err(e) => {
+                report("bmc.ipmi", e.to_string());
+                return Err(());
+            }
+        },
+    };
+    if ipmi.is_some() && DriverKind::of(address) == DriverKind::Ipmi {
+        report(
+            "bmc.ipmi",
+            "bmc.address is already an IPMI address: bmc.ipmi names the IPMI address \
+             beside a Redfish bmc.address"
+                .to_owned(),
+        );
+        return Err(());
+    }
+    let own_list = own.drivers.as_ref();
+    let drivers = match own_list.or_else(|| profile.and_then(|p| p.drivers.as_ref())) {
+        None => None,
+        Some(list) => match driver_list(list) {
+            Ok(kinds) => Some(kinds),
+            Err(message) => {
+                // A profile's list was reported with the profile.
+                if own_list.is_some() {
+                    report("bmc.drivers", message);
+                }
+                return Err(());
+            }
+        },
+    };
+    let Some(ipmi) = ipmi else {
+        let kind = DriverKind::of(address);
+        // A profile's list is for those of its hosts that have two
+        // addresses; a host's own must match its one address.
+        if let Some(kinds) = drivers.as_ref().filter(|_| own_list.is_some())
+            && let Some(missing) = kinds.iter().find(|k| **k != kind)
+        {
+            let hint = match missing {
+                DriverKind::Ipmi => "set bmc.ipmi: ipmi://HOST beside the Redfish bmc.address",
+                DriverKind::Redfish => {
+                    "make bmc.address the Redfish address and name the IPMI one in bmc.ipmi"
+                }
+            };
+            report(
+                "bmc.drivers",
+                format!(
+                    "lists {} but the host has no {} address: {hint}",
+                    missing.name(),
+                    missing.name()
+                ),
+            );
+            return Err(());
+        }
+        if own.fallback_hold.is_some() {
+            report(
+                "bmc.fallback_hold",
+                "applies to a host with two drivers only (bmc.ipmi beside a Redfish bmc.address)"
+                    .to_owned(),
+            );
+            return Err(());
+        }
+        return Ok(None);
+    };
+    let first = match drivers.as_deref() {
+        None => DriverKind::Redfish,
+        Some([first, _]) => *first,
+        Some([only]) => {
+            report(
+                "bmc.drivers",
+                format!(
+                    "lists only {} but bmc.ipmi is set: list both (e.g. [redfish, ipmi]) or \
+                     drop bmc.ipmi",
+                    only.name()
+                ),
+            );
+            return Err(());
+        }
+        Some(_) => return Err(()),
+    };
+    let hold = match own
+        .fallback_hold
+        .as_ref()
+        .or_else(|| profile.and_then(|p| p.fallback_hold.as_ref()))
+    {
+        None => DEFAULT_FALLBACK_HOLD,
+        Some(text) => match parse_duration(text) {
+            Ok(d) => d,
+            Err(message) => {
+                if own.fallback_hold.is_some() {
+                    report("bmc.fallback_hold", message);
+                }
+                return Err(());
+            }
+        },
+    };
+    Ok(Some(FallbackSettings {
+        ipmi,
+        first,
+        hold,
+        host: String::new(),
+    }))
 }
 
 /// A profile's `recovery` block as defaults for its hosts.
@@ -452,18 +660,34 @@ pub(super) fn bmc(
         );
         ok = false;
     }
-    let (address, username, mode, password, (field, from)) =
-        (address?, username?, mode?, password?, source?);
+    let fallback = match &address {
+        Some(address) => fallback(own, profile, address, report).ok(),
+        None => Some(None),
+    };
+    let (address, username, mode, password, (field, from), fallback) =
+        (address?, username?, mode?, password?, source?, fallback?);
     if !ok {
         return None;
     }
     let credentials = Credentials::new(username, password)
+        .and_then(|c| {
+            // The IPMI limits bind only a host spoken to over IPMI.
+            if DriverKind::of(&address) == DriverKind::Ipmi || fallback.is_some() {
+                c.check_ipmi()?;
+            }
+            Ok(c)
+        })
         .map_err(|e| {
             let field = match e {
                 crate::bmc::CredentialError::PasswordTooLong { .. } => field,
                 _ => "bmc.username",
             };
-            report(field, e.to_string());
+            let also = if fallback.is_some() {
+                " (the limit of its bmc.ipmi address)"
+            } else {
+                ""
+            };
+            report(field, format!("{e}{also}"));
         })
         .ok()?;
     Some(BmcSettings {
@@ -475,7 +699,17 @@ pub(super) fn bmc(
             ca_file: ca_file.filter(|_| !insecure),
             insecure,
         },
+        fallback,
     })
+}
+
+/// `settings` with the host's name in its fallback, for the log and the
+/// audit log.
+pub(super) fn named(mut settings: BmcSettings, host: &str) -> BmcSettings {
+    if let Some(f) = &mut settings.fallback {
+        f.host = host.to_owned();
+    }
+    settings
 }
 
 /// The host's recovery policy from its own block over its profile's;

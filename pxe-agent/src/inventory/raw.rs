@@ -143,6 +143,12 @@ pub(super) struct RawBmc {
     pub ca_file: Option<String>,
     /// Redfish over HTTPS: skip certificate verification.
     pub insecure: Option<bool>,
+    /// The IPMI address of the same BMC beside a Redfish `address`.
+    pub ipmi: Option<String>,
+    /// The drivers to try, in order (`[redfish, ipmi]`).
+    pub drivers: Option<Vec<String>>,
+    /// How long calls start with the second driver after a fallback.
+    pub fallback_hold: Option<String>,
     /// Accepted by the parser only to be refused with the reason; never
     /// read, so the value goes nowhere.
     pub password: Option<serde::de::IgnoredAny>,

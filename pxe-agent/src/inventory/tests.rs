@@ -1942,3 +1942,127 @@ fn subnet_mode_defaults_to_server_and_proxy_refuses_a_pool() {
     let unknown = proxy.replace("mode: proxy", "mode: relay");
     assert!(parse(&unknown).is_err());
 }
+
+const FALLBACK_BMC: &str = "    bmc:
+      address: redfish+https://10.77.0.2/redfish/v1/Systems/1
+      ipmi: ipmi://10.77.0.2:623
+      username: admin
+      password_file: /etc/pxe-agent/bmc/node-1.password
+";
+
+#[test]
+fn redfish_with_an_ipmi_address_falls_back_in_the_default_order() {
+    let inventory = parse_oob(&oob_host("", FALLBACK_BMC)).expect("valid");
+    let bmc = inventory.hosts[0].bmc.as_ref().expect("bmc");
+    let fallback = bmc.fallback.as_ref().expect("fallback");
+    assert_eq!(
+        fallback.ipmi,
+        crate::bmc::BmcAddress::Ipmi {
+            host: "10.77.0.2".into(),
+            port: 623
+        }
+    );
+    assert_eq!(fallback.first, DriverKind::Redfish);
+    assert_eq!(fallback.hold, Duration::from_secs(600));
+    assert_eq!(fallback.host, "node-1");
+    // The single-address form is unchanged.
+    let plain = parse_oob(&oob_host("", NODE1_BMC)).expect("valid");
+    assert_eq!(plain.hosts[0].bmc.as_ref().unwrap().fallback, None);
+}
+
+#[test]
+fn drivers_order_and_hold_come_from_the_host_over_its_profile() {
+    let text = oob_host(
+        "    bmc: {drivers: [ipmi, redfish], fallback_hold: 30s}\n",
+        &format!("{FALLBACK_BMC}      fallback_hold: 2m\n"),
+    );
+    let inventory = parse_oob(&text).expect("valid");
+    let fallback = inventory.hosts[0].bmc.as_ref().unwrap().fallback.clone();
+    let fallback = fallback.expect("fallback");
+    assert_eq!(fallback.first, DriverKind::Ipmi, "from the profile");
+    assert_eq!(fallback.hold, Duration::from_secs(120), "the host's own");
+}
+
+#[test]
+fn inconsistent_driver_settings_name_host_and_field() {
+    let cases = [
+        (
+            "    bmc: {address: ipmi://10.77.0.2, ipmi: ipmi://10.77.0.3, username: admin, password_env: NODE2_BMC}\n",
+            "bmc.ipmi",
+            "already an IPMI address",
+        ),
+        (
+            "    bmc: {address: redfish://10.77.0.2, ipmi: redfish://10.77.0.3, username: admin, password_env: NODE2_BMC}\n",
+            "bmc.ipmi",
+            "must be an ipmi:// address",
+        ),
+        (
+            "    bmc: {address: redfish://10.77.0.2, drivers: [redfish, ipmi], username: admin, password_env: NODE2_BMC}\n",
+            "bmc.drivers",
+            "set bmc.ipmi",
+        ),
+        (
+            "    bmc: {address: redfish://10.77.0.2, ipmi: ipmi://10.77.0.2, drivers: [redfish], username: admin, password_env: NODE2_BMC}\n",
+            "bmc.drivers",
+            "lists only redfish",
+        ),
+        (
+            "    bmc: {address: redfish://10.77.0.2, ipmi: ipmi://10.77.0.2, drivers: [redfish, redfish], username: admin, password_env: NODE2_BMC}\n",
+            "bmc.drivers",
+            "twice",
+        ),
+        (
+            "    bmc: {address: redfish://10.77.0.2, ipmi: ipmi://10.77.0.2, drivers: [redfish, snmp], username: admin, password_env: NODE2_BMC}\n",
+            "bmc.drivers",
+            "unknown driver \"snmp\"",
+        ),
+        (
+            "    bmc: {address: redfish://10.77.0.2, fallback_hold: 5m, username: admin, password_env: NODE2_BMC}\n",
+            "bmc.fallback_hold",
+            "two drivers",
+        ),
+        (
+            "    bmc: {address: redfish://10.77.0.2, ipmi: ipmi://10.77.0.2, fallback_hold: soon, username: admin, password_env: NODE2_BMC}\n",
+            "bmc.fallback_hold",
+            "not a duration",
+        ),
+    ];
+    for (block, field, says) in cases {
+        let problem = only_oob_problem(&oob_host("", block));
+        assert_eq!(
+            (problem.host.clone(), problem.field.as_str()),
+            (node1(), field),
+            "{block}"
+        );
+        assert!(problem.message.contains(says), "{block}: {problem}");
+    }
+    let profile = only_oob_problem(&oob_host("    bmc: {ipmi: ipmi://10.77.0.2}\n", ""));
+    assert_eq!(profile.field, "profiles[worker].bmc.ipmi");
+}
+
+#[test]
+fn ipmi_password_limit_applies_only_to_hosts_spoken_to_over_ipmi() {
+    let long = "      password_file: /etc/pxe-agent/bmc/long\n";
+    let redfish_only = oob_host(
+        "",
+        &format!(
+            "    bmc:\n      address: redfish://10.77.0.2/redfish/v1/Systems/1\n      username: a-long-redfish-user-name\n{long}"
+        ),
+    );
+    let inventory = parse_oob(&redfish_only).expect("a long Redfish password is fine");
+    let bmc = inventory.hosts[0].bmc.as_ref().unwrap();
+    assert_eq!(bmc.credentials.password().expose().len(), 21);
+
+    let with_ipmi = oob_host(
+        "",
+        &format!(
+            "    bmc:\n      address: redfish://10.77.0.2/redfish/v1/Systems/1\n      ipmi: ipmi://10.77.0.2\n      username: admin\n{long}"
+        ),
+    );
+    let problem = only_oob_problem(&with_ipmi);
+    assert_eq!(problem.field, "bmc.password_file");
+    assert!(
+        problem.message.contains("longer than 20 bytes") && problem.message.contains("bmc.ipmi"),
+        "{problem}"
+    );
+}

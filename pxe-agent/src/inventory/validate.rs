@@ -720,7 +720,8 @@ fn hosts(
             entry.bmc.as_ref(),
             secrets,
             &mut report,
-        );
+        )
+        .map(|b| oob::named(b, entry.hostname.as_deref().unwrap_or(&entry.mac)));
         let recovery = oob::recovery(
             defaults.and_then(|p| p.recovery.as_ref()),
             entry.recovery.as_ref(),

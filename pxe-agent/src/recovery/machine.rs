@@ -361,7 +361,7 @@ impl Controller {
             let kind = match record.state {
                 State::Recovering if record.boot_device_set => ActionKind::PowerUp,
                 State::Recovering => ActionKind::SetBootDevice(BootTarget {
-                    device: BootDevice::Pxe,
+                    device: plan.network,
                     persistent: false,
                     efi: plan.efi,
                 }),

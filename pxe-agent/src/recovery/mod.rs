@@ -33,7 +33,7 @@ pub use sequence::{Gate, Load, SequencePolicy, SequenceStats, Sequencer};
 pub use store::{RECOVERY_FILE, RecoveryStore, StoreError};
 
 use crate::{
-    bmc::{BmcError, BootTarget},
+    bmc::{BmcError, BootDevice, BootTarget},
     inventory::{Inventory, MacAddr, RecoverySettings},
 };
 
@@ -307,6 +307,9 @@ pub struct Plan {
     pub settings: RecoverySettings,
     /// The boot override sets the EFI bit (`boot_mode: uefi`).
     pub efi: bool,
+    /// The network boot device a recovery asks for: UEFI HTTP boot for a
+    /// UEFI host whose profile boots by HTTP only, else PXE.
+    pub network: BootDevice,
 }
 
 /// The plans of every inventory host that has a BMC; hosts without a
@@ -317,11 +320,24 @@ pub fn plans(inventory: &Inventory) -> Vec<(MacAddr, Plan)> {
         .iter()
         .filter_map(|host| {
             let bmc = host.bmc.as_ref()?;
+            let efi = bmc.boot_mode.is_efi();
+            let boot = inventory.profile_of(host).boot.as_ref();
+            let http_only = boot.is_some_and(|b| {
+                (b.http.is_some() || b.http_arm64.is_some() || b.http_ia32.is_some())
+                    && b.bios.is_none()
+                    && b.uefi.is_none()
+                    && b.uefi_arm64.is_none()
+            });
             Some((
                 host.mac,
                 Plan {
                     settings: host.recovery.unwrap_or_default(),
-                    efi: bmc.boot_mode.is_efi(),
+                    efi,
+                    network: if efi && http_only {
+                        BootDevice::UefiHttp
+                    } else {
+                        BootDevice::Pxe
+                    },
                 },
             ))
         })

@@ -49,6 +49,7 @@ fn plan(settings: RecoverySettings) -> Plan {
     Plan {
         settings,
         efi: false,
+        network: BootDevice::Pxe,
     }
 }
 
@@ -798,6 +799,28 @@ fn plans_cover_hosts_with_a_bmc_only() {
         - {mac: \"52:54:00:00:00:01\", ip: 10.66.1.1, profile: p}\n";
     let inventory = Inventory::parse(std::path::Path::new("/x.yaml"), text).unwrap();
     assert!(plans(&inventory).is_empty());
+    let stages = StageDeadlines::default();
+    assert_eq!(stages.dhcp, Duration::from_secs(180));
+}
+
+#[test]
+fn a_uefi_host_whose_profile_boots_by_http_only_is_recovered_by_uefi_http() {
+    let bmc =
+        "bmc: {address: \"redfish://10.77.0.2\", username: a, password_env: PATH, boot_mode: uefi}";
+    let text = format!(
+        "subnets: [{{cidr: 10.66.0.0/16}}]\nprofiles:\n\
+         - {{name: web, boot: {{http: \"http://10.66.0.1/boot.efi\"}}}}\n\
+         - {{name: pxe, boot: {{uefi: ipxe.efi, http: \"http://10.66.0.1/boot.efi\"}}}}\nhosts:\n\
+         - {{mac: \"52:54:00:00:00:01\", ip: 10.66.1.1, profile: web, {bmc}}}\n\
+         - {{mac: \"52:54:00:00:00:02\", ip: 10.66.1.2, profile: pxe, {bmc}}}\n"
+    );
+    let inventory = Inventory::parse(std::path::Path::new("/x.yaml"), &text).unwrap();
+    let devices: Vec<BootDevice> = plans(&inventory).iter().map(|(_, p)| p.network).collect();
+    assert_eq!(devices, [BootDevice::UefiHttp, BootDevice::Pxe]);
+}
+
+#[test]
+fn stage_defaults() {
     let stages = StageDeadlines::default();
     assert_eq!(stages.dhcp, Duration::from_secs(180));
 }

@@ -252,6 +252,31 @@ fn bmc_ca_file_and_insecure_reach_the_redfish_tls_settings() {
 }
 
 #[test]
+fn bmc_ipmi_drivers_and_fallback_hold_reach_the_fallback_settings() {
+    let mut s = snapshot();
+    s.hosts.get_mut("node-1").expect("node-1")["spec"]["bmc"] = json!({
+        "address": "redfish://10.77.0.2/redfish/v1/Systems/1",
+        "ipmi": "ipmi://10.77.0.2:623",
+        "drivers": ["ipmi", "redfish"],
+        "fallbackHold": "90s",
+        "credentialsName": "bmc-node-1",
+    });
+    let built = build_plain(&s);
+    assert!(built.refused.is_empty(), "{:#?}", built.refused);
+    let inv = built.result.expect("valid");
+    let host = inv
+        .hosts
+        .iter()
+        .find(|h| h.hostname.as_deref() == Some("node-1"))
+        .expect("node-1");
+    let fallback = host.bmc.as_ref().expect("bmc").fallback.clone();
+    let fallback = fallback.expect("fallback");
+    assert_eq!(fallback.first, crate::inventory::DriverKind::Ipmi);
+    assert_eq!(fallback.hold, std::time::Duration::from_secs(90));
+    assert_eq!(fallback.ipmi.to_string(), "ipmi://10.77.0.2:623");
+}
+
+#[test]
 fn the_password_never_reaches_a_debug_print_or_a_message() {
     let mut s = snapshot();
     let built = build_plain(&s);
