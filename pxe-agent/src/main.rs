@@ -699,6 +699,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 ("BOOTED", 44, Align::Left),
                 // Lowercase: not a boot stage (docs/boot.md).
                 ("declined", 32, Align::Left),
+                ("BOOT MAC", 17, Align::Left),
             ]);
             for h in list {
                 let p = &h.progress;
@@ -716,6 +717,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     step(&middle),
                     step(&p.booted),
                     step(&p.declined),
+                    h.boot_mac.as_deref().unwrap_or("-").to_string(),
                 ]);
             }
             print!("{}", table.render());

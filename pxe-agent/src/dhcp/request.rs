@@ -44,6 +44,9 @@ pub struct Details {
     pub relay_agent_info: Option<Vec<u8>>,
     /// Option 12.
     pub hostname: Option<String>,
+    /// Option 61 as sent, when not empty: what a pool lease belongs to
+    /// under `discovery.lease_key: client_id`.
+    pub client_id: Option<Vec<u8>>,
 }
 
 impl Request {
@@ -166,6 +169,10 @@ impl Request {
                 OPT_HOSTNAME => {
                     req.more.hostname = Some(String::from_utf8_lossy(value).into_owned());
                 }
+                // Not a length check the kernel makes, so none here either.
+                OPT_CLIENT_ID if !value.is_empty() => {
+                    req.more.client_id = Some(value.to_vec());
+                }
                 _ => {}
             }
         }
@@ -219,6 +226,9 @@ impl Request {
 
 /// Host name (RFC 2132 section 3.14).
 const OPT_HOSTNAME: u8 = 12;
+
+/// Client identifier (RFC 2132 section 9.14).
+const OPT_CLIENT_ID: u8 = 61;
 
 /// The options of a BOOTP message's option area, in order: code and value,
 /// or the error that ends the walk. Pad options are skipped; the walk stops

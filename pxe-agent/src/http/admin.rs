@@ -314,6 +314,13 @@ pub struct HostView {
     /// Recovery attempts made in the current recovery.
     #[serde(default)]
     pub attempts: Option<u32>,
+    /// Every MAC of the host, `mac` first.
+    #[serde(default)]
+    pub macs: Vec<String>,
+    /// The MAC the host last booted from: the port of its last DHCP
+    /// request (`progress.boot_mac`).
+    #[serde(default)]
+    pub boot_mac: Option<String>,
 }
 
 /// Every inventory host, with how far its current boot got.
@@ -338,6 +345,7 @@ pub fn host_views(s: &AdminState) -> Vec<HostView> {
                     mac: h.mac.to_string(),
                     ..Default::default()
                 });
+            let boot_mac = progress.boot_mac.clone();
             HostView {
                 mac: h.mac.to_string(),
                 ip: h.ip,
@@ -357,6 +365,8 @@ pub fn host_views(s: &AdminState) -> Vec<HostView> {
                 power_at_ms: view.power.get(&h.mac).map(|(_, at)| *at),
                 recovery: view.recovery.get(&h.mac).map(|r| r.state.to_string()),
                 attempts: view.recovery.get(&h.mac).map(|r| r.attempt),
+                macs: h.ports().iter().map(ToString::to_string).collect(),
+                boot_mac,
             }
         })
         .collect()
