@@ -443,6 +443,28 @@ mod tests {
     }
 
     #[test]
+    fn a_host_with_two_ports_has_one_entry_that_names_the_port_that_booted() {
+        let inv = crate::inventory::Inventory::parse(
+            std::path::Path::new("inv.yaml"),
+            "subnets: [{cidr: 10.0.0.0/24}]\nprofiles: [{name: p}]\nhosts:\n  - {macs: [\"02:00:00:00:00:01\", \"02:00:00:00:00:02\"], ip: 10.0.0.11, profile: p}\n",
+        )
+        .expect("inventory");
+        let (primary, second) = (inv.hosts[0].mac, inv.hosts[0].macs[1]);
+        let p = Progress::new(0);
+        p.set_hosts(&inv.hosts);
+        p.dhcp(second, 1_000, "ack 10.0.0.11".into());
+        p.booted(primary, 2_000, "phone-home".into());
+        assert_eq!(p.len(), 1, "one entry for the host");
+        let entry = p.get(primary).expect("tracked");
+        assert_eq!(entry.mac, primary.to_string());
+        assert_eq!(entry.boot_mac, Some(second.to_string()));
+        assert_eq!(entry.stage(), Some(Stage::Booted));
+        assert_eq!(p.get(second), Some(entry));
+        p.dhcp(primary, 3_000, "ack 10.0.0.11".into());
+        assert_eq!(p.get(second).and_then(|e| e.boot_mac), Some(primary.to_string()));
+    }
+
+    #[test]
     fn the_least_recently_updated_unknown_mac_is_evicted() {
         let p = Progress::new(2);
         let (a, b, c) = (
