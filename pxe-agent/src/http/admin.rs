@@ -165,6 +165,10 @@ pub struct LeaseView {
     /// Unix seconds.
     pub expires: u64,
     pub hostname: Option<String>,
+    /// The client identifier (option 61) of the request that made the
+    /// lease, in hex with colons (`01:52:54:00:12:34:56`).
+    #[serde(default)]
+    pub client_id: Option<String>,
 }
 
 impl From<&Lease> for LeaseView {
@@ -175,6 +179,12 @@ impl From<&Lease> for LeaseView {
             state: format!("{:?}", l.state).to_lowercase(),
             expires: l.expires,
             hostname: l.hostname.clone(),
+            client_id: l.client_id.as_deref().map(|id| {
+                id.iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(":")
+            }),
         }
     }
 }
