@@ -461,7 +461,10 @@ mod tests {
         assert_eq!(entry.stage(), Some(Stage::Booted));
         assert_eq!(p.get(second), Some(entry));
         p.dhcp(primary, 3_000, "ack 10.0.0.11".into());
-        assert_eq!(p.get(second).and_then(|e| e.boot_mac), Some(primary.to_string()));
+        assert_eq!(
+            p.get(second).and_then(|e| e.boot_mac),
+            Some(primary.to_string())
+        );
     }
 
     #[test]

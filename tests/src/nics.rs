@@ -75,11 +75,18 @@ fn the_xdp_program_answers_every_port_with_the_hosts_address_as_the_slow_path_do
                 panic!("the slow path does not answer {req:?}");
             };
             let slow = encode(&reply, &parsed).expect("encodes");
-            assert_eq!(fast.payload, slow, "XDP and the slow path differ for {req:?}");
+            assert_eq!(
+                fast.payload, slow,
+                "XDP and the slow path differ for {req:?}"
+            );
         }
     }
     // A MAC one byte off either port is no host's.
-    let (action, _) = fx.run(&Req::discover([0x52, 0x54, 0, 0x12, 0x34, 0x58]).pxe(0).frame());
+    let (action, _) = fx.run(
+        &Req::discover([0x52, 0x54, 0, 0x12, 0x34, 0x58])
+            .pxe(0)
+            .frame(),
+    );
     assert_ne!(action, XDP_TX, "an unknown MAC was answered");
 }
 
@@ -99,10 +106,17 @@ fn host_json(served: &Served, hostname: &str) -> Value {
 fn both_ports_get_the_hosts_address_and_hosts_shows_which_port_booted() {
     let served = Served::start("pxnics", INVENTORY);
     let before = host_json(&served, "node-1");
-    assert_eq!(before["macs"], serde_json::json!(["52:54:00:12:34:56", "52:54:00:12:34:57"]));
+    assert_eq!(
+        before["macs"],
+        serde_json::json!(["52:54:00:12:34:56", "52:54:00:12:34:57"])
+    );
     assert_eq!(before["boot_mac"], Value::Null);
 
-    for port in ["52:54:00:12:34:57", "52:54:00:12:34:56", "52:54:00:12:34:57"] {
+    for port in [
+        "52:54:00:12:34:57",
+        "52:54:00:12:34:56",
+        "52:54:00:12:34:57",
+    ] {
         served.set_client_mac(port);
         let acks = served.counter("tx_ack");
         let lease = served.udhcpc(&["-V", "PXEClient:Arch:00000:UNDI:002001", "-x", "0x5d:0000"]);
@@ -122,7 +136,10 @@ fn both_ports_get_the_hosts_address_and_hosts_shows_which_port_booted() {
             }
             std::thread::sleep(Duration::from_millis(50));
         };
-        assert_eq!(host["mac"], "52:54:00:12:34:56", "the primary MAC names the host");
+        assert_eq!(
+            host["mac"], "52:54:00:12:34:56",
+            "the primary MAC names the host"
+        );
         assert_eq!(host["boot_mac"], port, "{host}");
         assert_eq!(host["progress"]["boot_mac"], port);
         assert_eq!(host["stage"], "dhcp");
@@ -169,7 +186,9 @@ fn a_mac_claimed_by_two_hosts_is_refused_naming_both_and_the_last_good_inventory
         log.contains("inventory.yaml")
             && log.contains("node-2 (52:54:00:12:34:60)")
             && log.contains("macs[1]")
-            && log.contains("52:54:00:12:34:57 is used by both hosts[0] (node-1) and hosts[1] (node-2)"),
+            && log.contains(
+                "52:54:00:12:34:57 is used by both hosts[0] (node-1) and hosts[1] (node-2)"
+            ),
         "the refusal names the file, both hosts and the field: {log}"
     );
     // node-1 keeps both ports; node-2 did not gain one.
@@ -186,7 +205,8 @@ const CHAIN_MAC: &str = "52:54:00:aa:bb:01";
 const ROM_GUID: &str = "4c4c4544001038804eb6c04f51443231";
 /// The installed system's DUID-based identifier (RFC 4361): type 255, an
 /// IAID and a DUID-LL of another form than iPXE's.
-const OS_CLIENT_ID: &str = "ff:00:00:00:01:00:04:8a:11:2b:3c:4d:5e:6f:70:81:92:a3:b4:c5:d6:e7:f8:09";
+const OS_CLIENT_ID: &str =
+    "ff:00:00:00:01:00:04:8a:11:2b:3c:4d:5e:6f:70:81:92:a3:b4:c5:d6:e7:f8:09";
 
 /// The address each stage of one machine's boot chain is given, and the
 /// client identifiers its pool lease record held after each stage.
@@ -274,7 +294,11 @@ fn with_lease_key_client_id_each_boot_stage_is_its_own_client() {
         rom != ipxe && ipxe != os && rom != os,
         "client-identifier keying gave stages one address: {rom} {ipxe} {os}"
     );
-    assert_eq!(ids.len(), 1 + 2 + 3, "bound leases after each stage: {ids:?}");
+    assert_eq!(
+        ids.len(),
+        1 + 2 + 3,
+        "bound leases after each stage: {ids:?}"
+    );
 }
 
 fn hex_colons(hex: &str) -> String {

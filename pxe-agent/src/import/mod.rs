@@ -325,7 +325,10 @@ impl Translation {
             if let Some(twice) = host.ports().iter().find(|mac| macs.contains(*mac)) {
                 self.report.add(
                     &host.origin,
-                    format!("host {} left out: its MAC {twice} is reserved twice", host.mac),
+                    format!(
+                        "host {} left out: its MAC {twice} is reserved twice",
+                        host.mac
+                    ),
                 );
                 continue;
             }

@@ -351,7 +351,12 @@ fn a_mac_in_two_hosts_macs_names_both_hosts() {
              \x20 - {macs: [52:54:00:00:00:03, 52:54:00:00:00:02], ip: 10.66.1.11, profile: bare, hostname: node-2}\n",
     ));
     assert_eq!(problem.field, "macs[1]");
-    assert!(problem.message.contains("hosts[0] (node-1) and hosts[1] (node-2)"), "{problem}");
+    assert!(
+        problem
+            .message
+            .contains("hosts[0] (node-1) and hosts[1] (node-2)"),
+        "{problem}"
+    );
 }
 
 #[test]

@@ -9,8 +9,8 @@ use std::{
 };
 
 use super::{
-    BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Inventory, IpxeSettings, LeaseKey,
-    MAC_PLACEHOLDER, MacAddr, Match, PhoneHomeToken, Problem, Profile, Range, Rule,
+    BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Inventory, IpxeSettings,
+    LeaseKey, MAC_PLACEHOLDER, MacAddr, Match, PhoneHomeToken, Problem, Profile, Range, Rule,
     SERVER_PLACEHOLDER, Subnet,
     oob::{self, Secrets},
     option,

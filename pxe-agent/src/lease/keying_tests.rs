@@ -25,8 +25,8 @@ const PXE_ROM: &[u8] = &[
 ];
 const IPXE: &[u8] = &[1, 0x52, 0x54, 0x00, 0x00, 0x10, 0x01];
 const OS: &[u8] = &[
-    0xff, 0, 0, 0, 1, 0, 4, 0x8a, 0x11, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f, 0x70, 0x81, 0x92, 0xa3,
-    0xb4, 0xc5, 0xd6, 0xe7, 0xf8, 0x09,
+    0xff, 0, 0, 0, 1, 0, 4, 0x8a, 0x11, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f, 0x70, 0x81, 0x92, 0xa3, 0xb4,
+    0xc5, 0xd6, 0xe7, 0xf8, 0x09,
 ];
 
 fn stage(client_id: &[u8]) -> Client<'_> {
@@ -188,8 +188,18 @@ fn lease_files_of_the_previous_format_load_and_keep_working() {
     let mut store = LeaseStore::open(&dir.db()).expect("an old file opens");
     let lease = store.lease_of(MAC).expect("the bound lease loaded");
     assert_eq!(
-        (lease.ip, lease.state, lease.hostname.as_deref(), lease.client_id),
-        (Ipv4Addr::new(10, 0, 0, 10), LeaseState::Bound, Some("node-a"), None)
+        (
+            lease.ip,
+            lease.state,
+            lease.hostname.as_deref(),
+            lease.client_id
+        ),
+        (
+            Ipv4Addr::new(10, 0, 0, 10),
+            LeaseState::Bound,
+            Some("node-a"),
+            None
+        )
     );
     assert_eq!(
         store.lease_of(other).map(|l| (l.ip, l.state)),

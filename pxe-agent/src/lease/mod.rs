@@ -16,10 +16,10 @@
 //! crash costs the client a retry, never a duplicate address, because the
 //! REQUEST that follows is checked against the durable bindings.
 
-mod record;
-mod store;
 #[cfg(test)]
 mod keying_tests;
+mod record;
+mod store;
 #[cfg(test)]
 mod tests;
 

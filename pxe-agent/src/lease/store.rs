@@ -476,9 +476,7 @@ impl LeaseStore {
         match self.leases.get(&ip) {
             None => Ok(()),
             Some(r) => match r.state {
-                Stored::Bound if &self.key_of(r) != key && r.expires > now => {
-                    Err(NakReason::InUse)
-                }
+                Stored::Bound if &self.key_of(r) != key && r.expires > now => Err(NakReason::InUse),
                 Stored::Declined if r.expires > now => Err(NakReason::Quarantined),
                 Stored::Bound | Stored::Declined | Stored::Released => Ok(()),
             },
