@@ -868,6 +868,10 @@ aa:bb:cc:dd:ee:0a,10.0.0.20,from-hostsfile
             ]
         );
         assert_eq!(t.hosts[1].hostname.as_deref(), Some("two-nics"));
+        let ports: Vec<String> = t.hosts[1].macs.iter().map(ToString::to_string).collect();
+        assert_eq!(ports, ["aa:bb:cc:dd:ee:02", "aa:bb:cc:dd:ee:03"]);
+        // `id:` is a client id, not a port: the line's one MAC remains.
+        assert_eq!(t.hosts[2].macs.len(), 1);
         assert_eq!(t.hosts[3].hostname, None);
         let r = report(&t);
         for want in [
