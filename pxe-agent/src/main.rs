@@ -697,9 +697,9 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 ("LAST DHCP", 44, Align::Left),
                 ("LAST TFTP/SCRIPT", 44, Align::Left),
                 ("BOOTED", 44, Align::Left),
+                ("BOOT MAC", 17, Align::Left),
                 // Lowercase: not a boot stage (docs/boot.md).
                 ("declined", 32, Align::Left),
-                ("BOOT MAC", 17, Align::Left),
             ]);
             for h in list {
                 let p = &h.progress;
@@ -716,8 +716,8 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     step(&p.dhcp),
                     step(&middle),
                     step(&p.booted),
-                    step(&p.declined),
                     h.boot_mac.as_deref().unwrap_or("-").to_string(),
+                    step(&p.declined),
                 ]);
             }
             print!("{}", table.render());
