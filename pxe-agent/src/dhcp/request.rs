@@ -348,6 +348,17 @@ mod walk_tests {
     }
 
     #[test]
+    fn the_client_identifier_is_read_and_an_empty_one_is_none() {
+        let req =
+            Request::parse(&with_options(&[53, 1, 1, 61, 3, 0, 0xab, 0xcd, 255])).expect("parses");
+        assert_eq!(req.more.client_id.as_deref(), Some(&[0, 0xab, 0xcd][..]));
+        let req = Request::parse(&with_options(&[53, 1, 1, 61, 0, 255])).expect("parses");
+        assert_eq!(req.more.client_id, None);
+        let req = Request::parse(&with_options(&[53, 1, 1, 255])).expect("parses");
+        assert_eq!(req.more.client_id, None);
+    }
+
+    #[test]
     fn lengths_that_lie_are_refused() {
         for (opts, err) in [
             (
