@@ -701,6 +701,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 ("LAST DHCP", 44, Align::Left),
                 ("LAST TFTP/SCRIPT", 44, Align::Left),
                 ("BOOTED", 44, Align::Left),
+                ("BOOT MAC", 17, Align::Left),
                 // Lowercase: not a boot stage (docs/boot.md).
                 ("declined", 32, Align::Left),
             ]);
@@ -720,6 +721,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     step(&p.dhcp),
                     step(&middle),
                     step(&p.booted),
+                    h.boot_mac.as_deref().unwrap_or("-").to_string(),
                     step(&p.declined),
                 ]);
             }

@@ -15,7 +15,10 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::{inventory::MacAddr, trace::Hub};
+use crate::{
+    inventory::{Host, MacAddr},
+    trace::Hub,
+};
 
 /// How far a host got, in boot-chain order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -81,6 +84,10 @@ impl Clocks {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostProgress {
     pub mac: String,
+    /// The port the host's last DHCP request came from: which of its MACs
+    /// the current boot is on. For a host with one MAC, that MAC.
+    #[serde(default)]
+    pub boot_mac: Option<String>,
     pub dhcp: Option<Step>,
     pub tftp: Option<Step>,
     pub script: Option<Step>,
@@ -148,12 +155,20 @@ struct Tracked {
     /// The MACs outside the inventory, least recently updated first.
     order: BTreeMap<u64, MacAddr>,
     inventory: HashSet<MacAddr>,
+    /// A host's other ports -> its primary MAC, which its entry is under.
+    ports: HashMap<MacAddr, MacAddr>,
     capacity: usize,
     tick: u64,
 }
 
 impl Tracked {
+    /// The MAC `mac`'s entry is kept under: its host's primary MAC.
+    fn primary(&self, mac: MacAddr) -> MacAddr {
+        self.ports.get(&mac).copied().unwrap_or(mac)
+    }
+
     fn update(&mut self, mac: MacAddr, f: impl FnOnce(&mut HostProgress)) {
+        let mac = self.primary(mac);
         self.tick += 1;
         let tick = self.tick;
         let listed = self.inventory.contains(&mac);
@@ -214,6 +229,7 @@ impl Progress {
                 hosts: HashMap::new(),
                 order: BTreeMap::new(),
                 inventory: HashSet::new(),
+                ports: HashMap::new(),
                 capacity,
                 tick: 0,
             }),
@@ -239,6 +255,18 @@ impl Progress {
         self.lock().set_inventory(macs.into_iter().collect());
     }
 
+    /// [`Progress::set_inventory`] with the serving inventory's hosts: a
+    /// host with several ports has one entry, under its primary MAC, that
+    /// each of its MACs records into and reads.
+    pub fn set_hosts(&self, hosts: &[Host]) {
+        let mut tracked = self.lock();
+        tracked.ports = hosts
+            .iter()
+            .flat_map(|h| h.ports()[1..].iter().map(|&port| (port, h.mac)))
+            .collect();
+        tracked.set_inventory(hosts.iter().map(|h| h.mac).collect());
+    }
+
     /// How many MACs have progress recorded.
     pub fn len(&self) -> usize {
         self.lock().hosts.len()
@@ -248,8 +276,12 @@ impl Progress {
         self.len() == 0
     }
 
+    /// A DHCP answer to `mac`, which is also the port the host boots on.
     pub fn dhcp(&self, mac: MacAddr, at_ms: u64, detail: String) {
-        self.with(mac, |p| p.dhcp = Some(Step { at_ms, detail }));
+        self.with(mac, |p| {
+            p.boot_mac = Some(mac.to_string());
+            p.dhcp = Some(Step { at_ms, detail });
+        });
     }
 
     pub fn tftp(&self, mac: MacAddr, at_ms: u64, detail: String) {
@@ -303,7 +335,11 @@ impl Progress {
     }
 
     pub fn get(&self, mac: MacAddr) -> Option<HostProgress> {
-        self.lock().hosts.get(&mac).map(|e| e.progress.clone())
+        let tracked = self.lock();
+        tracked
+            .hosts
+            .get(&tracked.primary(mac))
+            .map(|e| e.progress.clone())
     }
 
     /// Hosts with any progress, by MAC.
@@ -404,6 +440,31 @@ mod tests {
             let got = p.get(h).and_then(|h| h.booted).map(|s| s.at_ms);
             assert_eq!(got, Some(i as u64), "progress of inventory host {h} lost");
         }
+    }
+
+    #[test]
+    fn a_host_with_two_ports_has_one_entry_that_names_the_port_that_booted() {
+        let inv = crate::inventory::Inventory::parse(
+            std::path::Path::new("inv.yaml"),
+            "subnets: [{cidr: 10.0.0.0/24}]\nprofiles: [{name: p}]\nhosts:\n  - {macs: [\"02:00:00:00:00:01\", \"02:00:00:00:00:02\"], ip: 10.0.0.11, profile: p}\n",
+        )
+        .expect("inventory");
+        let (primary, second) = (inv.hosts[0].mac, inv.hosts[0].macs[1]);
+        let p = Progress::new(0);
+        p.set_hosts(&inv.hosts);
+        p.dhcp(second, 1_000, "ack 10.0.0.11".into());
+        p.booted(primary, 2_000, "phone-home".into());
+        assert_eq!(p.len(), 1, "one entry for the host");
+        let entry = p.get(primary).expect("tracked");
+        assert_eq!(entry.mac, primary.to_string());
+        assert_eq!(entry.boot_mac, Some(second.to_string()));
+        assert_eq!(entry.stage(), Some(Stage::Booted));
+        assert_eq!(p.get(second), Some(entry));
+        p.dhcp(primary, 3_000, "ack 10.0.0.11".into());
+        assert_eq!(
+            p.get(second).and_then(|e| e.boot_mac),
+            Some(primary.to_string())
+        );
     }
 
     #[test]

@@ -45,7 +45,9 @@ impl State {
         progress: Arc<Progress>,
         health: Arc<Health>,
     ) -> State {
-        progress.set_inventory(inventory.hosts.iter().map(|h| h.mac));
+        progress.set_hosts(&inventory.hosts);
+        let mut leases = leases;
+        leases.set_lease_key(inventory.discovery.lease_key);
         State {
             inventory: RwLock::new(inventory),
             leases: Mutex::new(leases),
@@ -82,7 +84,7 @@ impl State {
     pub fn lease_of(&self, mac: MacAddr) -> Option<Ipv4Addr> {
         let store = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
         store
-            .lease_of(mac.0)
+            .lease_of_mac(mac.0)
             .filter(|l| matches!(l.state, LeaseState::Bound | LeaseState::Offered))
             .map(|l| l.ip)
     }
@@ -101,10 +103,16 @@ impl State {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             for host in &inv.hosts {
-                reg.adopt(host.mac);
+                for &mac in host.ports() {
+                    reg.adopt(mac);
+                }
             }
         }
-        self.progress.set_inventory(inv.hosts.iter().map(|h| h.mac));
+        self.leases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .set_lease_key(inv.discovery.lease_key);
+        self.progress.set_hosts(&inv.hosts);
         *self
             .inventory
             .write()

@@ -427,6 +427,11 @@ impl Served {
     /// Runs dhcpcd once in the client namespace; the variables its hook saw on
     /// BOUND.
     pub fn dhcpcd(&self) -> BTreeMap<String, String> {
+        self.dhcpcd_with(&[])
+    }
+
+    /// [`Served::dhcpcd`] with `extra` arguments before the interface.
+    pub fn dhcpcd_with(&self, extra: &[&str]) -> BTreeMap<String, String> {
         use std::os::unix::process::CommandExt as _;
         let hook = script(
             &self.dir.0,
@@ -455,6 +460,7 @@ impl Served {
                 "-c",
             ])
             .arg(&hook)
+            .args(extra)
             .arg(self.lab.client_if())
             .stdout(out.try_clone().expect("fd"))
             .stderr(out)

@@ -56,15 +56,17 @@ profiles:
         boot: {http: "http://{server}/sixteen.efi"}
 hosts:
   - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, hostname: node-1, profile: worker, options: {42: 10.66.0.1}}
-  - {mac: "52:54:00:00:00:02", ip: 10.66.1.11, hostname: node-2, profile: bare}
+  - {macs: ["52:54:00:00:00:02", "52:54:00:00:00:06"], ip: 10.66.1.11, hostname: node-2, profile: bare}
   - {mac: "52:54:00:00:00:03", ip: 10.66.1.12, profile: ruled, labels: {rack: r1}}
   - {mac: "52:54:00:00:00:04", ip: 10.77.1.13, profile: worker}
   - {mac: "52:54:00:00:00:05", ip: 10.88.1.14, profile: worker}
 "#;
 
-const MACS: [[u8; 6]; 6] = [
+const MACS: [[u8; 6]; 7] = [
     [0x52, 0x54, 0, 0, 0, 1],
     [0x52, 0x54, 0, 0, 0, 2],
+    // node-2's second port.
+    [0x52, 0x54, 0, 0, 0, 6],
     [0x52, 0x54, 0, 0, 0, 3],
     [0x52, 0x54, 0, 0, 0, 4],
     // In the proxyDHCP subnet.

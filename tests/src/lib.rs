@@ -35,6 +35,8 @@ mod kube;
 #[cfg(test)]
 mod manifests;
 #[cfg(test)]
+mod nics;
+#[cfg(test)]
 mod oob;
 #[cfg(test)]
 mod peers;

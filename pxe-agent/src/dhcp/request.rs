@@ -51,6 +51,9 @@ pub struct Details {
     /// Option 97, the client machine identifier (RFC 4578 section 2.3),
     /// as sent: a proxyDHCP answer echoes it.
     pub client_uuid: Option<Vec<u8>>,
+    /// Option 61 as sent, when not empty: what a pool lease belongs to
+    /// under `discovery.lease_key: client_id`.
+    pub client_id: Option<Vec<u8>>,
 }
 
 impl Request {
@@ -174,6 +177,10 @@ impl Request {
                     req.more.hostname = Some(String::from_utf8_lossy(value).into_owned());
                 }
                 OPT_CLIENT_UUID => req.more.client_uuid = Some(value.to_vec()),
+                // Not a length check the kernel makes, so none here either.
+                OPT_CLIENT_ID if !value.is_empty() => {
+                    req.more.client_id = Some(value.to_vec());
+                }
                 _ => {}
             }
         }
@@ -228,6 +235,9 @@ impl Request {
 
 /// Host name (RFC 2132 section 3.14).
 const OPT_HOSTNAME: u8 = 12;
+
+/// Client identifier (RFC 2132 section 9.14).
+const OPT_CLIENT_ID: u8 = 61;
 
 /// The options of a BOOTP message's option area, in order: code and value,
 /// or the error that ends the walk. Pad options are skipped; the walk stops
@@ -344,6 +354,17 @@ mod walk_tests {
         assert_eq!(req.more.hostname.as_deref(), Some("n1"));
         assert_eq!(req.requested_ip, Some(Ipv4Addr::new(10, 0, 0, 9)));
         assert_eq!(req.server_id, Some(Ipv4Addr::new(10, 0, 0, 1)));
+    }
+
+    #[test]
+    fn the_client_identifier_is_read_and_an_empty_one_is_none() {
+        let req =
+            Request::parse(&with_options(&[53, 1, 1, 61, 3, 0, 0xab, 0xcd, 255])).expect("parses");
+        assert_eq!(req.more.client_id.as_deref(), Some(&[0, 0xab, 0xcd][..]));
+        let req = Request::parse(&with_options(&[53, 1, 1, 61, 0, 255])).expect("parses");
+        assert_eq!(req.more.client_id, None);
+        let req = Request::parse(&with_options(&[53, 1, 1, 255])).expect("parses");
+        assert_eq!(req.more.client_id, None);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::{
     discovered::{Registry, Sighting},
     inventory::Inventory,
     lease::{
-        DeclineOutcome, LeaseRequest, LeaseState, LeaseStore, NakReason, Pool, Quarantine,
+        Client, DeclineOutcome, LeaseRequest, LeaseState, LeaseStore, NakReason, Pool, Quarantine,
         RequestOutcome,
     },
     progress,
@@ -309,7 +309,7 @@ impl SlowPath<'_> {
         let share = self.state.share();
         // Only a shared pool asks whose client this is; alone, every one is.
         let held = (share.is_shared() && !known)
-            .then(|| self.leases().lease_of(req.chaddr.0))
+            .then(|| self.leases().lease_of(client(&req)))
             .flatten()
             .filter(|l| {
                 matches!(l.state, LeaseState::Bound | LeaseState::Offered) && l.expires > now
@@ -341,7 +341,7 @@ impl SlowPath<'_> {
             }
             Answer::Release { ip } => {
                 self.trace(&req, "release", || ip.to_string());
-                if let Err(e) = self.leases().release(req.chaddr.0, ip, now) {
+                if let Err(e) = self.leases().release(client(&req), ip, now) {
                     self.lease_error(&e);
                 }
             }
@@ -373,7 +373,7 @@ impl SlowPath<'_> {
         let outcome = match pool_containing(inv, ip) {
             Some(pool) => self
                 .leases()
-                .decline(req.chaddr.0, &pool, ip, now, &QUARANTINE),
+                .decline(client(req), &pool, ip, now, &QUARANTINE),
             None => Ok(DeclineOutcome::NotGiven),
         };
         let stats = &self.state.stats;
@@ -432,7 +432,7 @@ impl SlowPath<'_> {
     }
 
     fn offer(&mut self, inv: &Inventory, req: &Request, ask: &PoolAsk, pool: &Pool, now: u64) {
-        let offered = self.leases().offer(req.chaddr.0, pool, ask.wanted, now);
+        let offered = self.leases().offer(client(req), pool, ask.wanted, now);
         match offered {
             Ok(Some(ip)) => {
                 self.discovered().assign(req.chaddr, ip);
@@ -457,6 +457,7 @@ impl SlowPath<'_> {
             .iter()
             .map(|p| LeaseRequest {
                 mac: p.req.chaddr.0,
+                client_id: p.req.more.client_id.as_deref(),
                 pool: &p.pool,
                 ip: p.ip,
                 hostname: p.req.more.hostname.as_deref(),
@@ -682,4 +683,13 @@ pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// The pool client `req` comes from, as the lease store tells them apart
+/// (`discovery.lease_key`).
+fn client(req: &Request) -> Client<'_> {
+    Client {
+        mac: req.chaddr.0,
+        client_id: req.more.client_id.as_deref(),
+    }
 }

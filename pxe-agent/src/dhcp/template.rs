@@ -12,7 +12,7 @@ use super::{Decision, Reply, ReplyKind, Request, Server, encode, fast_path};
 use crate::inventory::Host;
 use crate::inventory::{Inventory, Problem};
 
-/// Every (host, boot class) the inventory answers, as map entries.
+/// Every (host port, boot class) the inventory answers, as map entries.
 pub type Templates = BTreeMap<HostKey, ReplyTemplate>;
 
 /// Compiles all hosts; reports every host whose reply does not fit.
@@ -25,8 +25,13 @@ pub fn compile(inv: &Inventory, server: &Server) -> Result<Templates, Vec<Proble
                 continue;
             };
             match build(&offer, server, inv.subnet_of(host)) {
+                // Every port gets the same reply: nothing in it depends on
+                // the port (`{mac}` is the host's primary MAC), and the XDP
+                // program fills in the request's own chaddr.
                 Ok(t) => {
-                    out.insert(HostKey::new(host.mac.0, class), t);
+                    for mac in host.ports() {
+                        out.insert(HostKey::new(mac.0, class), t);
+                    }
                 }
                 Err(message) => problems.push(Problem::new(
                     Some(host.label()),

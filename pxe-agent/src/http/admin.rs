@@ -168,6 +168,10 @@ pub struct LeaseView {
     /// Unix seconds.
     pub expires: u64,
     pub hostname: Option<String>,
+    /// The client identifier (option 61) of the request that made the
+    /// lease, in hex with colons (`01:52:54:00:12:34:56`).
+    #[serde(default)]
+    pub client_id: Option<String>,
 }
 
 impl From<&Lease> for LeaseView {
@@ -178,6 +182,12 @@ impl From<&Lease> for LeaseView {
             state: format!("{:?}", l.state).to_lowercase(),
             expires: l.expires,
             hostname: l.hostname.clone(),
+            client_id: l.client_id.as_deref().map(|id| {
+                id.iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(":")
+            }),
         }
     }
 }
@@ -328,6 +338,13 @@ pub struct HostView {
     /// The host's last fallback from one driver to the other.
     #[serde(default)]
     pub bmc_last_fallback: Option<FallbackEvent>,
+    /// Every MAC of the host, `mac` first.
+    #[serde(default)]
+    pub macs: Vec<String>,
+    /// The MAC the host last booted from: the port of its last DHCP
+    /// request (`progress.boot_mac`).
+    #[serde(default)]
+    pub boot_mac: Option<String>,
 }
 
 /// Every inventory host, with how far its current boot got.
@@ -353,6 +370,7 @@ pub fn host_views(s: &AdminState) -> Vec<HostView> {
                     ..Default::default()
                 });
             let driver_status = h.bmc.as_ref().map(|b| driver::status(b, &s.oob.fallbacks));
+            let boot_mac = progress.boot_mac.clone();
             HostView {
                 mac: h.mac.to_string(),
                 ip: h.ip,
@@ -375,6 +393,8 @@ pub fn host_views(s: &AdminState) -> Vec<HostView> {
                 bmc_driver: driver_status.as_ref().map(|d| d.driver.clone()),
                 bmc_fallback_until_ms: driver_status.as_ref().and_then(|d| d.held_until_ms),
                 bmc_last_fallback: driver_status.and_then(|d| d.last_fallback),
+                macs: h.ports().iter().map(ToString::to_string).collect(),
+                boot_mac,
             }
         })
         .collect()

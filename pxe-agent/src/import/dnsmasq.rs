@@ -111,7 +111,8 @@ struct BootLine {
 
 #[derive(Debug)]
 struct HostLine {
-    mac: MacAddr,
+    /// Every MAC of the line, in order, each once.
+    macs: Vec<MacAddr>,
     ip: Ipv4Addr,
     hostname: Option<String>,
     tags: BTreeSet<String>,
@@ -376,16 +377,12 @@ impl State {
             );
             hostname = None;
         }
-        if macs.len() > 1 {
-            self.report.add(
-                origin,
-                format!(
-                    "only the first MAC of {value} gets {ip}: the inventory gives each address to one MAC"
-                ),
-            );
-        }
+        // dnsmasq gives the address to whichever of the MACs asks: one host
+        // with several ports (`macs`).
+        let mut seen = BTreeSet::new();
+        macs.retain(|mac| seen.insert(*mac));
         self.hosts.push(HostLine {
-            mac: macs[0],
+            macs,
             ip,
             hostname,
             tags,
@@ -719,7 +716,8 @@ impl State {
                 }
             };
             hosts.push(HostOut {
-                mac: h.mac,
+                mac: h.macs[0],
+                macs: h.macs.clone(),
                 ip: h.ip,
                 hostname: h.hostname.clone(),
                 boot,
@@ -870,10 +868,13 @@ aa:bb:cc:dd:ee:0a,10.0.0.20,from-hostsfile
             ]
         );
         assert_eq!(t.hosts[1].hostname.as_deref(), Some("two-nics"));
+        let ports: Vec<String> = t.hosts[1].macs.iter().map(ToString::to_string).collect();
+        assert_eq!(ports, ["aa:bb:cc:dd:ee:02", "aa:bb:cc:dd:ee:03"]);
+        // `id:` is a client id, not a port: the line's one MAC remains.
+        assert_eq!(t.hosts[2].macs.len(), 1);
         assert_eq!(t.hosts[3].hostname, None);
         let r = report(&t);
         for want in [
-            "dnsmasq.conf:3: only the first MAC",
             "dnsmasq.conf:3: per-host lease time",
             "dnsmasq.conf:4: client-id match",
             "dnsmasq.conf:5: dhcp-host aa:bb:cc:dd:ee:05,ignore left out",

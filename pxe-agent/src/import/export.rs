@@ -1,5 +1,6 @@
 //! A validated inventory -> a dnsmasq hosts file (`--dhcp-hostsfile`): one
-//! `dhcp-host` value per host, `MAC,IP[,hostname]`, so that a dnsmasq can
+//! `dhcp-host` value per host, `MAC[,MAC...],IP[,hostname]` (every port of
+//! a host with several), so that a dnsmasq can
 //! stand in for the agent with the same reservations. Owns only that text;
 //! boot files and subnets stay with the dnsmasq configuration.
 
@@ -12,7 +13,10 @@ use crate::inventory::Inventory;
 pub fn dnsmasq_hosts(inv: &Inventory, source: &str) -> String {
     let mut out = format!("# dnsmasq hosts file exported from {source} by `pxe-agent export`\n");
     for host in &inv.hosts {
-        let _ = write!(out, "{},{}", host.mac, host.ip);
+        for mac in host.ports() {
+            let _ = write!(out, "{mac},");
+        }
+        let _ = write!(out, "{}", host.ip);
         if let Some(name) = &host.hostname {
             let _ = write!(out, ",{name}");
         }
@@ -58,5 +62,29 @@ mod tests {
         assert_eq!(t.hosts.len(), 1);
         assert_eq!(t.hosts[0].hostname.as_deref(), Some("n1"));
         assert_eq!(t.hosts[0].ip, inv.hosts[0].ip);
+    }
+
+    #[test]
+    fn a_host_with_several_ports_exports_every_mac_and_imports_back_as_one_host() {
+        let inv = Inventory::parse(
+            Path::new("inv.yaml"),
+            "subnets: [{cidr: 10.0.0.0/24}]\nprofiles: [{name: p}]\nhosts:\n  - {macs: [\"aa:bb:cc:dd:ee:01\", \"aa:bb:cc:dd:ee:02\"], ip: 10.0.0.11, profile: p, hostname: n1}\n",
+        )
+        .expect("inventory");
+        let hosts = dnsmasq_hosts(&inv, "inv.yaml");
+        assert!(
+            hosts.ends_with("\naa:bb:cc:dd:ee:01,aa:bb:cc:dd:ee:02,10.0.0.11,n1\n"),
+            "{hosts}"
+        );
+        let conf = format!("dhcp-range=10.0.0.0,static,255.255.255.0\n{hosts}");
+        let t = crate::import::dnsmasq::translate("test", vec![("hosts".into(), conf)], false)
+            .expect("translates");
+        assert!(t.report.is_empty(), "{}", t.report);
+        assert_eq!(t.hosts.len(), 1);
+        assert_eq!(t.hosts[0].macs, inv.hosts[0].macs);
+        let yaml = t.finish().expect("the written inventory is valid").yaml;
+        let back = Inventory::parse(Path::new("back.yaml"), &yaml).expect("inventory");
+        assert_eq!(back.hosts[0].macs, inv.hosts[0].macs);
+        assert_eq!(back.hosts[0].ip, inv.hosts[0].ip);
     }
 }

@@ -807,6 +807,7 @@ pub fn translate(file: &Path, source: &str) -> Result<Translation, ImportError> 
         };
         hosts.push(HostOut {
             mac,
+            macs: vec![mac],
             ip,
             hostname,
             boot,

@@ -179,13 +179,39 @@ impl BootSet {
 /// A reserved host.
 #[derive(Debug, Clone)]
 pub struct HostOut {
+    /// The primary MAC, `macs[0]`.
     pub mac: MacAddr,
+    /// Every MAC of the host, `mac` first: a dnsmasq `dhcp-host` may list
+    /// several, written as the inventory's `macs`.
+    pub macs: Vec<MacAddr>,
     pub ip: Ipv4Addr,
     pub hostname: Option<String>,
     pub boot: BootSet,
     /// Extra options: code -> value as YAML text (already quoted).
     pub options: BTreeMap<u8, String>,
     pub origin: Origin,
+}
+
+impl HostOut {
+    /// `macs`, or `[mac]` for a host built with `macs` left empty.
+    fn ports(&self) -> &[MacAddr] {
+        if self.macs.is_empty() {
+            std::slice::from_ref(&self.mac)
+        } else {
+            &self.macs
+        }
+    }
+
+    /// `mac: "…"` for one port, `macs: ["…", "…"]` for several.
+    fn mac_field(&self) -> String {
+        match self.ports() {
+            [one] => format!("mac: \"{one}\""),
+            ports => {
+                let quoted: Vec<String> = ports.iter().map(|m| format!("\"{m}\"")).collect();
+                format!("macs: [{}]", quoted.join(", "))
+            }
+        }
+    }
 }
 
 /// A whole translation, before it is written.
@@ -296,13 +322,17 @@ impl Translation {
                 );
                 continue;
             }
-            if !macs.insert(host.mac) {
+            if let Some(twice) = host.ports().iter().find(|mac| macs.contains(*mac)) {
                 self.report.add(
                     &host.origin,
-                    format!("host {} left out: its MAC is reserved twice", host.mac),
+                    format!(
+                        "host {} left out: its MAC {twice} is reserved twice",
+                        host.mac
+                    ),
                 );
                 continue;
             }
+            macs.extend(host.ports().iter().copied());
             if !ips.insert(host.ip) {
                 self.report.add(
                     &host.origin,
@@ -417,8 +447,10 @@ impl Translation {
             let _ = writeln!(out, "  # {}", h.origin);
             let _ = write!(
                 out,
-                "  - {{mac: \"{}\", ip: {}, profile: {}",
-                h.mac, h.ip, profiles[&h.boot]
+                "  - {{{}, ip: {}, profile: {}",
+                h.mac_field(),
+                h.ip,
+                profiles[&h.boot]
             );
             if let Some(name) = &h.hostname {
                 let _ = write!(out, ", hostname: {}", quote(name));

@@ -87,8 +87,11 @@ pub struct Inventory {
 /// built.
 #[derive(Debug, Clone, Default)]
 struct HostIndex {
+    /// Every port of every host ([`Host::ports`]).
     by_mac: HashMap<MacAddr, usize>,
     by_ip: HashMap<Ipv4Addr, usize>,
+    /// `hosts.len()` when the index was built.
+    hosts: usize,
 }
 
 impl PartialEq for HostIndex {
@@ -249,7 +252,11 @@ pub struct BootFiles {
 /// One machine the agent answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Host {
+    /// The primary MAC: the one progress, recovery and messages name the
+    /// host by, and the `{mac}` placeholder becomes.
     pub mac: MacAddr,
+    /// Every MAC the host may boot from, `mac` first (see [`Host::ports`]).
+    pub macs: Vec<MacAddr>,
     pub ip: Ipv4Addr,
     pub hostname: Option<String>,
     /// Index into [`Inventory::profiles`].
@@ -266,6 +273,17 @@ pub struct Host {
 }
 
 impl Host {
+    /// The MACs the host is answered on: `macs` when it starts with `mac`,
+    /// else just `mac` (a host built in code, or one whose `mac` was
+    /// changed in place after a clone).
+    pub fn ports(&self) -> &[MacAddr] {
+        if self.macs.first() == Some(&self.mac) {
+            &self.macs
+        } else {
+            std::slice::from_ref(&self.mac)
+        }
+    }
+
     /// How messages name this host: `node-1 (52:54:00:12:34:56)`, or just
     /// the MAC when it has no hostname. Matches [`Problem::host`].
     pub fn label(&self) -> String {
@@ -286,6 +304,24 @@ pub struct Discovery {
     pub profile: Option<usize>,
     /// Seconds; `None`: the lease time of the pool's subnet.
     pub lease_time: Option<u32>,
+    /// What a pool lease belongs to.
+    pub lease_key: LeaseKey,
+}
+
+/// `discovery.lease_key`: what identifies the machine a pool lease belongs
+/// to (docs/lifecycle.md, "Several NICs and client identifiers").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LeaseKey {
+    /// The hardware address (`htype` and `chaddr`), whatever client
+    /// identifier (option 61) the request carries: PXE ROM, iPXE and the
+    /// installed system send different ones, and one machine keeps one
+    /// address through the chain (dnsmasq's `dhcp-ignore-clid`).
+    #[default]
+    Mac,
+    /// The client identifier when the request has one, else the hardware
+    /// address, as RFC 2131 section 4.2 has it: each boot stage that sends
+    /// its own identifier is its own client, with its own address.
+    ClientId,
 }
 
 impl Discovery {
@@ -433,10 +469,16 @@ impl Inventory {
         let mut by_mac = HashMap::with_capacity(self.hosts.len());
         let mut by_ip = HashMap::with_capacity(self.hosts.len());
         for (at, host) in self.hosts.iter().enumerate() {
-            by_mac.entry(host.mac).or_insert(at);
+            for &mac in host.ports() {
+                by_mac.entry(mac).or_insert(at);
+            }
             by_ip.entry(host.ip).or_insert(at);
         }
-        self.index = HostIndex { by_mac, by_ip };
+        self.index = HostIndex {
+            by_mac,
+            by_ip,
+            hosts: self.hosts.len(),
+        };
     }
 
     /// # Panics
@@ -453,7 +495,8 @@ impl Inventory {
         &self.profiles[host.profile]
     }
 
-    /// The host with `mac`, in O(1) through the index: the slow path looks
+    /// The host with `mac` among its ports ([`Host::ports`]), in O(1)
+    /// through the index: the slow path looks
     /// up every packet, and fleets have tens of thousands of hosts. When
     /// the index is visibly stale (a hit that names another MAC, or a
     /// different host count) this scans instead; see [`Inventory`].
@@ -462,14 +505,14 @@ impl Inventory {
         if let Some(host) = index
             .get(&mac)
             .and_then(|&at| self.hosts.get(at))
-            .filter(|host| host.mac == mac)
+            .filter(|host| host.ports().contains(&mac))
         {
             return Some(host);
         }
-        if index.len() == self.hosts.len() && !index.contains_key(&mac) {
+        if self.index.hosts == self.hosts.len() && !index.contains_key(&mac) {
             return None;
         }
-        self.hosts.iter().find(|host| host.mac == mac)
+        self.hosts.iter().find(|host| host.ports().contains(&mac))
     }
 
     /// The host reserved `ip`, through the index like
@@ -483,7 +526,7 @@ impl Inventory {
         {
             return Some(host);
         }
-        if index.len() == self.hosts.len() && !index.contains_key(&ip) {
+        if self.index.hosts == self.hosts.len() && !index.contains_key(&ip) {
             return None;
         }
         self.hosts.iter().find(|host| host.ip == ip)

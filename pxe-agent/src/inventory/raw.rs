@@ -25,6 +25,8 @@ pub(super) struct RawDiscovery {
     pub profile: Option<String>,
     /// Seconds; `None` means the pool's subnet's.
     pub lease_time: Option<u32>,
+    /// `mac` or `client_id`; text so that a typo is reported with the rest.
+    pub lease_key: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -116,7 +118,12 @@ pub(super) struct RawBoot {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawHost {
-    pub mac: String,
+    /// The host's one MAC; a host with several ports lists them in `macs`
+    /// instead (validation wants exactly one of the two).
+    pub mac: Option<String>,
+    /// Every port the host may boot from, the primary first.
+    #[serde(default)]
+    pub macs: Option<Vec<String>>,
     pub ip: String,
     pub hostname: Option<String>,
     pub profile: String,

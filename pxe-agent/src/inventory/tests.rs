@@ -105,6 +105,7 @@ fn full_format_parses_into_the_model() {
         inventory.hosts,
         vec![Host {
             mac: MAC1,
+            macs: vec![MAC1],
             ip: Ipv4Addr::new(10, 66, 1, 10),
             hostname: Some("node-1".into()),
             profile: 0,
@@ -303,6 +304,111 @@ fn duplicate_mac_names_both_hosts() {
     assert_eq!(problem.field, "mac");
     assert!(problem.message.contains("hosts[0] (node-1)"), "{problem}");
     assert!(problem.message.contains("hosts[1] (node-2)"), "{problem}");
+}
+
+#[test]
+fn a_host_with_several_ports_is_found_by_each_of_its_macs() {
+    let inventory = parse(&with_hosts(
+        "  - {macs: [52:54:00:12:34:56, 52-54-00-AB-CD-EF], ip: 10.66.1.10, profile: bare, hostname: node-1}\n\
+             \x20 - {mac: 52:54:00:12:34:57, ip: 10.66.1.11, profile: bare}\n",
+    ))
+    .expect("valid");
+    let host = &inventory.hosts[0];
+    let second = MacAddr([0x52, 0x54, 0x00, 0xab, 0xcd, 0xef]);
+    assert_eq!(host.mac, MAC1, "the first of macs is the primary MAC");
+    assert_eq!(host.ports(), [MAC1, second]);
+    assert_eq!(host.label(), "node-1 (52:54:00:12:34:56)");
+    for mac in [MAC1, second] {
+        assert_eq!(inventory.host_by_mac(mac).map(|h| h.ip), Some(host.ip));
+    }
+    assert_eq!(
+        inventory.host_by_ip(host.ip).map(|h| h.mac),
+        Some(MAC1),
+        "one host, one address"
+    );
+    assert_eq!(inventory.hosts[1].ports(), [inventory.hosts[1].mac]);
+    assert!(
+        inventory
+            .host_by_mac(MacAddr([0x52, 0x54, 0x00, 0xab, 0xcd, 0xee]))
+            .is_none()
+    );
+}
+
+#[test]
+fn a_mac_in_two_hosts_macs_names_both_hosts() {
+    let problem = one_problem(&with_hosts(
+        "  - {macs: [52:54:00:12:34:56, 52:54:00:00:00:02], ip: 10.66.1.10, profile: bare, hostname: node-1}\n\
+             \x20 - {macs: [52:54:00:00:00:03, 52-54-00-00-00-02], ip: 10.66.1.11, profile: bare, hostname: node-2}\n",
+    ));
+    assert_eq!(problem.host.as_deref(), Some("node-2 (52:54:00:00:00:03)"));
+    assert_eq!(problem.field, "macs[1]");
+    assert_eq!(
+        problem.message,
+        "52:54:00:00:00:02 is used by both hosts[0] (node-1) and hosts[1] (node-2)"
+    );
+    // One host's mac against another's macs.
+    let problem = one_problem(&with_hosts(
+        "  - {mac: 52:54:00:00:00:02, ip: 10.66.1.10, profile: bare, hostname: node-1}\n\
+             \x20 - {macs: [52:54:00:00:00:03, 52:54:00:00:00:02], ip: 10.66.1.11, profile: bare, hostname: node-2}\n",
+    ));
+    assert_eq!(problem.field, "macs[1]");
+    assert!(
+        problem
+            .message
+            .contains("hosts[0] (node-1) and hosts[1] (node-2)"),
+        "{problem}"
+    );
+}
+
+#[test]
+fn macs_forms_are_checked() {
+    let twice = one_problem(&with_hosts(
+        "  - {macs: [52:54:00:12:34:56, 52-54-00-12-34-56], ip: 10.66.1.10, profile: bare, hostname: node-1}\n",
+    ));
+    assert_eq!(twice.field, "macs[1]");
+    assert_eq!(
+        twice.message,
+        "52:54:00:12:34:56 is listed twice in this host's macs"
+    );
+    let both = one_problem(&with_hosts(
+        "  - {mac: 52:54:00:12:34:56, macs: [52:54:00:12:34:57], ip: 10.66.1.10, profile: bare}\n",
+    ));
+    assert_eq!(both.field, "macs");
+    assert!(both.message.contains("not both"), "{both}");
+    let neither = one_problem(&with_hosts(
+        "  - {ip: 10.66.1.10, profile: bare, hostname: node-3}\n",
+    ));
+    assert_eq!(neither.host.as_deref(), Some("node-3 (hosts[0])"));
+    assert_eq!(neither.field, "mac");
+    assert!(neither.message.contains("is required"), "{neither}");
+    let empty = one_problem(&with_hosts(
+        "  - {macs: [], ip: 10.66.1.10, profile: bare}\n",
+    ));
+    assert_eq!(empty.field, "macs");
+    let bad = one_problem(&with_hosts(
+        "  - {macs: [52:54:00:12:34:56, zz], ip: 10.66.1.10, profile: bare}\n",
+    ));
+    assert_eq!(bad.host.as_deref(), Some("52:54:00:12:34:56"));
+    assert_eq!(bad.field, "macs[1]");
+}
+
+#[test]
+fn discovery_lease_key_defaults_to_mac_and_refuses_unknown_keys() {
+    let base = "subnets:\n  - cidr: 10.66.0.0/16\n    pool: {start: 10.66.200.1, end: 10.66.200.9}\n\
+                profiles:\n  - name: inspector\nhosts: []\n\
+                discovery: {policy: inspect, profile: inspector";
+    let inv = parse(&format!("{base}}}\n")).expect("valid");
+    assert_eq!(inv.discovery.lease_key, LeaseKey::Mac);
+    let inv = parse(&format!("{base}, lease_key: client_id}}\n")).expect("valid");
+    assert_eq!(inv.discovery.lease_key, LeaseKey::ClientId);
+    let inv = parse(&format!("{base}, lease_key: mac}}\n")).expect("valid");
+    assert_eq!(inv.discovery.lease_key, LeaseKey::Mac);
+    let bad = one_problem(&format!("{base}, lease_key: clid}}\n"));
+    assert_eq!(bad.field, "discovery.lease_key");
+    assert_eq!(
+        bad.message,
+        "unknown lease key \"clid\" (expected mac or client_id)"
+    );
 }
 
 #[test]
@@ -711,6 +817,7 @@ fn new_keys_parse_into_the_model() {
             policy: DiscoveryPolicy::Inspect,
             profile: Some(1),
             lease_time: Some(600),
+            lease_key: LeaseKey::Mac,
         }
     );
     assert_eq!(
@@ -1196,8 +1303,10 @@ fn fleet(count: u32) -> Inventory {
     inventory.hosts = (0..count)
         .map(|n| {
             let [_, a, b, c] = n.to_be_bytes();
+            let mac = MacAddr([0x52, 0x54, 0x00, a, b, c]);
             Host {
-                mac: MacAddr([0x52, 0x54, 0x00, a, b, c]),
+                mac,
+                macs: vec![mac],
                 ip: Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 66, 0, 2)) + n),
                 ..template.clone()
             }

@@ -10,7 +10,7 @@ use std::{
 
 use super::{
     BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Inventory, IpxeSettings,
-    MAC_PLACEHOLDER, MacAddr, Match, PhoneHomeToken, Problem, Profile, Range, Rule,
+    LeaseKey, MAC_PLACEHOLDER, MacAddr, Match, PhoneHomeToken, Problem, Profile, Range, Rule,
     SERVER_PLACEHOLDER, Subnet, SubnetMode,
     oob::{self, Secrets},
     option,
@@ -599,7 +599,10 @@ fn hosts(
     secrets: &mut Secrets<'_>,
     problems: &mut Vec<Problem>,
 ) -> Vec<Option<Host>> {
-    let macs: Vec<Option<MacAddr>> = raw.iter().map(|h| h.mac.parse().ok()).collect();
+    let macs: Vec<Option<MacAddr>> = raw
+        .iter()
+        .map(|h| written_macs(h).first()?.parse().ok())
+        .collect();
     let labels: Vec<String> = raw
         .iter()
         .zip(&macs)
@@ -628,27 +631,27 @@ fn hosts(
             problems.push(Problem::new(Some(labels[index].clone()), field, message))
         };
 
-        let mac = match entry.mac.parse::<MacAddr>() {
-            Ok(mac) => Some(mac),
-            Err(e) => {
-                report("mac", e.to_string());
-                None
-            }
-        };
-        if let Some(mac) = mac {
-            if let Some(&first) = mac_owner.get(&mac) {
-                report(
-                    "mac",
+        let ports = host_macs(entry, &mut report);
+        for (at, &mac) in ports.iter().enumerate() {
+            let field = port_field(entry, at);
+            match mac_owner.get(&mac) {
+                Some(&first) if first == index => {
+                    report(&field, format!("{mac} is listed twice in this host's macs"));
+                }
+                Some(&first) => report(
+                    &field,
                     format!(
                         "{mac} is used by both {} and {}",
                         by_position(first),
                         by_position(index)
                     ),
-                );
-            } else {
-                mac_owner.insert(mac, index);
+                ),
+                None => {
+                    mac_owner.insert(mac, index);
+                }
             }
         }
+        let mac = ports.first().copied();
 
         if let Some(hostname) = &entry.hostname
             && let Some(message) = name_problem(hostname, MAX_HOSTNAME_LEN)
@@ -721,7 +724,14 @@ fn hosts(
             secrets,
             &mut report,
         )
-        .map(|b| oob::named(b, entry.hostname.as_deref().unwrap_or(&entry.mac)));
+        .map(|b| {
+            let name = entry.hostname.as_deref();
+            oob::named(
+                b,
+                name.or(written_macs(entry).first().map(String::as_str))
+                    .unwrap_or_default(),
+            )
+        });
         let recovery = oob::recovery(
             defaults.and_then(|p| p.recovery.as_ref()),
             entry.recovery.as_ref(),
@@ -740,6 +750,7 @@ fn hosts(
             (Some(mac), Some(ip), Some(subnet), Some(profile)) if problems.len() == before => {
                 Some(Host {
                     mac,
+                    macs: ports,
                     ip,
                     hostname: entry.hostname.clone(),
                     profile,
@@ -753,6 +764,53 @@ fn hosts(
             _ => None,
         };
         out.push(host);
+    }
+    out
+}
+
+/// The MACs a host entry writes, `mac` or `macs`, as text.
+fn written_macs(entry: &RawHost) -> &[String] {
+    match (&entry.mac, &entry.macs) {
+        (Some(mac), _) => std::slice::from_ref(mac),
+        (None, Some(macs)) => macs,
+        (None, None) => &[],
+    }
+}
+
+/// The field a host's `at`th MAC is reported under: `mac`, or `macs[at]`.
+fn port_field(entry: &RawHost, at: usize) -> String {
+    if entry.mac.is_some() {
+        "mac".to_owned()
+    } else {
+        format!("macs[{at}]")
+    }
+}
+
+/// A host's MACs, primary first: its `mac`, or every entry of `macs`.
+/// Exactly one of the two is set, and `macs` lists at least one MAC; every
+/// MAC that does not parse is reported. Duplicates are left to the caller,
+/// which knows the other hosts.
+fn host_macs(entry: &RawHost, report: &mut impl FnMut(&str, String)) -> Vec<MacAddr> {
+    match (&entry.mac, &entry.macs) {
+        (Some(_), Some(_)) => report(
+            "macs",
+            "set either mac (one port) or macs (several ports), not both".to_owned(),
+        ),
+        (None, None) => report(
+            "mac",
+            "is required (or macs, for a host with several ports)".to_owned(),
+        ),
+        (None, Some(macs)) if macs.is_empty() => {
+            report("macs", "lists no MAC: a host needs at least one".to_owned());
+        }
+        _ => {}
+    }
+    let mut out = Vec::new();
+    for (at, text) in written_macs(entry).iter().enumerate() {
+        match text.parse::<MacAddr>() {
+            Ok(mac) => out.push(mac),
+            Err(e) => report(&port_field(entry, at), e.to_string()),
+        }
     }
     out
 }
@@ -847,6 +905,22 @@ fn discovery(
         policy: policy.unwrap_or_default(),
         profile,
         lease_time: raw.lease_time,
+        lease_key: lease_key(raw.lease_key.as_deref(), &mut report),
+    }
+}
+
+/// `discovery.lease_key`; missing is the default, [`LeaseKey::Mac`].
+fn lease_key(raw: Option<&str>, report: &mut impl FnMut(&str, String)) -> LeaseKey {
+    match raw {
+        None | Some("mac") => LeaseKey::Mac,
+        Some("client_id") => LeaseKey::ClientId,
+        Some(other) => {
+            report(
+                "lease_key",
+                format!("unknown lease key {other:?} (expected mac or client_id)"),
+            );
+            LeaseKey::Mac
+        }
     }
 }
 

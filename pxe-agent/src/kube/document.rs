@@ -633,7 +633,19 @@ fn assemble(
                     Yaml::Mapping(m) => m.get(k).and_then(Yaml::as_str).map(str::to_owned),
                     _ => None,
                 };
-                let mac = field("mac").and_then(|m| m.parse::<MacAddr>().ok());
+                // Validation labels a host by its first MAC, `mac` or `macs[0]`.
+                let first_of_macs = || match entry {
+                    Yaml::Mapping(m) => m
+                        .get("macs")
+                        .and_then(Yaml::as_sequence)
+                        .and_then(|s| s.first())
+                        .and_then(Yaml::as_str)
+                        .map(str::to_owned),
+                    _ => None,
+                };
+                let mac = field("mac")
+                    .or_else(first_of_macs)
+                    .and_then(|m| m.parse::<MacAddr>().ok());
                 origins.hosts.push((at.clone(), mac, field("hostname")));
                 hosts.push(entry.clone());
             }

@@ -7,12 +7,17 @@
 //! build packets, touch sockets, or read the clock: callers pass the time in,
 //! as unix seconds.
 //!
+//! Leases belong to a client as [`Client::key`] files it: by hardware
+//! address by default, or by client identifier ([`LeaseKey`]).
+//!
 //! The database file is the truth; [`LeaseStore`] keeps an index of it in
 //! memory, rebuilt on [`LeaseStore::open`], and changes the index only after
 //! the change is committed. Offers are held in memory only: losing one in a
 //! crash costs the client a retry, never a duplicate address, because the
 //! REQUEST that follows is checked against the durable bindings.
 
+#[cfg(test)]
+mod keying_tests;
 mod record;
 mod store;
 #[cfg(test)]
@@ -20,7 +25,52 @@ mod tests;
 
 use std::{fmt, net::Ipv4Addr, path::PathBuf};
 
+pub use crate::inventory::LeaseKey;
 pub use store::{DEFAULT_OFFER_HOLD, LeaseStore};
+
+/// The client a request comes from, as the lease store tells clients
+/// apart: by `mac`, or by `client_id` when the store keys leases by client
+/// identifier ([`LeaseStore::set_lease_key`]). A bare MAC converts into one
+/// without a client identifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Client<'a> {
+    /// The hardware address (`chaddr`, Ethernet).
+    pub mac: [u8; 6],
+    /// Option 61, when the request carries a non-empty one.
+    pub client_id: Option<&'a [u8]>,
+}
+
+impl From<[u8; 6]> for Client<'static> {
+    fn from(mac: [u8; 6]) -> Client<'static> {
+        Client {
+            mac,
+            client_id: None,
+        }
+    }
+}
+
+impl Client<'_> {
+    /// What the client's lease is filed under with `key`: the hardware
+    /// type (1, Ethernet) and address, which is also how RFC 2132 section
+    /// 9.14 writes a MAC as a client identifier, or the client identifier
+    /// when there is one and `key` is [`LeaseKey::ClientId`].
+    pub fn key(&self, key: LeaseKey) -> Vec<u8> {
+        lease_key(key, self.mac, self.client_id)
+    }
+}
+
+/// See [`Client::key`].
+fn lease_key(key: LeaseKey, mac: [u8; 6], client_id: Option<&[u8]>) -> Vec<u8> {
+    match (key, client_id) {
+        (LeaseKey::ClientId, Some(id)) if !id.is_empty() => id.to_vec(),
+        _ => {
+            let mut out = Vec::with_capacity(7);
+            out.push(1);
+            out.extend_from_slice(&mac);
+            out
+        }
+    }
+}
 
 /// A range of addresses handed out dynamically, inside one subnet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -128,6 +178,9 @@ pub struct Lease {
     pub expires: u64,
     /// The client's host name (option 12), as it last sent it.
     pub hostname: Option<String>,
+    /// The client identifier (option 61) of the request that made the
+    /// lease, when it had one.
+    pub client_id: Option<Vec<u8>>,
 }
 
 /// What DHCPDECLINE may quarantine (see [`LeaseStore::decline`]).
@@ -180,6 +233,8 @@ pub enum DeclineOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseRequest<'a> {
     pub mac: [u8; 6],
+    /// Option 61, when the request carries a non-empty one.
+    pub client_id: Option<&'a [u8]>,
     pub pool: &'a Pool,
     /// The address asked for (option 50, or `ciaddr` when renewing).
     pub ip: Ipv4Addr,

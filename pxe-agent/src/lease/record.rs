@@ -1,21 +1,30 @@
 //! The on-disk form of one lease: the value stored under its address in the
 //! leases table. Owns the byte layout and its validation, nothing else.
 //!
-//! Layout (format 1), all integers little-endian:
+//! Layout (format 2), all integers little-endian:
 //!
 //! | bytes  | field                                               |
 //! |--------|-----------------------------------------------------|
-//! | 0      | format, 1                                           |
+//! | 0      | format, 2                                           |
 //! | 1      | state: 1 bound, 2 declined, 3 released              |
 //! | 2..8   | MAC, in transmission order                          |
 //! | 8..16  | expires, unix seconds (u64)                         |
-//! | 16     | 1 if a host name follows, else 0                    |
-//! | 17..   | host name, UTF-8, to the end of the value           |
+//! | 16     | n, the client identifier's length; 0: none          |
+//! | 17..   | the client identifier (option 61), n bytes          |
+//! | 17+n   | 1 if a host name follows, else 0                    |
+//! | 18+n.. | host name, UTF-8, to the end of the value           |
+//!
+//! Format 1, written before client identifiers were kept, is format 2
+//! without bytes 16.. of the identifier: byte 16 is the host name flag.
+//! It is still read, as a record without a client identifier, so lease
+//! files written by earlier versions load unchanged.
 
 use super::{Lease, LeaseState};
 use std::net::Ipv4Addr;
 
-const FORMAT: u8 = 1;
+const FORMAT_1: u8 = 1;
+const FORMAT: u8 = 2;
+/// Format 1's header; format 2's is one byte longer.
 const HEADER: usize = 17;
 
 /// States that are written to disk; offers never are.
@@ -33,6 +42,8 @@ pub(super) struct Record {
     pub state: Stored,
     pub expires: u64,
     pub hostname: Option<String>,
+    /// Option 61 of the request that made the record, when it had one.
+    pub client_id: Option<Vec<u8>>,
 }
 
 impl Record {
@@ -58,12 +69,18 @@ impl Record {
             state: self.to_state(),
             expires: self.expires,
             hostname: self.hostname.clone(),
+            client_id: self.client_id.clone(),
         }
     }
 
+    /// The format 2 encoding. A client identifier longer than 255 bytes
+    /// (option 61 cannot be) is cut to 255.
     pub fn encode(&self) -> Vec<u8> {
         let host = self.hostname.as_deref().map(str::as_bytes);
-        let mut out = Vec::with_capacity(HEADER + host.map_or(0, <[u8]>::len));
+        let client_id = self.client_id.as_deref().unwrap_or_default();
+        let client_id = &client_id[..client_id.len().min(255)];
+        let mut out =
+            Vec::with_capacity(HEADER + 1 + client_id.len() + host.map_or(0, <[u8]>::len));
         out.push(FORMAT);
         out.push(match self.state {
             Stored::Bound => 1,
@@ -72,20 +89,36 @@ impl Record {
         });
         out.extend_from_slice(&self.mac);
         out.extend_from_slice(&self.expires.to_le_bytes());
+        // Cut to 255 above.
+        out.push(client_id.len() as u8);
+        out.extend_from_slice(client_id);
         out.push(u8::from(host.is_some()));
         out.extend_from_slice(host.unwrap_or_default());
         out
     }
 
-    /// Reads a value written by [`Record::encode`]; the error says what is
-    /// wrong with it.
+    /// Reads a value written by [`Record::encode`], or by format 1's; the
+    /// error says what is wrong with it.
     pub fn decode(bytes: &[u8]) -> Result<Record, &'static str> {
-        let Some((header, host)) = bytes.split_first_chunk::<HEADER>() else {
+        let Some((header, rest)) = bytes.split_first_chunk::<16>() else {
             return Err("shorter than the record header");
         };
-        if header[0] != FORMAT {
-            return Err("unknown record format");
-        }
+        let (client_id, rest) = match header[0] {
+            FORMAT_1 => (None, rest),
+            FORMAT => {
+                let Some((&len, rest)) = rest.split_first() else {
+                    return Err("shorter than the record header");
+                };
+                let Some((id, rest)) = rest.split_at_checked(usize::from(len)) else {
+                    return Err("client identifier runs past the end of the record");
+                };
+                ((len > 0).then(|| id.to_vec()), rest)
+            }
+            _ => return Err("unknown record format"),
+        };
+        let Some((&flag, host)) = rest.split_first() else {
+            return Err("shorter than the record header");
+        };
         let state = match header[1] {
             1 => Stored::Bound,
             2 => Stored::Declined,
@@ -96,7 +129,7 @@ impl Record {
         mac.copy_from_slice(&header[2..8]);
         let mut expires = [0; 8];
         expires.copy_from_slice(&header[8..16]);
-        let hostname = match header[16] {
+        let hostname = match flag {
             0 if host.is_empty() => None,
             0 => return Err("trailing bytes after a record without host name"),
             1 => Some(
@@ -111,6 +144,7 @@ impl Record {
             state,
             expires: u64::from_le_bytes(expires),
             hostname,
+            client_id,
         })
     }
 }
@@ -131,9 +165,38 @@ mod tests {
                 state,
                 expires: 0x0102_0304_0506_0708,
                 hostname: hostname.map(str::to_owned),
+                client_id: None,
+            };
+            assert_eq!(Record::decode(&record.encode()), Ok(record.clone()));
+            let record = Record {
+                client_id: Some(vec![0, 0x44, 0x45, 0x4c, 0x4c]),
+                ..record
             };
             assert_eq!(Record::decode(&record.encode()), Ok(record));
         }
+    }
+
+    #[test]
+    fn format_1_records_still_load_without_a_client_identifier() {
+        // What the previous version wrote for a bound lease of node-17.
+        let mut v1 = vec![1, 1, 0x52, 0x54, 0, 0x12, 0x34, 0x56];
+        v1.extend_from_slice(&99u64.to_le_bytes());
+        v1.push(1);
+        v1.extend_from_slice(b"node-17");
+        assert_eq!(
+            Record::decode(&v1),
+            Ok(Record {
+                mac: [0x52, 0x54, 0, 0x12, 0x34, 0x56],
+                state: Stored::Bound,
+                expires: 99,
+                hostname: Some("node-17".to_owned()),
+                client_id: None,
+            })
+        );
+        // Rewritten, it is format 2 and reads back the same.
+        let record = Record::decode(&v1).expect("format 1");
+        assert_eq!(record.encode()[0], FORMAT);
+        assert_eq!(Record::decode(&record.encode()), Ok(record));
     }
 
     #[test]
@@ -143,6 +206,7 @@ mod tests {
             state: Stored::Bound,
             expires: 7,
             hostname: None,
+            client_id: None,
         }
         .encode();
         assert!(Record::decode(&good[..HEADER - 1]).is_err());
@@ -155,9 +219,15 @@ mod tests {
         let mut bad = good.clone();
         bad.push(b'x');
         assert!(Record::decode(&bad).is_err());
-        let mut bad = good;
-        bad[16] = 1;
+        let mut bad = good.clone();
+        bad[17] = 1;
         bad.push(0xff);
         assert_eq!(Record::decode(&bad), Err("host name is not UTF-8"));
+        let mut bad = good;
+        bad[16] = 9;
+        assert_eq!(
+            Record::decode(&bad),
+            Err("client identifier runs past the end of the record")
+        );
     }
 }

@@ -3,7 +3,8 @@
 //! bind, release or decline an address; not the DHCP messages around them.
 
 use super::{
-    DeclineOutcome, LeaseError, LeaseRequest, NakReason, Pool, Quarantine, RequestOutcome,
+    Client, DeclineOutcome, LeaseError, LeaseKey, LeaseRequest, NakReason, Pool, Quarantine,
+    RequestOutcome, lease_key,
     record::{Record, Stored},
 };
 use crate::lease::{Lease, LeaseState};
@@ -14,8 +15,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
-/// Address (host byte order) -> [`Record`] encoding. The name carries the
-/// record format, so a future format gets a table of its own.
+/// Address (host byte order) -> [`Record`] encoding. The records carry
+/// their format (`record`), and every format is read.
 const LEASES: TableDefinition<u32, &[u8]> = TableDefinition::new("leases_v1");
 
 /// How long an offered address is held for its MAC, in seconds, unless
@@ -27,9 +28,13 @@ pub const DEFAULT_OFFER_HOLD: u64 = 30;
 /// cache does not need redb's 1 GiB default.
 const CACHE_BYTES: usize = 16 << 20;
 
-/// An address held for a MAC between DHCPOFFER and DHCPREQUEST.
-#[derive(Debug, Clone, Copy)]
+/// What a lease is filed under: [`Client::key`].
+type Key = Vec<u8>;
+
+/// An address held for a client between DHCPOFFER and DHCPREQUEST.
+#[derive(Debug, Clone)]
 struct Offer {
+    key: Key,
     mac: [u8; 6],
     until: u64,
 }
@@ -40,12 +45,15 @@ pub struct LeaseStore {
     db: Database,
     /// Mirror of the leases table, changed only after a commit.
     leases: BTreeMap<u32, Record>,
-    /// MAC -> address of its bound or released record (at most one).
-    by_mac: HashMap<[u8; 6], u32>,
+    /// What leases are filed under.
+    lease_key: LeaseKey,
+    /// Client key -> address of its bound or released record (at most
+    /// one).
+    by_key: HashMap<Key, u32>,
     /// Pending offers by address, in memory only.
     offers: BTreeMap<u32, Offer>,
-    /// MAC -> address of its pending offer (at most one).
-    offer_of: HashMap<[u8; 6], u32>,
+    /// Client key -> address of its pending offer (at most one).
+    offer_of: HashMap<Key, u32>,
     offer_hold: u64,
     /// Where the search for a never-used address resumes: just past the
     /// last one handed out, so a burst of new clients costs O(1) each
@@ -76,7 +84,8 @@ impl LeaseStore {
             path: path.to_owned(),
             db,
             leases: BTreeMap::new(),
-            by_mac: HashMap::new(),
+            lease_key: LeaseKey::default(),
+            by_key: HashMap::new(),
             offers: BTreeMap::new(),
             offer_of: HashMap::new(),
             offer_hold: DEFAULT_OFFER_HOLD,
@@ -89,8 +98,35 @@ impl LeaseStore {
         for (ip, record) in store.read_all()? {
             store.leases.insert(ip, record);
         }
-        store.rebuild_by_mac();
+        store.rebuild_by_key();
         Ok(store)
+    }
+
+    /// Sets what leases are filed under (default [`LeaseKey::Mac`]). The
+    /// records stay as they are, each with its MAC and client identifier;
+    /// the index is rebuilt, so that under [`LeaseKey::Mac`] the records a
+    /// machine made with several client identifiers become one client's,
+    /// whose address is the best of them (see `rebuild_by_key`): the
+    /// others stay bound to their addresses until they expire, so no
+    /// committed lease is lost. Pending offers are dropped: a client whose
+    /// offer goes costs one retry.
+    pub fn set_lease_key(&mut self, lease_key: LeaseKey) {
+        if self.lease_key == lease_key {
+            return;
+        }
+        self.lease_key = lease_key;
+        self.offers.clear();
+        self.offer_of.clear();
+        self.rebuild_by_key();
+    }
+
+    /// What leases are filed under.
+    pub fn lease_key(&self) -> LeaseKey {
+        self.lease_key
+    }
+
+    fn key_of(&self, record: &Record) -> Key {
+        lease_key(self.lease_key, record.mac, record.client_id.as_deref())
     }
 
     /// Makes one durable commit that changes nothing: whether the store can
@@ -113,17 +149,19 @@ impl LeaseStore {
     /// with their previous owners as long as the pool allows. The address is
     /// held for `mac` for the offer hold, so that a DISCOVER from another MAC
     /// meanwhile gets another one. `None` when the pool is exhausted.
-    pub fn offer(
+    pub fn offer<'a>(
         &mut self,
-        mac: [u8; 6],
+        client: impl Into<Client<'a>>,
         pool: &Pool,
         requested: Option<Ipv4Addr>,
         now: u64,
     ) -> Result<Option<Ipv4Addr>, LeaseError> {
+        let client = client.into();
+        let key = client.key(self.lease_key);
         pool.validate()?;
         self.drop_lapsed_offers(now);
-        let usable = |ip: u32| pool.contains(ip.into()) && self.claim(mac, ip, now).is_ok();
-        let previous = [self.by_mac.get(&mac), self.offer_of.get(&mac)]
+        let usable = |ip: u32| pool.contains(ip.into()) && self.claim(&key, ip, now).is_ok();
+        let previous = [self.by_key.get(&key), self.offer_of.get(&key)]
             .into_iter()
             .flatten()
             .copied()
@@ -135,24 +173,26 @@ impl LeaseStore {
                 self.cursor = ip.saturating_add(1);
             }
         }
-        let chosen = chosen.or_else(|| self.lowest_reusable(mac, pool, now));
+        let chosen = chosen.or_else(|| self.lowest_reusable(&key, pool, now));
         if let Some(ip) = chosen {
-            self.hold(mac, ip, now);
+            self.hold(key, client.mac, ip, now);
         }
         Ok(chosen.map(Ipv4Addr::from))
     }
 
     /// Binds `ip` to `mac` for a DHCPREQUEST: see [`LeaseStore::request_batch`].
-    pub fn request(
+    pub fn request<'a>(
         &mut self,
-        mac: [u8; 6],
+        client: impl Into<Client<'a>>,
         pool: &Pool,
         ip: Ipv4Addr,
         hostname: Option<&str>,
         now: u64,
     ) -> Result<RequestOutcome, LeaseError> {
+        let client = client.into();
         let request = LeaseRequest {
-            mac,
+            mac: client.mac,
+            client_id: client.client_id,
             pool,
             ip,
             hostname,
@@ -186,8 +226,9 @@ impl LeaseStore {
         let mut outcomes = Vec::with_capacity(requests.len());
         for request in requests {
             let (mac, ip) = (request.mac, u32::from(request.ip));
+            let key = lease_key(self.lease_key, mac, request.client_id);
             let claim = if request.pool.contains(request.ip) {
-                self.claim(mac, ip, now)
+                self.claim(&key, ip, now)
             } else {
                 Err(NakReason::OutsidePool)
             };
@@ -199,10 +240,10 @@ impl LeaseStore {
             let hostname = request.hostname.map(str::to_owned).or_else(|| {
                 self.leases
                     .get(&ip)
-                    .filter(|r| r.mac == mac && r.is_owned())
+                    .filter(|r| self.key_of(r) == key && r.is_owned())
                     .and_then(|r| r.hostname.clone())
             });
-            if let Some(&old) = self.by_mac.get(&mac)
+            if let Some(&old) = self.by_key.get(&key)
                 && old != ip
             {
                 self.put(old, None, &mut undo);
@@ -212,6 +253,7 @@ impl LeaseStore {
                 state: Stored::Bound,
                 expires: request.pool.expiry(now),
                 hostname,
+                client_id: request.client_id.map(<[u8]>::to_vec),
             };
             outcomes.push(RequestOutcome::Ack(record.to_lease(request.ip)));
             self.put(ip, Some(record), &mut undo);
@@ -219,7 +261,8 @@ impl LeaseStore {
         self.commit_or_undo(undo)?;
         for outcome in &outcomes {
             if let RequestOutcome::Ack(lease) = outcome {
-                self.unhold(lease.mac);
+                let key = lease_key(self.lease_key, lease.mac, lease.client_id.as_deref());
+                self.unhold(&key);
             }
         }
         Ok(outcomes)
@@ -228,12 +271,18 @@ impl LeaseStore {
     /// DHCPRELEASE: frees `ip` if `mac` holds it, keeping it as the MAC's
     /// previous address. Returns whether anything was released; a release
     /// from any other MAC is ignored (RFC 2131 section 4.3.4).
-    pub fn release(&mut self, mac: [u8; 6], ip: Ipv4Addr, now: u64) -> Result<bool, LeaseError> {
+    pub fn release<'a>(
+        &mut self,
+        client: impl Into<Client<'a>>,
+        ip: Ipv4Addr,
+        now: u64,
+    ) -> Result<bool, LeaseError> {
+        let client = client.into().key(self.lease_key);
         let key = u32::from(ip);
         let Some(record) = self
             .leases
             .get(&key)
-            .filter(|r| r.mac == mac && r.state == Stored::Bound)
+            .filter(|r| self.key_of(r) == client && r.state == Stored::Bound)
         else {
             return Ok(false);
         };
@@ -245,7 +294,7 @@ impl LeaseStore {
         let mut undo = Undo::new();
         self.put(key, Some(released), &mut undo);
         self.commit_or_undo(undo)?;
-        self.unhold(mac);
+        self.unhold(&client);
         Ok(true)
     }
 
@@ -259,21 +308,23 @@ impl LeaseStore {
     /// ([`Quarantine::pool_cap`]). Otherwise nothing changes and the outcome
     /// says why. Quarantines that ended by `now` count against neither
     /// limit, whether or not [`LeaseStore::expire`] has swept them yet.
-    pub fn decline(
+    pub fn decline<'a>(
         &mut self,
-        mac: [u8; 6],
+        client: impl Into<Client<'a>>,
         pool: &Pool,
         ip: Ipv4Addr,
         now: u64,
         limits: &Quarantine,
     ) -> Result<DeclineOutcome, LeaseError> {
+        let client = client.into();
+        let (mac, owner) = (client.mac, client.key(self.lease_key));
         self.drop_lapsed_offers(now);
         let key = u32::from(ip);
         let bound = self
             .leases
             .get(&key)
-            .is_some_and(|r| r.mac == mac && r.state == Stored::Bound);
-        let offered = self.offers.get(&key).is_some_and(|o| o.mac == mac);
+            .is_some_and(|r| self.key_of(r) == owner && r.state == Stored::Bound);
+        let offered = self.offers.get(&key).is_some_and(|o| o.key == owner);
         if !pool.contains(ip) || (!bound && !offered) {
             return Ok(DeclineOutcome::NotGiven);
         }
@@ -281,7 +332,7 @@ impl LeaseStore {
         let by_mac = self
             .leases
             .values()
-            .filter(|r| r.mac == mac && quarantined(r))
+            .filter(|r| self.key_of(r) == owner && quarantined(r))
             .count();
         if by_mac >= limits.per_mac {
             return Ok(DeclineOutcome::MacLimit);
@@ -299,11 +350,12 @@ impl LeaseStore {
             state: Stored::Declined,
             expires: now.saturating_add(limits.secs),
             hostname: None,
+            client_id: client.client_id.map(<[u8]>::to_vec),
         };
         let mut undo = Undo::new();
         self.put(key, Some(declined), &mut undo);
         self.commit_or_undo(undo)?;
-        self.unhold(mac);
+        self.unhold(&owner);
         Ok(DeclineOutcome::Quarantined)
     }
 
@@ -326,23 +378,63 @@ impl LeaseStore {
         Ok(ended.len())
     }
 
-    /// `mac`'s bound or released lease, else its pending offer (whose
-    /// `expires` says when the hold lapses), else `None`.
-    pub fn lease_of(&self, mac: [u8; 6]) -> Option<Lease> {
-        if let Some(&ip) = self.by_mac.get(&mac)
+    /// The client's bound or released lease, else its pending offer
+    /// (whose `expires` says when the hold lapses), else `None`.
+    pub fn lease_of<'a>(&self, client: impl Into<Client<'a>>) -> Option<Lease> {
+        let client = client.into();
+        let key = client.key(self.lease_key);
+        if let Some(&ip) = self.by_key.get(&key)
             && let Some(record) = self.leases.get(&ip)
         {
             return Some(record.to_lease(ip.into()));
         }
-        let ip = *self.offer_of.get(&mac)?;
+        let ip = *self.offer_of.get(&key)?;
         let offer = self.offers.get(&ip)?;
         Some(Lease {
-            mac,
+            mac: offer.mac,
             ip: ip.into(),
             state: LeaseState::Offered,
             expires: offer.until,
             hostname: None,
+            client_id: client.client_id.map(<[u8]>::to_vec),
         })
+    }
+
+    /// The newest lease (bound, else offered, else released) of any
+    /// client with hardware address `mac`, whatever its client identifier:
+    /// what boot HTTP and the API look a machine's pool address up by.
+    pub fn lease_of_mac(&self, mac: [u8; 6]) -> Option<Lease> {
+        // Only under `LeaseKey::ClientId` can a MAC have leases filed
+        // under other keys.
+        if self.lease_key == LeaseKey::Mac {
+            return self.lease_of(mac);
+        }
+        let rank = |l: &Lease| {
+            let state = match l.state {
+                LeaseState::Bound => 2,
+                LeaseState::Offered => 1,
+                LeaseState::Released | LeaseState::Declined => 0,
+            };
+            (state, l.expires)
+        };
+        let recorded = self
+            .leases
+            .iter()
+            .filter(|(_, r)| r.mac == mac && r.is_owned())
+            .map(|(&ip, r)| r.to_lease(ip.into()));
+        let offered = self
+            .offers
+            .iter()
+            .filter(|(_, o)| o.mac == mac)
+            .map(|(&ip, o)| Lease {
+                mac,
+                ip: ip.into(),
+                state: LeaseState::Offered,
+                expires: o.until,
+                hostname: None,
+                client_id: None,
+            });
+        recorded.chain(offered).max_by_key(rank)
     }
 
     /// How many records are in `state`, from the in-memory index.
@@ -371,19 +463,20 @@ impl LeaseStore {
             .collect())
     }
 
-    /// Whether `mac` may take `ip` now, and if not, why.
-    fn claim(&self, mac: [u8; 6], ip: u32, now: u64) -> Result<(), NakReason> {
+    /// Whether the client filed under `key` may take `ip` now, and if
+    /// not, why.
+    fn claim(&self, key: &Key, ip: u32, now: u64) -> Result<(), NakReason> {
         if self
             .offers
             .get(&ip)
-            .is_some_and(|o| o.mac != mac && o.until > now)
+            .is_some_and(|o| &o.key != key && o.until > now)
         {
             return Err(NakReason::InUse);
         }
         match self.leases.get(&ip) {
             None => Ok(()),
             Some(r) => match r.state {
-                Stored::Bound if r.mac != mac && r.expires > now => Err(NakReason::InUse),
+                Stored::Bound if &self.key_of(r) != key && r.expires > now => Err(NakReason::InUse),
                 Stored::Declined if r.expires > now => Err(NakReason::Quarantined),
                 Stored::Bound | Stored::Declined | Stored::Released => Ok(()),
             },
@@ -426,24 +519,24 @@ impl LeaseStore {
     }
 
     /// The lowest address of `pool` whose record no longer holds it.
-    fn lowest_reusable(&self, mac: [u8; 6], pool: &Pool, now: u64) -> Option<u32> {
+    fn lowest_reusable(&self, key: &Key, pool: &Pool, now: u64) -> Option<u32> {
         let range = u32::from(pool.start)..=u32::from(pool.end);
         self.leases
             .range(range)
             .map(|(&ip, _)| ip)
-            .find(|&ip| self.claim(mac, ip, now).is_ok())
+            .find(|&ip| self.claim(key, ip, now).is_ok())
     }
 
-    fn hold(&mut self, mac: [u8; 6], ip: u32, now: u64) {
-        self.unhold(mac);
+    fn hold(&mut self, key: Key, mac: [u8; 6], ip: u32, now: u64) {
+        self.unhold(&key);
         let until = now.saturating_add(self.offer_hold);
-        self.offers.insert(ip, Offer { mac, until });
-        self.offer_of.insert(mac, ip);
+        self.offer_of.insert(key.clone(), ip);
+        self.offers.insert(ip, Offer { key, mac, until });
     }
 
-    fn unhold(&mut self, mac: [u8; 6]) {
-        if let Some(ip) = self.offer_of.remove(&mac)
-            && self.offers.get(&ip).is_some_and(|o| o.mac == mac)
+    fn unhold(&mut self, key: &Key) {
+        if let Some(ip) = self.offer_of.remove(key)
+            && self.offers.get(&ip).is_some_and(|o| &o.key == key)
         {
             self.offers.remove(&ip);
         }
@@ -459,24 +552,28 @@ impl LeaseStore {
         self.offers.retain(|_, o| o.until > now);
         let offers = &self.offers;
         self.offer_of
-            .retain(|mac, ip| offers.get(ip).is_some_and(|o| o.mac == *mac));
+            .retain(|key, ip| offers.get(ip).is_some_and(|o| &o.key == key));
     }
 
-    /// Sets the index's record for `ip`, keeping `by_mac` in step, and
+    /// Sets the index's record for `ip`, keeping `by_key` in step, and
     /// remembers what was there in `undo`.
     fn put(&mut self, ip: u32, record: Option<Record>, undo: &mut Undo) {
-        let new_owner = record.as_ref().filter(|r| r.is_owned()).map(|r| r.mac);
+        let new_owner = record
+            .as_ref()
+            .filter(|r| r.is_owned())
+            .map(|r| self.key_of(r));
         let old = match record {
             Some(record) => self.leases.insert(ip, record),
             None => self.leases.remove(&ip),
         };
-        if let Some(old) = old.as_ref().filter(|r| r.is_owned())
-            && self.by_mac.get(&old.mac) == Some(&ip)
-        {
-            self.by_mac.remove(&old.mac);
+        if let Some(old) = old.as_ref().filter(|r| r.is_owned()) {
+            let old_key = self.key_of(old);
+            if self.by_key.get(&old_key) == Some(&ip) {
+                self.by_key.remove(&old_key);
+            }
         }
-        if let Some(mac) = new_owner {
-            self.by_mac.insert(mac, ip);
+        if let Some(key) = new_owner {
+            self.by_key.insert(key, ip);
         }
         undo.push((ip, old));
     }
@@ -558,14 +655,19 @@ impl LeaseStore {
         Ok(out)
     }
 
-    /// Points each MAC at its record. A MAC holds one record at a time, so
-    /// a second one is not expected; should it appear, the binding wins over
-    /// a release, then the later expiry, then the lower address.
-    fn rebuild_by_mac(&mut self) {
-        self.by_mac.clear();
+    /// Points each client key at its record. A client holds one record at
+    /// a time; a second one appears when records made under
+    /// [`LeaseKey::ClientId`] by one machine (one per client identifier)
+    /// are read under [`LeaseKey::Mac`], or after a crash between two
+    /// versions. Then the newest wins: the binding over a release, then
+    /// the later expiry, then the lower address. The others keep their
+    /// addresses until they expire.
+    fn rebuild_by_key(&mut self) {
+        self.by_key.clear();
         for (&ip, record) in self.leases.iter().filter(|(_, r)| r.is_owned()) {
             let rank = |r: &Record| (r.state == Stored::Bound, r.expires);
-            let better = match self.by_mac.get(&record.mac) {
+            let key = self.key_of(record);
+            let better = match self.by_key.get(&key) {
                 None => true,
                 Some(other) => self
                     .leases
@@ -573,7 +675,7 @@ impl LeaseStore {
                     .is_none_or(|o| rank(record) > rank(o)),
             };
             if better {
-                self.by_mac.insert(record.mac, ip);
+                self.by_key.insert(key, ip);
             }
         }
     }

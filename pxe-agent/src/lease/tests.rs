@@ -263,6 +263,7 @@ fn request_acks_a_free_address_without_an_offer() {
             state: LeaseState::Bound,
             expires: T0 + 3600,
             hostname: Some("node-1".to_owned()),
+            client_id: None,
         }
     );
     assert_eq!(store.list().unwrap(), [lease]);
@@ -593,6 +594,7 @@ fn batch_applies_requests_in_order() {
     let mut store = open(&dir);
     let req = |mac, ip| LeaseRequest {
         mac,
+        client_id: None,
         pool: &POOL,
         ip,
         hostname: None,
@@ -785,6 +787,7 @@ fn crash_child_binds_until_killed() {
             let ip = store.offer(mac, &CRASH_POOL, None, now).unwrap().unwrap();
             requests.push(LeaseRequest {
                 mac,
+                client_id: None,
                 pool: &CRASH_POOL,
                 ip,
                 hostname: Some("crash"),
@@ -921,6 +924,7 @@ fn batch_commit_throughput() {
         let requests: Vec<LeaseRequest<'_>> = (0..total)
             .map(|n| LeaseRequest {
                 mac: crash_mac(0, n),
+                client_id: None,
                 pool: &CRASH_POOL,
                 ip: Ipv4Addr::from(base + n),
                 hostname: Some("bench"),

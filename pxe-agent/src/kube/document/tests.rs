@@ -69,10 +69,10 @@ hosts:
       password_env: kubernetes Secret bmc-node-1
       boot_mode: legacy
     recovery: {expect_boot: false, max_attempts: 3, after_boot: none}
-  - mac: 52:54:00:12:34:57
+  - macs: [52:54:00:12:34:57, 52:54:00:12:34:58]
     ip: 10.66.1.11
     profile: chained
-discovery: {policy: inspect, profile: worker, lease_time: 300}
+discovery: {policy: inspect, profile: worker, lease_time: 300, lease_key: client_id}
 ipxe: {user_class: iPXE, script: "http://{server}:8080/boot/{mac}.ipxe"}
 "#;
 
@@ -102,7 +102,8 @@ fn snapshot() -> Snapshot {
                     "dns": ["10.66.0.2", "10.66.0.3"], "domain": "lab.example",
                     "leaseTime": 600, "pool": {"start": "10.66.200.1", "end": "10.66.200.50"},
                 }],
-                "discovery": {"policy": "inspect", "profile": "worker", "leaseTime": 300},
+                "discovery": {"policy": "inspect", "profile": "worker", "leaseTime": 300,
+                              "leaseKey": "client_id"},
                 "ipxe": {"userClass": "iPXE", "script": "http://{server}:8080/boot/{mac}.ipxe"},
             }),
         ),
@@ -165,7 +166,8 @@ fn snapshot() -> Snapshot {
         object(
             "BootHost",
             "node-2",
-            json!({"mac": "52:54:00:12:34:57", "ip": "10.66.1.11", "profile": "chained"}),
+            json!({"macs": ["52:54:00:12:34:57", "52:54:00:12:34:58"], "ip": "10.66.1.11",
+                   "profile": "chained"}),
         ),
     );
     for (name, user) in [("bmc-node-1", "root"), ("bmc-admin", "admin")] {
@@ -314,6 +316,31 @@ fn a_bad_host_is_refused_and_the_others_kept() {
             .accepted
             .contains(&ObjRef::new(Kind::BootProfile, "worker"))
     );
+}
+
+#[test]
+fn a_mac_in_two_boothosts_is_refused_on_the_later_one_naming_both() {
+    let mut s = snapshot();
+    s.hosts.insert(
+        "node-3".into(),
+        object(
+            "BootHost",
+            "node-3",
+            json!({"macs": ["52:54:00:12:34:59", "52:54:00:12:34:58"], "ip": "10.66.1.12",
+                   "profile": "chained"}),
+        ),
+    );
+    let built = build_plain(&s);
+    assert_eq!(
+        built.refused[&ObjRef::new(Kind::BootHost, "node-3")],
+        vec![
+            "host 52:54:00:12:34:59: field macs[1]: 52:54:00:12:34:58 is used by both \
+             hosts[1] and hosts[2]"
+                .to_owned()
+        ]
+    );
+    let inv = built.result.expect("the others are valid");
+    assert_eq!(inv.hosts.len(), 2);
 }
 
 #[test]
