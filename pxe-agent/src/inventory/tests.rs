@@ -94,6 +94,7 @@ fn full_format_parses_into_the_model() {
             chain: None,
             local_disk: false,
             rules: vec![],
+            grub: None,
         }]
     );
     let labels = BTreeMap::from([

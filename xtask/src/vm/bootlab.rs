@@ -35,8 +35,9 @@ use std::{
 use anyhow::{Context as _, bail, ensure};
 
 use super::{
-    guest, initramfs, signed,
+    guest, initramfs,
     qemu::{Firmware, Vm, VmSpec, clean_line},
+    signed,
 };
 use crate::{
     Lab,
