@@ -261,6 +261,9 @@ async fn boot_file(
     headers: HeaderMap,
     Path(path): Path<String>,
 ) -> Response {
+    // shim over UEFI HTTP boot asks for `<dir>//grubx64.efi`: leading `/`
+    // are dropped, as the TFTP server drops them.
+    let path = path.trim_start_matches('/').to_owned();
     if let Some(ip) = client_ip(peer)
         && grub::is_any_config(&state, &path)
     {
