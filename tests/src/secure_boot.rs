@@ -12,6 +12,10 @@
 //! - An unsigned boot file (Debian's `ipxe.efi`) is refused by the same
 //!   firmware: it is downloaded, but iPXE never runs, never asks for its
 //!   script, and the firmware reports the refusal.
+//! - Without firmware: curl, from the host's address, gets the host's
+//!   rendered grub.cfg over HTTP (each a new boot, with a new token that the
+//!   phone-home then needs), even where a file of that name exists; any
+//!   other address gets the file.
 
 use std::{
     fs, thread,
@@ -22,7 +26,11 @@ use xtask::vm::{
     BootLab, BootLabConfig, BootReport, Firmware, SERVER_IP, Vm, initramfs::PROFILE_CMDLINE,
 };
 
-use crate::{agent::agent_bin, boot_vm::assert_host_booted, fixture::assert_root};
+use crate::{
+    agent::{Scratch, Served, agent_bin},
+    boot_vm::assert_host_booted,
+    fixture::assert_root,
+};
 
 /// The signed chain under TCG with SMM: about 60-90 s here; generous for a
 /// busy machine, but bounded.
@@ -225,5 +233,140 @@ fn unsigned_ipxe_is_refused_by_secure_boot_firmware() {
         refused_at.is_some(),
         "the firmware did not report refusing ipxe.efi (Access Denied / Security Violation)\n{}",
         context(&lab, &vm, &report)
+    );
+}
+
+/// One grub host, and an on-disk `grub/grub.cfg` that only other clients
+/// may get.
+const SERVED_INVENTORY: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+    router: 10.66.0.1
+profiles:
+  - name: secure
+    boot: {uefi: shimx64.efi}
+    grub: {}
+    kernel: "tftp://{server}/vmlinuz"
+    initrd: ["http://{server}:8080/artifacts/initrd.img"]
+    cmdline: "console=ttyS0 home=http://{server}:8080/api/v1/hosts/{mac}/booted"
+hosts:
+  - mac: "52:54:00:12:34:60"
+    ip: 10.66.1.20
+    hostname: node-sb
+    profile: secure
+"#;
+
+/// The token on a rendered grub.cfg's kernel line.
+fn token_of(config: &str) -> String {
+    config
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("'pxe_agent.token="))
+        .and_then(|t| t.strip_suffix('\''))
+        .unwrap_or_else(|| panic!("no token in\n{config}"))
+        .to_owned()
+}
+
+fn curl(served: &Served, args: &[&str]) -> String {
+    let out = served
+        .client_cmd("curl")
+        .args(["-s", "--max-time", "10"])
+        .args(args)
+        .output()
+        .expect("run curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_host_gets_its_rendered_grub_cfg_over_http() {
+    let boot = Scratch::new("boot");
+    fs::create_dir_all(boot.path("grub")).expect("mkdir");
+    fs::write(boot.path("grub/grub.cfg"), "on disk\n").expect("write");
+    fs::write(boot.path("grubx64.efi"), "grub\n").expect("write");
+    let root = boot.0.to_str().expect("utf-8 path").to_owned();
+    let served = Served::start_with("pxsbcfg", SERVED_INVENTORY, &["--boot-root", &root]);
+    served.set_client_mac(SECURE_MAC);
+    served.add_client_address(&format!("{SECURE_IP}/16"));
+
+    let url = format!("http://{SERVER_IP}:8080/grub/grub.cfg");
+    let first = curl(&served, &["--interface", SECURE_IP, &url]);
+    assert!(
+        first.starts_with("# node-sb (52:54:00:12:34:60, 10.66.1.20), profile secure\n"),
+        "{first}\n{}",
+        served.log()
+    );
+    assert!(
+        first.contains(
+            "\nlinux '(tftp,10.66.0.1)/vmlinuz' 'console=ttyS0' \
+             'home=http://10.66.0.1:8080/api/v1/hosts/52:54:00:12:34:60/booted' \
+             'pxe_agent.token="
+        ),
+        "{first}"
+    );
+    assert!(
+        first.contains("\ninitrd '(http,10.66.0.1:8080)/artifacts/initrd.img'\nboot\n"),
+        "{first}"
+    );
+    let latest = curl(&served, &["--interface", SECURE_IP, &url]);
+    let (first, latest) = (token_of(&first), token_of(&latest));
+    assert_ne!(
+        first, latest,
+        "each grub.cfg is a new boot with a new token"
+    );
+
+    // shim over UEFI HTTP boot asks for `<dir>//grubx64.efi`.
+    let doubled = format!("http://{SERVER_IP}:8080//grubx64.efi");
+    assert_eq!(
+        curl(&served, &["--interface", SECURE_IP, &doubled]),
+        "grub\n"
+    );
+
+    // Another address is no host of the grub profile: the file on disk.
+    served
+        .lab
+        .run_in(
+            served.lab.client_ns(),
+            &[
+                "ip",
+                "addr",
+                "add",
+                "10.66.1.99/16",
+                "dev",
+                served.lab.client_if(),
+            ],
+        )
+        .expect("second address");
+    assert_eq!(
+        curl(&served, &["--interface", "10.66.1.99", &url]),
+        "on disk\n"
+    );
+
+    // The phone-home needs the token of the latest grub.cfg.
+    let booted = format!("http://{SERVER_IP}:8080/api/v1/hosts/{SECURE_MAC}/booted");
+    let post = |token: &str| {
+        curl(
+            &served,
+            &[
+                "--interface",
+                SECURE_IP,
+                "-X",
+                "POST",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                &format!("{booted}?token={token}"),
+            ],
+        )
+    };
+    assert_eq!(post(&first), "403", "a token of an earlier grub.cfg");
+    assert_eq!(post(&latest), "204", "{}", served.log());
+    let hosts = served.cli(&["hosts"]);
+    let row = hosts
+        .lines()
+        .find(|l| l.starts_with(SECURE_MAC))
+        .unwrap_or_else(|| panic!("{SECURE_MAC} not listed:\n{hosts}"));
+    assert!(
+        row.contains("/grub/grub.cfg (grub)") && row.contains("booted"),
+        "{hosts}"
     );
 }
