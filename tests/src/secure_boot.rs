@@ -13,7 +13,7 @@
 //!   firmware: it is downloaded, but iPXE never runs, never asks for its
 //!   script, and the firmware reports the refusal.
 //! - Without firmware: curl, from the host's address, gets the host's
-//!   rendered grub.cfg over HTTP (each a new boot, with a new token that the
+//!   rendered grub.cfg over HTTP and TFTP (each a new boot, with a new token that the
 //!   phone-home then needs), even where a file of that name exists; any
 //!   other address gets the file.
 
@@ -277,7 +277,7 @@ fn curl(served: &Served, args: &[&str]) -> String {
 }
 
 #[test]
-fn the_host_gets_its_rendered_grub_cfg_over_http() {
+fn the_host_gets_its_rendered_grub_cfg_over_http_and_tftp() {
     let boot = Scratch::new("boot");
     fs::create_dir_all(boot.path("grub")).expect("mkdir");
     fs::write(boot.path("grub/grub.cfg"), "on disk\n").expect("write");
@@ -306,10 +306,19 @@ fn the_host_gets_its_rendered_grub_cfg_over_http() {
         first.contains("\ninitrd '(http,10.66.0.1:8080)/artifacts/initrd.img'\nboot\n"),
         "{first}"
     );
+    // Over TFTP, by the requesting address, the same (curl, to send from
+    // the host's address).
+    let tftp = format!("tftp://{SERVER_IP}/grub/grub.cfg");
+    let over_tftp = curl(&served, &["--interface", SECURE_IP, &tftp]);
+    assert!(
+        over_tftp.contains("\nlinux '(tftp,10.66.0.1)/vmlinuz' 'console=ttyS0' "),
+        "{over_tftp}\n{}",
+        served.log()
+    );
     let latest = curl(&served, &["--interface", SECURE_IP, &url]);
-    let (first, latest) = (token_of(&first), token_of(&latest));
-    assert_ne!(
-        first, latest,
+    let (first, second, latest) = (token_of(&first), token_of(&over_tftp), token_of(&latest));
+    assert!(
+        first != second && second != latest && first != latest,
         "each grub.cfg is a new boot with a new token"
     );
 
@@ -339,6 +348,8 @@ fn the_host_gets_its_rendered_grub_cfg_over_http() {
         curl(&served, &["--interface", "10.66.1.99", &url]),
         "on disk\n"
     );
+    let from_other = curl(&served, &["--interface", "10.66.1.99", &tftp]);
+    assert_eq!(from_other, "on disk\n");
 
     // The phone-home needs the token of the latest grub.cfg.
     let booted = format!("http://{SERVER_IP}:8080/api/v1/hosts/{SECURE_MAC}/booted");
