@@ -672,7 +672,8 @@ async fn start_tftp(
         ..tftp::TftpConfig::new(root)
     };
     let server = tftp::Server::new(tftp_cfg)
-        .with_context(|| format!("cannot serve {} over TFTP", root.display()))?;
+        .with_context(|| format!("cannot serve {} over TFTP", root.display()))?
+        .with_generated(Arc::new(crate::http::grub::TftpConfigs(boot.clone())));
     boot.tftp_stats.set(server.stats()).ok();
     let mut socks = Vec::with_capacity(ifaces.len());
     for iface in ifaces {

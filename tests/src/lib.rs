@@ -59,6 +59,8 @@ mod reload;
 #[cfg(test)]
 mod restart;
 #[cfg(test)]
+mod secure_boot;
+#[cfg(test)]
 mod sequence;
 #[cfg(test)]
 mod slow_path;

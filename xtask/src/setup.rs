@@ -84,6 +84,7 @@ pub fn run() -> anyhow::Result<()> {
     ensure_rust_src()?;
     ensure_bpf_linker()?;
     crate::vm::guest::ensure()?;
+    crate::vm::signed::ensure()?;
     ensure_python_tools()?;
     report_kubectl();
     Ok(())

@@ -17,7 +17,7 @@ use axum::{
 use tracing::{debug, warn};
 
 use super::{
-    BootState, artifacts, limit, script,
+    BootState, artifacts, grub, limit, script,
     token::{self, Refusal},
 };
 use crate::{
@@ -261,6 +261,24 @@ async fn boot_file(
     headers: HeaderMap,
     Path(path): Path<String>,
 ) -> Response {
+    // shim over UEFI HTTP boot asks for `<dir>//grubx64.efi`: leading `/`
+    // are dropped, as the TFTP server drops them.
+    let path = path.trim_start_matches('/').to_owned();
+    if let Some(ip) = client_ip(peer)
+        && grub::is_any_config(&state, &path)
+    {
+        let shared = state.clone();
+        let name = path.clone();
+        let config = tokio::task::spawn_blocking(move || {
+            grub::config_for(&shared, ip, &name, TracePath::Http)
+        })
+        .await
+        .ok()
+        .flatten();
+        if let Some(text) = config {
+            return ([("content-type", "text/plain; charset=utf-8")], text).into_response();
+        }
+    }
     serve_from(
         &state,
         state.boot_root.as_deref(),

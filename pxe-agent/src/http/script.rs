@@ -3,14 +3,16 @@
 //!
 //! Owns the built-in template and the variables a template sees (mac, ip,
 //! hostname, labels, server, profile, kernel, initrd, cmdline, chain,
-//! token); not who may fetch a script (`http::boot`) or what a token is
-//! (`http::token`).
+//! token); not what the host boots (`http::plan`), who may fetch a script
+//! (`http::boot`) or what a token is (`http::token`).
 
-use std::{collections::BTreeMap, net::Ipv4Addr};
+use std::net::Ipv4Addr;
 
 use minijinja::{Environment, context};
 
-use crate::inventory::{MAC_PLACEHOLDER, MacAddr, Profile, SERVER_PLACEHOLDER};
+use super::plan::{BootPlan, plan};
+pub use super::plan::{TOKEN_PLACEHOLDER, Target};
+use crate::inventory::{MacAddr, Profile};
 
 /// The script every profile renders with: chain elsewhere, boot the local
 /// disk, or load a kernel and its initrds. EFI kernels loaded by iPXE find
@@ -23,7 +25,7 @@ chain --autofree {{ chain }}
 echo Booting {{ hostname or mac }} from its local disk
 exit
 {%- elif kernel -%}
-kernel {{ kernel }}{% for i in initrd %} initrd={{ i | basename }}{% endfor %}{% if cmdline %} {{ cmdline }}{% endif %}{% if token %} pxe_agent.token={{ token }}{% endif %}
+kernel {{ kernel }}{% for i in initrd %} initrd={{ i | basename }}{% endfor %}{% if cmdline %} {{ cmdline }}{% endif %}
 {% for i in initrd -%}
 initrd {{ i }}
 {% endfor -%}
@@ -34,14 +36,6 @@ exit 1
 {%- endif %}
 "#;
 
-/// Who the script is for.
-pub struct Target<'a> {
-    pub mac: MacAddr,
-    pub ip: Ipv4Addr,
-    pub hostname: Option<&'a str>,
-    pub labels: &'a BTreeMap<String, String>,
-}
-
 #[derive(Debug, thiserror::Error)]
 #[error("failed to render the iPXE script of {mac}: {source}")]
 pub struct RenderError {
@@ -49,23 +43,24 @@ pub struct RenderError {
     source: minijinja::Error,
 }
 
-/// Placeholder for the boot's phone-home token in `kernel`, `initrd`,
-/// `cmdline` and `chain`; empty when the script carries no token.
-pub const TOKEN_PLACEHOLDER: &str = "{token}";
-
-/// Renders `profile` for `target`, with `{server}` and `{mac}` (and
-/// `{token}`) expanded in the profile's strings as everywhere else. With a
-/// `token`, a kernel's command line ends with `pxe_agent.token=<token>`.
+/// Renders `profile`'s plan for `target` ([`plan`]: `{server}`, `{mac}`
+/// and `{token}` expanded; with a `token`, a kernel's command line ends
+/// with `pxe_agent.token=<token>`).
 pub fn render(
     profile: &Profile,
     target: &Target,
     server: Ipv4Addr,
     token: Option<&str>,
 ) -> Result<String, RenderError> {
-    let expand = |s: &str| {
-        s.replace(SERVER_PLACEHOLDER, &server.to_string())
-            .replace(MAC_PLACEHOLDER, &target.mac.to_string())
-            .replace(TOKEN_PLACEHOLDER, token.unwrap_or_default())
+    let (chain, local_disk, kernel, initrd, cmdline) = match plan(profile, target, server, token) {
+        BootPlan::Chain(url) => (Some(url), false, None, Vec::new(), None),
+        BootPlan::LocalDisk => (None, true, None, Vec::new(), None),
+        BootPlan::Kernel {
+            kernel,
+            initrd,
+            cmdline,
+        } => (None, false, Some(kernel), initrd, cmdline),
+        BootPlan::Nothing => (None, false, None, Vec::new(), None),
     };
     let mut env = Environment::new();
     env.add_filter("basename", |s: String| {
@@ -85,11 +80,11 @@ pub fn render(
             labels => target.labels,
             server => server.to_string(),
             profile => profile.name,
-            chain => profile.chain.as_deref().map(expand),
-            local_disk => profile.local_disk,
-            kernel => profile.kernel.as_deref().map(expand),
-            initrd => profile.initrd.iter().map(|i| expand(i)).collect::<Vec<_>>(),
-            cmdline => profile.cmdline.as_deref().map(expand),
+            chain => chain,
+            local_disk => local_disk,
+            kernel => kernel,
+            initrd => initrd,
+            cmdline => cmdline,
             token => token,
         })
         .map_err(err)
@@ -97,6 +92,8 @@ pub fn render(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     fn profile() -> Profile {
@@ -109,6 +106,7 @@ mod tests {
             chain: None,
             local_disk: false,
             rules: Vec::new(),
+            grub: None,
         }
     }
 

@@ -313,6 +313,9 @@ async fn file_for(state: &BootState, head: &Head) -> Option<std::path::PathBuf> 
     }
     let (root, rel) = match path.strip_prefix("artifacts/") {
         Some(rel) => (state.artifacts.as_deref()?, rel),
+        // A grub profile's config name is rendered per host (axum's route),
+        // even where a file of that name exists.
+        None if super::grub::is_any_config(state, path) => return None,
         None => (state.boot_root.as_deref()?, path),
     };
     artifacts::resolve(root, rel).await

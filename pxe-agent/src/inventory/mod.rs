@@ -230,7 +230,23 @@ pub struct Profile {
     /// Conditional changes to the boot answer and options, applied in order
     /// ([`Profile::boot_for`]).
     pub rules: Vec<Rule>,
+    /// The profile boots through grub (the Secure Boot chain shim → grub →
+    /// kernel): the agent renders the host's grub.cfg from `kernel`,
+    /// `initrd` and `cmdline` (`http::grub`).
+    pub grub: Option<GrubSettings>,
 }
+
+/// Where a grub profile's hosts read their rendered grub.cfg.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrubSettings {
+    /// The file name beneath the TFTP root (and `/` over HTTP), without a
+    /// leading `/`: `grub/grub.cfg` unless the profile says otherwise, the
+    /// name Debian's signed `grubnetx64.efi` (prefix `/grub`) asks for.
+    pub config: String,
+}
+
+/// The grub.cfg name of Debian's signed network grub.
+pub const DEFAULT_GRUB_CONFIG: &str = "grub/grub.cfg";
 
 /// The first file each kind of firmware is told to fetch.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

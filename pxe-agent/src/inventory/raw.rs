@@ -78,6 +78,15 @@ pub(super) struct RawProfile {
     pub bmc: Option<RawBmc>,
     /// Defaults for the recovery policy of the profile's hosts.
     pub recovery: Option<RawRecovery>,
+    /// The Secure Boot chain: grub reads a grub.cfg the agent renders.
+    pub grub: Option<RawGrub>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGrub {
+    /// Where grub reads its configuration, beneath the TFTP root.
+    pub config: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -533,6 +533,7 @@ mod tests {
                     options: BTreeMap::from([(224, b"ipxe".to_vec())]),
                 },
             ],
+            grub: None,
         }
     }
 

@@ -95,6 +95,7 @@ fn full_format_parses_into_the_model() {
             chain: None,
             local_disk: false,
             rules: vec![],
+            grub: None,
         }]
     );
     let labels = BTreeMap::from([
@@ -2174,4 +2175,72 @@ fn ipmi_password_limit_applies_only_to_hosts_spoken_to_over_ipmi() {
         problem.message.contains("longer than 20 bytes") && problem.message.contains("bmc.ipmi"),
         "{problem}"
     );
+}
+
+/// An inventory with one grub profile; `@GRUB@` and `@URLS@` are filled in.
+const GRUB: &str = "subnets: [{cidr: 10.66.0.0/16}]
+profiles:
+  - name: secure
+    boot: {uefi: shimx64.efi}
+    grub: @GRUB@
+@URLS@
+hosts: [{mac: '52:54:00:12:34:60', ip: 10.66.1.20, profile: secure}]
+";
+
+fn grub_inventory(grub: &str, urls: &str) -> String {
+    GRUB.replace("@GRUB@", grub).replace("@URLS@", urls)
+}
+
+const GRUB_URLS: &str = "    kernel: tftp://{server}/vmlinuz
+    initrd: ['http://{server}:8080/artifacts/initrd.img']
+    cmdline: console=ttyS0";
+
+#[test]
+fn grub_profile_defaults_to_debians_config_name() {
+    let inv = parse(&grub_inventory("{}", GRUB_URLS)).expect("valid");
+    assert_eq!(
+        inv.profiles[0].grub,
+        Some(GrubSettings {
+            config: "grub/grub.cfg".into()
+        })
+    );
+    let inv = parse(&grub_inventory(
+        "{config: /debian-installer/amd64/grub/grub.cfg}",
+        GRUB_URLS,
+    ))
+    .expect("valid");
+    assert_eq!(
+        inv.profiles[0].grub.as_ref().map(|g| g.config.as_str()),
+        Some("debian-installer/amd64/grub/grub.cfg")
+    );
+    let plain = GRUB
+        .replace("    grub: @GRUB@\n", "")
+        .replace("@URLS@", GRUB_URLS);
+    assert_eq!(parse(&plain).expect("valid").profiles[0].grub, None);
+}
+
+#[test]
+fn grub_profile_problems_name_the_field() {
+    for (config, why) in [
+        ("'grub/'", "names no file"),
+        ("../grub.cfg", "`..`"),
+        ("'grub/my grub.cfg'", "whitespace"),
+    ] {
+        let problem = one_problem(&grub_inventory(&format!("{{config: {config}}}"), GRUB_URLS));
+        assert_eq!(problem.field, "profiles[secure].grub.config", "{problem}");
+        assert!(problem.message.contains(why), "{problem}");
+    }
+    let https = GRUB_URLS.replace("tftp://{server}/vmlinuz", "https://{server}/vmlinuz");
+    let problem = one_problem(&grub_inventory("{}", &https));
+    assert_eq!(problem.field, "profiles[secure].kernel");
+    assert!(problem.message.contains("tftp:// or http://"), "{problem}");
+    let relative = GRUB_URLS.replace("'http://{server}:8080/artifacts/initrd.img'", "initrd.img");
+    let problem = one_problem(&grub_inventory("{}", &relative));
+    assert_eq!(problem.field, "profiles[secure].initrd[0]");
+    let chained = "    chain: http://{server}/x.ipxe";
+    let problem = one_problem(&grub_inventory("{}", chained));
+    assert_eq!(problem.field, "profiles[secure].chain");
+    assert!(problem.message.contains("grub cannot chain"), "{problem}");
+    let unknown = parse(&grub_inventory("{prefix: /grub}", GRUB_URLS)).expect_err("unknown key");
+    assert!(unknown.to_string().contains("prefix"), "{unknown}");
 }

@@ -19,6 +19,7 @@ use super::{
         RawRule, RawSubnet,
     },
 };
+use super::{DEFAULT_GRUB_CONFIG, GrubSettings, raw::RawGrub};
 
 /// The BOOTP `file` field is 128 bytes and must end in a NUL (RFC 951).
 const MAX_BOOT_FILE_LEN: usize = 127;
@@ -404,6 +405,9 @@ fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<Profile> {
         if let Some(recovery) = &entry.recovery {
             oob::check_profile_recovery(recovery, &mut report);
         }
+        if let Some(grub) = &entry.grub {
+            check_grub(entry, grub, &mut report);
+        }
         if entry.kernel.is_none() {
             if !entry.initrd.is_empty() {
                 report(
@@ -429,9 +433,59 @@ fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<Profile> {
             chain: entry.chain.clone(),
             local_disk: entry.local_disk,
             rules,
+            grub: entry.grub.as_ref().map(grub_settings),
         });
     }
     out
+}
+
+/// The file name a grub profile's config is served under: leading `/`
+/// dropped, as the TFTP server takes names relative to its root.
+fn grub_settings(raw: &RawGrub) -> GrubSettings {
+    let config = raw.config.as_deref().unwrap_or(DEFAULT_GRUB_CONFIG);
+    GrubSettings {
+        config: config.trim_start_matches('/').to_owned(),
+    }
+}
+
+/// A grub profile: a config name grub can ask for, no iPXE `chain`, and
+/// kernel and initrds that grub can fetch (`tftp://` or `http://` URLs).
+fn check_grub(entry: &RawProfile, grub: &RawGrub, report: &mut dyn FnMut(&str, String)) {
+    if let Some(config) = &grub.config {
+        let name = config.trim_start_matches('/');
+        if name.is_empty() || name.ends_with('/') {
+            report("grub.config", format!("{config:?} names no file"));
+        } else if name.split('/').any(|c| c == "..") {
+            report("grub.config", format!("{config:?} has a `..` component"));
+        } else if name.len() > 255 {
+            report("grub.config", "is longer than 255 bytes".to_owned());
+        } else if let Some(message) = control_problem(config) {
+            report("grub.config", message);
+        } else if config.contains(char::is_whitespace) {
+            report("grub.config", format!("{config:?} contains whitespace"));
+        }
+    }
+    if entry.chain.is_some() {
+        report(
+            "chain",
+            "grub cannot chain an iPXE script: a grub profile boots its kernel".to_owned(),
+        );
+    }
+    let urls = entry.kernel.iter().map(|k| ("kernel".to_owned(), k)).chain(
+        entry
+            .initrd
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (format!("initrd[{i}]"), u)),
+    );
+    for (key, url) in urls {
+        if crate::http::grub::grub_path(url).is_none() {
+            report(
+                &key,
+                format!("{url:?} is not a tftp:// or http:// URL with a host, which grub needs"),
+            );
+        }
+    }
 }
 
 fn boot_files(boot: &RawBoot) -> BootFiles {

@@ -21,6 +21,7 @@
 //! - `thread`: the server on a thread of its own, for callers without a
 //!   tokio runtime.
 
+pub mod generated;
 mod link;
 mod mailbox;
 pub mod option;
@@ -43,6 +44,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+pub use generated::Generated;
 pub use path::{PathError, RootError};
 pub use server::{ServeError, Server, serve};
 pub use thread::ServerThread;

@@ -37,7 +37,7 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use super::{
-    ConfigError, Outcome, Stats, TftpConfig, TransferEvent, bump,
+    ConfigError, Generated, Outcome, Stats, TftpConfig, TransferEvent, bump,
     mailbox::Mailbox,
     option,
     packet::{self, ErrorCode, Packet, Request},
@@ -76,6 +76,7 @@ pub struct Server {
     cfg: TftpConfig,
     root: Arc<Root>,
     stats: Arc<Stats>,
+    generated: Option<Arc<dyn Generated>>,
 }
 
 /// Serves `socket` with `cfg` until `shutdown` turns true (or its sender is
@@ -98,7 +99,14 @@ impl Server {
             cfg,
             root: Arc::new(root),
             stats: Arc::default(),
+            generated: None,
         })
+    }
+
+    /// Asks `generated` for each requested name before the root.
+    pub fn with_generated(mut self, generated: Arc<dyn Generated>) -> Server {
+        self.generated = Some(generated);
+        self
     }
 
     /// The counters, live while the server runs.
@@ -131,6 +139,7 @@ impl Server {
         let device = SockRef::from(&socket).device().ok().flatten();
         let shared = Arc::new(Shared {
             root: self.root,
+            generated: self.generated,
             stats: self.stats,
             limits: self.cfg.limits(),
             retries: self.cfg.retries,
@@ -189,6 +198,8 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 /// What the peers' threads share with the loop.
 pub(super) struct Shared {
     pub root: Arc<Root>,
+    /// Names made per client, asked before the root.
+    pub generated: Option<Arc<dyn Generated>>,
     pub stats: Arc<Stats>,
     pub limits: option::Limits,
     pub retries: u32,

@@ -26,8 +26,7 @@
 
 use std::{
     collections::VecDeque,
-    fs::File,
-    io::{self, BufReader, Read},
+    io::{self, Read},
     net::SocketAddr,
     path::PathBuf,
     sync::{Arc, atomic::Ordering},
@@ -48,7 +47,7 @@ use super::{
 
 /// Bytes read from a file at a time, per transfer (so also the bound on
 /// read-ahead memory).
-const READ_AHEAD: usize = 128 * 1024;
+pub(super) const READ_AHEAD: usize = 128 * 1024;
 
 /// Why a transfer did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -120,15 +119,13 @@ impl Transfer<'_> {
         self.send(&packet::error(code, message));
     }
 
-    /// Runs the transfer of `file` to the final ACK.
-    pub fn run(&mut self, file: File, mode: Mode) -> Result<(), TransferError> {
+    /// Runs the transfer of `input` (a buffered file, or bytes made for
+    /// the client) to the final ACK.
+    pub fn run(&mut self, input: impl Read, mode: Mode) -> Result<(), TransferError> {
         if !self.params.oack.is_empty() {
             self.negotiate()?;
         }
-        self.send_blocks(Source::new(
-            BufReader::with_capacity(READ_AHEAD, file),
-            mode,
-        ))
+        self.send_blocks(Source::new(input, mode))
     }
 
     /// RFC 2347: the client answers the OACK with ACK 0, or with ERROR 8.

@@ -5,8 +5,9 @@
 //! starts it lives in `server`, the protocol in `transfer`.
 
 use std::{
-    io,
+    io::{self, BufReader},
     net::{IpAddr, SocketAddr, UdpSocket},
+    path::PathBuf,
     sync::{Arc, atomic::Ordering},
     time::SystemTime,
 };
@@ -21,11 +22,11 @@ use super::{
     mailbox::{Mail, Mailbox},
     option,
     packet::{self, ErrorCode},
-    path::PathError,
+    path::{self, PathError},
     server::{PeerEntry, Shared},
     source::Mode,
     spin::BusyPoll,
-    transfer::{ReadRequest, Transfer, TransferError},
+    transfer::{READ_AHEAD, ReadRequest, Transfer, TransferError},
 };
 
 /// A peer's claim on the bound and on its mailbox; released on drop.
@@ -180,18 +181,30 @@ fn transfer_into(
 ) -> Result<(), TransferError> {
     let socket = bind_transfer_socket(shared.local_ip, shared.device.as_deref())
         .map_err(TransferError::Socket)?;
-    let opened = match shared.root.open_file(&req.filename) {
-        Ok(opened) => opened,
-        Err(err) => {
-            let reply = packet::error(err.code(), client_message(&err));
-            if let Err(send) = socket.send_to(&reply, peer) {
-                debug!(%peer, "failed to send: {send}");
+    let generated = shared.generated.as_ref().and_then(|g| {
+        let name = path::sanitize(&req.filename).ok()?;
+        let bytes = g.file(peer.ip(), &name)?;
+        Some((name, bytes))
+    });
+    let opened = match generated {
+        Some((path, bytes)) => Opened::Generated { path, bytes },
+        None => match shared.root.open_file(&req.filename) {
+            Ok(opened) => Opened::File(opened),
+            Err(err) => {
+                let reply = packet::error(err.code(), client_message(&err));
+                if let Err(send) = socket.send_to(&reply, peer) {
+                    debug!(%peer, "failed to send: {send}");
+                }
+                return Err(err.into());
             }
-            return Err(err.into());
-        }
+        },
+    };
+    let (size, path) = match &opened {
+        Opened::File(file) => (file.size, file.path.clone()),
+        Opened::Generated { path, bytes } => (bytes.len() as u64, path.clone()),
     };
     // The size of a netascii transfer is only known once translated.
-    let size = (req.mode == Mode::Octet).then_some(opened.size);
+    let size = (req.mode == Mode::Octet).then_some(size);
     let options: Vec<(&[u8], &[u8])> = req
         .options
         .iter()
@@ -206,7 +219,7 @@ fn transfer_into(
         params: option::negotiate(&options, shared.limits, size),
         retries: shared.retries,
         stats: &shared.stats,
-        path: opened.path,
+        path,
         acked: 0,
         filename: &req.filename,
         heard: false,
@@ -219,13 +232,25 @@ fn transfer_into(
         windowsize = transfer.params.windowsize,
         "TFTP transfer starting"
     );
-    let result = transfer.run(opened.file, req.mode);
+    let result = match opened {
+        Opened::File(file) => {
+            transfer.run(BufReader::with_capacity(READ_AHEAD, file.file), req.mode)
+        }
+        Opened::Generated { bytes, .. } => transfer.run(io::Cursor::new(bytes), req.mode),
+    };
     if let Err(TransferError::Read { .. }) = &result {
         transfer.send_error(ErrorCode::NotDefined, "read error");
     }
     *bytes = transfer.acked;
     *next = transfer.next.take();
     result
+}
+
+/// What a transfer sends: a file beneath the root, or bytes made for the
+/// client.
+enum Opened {
+    File(path::Opened),
+    Generated { path: PathBuf, bytes: Vec<u8> },
 }
 
 /// What the client is told; paths and reasons stay in the server's log.

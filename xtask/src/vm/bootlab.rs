@@ -37,6 +37,7 @@ use anyhow::{Context as _, bail, ensure};
 use super::{
     guest, initramfs,
     qemu::{Firmware, Vm, VmSpec, clean_line},
+    signed,
 };
 use crate::{
     Lab,
@@ -199,6 +200,21 @@ impl BootLab {
     pub fn vm_spec(&self, name: &str, mac: &str, firmware: Firmware, tap: usize) -> VmSpec {
         let tap = self.taps.get(tap).map_or("missing-tap", String::as_str);
         VmSpec::new(name, mac, firmware, tap, &self.dir().join("vms"))
+    }
+
+    /// Copies Debian's signed shim and grub (see [`signed`]) into the boot
+    /// root as `shimx64.efi` and `grubx64.efi`, where shim looks for grub.
+    pub fn add_signed_chain(&self) -> anyhow::Result<()> {
+        let chain = signed::ensure()?;
+        let boot = self.boot_root();
+        for (src, name) in [
+            (&chain.shim, signed::SHIM_FILE),
+            (&chain.grub, signed::GRUB_FILE),
+        ] {
+            fs::copy(src, boot.join(name))
+                .with_context(|| format!("failed to copy {}", src.display()))?;
+        }
+        Ok(())
     }
 
     /// Starts a VM inside the lab's server namespace.

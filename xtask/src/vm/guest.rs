@@ -327,7 +327,7 @@ fn ensure_busybox(cache: &Path) -> anyhow::Result<PathBuf> {
 
 /// `apt-get download <package>` into `dir`; refreshes the package lists once
 /// if the archive no longer has the version they name.
-fn download(package: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+pub(super) fn download(package: &str, dir: &Path) -> anyhow::Result<PathBuf> {
     let fetch = || {
         process::run(
             Command::new("apt-get")
@@ -349,7 +349,7 @@ fn download(package: &str, dir: &Path) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("apt-get download {package} left no .deb"))
 }
 
-fn extract(deb: &Path, dest: &Path) -> anyhow::Result<()> {
+pub(super) fn extract(deb: &Path, dest: &Path) -> anyhow::Result<()> {
     process::run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(dest))
         .with_context(|| format!("failed to unpack {}", deb.display()))?;
     Ok(())
@@ -366,10 +366,10 @@ fn replace_dir(staged: &Path, dest: &Path) -> anyhow::Result<()> {
 /// A work directory next to the cache entries (same file system, so staged
 /// results are renamed into place), removed on drop with the package and
 /// the unpacked tree.
-struct TempDir(PathBuf);
+pub(super) struct TempDir(pub(super) PathBuf);
 
 impl TempDir {
-    fn new(cache: &Path, what: &str) -> anyhow::Result<Self> {
+    pub(super) fn new(cache: &Path, what: &str) -> anyhow::Result<Self> {
         let dir = cache.join(format!(".{what}.tmp-{}", std::process::id()));
         if dir.exists() {
             fs::remove_dir_all(&dir)?;

@@ -7,12 +7,15 @@
 //!   cached under `~/.cache/pxe-agent/guest/` (`cargo xtask setup` fills it);
 //! - [`initramfs`]: the initramfs and the console markers its `/init` prints;
 //! - [`qemu`]: starting a VM and following its serial console;
-//! - [`bootlab`]: namespace, taps or bridge, radvd, the agent and its roots.
+//! - [`bootlab`]: namespace, taps or bridge, radvd, the agent and its roots;
+//! - [`signed`]: Debian's signed shim and grub for Secure Boot guests,
+//!   cached under `~/.cache/pxe-agent/signed/`.
 
 pub mod bootlab;
 pub mod guest;
 pub mod initramfs;
 pub mod qemu;
+pub mod signed;
 
 pub use bootlab::{BootLab, BootLabConfig, SERVER_IP, Wiring};
 pub use qemu::{BootReport, BootSource, Firmware, Vm, VmSpec, wait_all};

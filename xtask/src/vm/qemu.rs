@@ -27,6 +27,11 @@ pub const QEMU: &str = "qemu-system-x86_64";
 /// OVMF's code and variable store templates (Debian package `ovmf`).
 pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE.fd";
 pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS.fd";
+/// OVMF built with Secure Boot (its variables in SMM-protected flash), and
+/// a variable store with Microsoft's keys enrolled and Secure Boot on, as
+/// on a stock PC (Debian package `ovmf`).
+pub const OVMF_SECBOOT_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
+pub const OVMF_MS_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd";
 /// Guest memory unless a spec says otherwise.
 pub const DEFAULT_MEMORY_MB: u32 = 384;
 
@@ -86,6 +91,9 @@ pub struct VmSpec {
     /// The tap device (in the namespace the VM runs in) its NIC is wired to.
     pub tap: String,
     pub memory_mb: u32,
+    /// UEFI firmware with Secure Boot enforcing (Microsoft's keys enrolled)
+    /// instead of the plain OVMF build; see [`VmSpec::secure_boot`].
+    pub secure_boot: bool,
     /// Where the console log, QEMU's own output and the UEFI variable store go.
     pub dir: PathBuf,
 }
@@ -99,7 +107,26 @@ impl VmSpec {
             boot: BootSource::Network,
             tap: tap.to_owned(),
             memory_mb: DEFAULT_MEMORY_MB,
+            secure_boot: false,
             dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Runs the UEFI firmware with Secure Boot enforcing: the secboot OVMF
+    /// build on a q35 machine with SMM (which guards its variable store),
+    /// and a copy of the variable store with Microsoft's keys enrolled, so
+    /// only images signed by Microsoft's UEFI CA (such as shim) start.
+    pub fn secure_boot(mut self) -> Self {
+        self.secure_boot = true;
+        self
+    }
+
+    /// The firmware code and variable store template this VM runs with.
+    fn ovmf(&self) -> (&'static str, &'static str) {
+        if self.secure_boot {
+            (OVMF_SECBOOT_CODE, OVMF_MS_VARS)
+        } else {
+            (OVMF_CODE, OVMF_VARS)
         }
     }
 
@@ -149,6 +176,14 @@ impl VmSpec {
         push("-smp");
         push("1");
         push("-nodefaults");
+        if self.secure_boot {
+            // The secboot build keeps its variables in flash only SMM code
+            // may write, so the OS cannot switch Secure Boot off.
+            push("-machine");
+            push("q35,smm=on");
+            push("-global");
+            push("driver=cfi.pflash01,property=secure,value=on");
+        }
         // No display; with -nographic, QEMU also tells SeaBIOS to copy its
         // screen (and the option ROM's, iPXE's) to the serial port.
         push("-nographic");
@@ -183,9 +218,10 @@ impl VmSpec {
             _ => {}
         }
         if self.firmware.uefi() {
+            let (code, _) = self.ovmf();
             push("-drive");
             push(&format!(
-                "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
+                "if=pflash,format=raw,unit=0,readonly=on,file={code}"
             ));
             push("-fw_cfg");
             push("name=opt/org.tianocore/IPv6PXESupport,string=n");
@@ -208,13 +244,15 @@ impl VmSpec {
     }
 }
 
-/// Fails with what to install when QEMU or the firmware is missing.
-pub fn check_prerequisites(firmware: Firmware) -> anyhow::Result<()> {
+/// Fails with what to install when QEMU or the firmware `spec` runs is
+/// missing.
+pub fn check_prerequisites(spec: &VmSpec) -> anyhow::Result<()> {
     if crate::process::output(Command::new(QEMU).arg("--version")).is_err() {
         bail!("{QEMU} not found: install qemu-system-x86 and ipxe-qemu (`cargo xtask setup`)");
     }
-    if firmware.uefi() {
-        for file in [OVMF_CODE, OVMF_VARS] {
+    if spec.firmware.uefi() {
+        let (code, vars) = spec.ovmf();
+        for file in [code, vars] {
             if !Path::new(file).is_file() {
                 bail!("{file} not found: install ovmf (`cargo xtask setup`)");
             }
@@ -287,12 +325,13 @@ impl Vm {
     /// Starts QEMU for `spec` inside network namespace `ns`
     /// (`ip netns exec <ns> qemu-system-x86_64 …`).
     pub fn start(ns: &str, spec: &VmSpec) -> anyhow::Result<Vm> {
-        check_prerequisites(spec.firmware)?;
+        check_prerequisites(spec)?;
         fs::create_dir_all(&spec.dir)
             .with_context(|| format!("failed to create {}", spec.dir.display()))?;
         let vars = if spec.firmware.uefi() {
+            let (_, template) = spec.ovmf();
             let vars = spec.dir.join(format!("{}.vars.fd", spec.name));
-            fs::copy(OVMF_VARS, &vars).with_context(|| format!("failed to copy {OVMF_VARS}"))?;
+            fs::copy(template, &vars).with_context(|| format!("failed to copy {template}"))?;
             Some(vars)
         } else {
             None

@@ -39,6 +39,7 @@ profiles:
     kernel: "http://{server}:8080/artifacts/vmlinuz"
     initrd: ["http://{server}:8080/artifacts/initrd.img"]
     cmdline: console=ttyS0
+    grub: {config: boot/grub/grub.cfg}
     rules:
       - match:
           arch: [7, 9]
@@ -123,6 +124,7 @@ fn snapshot() -> Snapshot {
                 "kernel": "http://{server}:8080/artifacts/vmlinuz",
                 "initrd": ["http://{server}:8080/artifacts/initrd.img"],
                 "cmdline": "console=ttyS0",
+                "grub": {"config": "boot/grub/grub.cfg"},
                 "rules": [{
                     "match": {"arch": [7, 9], "vendorClass": "PXEClient", "userClass": "iPXE",
                               "circuitId": "eth0", "labels": {"rack": "r1"}},
