@@ -109,6 +109,7 @@ mod tests {
             chain: None,
             local_disk: false,
             rules: Vec::new(),
+            netboot: Default::default(),
         }
     }
 

@@ -94,6 +94,7 @@ fn full_format_parses_into_the_model() {
             chain: None,
             local_disk: false,
             rules: vec![],
+            netboot: Default::default(),
         }]
     );
     let labels = BTreeMap::from([
@@ -112,6 +113,7 @@ fn full_format_parses_into_the_model() {
             options: BTreeMap::from([(42, vec![10, 66, 0, 1])]),
             bmc: None,
             recovery: None,
+            netboot: None,
         }]
     );
 }

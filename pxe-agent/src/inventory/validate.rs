@@ -12,6 +12,7 @@ use super::{
     BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Inventory, IpxeSettings,
     MAC_PLACEHOLDER, MacAddr, Match, PhoneHomeToken, Problem, Profile, Range, Rule,
     SERVER_PLACEHOLDER, Subnet,
+    Netboot,
     oob::{self, Secrets},
     option,
     raw::{
@@ -71,6 +72,7 @@ pub(super) fn validate(
         discovery,
         ipxe,
         served: Vec::new(),
+        provisioned: Default::default(),
         index: Default::default(),
     })
 }
@@ -389,6 +391,7 @@ fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<Profile> {
         if let Some(recovery) = &entry.recovery {
             oob::check_profile_recovery(recovery, &mut report);
         }
+        let netboot = netboot(entry.netboot.as_deref(), &mut report).unwrap_or_default();
         if entry.kernel.is_none() {
             if !entry.initrd.is_empty() {
                 report(
@@ -414,6 +417,7 @@ fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<Profile> {
             chain: entry.chain.clone(),
             local_disk: entry.local_disk,
             rules,
+            netboot,
         });
     }
     out
@@ -711,6 +715,7 @@ fn hosts(
             entry.recovery.as_ref(),
             &mut report,
         );
+        let netboot = netboot(entry.netboot.as_deref(), &mut report);
         if recovery.is_some() && entry.bmc.is_none() {
             report(
                 "bmc",
@@ -732,6 +737,7 @@ fn hosts(
                     options,
                     bmc,
                     recovery,
+                    netboot,
                 })
             }
             _ => None,
@@ -739,6 +745,23 @@ fn hosts(
         out.push(host);
     }
     out
+}
+
+/// A profile's or host's `netboot`, as written; `None` when missing or
+/// reported.
+fn netboot(raw: Option<&str>, report: &mut impl FnMut(&str, String)) -> Option<Netboot> {
+    match raw? {
+        "always" => Some(Netboot::Always),
+        "once" => Some(Netboot::Once),
+        "never" => Some(Netboot::Never),
+        other => {
+            report(
+                "netboot",
+                format!("{other:?} is not one of always, once, never"),
+            );
+            None
+        }
+    }
 }
 
 /// Encodes a host's or rule's `options`; `report` gets the key as written.
