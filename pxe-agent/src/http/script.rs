@@ -34,6 +34,16 @@ exit 1
 {%- endif %}
 "#;
 
+/// `profile` as it renders for a host given no boot file now (`netboot`):
+/// the script exits to the next boot device.
+pub fn local_disk(profile: &Profile) -> Profile {
+    Profile {
+        chain: None,
+        local_disk: true,
+        ..profile.clone()
+    }
+}
+
 /// Who the script is for.
 pub struct Target<'a> {
     pub mac: MacAddr,

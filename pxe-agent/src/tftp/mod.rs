@@ -44,7 +44,7 @@ use std::{
 };
 
 pub use path::{PathError, RootError};
-pub use server::{ServeError, Server, serve};
+pub use server::{Gate, ServeError, Server, serve};
 pub use thread::ServerThread;
 pub use transfer::TransferError;
 
