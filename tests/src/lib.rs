@@ -64,3 +64,5 @@ mod trace;
 mod vlan;
 #[cfg(test)]
 mod xdp_program;
+#[cfg(test)]
+mod netboot;
