@@ -345,7 +345,7 @@ fn once_host_gets_an_address_and_no_boot_file_on_every_route_after_phone_home_un
 }
 
 #[test]
-fn never_host_gets_its_address_and_done_is_refused_for_an_always_host() {
+fn never_host_gets_its_address_and_no_boot_file_and_done_is_refused() {
     let inventory = INVENTORY.replace("    netboot: once\n", "    netboot: never\n");
     let files = Scratch::new("pxnbnev-files");
     fs::write(files.path("tokens"), format!("ops {TOKEN}\n")).expect("write");
