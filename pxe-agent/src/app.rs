@@ -45,6 +45,7 @@ use crate::{
     inventory::{Inventory, LoadError, Problem},
     lease::LeaseStore,
     metrics::AgentGauges,
+    netboot::NetbootStore,
     netdev,
     progress::Progress,
     rawsock::RawSocket,
@@ -52,7 +53,6 @@ use crate::{
     share::{Share, membership},
     state::State,
     tftp,
-    netboot::NetbootStore,
     trace::TracePath,
     xdp::{self, AttachMode, FastPath, SyncError, events, sync_each},
 };
@@ -513,7 +513,10 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
             let shared = admin.clone();
             let apply: crate::kube::Apply = Arc::new(move |prepared| {
                 let applied = {
-                    let _applying = shared.applying.lock().unwrap_or_else(PoisonError::into_inner);
+                    let _applying = shared
+                        .applying
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
                     apply_prepared(Ok(prepared), &shared) == Reload::Applied
                 };
                 // Compiled before a netboot change, maybe: the watcher checks.
@@ -945,7 +948,11 @@ fn apply_prepared(prepared: Result<Prepared, LoadError>, shared: &AdminState) ->
 
 /// [`apply_prepared`]; `reload` false for a netboot change, which is not
 /// counted or logged as a reload of the inventory.
-fn apply_compiled(prepared: Result<Prepared, LoadError>, shared: &AdminState, reload: bool) -> Reload {
+fn apply_compiled(
+    prepared: Result<Prepared, LoadError>,
+    shared: &AdminState,
+    reload: bool,
+) -> Reload {
     let health = &shared.boot.state.health;
     let rejected = || {
         shared

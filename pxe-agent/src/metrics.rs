@@ -362,9 +362,21 @@ pub fn render_netboot(c: &crate::netboot::Counters, done: usize) -> String {
         "counter",
         "Boot files refused to hosts netboot gives none now, by route (script: an exit script served).",
     );
-    o.sample(NETBOOT_REFUSED, "route=\"tftp\"", c.refused_tftp.load(Relaxed));
-    o.sample(NETBOOT_REFUSED, "route=\"http\"", c.refused_http.load(Relaxed));
-    o.sample(NETBOOT_REFUSED, "route=\"script\"", c.exit_scripts.load(Relaxed));
+    o.sample(
+        NETBOOT_REFUSED,
+        "route=\"tftp\"",
+        c.refused_tftp.load(Relaxed),
+    );
+    o.sample(
+        NETBOOT_REFUSED,
+        "route=\"http\"",
+        c.refused_http.load(Relaxed),
+    );
+    o.sample(
+        NETBOOT_REFUSED,
+        "route=\"script\"",
+        c.exit_scripts.load(Relaxed),
+    );
     o.head(
         NETBOOT_DONE,
         "gauge",

@@ -246,8 +246,16 @@ mod tests {
         {
             let store = NetbootStore::open_in(&dir).expect("opens");
             assert_eq!(store.record(MAC), None);
-            assert!(store.mark_done(MAC, Actor::PhoneHome, 1_000).expect("writes"));
-            assert!(!store.mark_done(MAC, Actor::Operator, 2_000).expect("writes"));
+            assert!(
+                store
+                    .mark_done(MAC, Actor::PhoneHome, 1_000)
+                    .expect("writes")
+            );
+            assert!(
+                !store
+                    .mark_done(MAC, Actor::Operator, 2_000)
+                    .expect("writes")
+            );
             assert_eq!(store.counters.done_phone_home.load(Ordering::Relaxed), 1);
             assert_eq!(store.counters.done_operator.load(Ordering::Relaxed), 0);
         }

@@ -75,9 +75,7 @@ impl State {
 
     /// Records that `mac`'s provisioning is done; `Ok(false)` if it was.
     pub fn netboot_done(&self, mac: MacAddr, by: Actor) -> Result<bool, StoreError> {
-        let changed = self
-            .netboot
-            .mark_done(mac, by, crate::progress::now_ms())?;
+        let changed = self.netboot.mark_done(mac, by, crate::progress::now_ms())?;
         if changed {
             self.netboot_changed.notify_one();
         }

@@ -35,6 +35,8 @@ mod kube;
 #[cfg(test)]
 mod manifests;
 #[cfg(test)]
+mod netboot;
+#[cfg(test)]
 mod oob;
 #[cfg(test)]
 mod peers;
@@ -64,5 +66,3 @@ mod trace;
 mod vlan;
 #[cfg(test)]
 mod xdp_program;
-#[cfg(test)]
-mod netboot;

@@ -142,7 +142,12 @@ impl Rig {
         let out = self
             .served
             .client_cmd("curl")
-            .args(["-sS", "--max-time", "10", &format!("tftp://{SERVER}/{file}")])
+            .args([
+                "-sS",
+                "--max-time",
+                "10",
+                &format!("tftp://{SERVER}/{file}"),
+            ])
             .output()
             .expect("run curl");
         if out.status.success() {
@@ -217,17 +222,31 @@ fn assert_boots(rig: &Rig, when: &str) {
         (Client::BiosPxe, "undionly.kpxe"),
         (Client::UefiPxe, "ipxe.efi"),
         (Client::UefiHttp, "http://10.66.0.1:8080/ipxe.efi"),
-        (Client::Ipxe, "http://10.66.0.1:8080/boot/52:54:00:12:34:56.ipxe"),
+        (
+            Client::Ipxe,
+            "http://10.66.0.1:8080/boot/52:54:00:12:34:56.ipxe",
+        ),
     ] {
         let lease = rig.lease(client);
         assert_eq!(field(&lease, "ip"), IP, "{when}, {client:?}: {lease:?}");
         assert_eq!(boot_file(&lease), want, "{when}, {client:?}: {lease:?}");
     }
-    assert_eq!(rig.tftp("undionly.kpxe").as_deref(), Ok("bios loader"), "{when}");
+    assert_eq!(
+        rig.tftp("undionly.kpxe").as_deref(),
+        Ok("bios loader"),
+        "{when}"
+    );
     let (code, body) = rig.get(&format!("http://{SERVER}:8080/ipxe.efi"));
-    assert_eq!((code.as_str(), body.as_str()), ("200", "uefi loader"), "{when}");
+    assert_eq!(
+        (code.as_str(), body.as_str()),
+        ("200", "uefi loader"),
+        "{when}"
+    );
     let script = rig.script();
-    assert!(script.contains("\nkernel http://10.66.0.1:8080/artifacts/vmlinuz"), "{when}: {script}");
+    assert!(
+        script.contains("\nkernel http://10.66.0.1:8080/artifacts/vmlinuz"),
+        "{when}: {script}"
+    );
 }
 
 /// Every route gives the host its address and nothing to boot.
@@ -251,12 +270,20 @@ fn assert_withheld(rig: &Rig, when: &str) {
     let lease = rig.lease(Client::Ipxe);
     assert_eq!(field(&lease, "ip"), IP, "{when}, iPXE: {lease:?}");
     assert_eq!(boot_file(&lease), "", "{when}, iPXE: {lease:?}");
-    assert!(rig.served.counter("pass_ipxe") > passed, "{when}: iPXE not on the slow path");
+    assert!(
+        rig.served.counter("pass_ipxe") > passed,
+        "{when}: iPXE not on the slow path"
+    );
     let refused = rig.stat("pxe_netboot_refused_total{route=\"tftp\"}");
-    let err = rig.tftp("undionly.kpxe").expect_err("TFTP served a done host");
+    let err = rig
+        .tftp("undionly.kpxe")
+        .expect_err("TFTP served a done host");
     // curl's code for a TFTP access violation (error 2).
     assert!(err.contains("(69)"), "{when}: {err}");
-    assert_eq!(rig.stat("pxe_netboot_refused_total{route=\"tftp\"}"), refused + 1);
+    assert_eq!(
+        rig.stat("pxe_netboot_refused_total{route=\"tftp\"}"),
+        refused + 1
+    );
     let (code, body) = rig.get(&format!("http://{SERVER}:8080/ipxe.efi"));
     assert_eq!(code, "403", "{when}: {body}");
     assert!(body.contains("netboot"), "{when}: {body}");
@@ -285,14 +312,22 @@ fn once_host_gets_an_address_and_no_boot_file_on_every_route_after_phone_home_un
     );
     // The fast path's maps follow within moments of the phone-home.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while boot_file(&rig.lease(Client::BiosPxe)) != "" {
-        assert!(Instant::now() < deadline, "the fast path still gives the boot file");
+    while !boot_file(&rig.lease(Client::BiosPxe)).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the fast path still gives the boot file"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_withheld(&rig, "after phone-home");
     let netboot = rig.netboot_json();
     assert_eq!(
-        (&netboot["policy"], &netboot["state"], &netboot["by"], &netboot["boots"]),
+        (
+            &netboot["policy"],
+            &netboot["state"],
+            &netboot["by"],
+            &netboot["boots"]
+        ),
         (
             &"once".into(),
             &"done".into(),
@@ -302,7 +337,10 @@ fn once_host_gets_an_address_and_no_boot_file_on_every_route_after_phone_home_un
         "{netboot}"
     );
     let table = rig.served.cli(&["hosts"]);
-    assert!(table.contains("NETBOOT") && table.contains("once done (phone-home"), "{table}");
+    assert!(
+        table.contains("NETBOOT") && table.contains("once done (phone-home"),
+        "{table}"
+    );
     assert_eq!(
         rig.stat("pxe_netboot_changes_total{to=\"done\",by=\"phone-home\"}"),
         1
@@ -324,11 +362,18 @@ fn once_host_gets_an_address_and_no_boot_file_on_every_route_after_phone_home_un
         .env_remove("PXE_AGENT_TOKEN_FILE")
         .output()
         .expect("run pxe-agent");
-    assert!(!out.status.success(), "reprovision without a token succeeded");
+    assert!(
+        !out.status.success(),
+        "reprovision without a token succeeded"
+    );
     let token = rig.token_file();
-    let said = rig
-        .served
-        .cli(&["reprovision", "node-1", "--no-power", "--token-file", &token]);
+    let said = rig.served.cli(&[
+        "reprovision",
+        "node-1",
+        "--no-power",
+        "--token-file",
+        &token,
+    ]);
     assert!(said.contains("once armed (operator"), "{said}");
     assert_boots(&rig, "after reprovision");
     assert_eq!(
@@ -369,7 +414,10 @@ fn never_host_gets_its_address_and_no_boot_file_and_done_is_refused() {
         .output()
         .expect("run pxe-agent");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("netboot: never"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("netboot: never"),
+        "{err}"
+    );
 }
 
 /// SeaBIOS with the NIC's iPXE ROM: boots and phones home; booted again it

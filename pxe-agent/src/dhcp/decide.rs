@@ -1660,7 +1660,10 @@ hosts:
         for (name, req) in &clients {
             let (yiaddr, _, file, codes) = boot_data(decide(&with_ack(req.clone()), &inv, &SERVER));
             assert_eq!(yiaddr, ip, "{name}");
-            assert!(file.is_some() || codes.contains(&67), "{name}: nothing to boot");
+            assert!(
+                file.is_some() || codes.contains(&67),
+                "{name}: nothing to boot"
+            );
         }
         inv.provisioned.insert(node);
         for (name, req) in &clients {
@@ -1696,7 +1699,10 @@ hosts:
         // Reprovisioned: boots again.
         inv.provisioned.remove(&node);
         let (_, siaddr, file, _) = boot_data(decide(&pxe(discover(node), 0), &inv, &SERVER));
-        assert_eq!((siaddr, file.as_deref()), (SERVER.ip, Some("undionly.kpxe")));
+        assert_eq!(
+            (siaddr, file.as_deref()),
+            (SERVER.ip, Some("undionly.kpxe"))
+        );
     }
 
     #[test]
@@ -1706,10 +1712,16 @@ hosts:
         let always = MacAddr([0x52, 0x54, 0, 0, 0, 3]);
         inv.provisioned.insert(always);
         let (yiaddr, _, file, codes) = boot_data(decide(&http_boot(never, 16), &inv, &SERVER));
-        assert_eq!((yiaddr, file, codes), (Ipv4Addr::new(10, 66, 1, 11), None, vec![]));
+        assert_eq!(
+            (yiaddr, file, codes),
+            (Ipv4Addr::new(10, 66, 1, 11), None, vec![])
+        );
         let (_, _, file, _) = boot_data(decide(&pxe(discover(always), 7), &inv, &SERVER));
         assert_eq!(file.as_deref(), Some("ipxe.efi"));
-        assert_eq!(inv.netboot_of(&inv.hosts[0]), crate::inventory::Netboot::Once);
+        assert_eq!(
+            inv.netboot_of(&inv.hosts[0]),
+            crate::inventory::Netboot::Once
+        );
         assert!(inv.withholds_boot(&inv.hosts[1]) && !inv.withholds_boot(&inv.hosts[2]));
     }
 

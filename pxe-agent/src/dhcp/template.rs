@@ -313,10 +313,17 @@ hosts:
         let plain = &done[&HostKey::new([0x52, 0x54, 0, 0, 0, 1], BootClass::Plain)];
         for (key, t) in &done {
             let payload = &t.payload[..t.len as usize];
-            assert!(payload[bootp::OFF_FILE..bootp::OFF_FILE + 128].iter().all(|b| *b == 0));
+            assert!(
+                payload[bootp::OFF_FILE..bootp::OFF_FILE + 128]
+                    .iter()
+                    .all(|b| *b == 0)
+            );
             assert_eq!(&payload[bootp::OFF_SIADDR..bootp::OFF_SIADDR + 4], &[0; 4]);
             for code in [43, 60, 66, 67, 175] {
-                assert!(find_option(payload, code).is_none(), "{key:?} option {code}");
+                assert!(
+                    find_option(payload, code).is_none(),
+                    "{key:?} option {code}"
+                );
             }
             assert_eq!(t.yiaddr, [10, 66, 1, 10]);
             assert!(find_option(payload, 3).is_some() && find_option(payload, 12).is_some());

@@ -33,8 +33,8 @@ use crate::{
     http::{BootState, auth::Tokens},
     inventory::{Host, Inventory, MacAddr, Netboot},
     lease::{Lease, LeaseState},
-    netboot::{Actor, NetbootStore, Phase},
     metrics::{self, AgentGauges},
+    netboot::{Actor, NetbootStore, Phase},
     progress::{self, HostProgress, Stage},
     trace::{Next, TraceEvent, TracePath},
     xdp::{FastPath, Stats},
@@ -490,10 +490,6 @@ async fn act_and_record(s: Arc<OobState>, caller: String, host: String, op: Op) 
 
 /// Runs `op` and records it in the audit log; the answer when the entry
 /// cannot be written.
-#[expect(
-    clippy::result_large_err,
-    reason = "the error is the handler's answer, returned at once"
-)]
 async fn call_and_record(
     s: Arc<OobState>,
     caller: String,
@@ -516,10 +512,6 @@ async fn call_and_record(
 }
 
 /// Writes `entry` to the audit log; the answer when it cannot be written.
-#[expect(
-    clippy::result_large_err,
-    reason = "the error is the handler's answer, returned at once"
-)]
 async fn record_entry(s: &Arc<OobState>, entry: Entry) -> Result<(), Response> {
     let logged = {
         let s = s.clone();
@@ -655,10 +647,6 @@ fn netboot_host(inv: &Inventory, name: &str, done: bool) -> Result<Host, Respons
 
 /// Records a netboot change in the audit log and waits until it is in
 /// force; the answer when either fails.
-#[expect(
-    clippy::result_large_err,
-    reason = "the error is the handler's answer, returned at once"
-)]
 async fn netboot_settle(
     s: &AdminState,
     caller: String,

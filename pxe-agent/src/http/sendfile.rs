@@ -303,11 +303,7 @@ fn parse_head(buf: &[u8]) -> Parsed {
 
 /// The file a GET or HEAD names, when this loop serves it. A host that
 /// `netboot` gives no boot file now is axum's, which refuses it.
-async fn file_for(
-    state: &BootState,
-    head: &Head,
-    peer: SocketAddr,
-) -> Option<std::path::PathBuf> {
+async fn file_for(state: &BootState, head: &Head, peer: SocketAddr) -> Option<std::path::PathBuf> {
     if head.method != Method::GET && head.method != Method::HEAD {
         return None;
     }

@@ -10,9 +10,8 @@ use std::{
 
 use super::{
     BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Inventory, IpxeSettings,
-    MAC_PLACEHOLDER, MacAddr, Match, PhoneHomeToken, Problem, Profile, Range, Rule,
+    MAC_PLACEHOLDER, MacAddr, Match, Netboot, PhoneHomeToken, Problem, Profile, Range, Rule,
     SERVER_PLACEHOLDER, Subnet,
-    Netboot,
     oob::{self, Secrets},
     option,
     raw::{
