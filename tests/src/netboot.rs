@@ -420,68 +420,83 @@ fn never_host_gets_its_address_and_no_boot_file_and_done_is_refused() {
     );
 }
 
-/// SeaBIOS with the NIC's iPXE ROM: boots and phones home; booted again it
-/// leases its address, is given nothing to boot and falls through to the
-/// next boot device; after `reprovision` it boots and phones home again.
-#[test]
-fn bios_vm_provisions_once_then_falls_through_until_reprovisioned() {
+/// A boot lab whose agent serves [`INVENTORY`] (with the guest's command
+/// line) and takes the API token.
+fn vm_lab(prefix: &str) -> (xtask::vm::BootLab, Scratch) {
     assert_root();
-    let files = Scratch::new("pxvmnb-files");
+    let files = Scratch::new(&format!("{prefix}-files"));
     fs::write(files.path("tokens"), format!("ops {TOKEN}\n")).expect("write");
     fs::write(files.path("token"), format!("{TOKEN}\n")).expect("write");
     let inventory = INVENTORY.replace("console=ttyS0", PROFILE_CMDLINE);
     let tokens = files.path("tokens");
-    let cfg = BootLabConfig::new("pxvmnb", &agent_bin(), &inventory)
+    let cfg = BootLabConfig::new(prefix, &agent_bin(), &inventory)
         .xdp_mode("native")
         .arg("--api-token-file")
         .arg(tokens.to_str().expect("utf-8"));
     let lab = xtask::vm::BootLab::start(&cfg).unwrap_or_else(|e| panic!("boot lab: {e:#}"));
-    let timeout = Duration::from_secs(120);
+    (lab, files)
+}
 
-    let boot_fully = |name: &str| {
-        let mut vm = lab
-            .start_vm(&lab.vm_spec(name, MAC, Firmware::Bios, 0))
-            .unwrap_or_else(|e| panic!("start {name}: {e:#}"));
-        let report = vm
-            .wait(timeout, &mut |_| {})
-            .unwrap_or_else(|e| panic!("follow {name}: {e:#}"));
-        assert!(
-            report.phoned_home && report.ip.as_deref() == Some(IP),
-            "{name} did not boot\n{}\n{}\n{}",
-            report.summary(),
-            vm.console_tail(40),
-            lab.agent_log_tail(40)
-        );
-    };
-    boot_fully("first");
-    let hosts = lab.cli(&["hosts"]).expect("hosts");
-    assert!(hosts.contains("once done (phone-home"), "{hosts}");
+const VM_TIMEOUT: Duration = Duration::from_secs(150);
 
-    // Booted again: an address, no boot file, on to the next device.
+/// Boots `firmware` to the end: it must phone home with the host's address.
+fn boot_fully(lab: &xtask::vm::BootLab, name: &str, firmware: Firmware) {
     let mut vm = lab
-        .start_vm(&lab.vm_spec("again", MAC, Firmware::Bios, 0))
-        .expect("start again");
-    let deadline = Instant::now() + timeout;
+        .start_vm(&lab.vm_spec(name, MAC, firmware, 0))
+        .unwrap_or_else(|e| panic!("start {name}: {e:#}"));
+    let report = vm
+        .wait(VM_TIMEOUT, &mut |_| {})
+        .unwrap_or_else(|e| panic!("follow {name}: {e:#}"));
+    assert!(
+        report.phoned_home && report.ip.as_deref() == Some(IP),
+        "{name} did not boot\n{}\n{}\n{}",
+        report.summary(),
+        vm.console_tail(40),
+        lab.agent_log_tail(40)
+    );
+}
+
+/// Boots `firmware` for a done host: the firmware must start its network
+/// boot, be given nothing to boot and go on to the next boot device (its
+/// console shows `fell_through`); nothing is fetched from the agent.
+fn falls_through(lab: &xtask::vm::BootLab, name: &str, firmware: Firmware, fell_through: &str) {
+    let mut vm = lab
+        .start_vm(&lab.vm_spec(name, MAC, firmware, 0))
+        .unwrap_or_else(|e| panic!("start {name}: {e:#}"));
+    let deadline = Instant::now() + VM_TIMEOUT;
     let console = loop {
         let console = vm.console_tail(usize::MAX);
-        if console.contains("No bootable device") {
+        if console.contains(fell_through) {
             break console;
         }
         let exited = vm.poll(&mut |_| {}).expect("poll");
         assert!(
             !exited && Instant::now() < deadline,
-            "the VM did not fall through\n{console}\n{}",
+            "{name} did not fall through\n{console}\n{}",
             lab.agent_log_tail(40)
         );
         std::thread::sleep(Duration::from_millis(250));
     };
-    assert!(console.contains(IP), "no address leased:\n{console}");
+    for fetched in [
+        "/boot/52:54:00:12:34:56.ipxe",
+        "NBP filename",
+        "URI: http",
+        "PXE-AGENT-BOOTED",
+    ] {
+        assert!(
+            !console.contains(fetched),
+            "{name}: the done host was given something to boot ({fetched}):\n{console}"
+        );
+    }
+    let log = lab.agent_log();
     assert!(
-        !console.contains("/boot/52:54:00:12:34:56.ipxe") && !console.contains("PXE-AGENT-BOOTED"),
-        "the done host was given something to boot:\n{console}"
+        !log.contains("fetch"),
+        "{name}: the agent served a file:\n{log}"
     );
     drop(vm);
+}
 
+fn reprovision(lab: &xtask::vm::BootLab, files: &Scratch) {
     let token = files.path("token");
     let said = lab
         .cli(&[
@@ -493,5 +508,55 @@ fn bios_vm_provisions_once_then_falls_through_until_reprovisioned() {
         ])
         .expect("reprovision");
     assert!(said.contains("armed"), "{said}");
-    boot_fully("reprovisioned");
+}
+
+/// SeaBIOS with the NIC's iPXE ROM: boots and phones home; booted again it
+/// leases its address, is given nothing to boot and falls through to the
+/// next boot device; after `reprovision` it boots and phones home again.
+#[test]
+fn bios_vm_provisions_once_then_falls_through_until_reprovisioned() {
+    let (lab, files) = vm_lab("pxvmnb");
+    boot_fully(&lab, "first", Firmware::Bios);
+    let hosts = lab.cli(&["hosts"]).expect("hosts");
+    assert!(hosts.contains("once done (phone-home"), "{hosts}");
+    falls_through(&lab, "again", Firmware::Bios, "No bootable device");
+    let tail = lab.agent_log_tail(200);
+    assert!(tail.contains("10.66.1.10"), "{tail}");
+    reprovision(&lab, &files);
+    boot_fully(&lab, "reprovisioned", Firmware::Bios);
+}
+
+/// OVMF's PXE and HTTP boot for a host an operator marked done: each falls
+/// through without fetching anything; after `reprovision` each boots.
+#[test]
+fn uefi_pxe_and_http_boot_vms_fall_through_when_done_and_boot_after_reprovision() {
+    let (lab, files) = vm_lab("pxvmnbu");
+    let token = files.path("token");
+    for (name, firmware) in [("pxe", Firmware::UefiPxe), ("http", Firmware::UefiHttp)] {
+        let said = lab
+            .cli(&[
+                "hosts",
+                "done",
+                "node-1",
+                "--token-file",
+                token.to_str().expect("utf-8"),
+            ])
+            .expect("hosts done");
+        // Done by the operator, or by the phone-home of the boot before.
+        assert!(said.contains("once done ("), "{said}");
+        let offers = crate::boot_vm::xdp_counter(&lab, "tx_offer");
+        falls_through(
+            &lab,
+            &format!("{name}-done"),
+            firmware,
+            "BdsDxe: failed to load",
+        );
+        // The firmware asked and the kernel answered it, address only.
+        assert!(
+            crate::boot_vm::xdp_counter(&lab, "tx_offer") > offers,
+            "{name}: no offer"
+        );
+        reprovision(&lab, &files);
+        boot_fully(&lab, &format!("{name}-again"), firmware);
+    }
 }
