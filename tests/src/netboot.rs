@@ -6,8 +6,11 @@
 //! host's address with no boot file, the iPXE script exits to the next
 //! boot device, TFTP and HTTP refuse the boot files; the state survives an
 //! agent restart and shows in `pxe-agent hosts`; after `reprovision` every
-//! route boots the host again. One QEMU run (SeaBIOS with the NIC's iPXE
-//! ROM) goes through the whole loop with real firmware.
+//! route boots the host again. Under QEMU, SeaBIOS with the NIC's iPXE ROM
+//! goes through the whole loop (boot, phone-home, a boot that falls
+//! through, reprovision, boot), and OVMF's PXE and HTTP boot fall through
+//! when the host is done and boot after `reprovision`. With a BMC
+//! (ipmi_sim), `reprovision` hands the host to the recovery controller.
 
 use std::{
     collections::BTreeMap,
@@ -559,4 +562,43 @@ fn uefi_pxe_and_http_boot_vms_fall_through_when_done_and_boot_after_reprovision(
         reprovision(&lab, &files);
         boot_fully(&lab, &format!("{name}-again"), firmware);
     }
+}
+
+/// With a BMC, `reprovision` arms the host and hands it to the recovery
+/// controller, as `recover` does: PXE set on the BMC (ipmi_sim), the host
+/// powered up, the controller awaiting its DHCP; the host boots again.
+#[test]
+fn reprovision_with_a_bmc_arms_the_host_and_hands_it_to_the_recovery_controller() {
+    let rig = crate::oob::Rig::start_with("pxnbbmc", "    netboot: once\n", &[]);
+    let token = rig.token();
+    let said = rig.ok(&["hosts", "done", "node-1", "--token-file", &token]);
+    assert!(said.contains("once done (operator"), "{said}");
+    // The client end carries the simulator too: its MAC stays, so the
+    // withheld answers are checked through the API here (the DHCP routes
+    // have their own test above).
+    assert!(rig.get("/api/v1/hosts").contains(r#""boots":false"#));
+    let said = rig.ok(&["reprovision", "node-1", "--token-file", &token]);
+    assert!(
+        said.contains("once armed (operator") && said.contains("recovery "),
+        "{said}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let hosts = rig.get("/api/v1/hosts");
+        if hosts.contains(r#""recovery":"awaiting-dhcp""#) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not awaiting-dhcp after 20 s: {hosts}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(rig.sim.state("boot"), "pxe", "the BMC was not set to PXE");
+    assert!(rig.get("/api/v1/hosts").contains(r#""boots":true"#));
+    let audit = rig.get("/api/v1/audit");
+    assert!(
+        audit.contains(r#""action":"reprovision""#) && audit.contains(r#""action":"recover""#),
+        "{audit}"
+    );
 }
