@@ -45,6 +45,7 @@ use crate::{
     inventory::{Inventory, LoadError, Problem},
     lease::LeaseStore,
     metrics::AgentGauges,
+    netboot::NetbootStore,
     netdev,
     progress::Progress,
     rawsock::RawSocket,
@@ -327,25 +328,32 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     }
 
     let http_port = cfg.http_addr.port();
-    let (kube_source, (inv, templates)) = match &cfg.kube {
-        None => (None, prepare_each(&cfg.inventory, &servers, http_port)?),
-        Some(settings) => {
-            let compile_servers = servers.clone();
-            let prepare: crate::kube::Prepare = Arc::new(move |inv: Inventory, label: &Path| {
-                compile_each(inv, label, &compile_servers, http_port)
-            });
-            let (source, prepared) = crate::kube::Source::start(settings.clone(), prepare)
-                .await
-                .context("failed to read the inventory from the Kubernetes API")?;
-            (Some(source), prepared)
-        }
-    };
     std::fs::create_dir_all(&cfg.state_dir).with_context(|| {
         format!(
             "failed to create the state directory {}",
             cfg.state_dir.display()
         )
     })?;
+    let netboot = Arc::new(NetbootStore::open_in(&cfg.state_dir)?);
+    let (kube_source, (inv, templates)) = match &cfg.kube {
+        None => (
+            None,
+            prepare_provisioned(&cfg.inventory, &servers, http_port, &netboot)?,
+        ),
+        Some(settings) => {
+            let compile_servers = servers.clone();
+            let store = netboot.clone();
+            let prepare: crate::kube::Prepare =
+                Arc::new(move |mut inv: Inventory, label: &Path| {
+                    inv.provisioned = store.done();
+                    compile_each(inv, label, &compile_servers, http_port)
+                });
+            let (source, prepared) = crate::kube::Source::start(settings.clone(), prepare)
+                .await
+                .context("failed to read the inventory from the Kubernetes API")?;
+            (Some(source), prepared)
+        }
+    };
     let leases = LeaseStore::open(&cfg.state_dir.join("leases.redb"))?;
     // One program per interface: each map holds the replies naming that
     // interface's server, for the hosts of its subnets.
@@ -388,13 +396,16 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         })?;
         programs.push((iface.name.clone(), id));
     }
-    let state = Arc::new(State::new(
-        Arc::new(inv.clone()),
-        leases,
-        DISCOVERED_CAPACITY,
-        progress.clone(),
-        health.clone(),
-    ));
+    let state = Arc::new(
+        State::new(
+            Arc::new(inv.clone()),
+            leases,
+            DISCOVERED_CAPACITY,
+            progress.clone(),
+            health.clone(),
+        )
+        .with_netboot(netboot),
+    );
     // Shared pools: no unknown MAC is answered until a slot is claimed.
     let peers = match &cfg.peers {
         Some(p) => {
@@ -463,6 +474,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         boot: boot.clone(),
         oob,
         kube: OnceLock::new(),
+        applying: Mutex::new(()),
     });
 
     let tftp = match &cfg.boot_root {
@@ -499,8 +511,18 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         Some(source) => {
             admin.kube.set(source.stats()).ok();
             let shared = admin.clone();
-            let apply: crate::kube::Apply =
-                Arc::new(move |prepared| apply_prepared(Ok(prepared), &shared) == Reload::Applied);
+            let apply: crate::kube::Apply = Arc::new(move |prepared| {
+                let applied = {
+                    let _applying = shared
+                        .applying
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    apply_prepared(Ok(prepared), &shared) == Reload::Applied
+                };
+                // Compiled before a netboot change, maybe: the watcher checks.
+                shared.boot.state.netboot_changed.notify_one();
+                applied
+            });
             tokio::spawn(source.run(admin.clone(), apply, shutdown.clone()))
         }
         None => tokio::spawn(watch_inventory(
@@ -510,6 +532,11 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
             shutdown.clone(),
         )),
     };
+    let netboot_task = tokio::spawn(watch_netboot(
+        ifaces.iter().map(|i| i.server).collect(),
+        admin.clone(),
+        shutdown.clone(),
+    ));
     let _ = shutdown.wait_for(|stop| *stop).await;
     info!("shutting down");
     // First, so the slow paths stop even if joining something below fails.
@@ -517,6 +544,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     // Trace streams never end by themselves; the admin server waits for them.
     admin.boot.state.progress.trace().close();
     watcher.await.context("inventory watcher panicked")?;
+    netboot_task.await.context("netboot watcher panicked")?;
     recovery_task
         .await
         .context("out-of-band control panicked")?;
@@ -671,9 +699,21 @@ async fn start_tftp(
         busy_poll: cfg.tftp_busy_poll,
         ..tftp::TftpConfig::new(root)
     };
+    let gate_state = boot.state.clone();
+    let gate: tftp::Gate = Arc::new(move |ip| {
+        let std::net::IpAddr::V4(ip) = ip else {
+            return None;
+        };
+        if !gate_state.inventory().withholds_boot_at(ip) {
+            return None;
+        }
+        crate::netboot::Counters::bump(&gate_state.netboot.counters.refused_tftp);
+        Some("netboot: this host is given no boot file now")
+    });
     let server = tftp::Server::new(tftp_cfg)
         .with_context(|| format!("cannot serve {} over TFTP", root.display()))?
-        .with_generated(Arc::new(crate::http::grub::TftpConfigs(boot.clone())));
+        .with_generated(Arc::new(crate::http::grub::TftpConfigs(boot.clone())))
+        .with_gate(gate);
     boot.tftp_stats.set(server.stats()).ok();
     let mut socks = Vec::with_capacity(ifaces.len());
     for iface in ifaces {
@@ -830,12 +870,93 @@ enum Reload {
 const RELOAD_RETRY: Duration = Duration::from_secs(5);
 
 fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &AdminState) -> Reload {
-    apply_prepared(prepare_each(path, servers, http_port), shared)
+    let state = &shared.boot.state;
+    let _applying = shared
+        .applying
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    apply_prepared(
+        prepare_provisioned(path, servers, http_port, &state.netboot),
+        shared,
+    )
+}
+
+/// [`prepare_each`] with the hosts the netboot store records as done, so
+/// that the templates compiled withhold their boot files.
+fn prepare_provisioned(
+    path: &Path,
+    servers: &[Server],
+    http_port: u16,
+    netboot: &NetbootStore,
+) -> Result<Prepared, LoadError> {
+    let mut inv = Inventory::load(path)?;
+    inv.provisioned = netboot.done();
+    compile_each(inv, path, servers, http_port)
+}
+
+/// Puts each netboot change in force on both paths: the inventory in force
+/// with the store's done hosts, recompiled; the map sync writes only the
+/// entries of the hosts that changed.
+async fn watch_netboot(
+    servers: Vec<Server>,
+    shared: Arc<AdminState>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = shared.boot.state.netboot_changed.notified() => {}
+        }
+        let (shared, servers) = (shared.clone(), servers.clone());
+        if let Err(e) = tokio::task::spawn_blocking(move || apply_netboot(&servers, &shared)).await
+        {
+            error!(error = %e, "netboot apply task failed");
+        }
+    }
+}
+
+fn apply_netboot(servers: &[Server], shared: &AdminState) {
+    let state = &shared.boot.state;
+    let _applying = shared
+        .applying
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let current = state.inventory();
+    let done = state.netboot.done();
+    if current.provisioned == done {
+        return;
+    }
+    let mut inv = (*current).clone();
+    inv.provisioned = done;
+    let label = Path::new("netboot state");
+    let templates = servers
+        .iter()
+        .map(|server| compile(label, &inv, server))
+        .collect::<Result<Vec<_>, _>>();
+    match templates {
+        Ok(templates) => {
+            if apply_compiled(Ok((inv, templates)), shared, false) == Reload::SyncFailed {
+                // Tried again on the next change or reload; say so now.
+                warn!("netboot change not yet in force on the fast path");
+            }
+        }
+        Err(e) => error!("netboot change not applied: {e}"),
+    }
 }
 
 /// Puts an inventory that any source loaded and compiled (or its error) in
 /// force on both paths, or leaves the previous one in force everywhere.
 fn apply_prepared(prepared: Result<Prepared, LoadError>, shared: &AdminState) -> Reload {
+    apply_compiled(prepared, shared, true)
+}
+
+/// [`apply_prepared`]; `reload` false for a netboot change, which is not
+/// counted or logged as a reload of the inventory.
+fn apply_compiled(
+    prepared: Result<Prepared, LoadError>,
+    shared: &AdminState,
+    reload: bool,
+) -> Reload {
     let health = &shared.boot.state.health;
     let rejected = || {
         shared
@@ -888,7 +1009,18 @@ fn apply_prepared(prepared: Result<Prepared, LoadError>, shared: &AdminState) ->
         let mut gauges = shared.gauges.lock().unwrap_or_else(PoisonError::into_inner);
         gauges.hosts = hosts;
         gauges.templates = count;
-        gauges.reloads_ok += 1;
+        if reload {
+            gauges.reloads_ok += 1;
+        }
+    }
+    if !reload {
+        info!(
+            written = report.written,
+            removed = report.removed,
+            unchanged = report.unchanged,
+            "netboot state applied"
+        );
+        return Reload::Applied;
     }
     info!(
         hosts,

@@ -15,6 +15,7 @@ pub mod kube;
 pub mod lease;
 pub mod logging;
 pub mod metrics;
+pub mod netboot;
 pub mod netdev;
 pub mod progress;
 pub mod ratelimit;

@@ -20,7 +20,7 @@ use pxe_agent::{
     dhcp::{Server, server::Limits},
     discovered::Discovered,
     http::{
-        admin::{HostView, LeaseView},
+        admin::{HostView, LeaseView, NetbootView, ReprovisionView},
         limit,
     },
     inventory::{self, MacAddr},
@@ -278,6 +278,8 @@ enum Command {
         output: Output,
         #[arg(long, default_value = DEFAULT_METRICS)]
         metrics_addr: SocketAddr,
+        #[command(subcommand)]
+        action: Option<HostsAction>,
     },
     /// List the running agent's pool leases.
     Leases {
@@ -309,6 +311,41 @@ enum Command {
         #[command(subcommand)]
         to: ExportTo,
     },
+    /// Arm a `netboot: once` host to be given its boot file again and, with
+    /// a BMC, hand it to the recovery controller (PXE, power cycle) so it
+    /// provisions now.
+    Reprovision {
+        host: String,
+        /// Only arm it: no BMC call; it provisions at its next network boot.
+        #[arg(long)]
+        no_power: bool,
+        #[command(flatten)]
+        agent: AgentCall,
+    },
+}
+
+#[derive(Subcommand)]
+enum HostsAction {
+    /// Record a `netboot: once` host's provisioning as done, as its
+    /// phone-home would: from now on every route gives it no boot file.
+    Done {
+        host: String,
+        #[command(flatten)]
+        agent: AgentCall,
+    },
+}
+
+/// How to reach the running agent's acting API.
+#[derive(clap::Args)]
+struct AgentCall {
+    /// File holding the bearer token (a `name token` line of the agent's
+    /// token file works too); default $PXE_AGENT_TOKEN_FILE.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    #[arg(long, default_value = DEFAULT_METRICS)]
+    metrics_addr: SocketAddr,
 }
 
 #[derive(Subcommand)]
@@ -659,9 +696,24 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Hosts {
+            action: Some(HostsAction::Done { host, agent }),
+            ..
+        } => netboot_call(&agent, &host, "netboot/done", None),
+        Command::Reprovision {
+            host,
+            no_power,
+            agent,
+        } => netboot_call(
+            &agent,
+            &host,
+            "reprovision",
+            Some(serde_json::json!({ "power": !no_power })),
+        ),
+        Command::Hosts {
             discovered,
             output: Output::Json,
             metrics_addr,
+            action: None,
         } => {
             let path = if discovered {
                 "/api/v1/discovered"
@@ -675,6 +727,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             discovered: false,
             output: Output::Table,
             metrics_addr,
+            action: None,
         } => {
             let list: Vec<HostView> =
                 serde_json::from_str(&http_get(metrics_addr, "/api/v1/hosts")?)
@@ -698,6 +751,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 ("BMC", 20, Align::Left),
                 ("RECOVERY", 19, Align::Left),
                 ("ATTEMPTS", 8, Align::Right),
+                ("NETBOOT", 28, Align::Left),
                 ("LAST DHCP", 44, Align::Left),
                 ("LAST TFTP/SCRIPT", 44, Align::Left),
                 ("BOOTED", 44, Align::Left),
@@ -718,6 +772,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     bmc_column(&h, now),
                     h.recovery.as_deref().unwrap_or("-").to_string(),
                     h.attempts.map_or("-".to_string(), |a| a.to_string()),
+                    netboot_cell(&h.netboot, now),
                     step(&p.dhcp),
                     step(&middle),
                     step(&p.booted),
@@ -732,6 +787,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             discovered: true,
             output: Output::Table,
             metrics_addr,
+            action: None,
         } => {
             let list: Vec<Discovered> =
                 serde_json::from_str(&http_get(metrics_addr, "/api/v1/discovered")?)
@@ -1403,6 +1459,85 @@ async fn direct(
         outcomes.push(out);
     }
     Ok(outcomes)
+}
+
+/// The `NETBOOT` cell of `pxe-agent hosts`: the policy, and for `once`
+/// whether the host is armed or done, by what and how long ago.
+fn netboot_cell(n: &NetbootView, now: u64) -> String {
+    match (&n.state, n.since_ms, &n.by) {
+        (Some(state), Some(at), Some(by)) => {
+            format!("{} {state} ({by}, {})", n.policy, when::ago(at, now))
+        }
+        (Some(state), _, _) => format!("{} {state}", n.policy),
+        _ => n.policy.clone(),
+    }
+}
+
+/// `hosts done` and `reprovision`: `POST /api/v1/hosts/<host>/<action>`
+/// with the token, then the answer as JSON or one line.
+fn netboot_call(
+    agent: &AgentCall,
+    host: &str,
+    action: &str,
+    body: Option<serde_json::Value>,
+) -> anyhow::Result<ExitCode> {
+    let token = match agent
+        .token_file
+        .clone()
+        .or_else(|| std::env::var_os("PXE_AGENT_TOKEN_FILE").map(PathBuf::from))
+    {
+        Some(path) => Some(read_token(&path)?),
+        None => None,
+    };
+    let path = format!("/api/v1/hosts/{host}/{action}");
+    let (status, page) = http_request(
+        agent.metrics_addr,
+        "POST",
+        &path,
+        body.as_ref(),
+        token.as_deref(),
+    )?;
+    if !(200..300).contains(&status) {
+        let why = page.trim();
+        anyhow::bail!("{path}: {status} {why}");
+    }
+    if agent.output == Output::Json {
+        print_json(&page)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = progress::now_ms();
+    if action == "reprovision" {
+        let view: ReprovisionView =
+            serde_json::from_str(&page).with_context(|| format!("malformed {path} answer"))?;
+        let power = match &view.power {
+            None => "no BMC call".to_string(),
+            Some(out) => match (&out.recovery, &out.error) {
+                (_, Some(error)) => format!("BMC: {}", terminal::escape(error)),
+                (Some(state), None) => format!("recovery {state}"),
+                (None, None) => format!("BMC: {}", out.result),
+            },
+        };
+        println!(
+            "{} ({}): netboot {}; {power}",
+            terminal::escape(host),
+            view.mac,
+            netboot_cell(&view.netboot, now)
+        );
+        let failed = view.power.as_ref().is_some_and(|o| o.failure.is_some());
+        return Ok(if failed {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
+    let view: NetbootView =
+        serde_json::from_str(&page).with_context(|| format!("malformed {path} answer"))?;
+    println!(
+        "{}: netboot {}",
+        terminal::escape(host),
+        netboot_cell(&view, now)
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `method path` to the running agent with an optional JSON body and

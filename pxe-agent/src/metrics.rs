@@ -31,6 +31,9 @@ pub const SHARE_SLOT: &str = "pxe_share_slot";
 pub const SHARE_LIVE: &str = "pxe_share_live_slots";
 pub const SHARE_BUCKETS: &str = "pxe_share_buckets";
 pub const READY: &str = "pxe_ready";
+pub const NETBOOT_CHANGES: &str = "pxe_netboot_changes_total";
+pub const NETBOOT_REFUSED: &str = "pxe_netboot_refused_total";
+pub const NETBOOT_DONE: &str = "pxe_netboot_done_hosts";
 pub const DISCOVERED: &str = "pxe_discovered_hosts";
 pub const TRACED: &str = "pxe_traced_macs";
 pub const LEASES: &str = "pxe_leases";
@@ -328,5 +331,59 @@ pub fn render_share(share: &Share) -> String {
         "Hash buckets of unknown MACs (of 256) this agent answers.",
     );
     o.sample(SHARE_BUCKETS, "", share.buckets_owned());
+    o.0
+}
+
+/// The netboot counters: state changes by kind, boot files refused by
+/// route, and how many `once` hosts are done now.
+pub fn render_netboot(c: &crate::netboot::Counters, done: usize) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut o = Out(String::new());
+    o.head(
+        NETBOOT_CHANGES,
+        "counter",
+        "Netboot state changes: provisioning done (by phone-home or operator), armed again.",
+    );
+    o.sample(
+        NETBOOT_CHANGES,
+        "to=\"done\",by=\"phone-home\"",
+        c.done_phone_home.load(Relaxed),
+    );
+    o.sample(
+        NETBOOT_CHANGES,
+        "to=\"done\",by=\"operator\"",
+        c.done_operator.load(Relaxed),
+    );
+    o.sample(
+        NETBOOT_CHANGES,
+        "to=\"armed\",by=\"operator\"",
+        c.armed.load(Relaxed),
+    );
+    o.head(
+        NETBOOT_REFUSED,
+        "counter",
+        "Boot files refused to hosts netboot gives none now, by route (script: an exit script served).",
+    );
+    o.sample(
+        NETBOOT_REFUSED,
+        "route=\"tftp\"",
+        c.refused_tftp.load(Relaxed),
+    );
+    o.sample(
+        NETBOOT_REFUSED,
+        "route=\"http\"",
+        c.refused_http.load(Relaxed),
+    );
+    o.sample(
+        NETBOOT_REFUSED,
+        "route=\"script\"",
+        c.exit_scripts.load(Relaxed),
+    );
+    o.head(
+        NETBOOT_DONE,
+        "gauge",
+        "Hosts whose provisioning is recorded as done.",
+    );
+    o.sample(NETBOOT_DONE, "", done);
     o.0
 }

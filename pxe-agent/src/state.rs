@@ -17,6 +17,7 @@ use crate::{
     health::Health,
     inventory::{Inventory, MacAddr},
     lease::{LeaseState, LeaseStore},
+    netboot::{Actor, NetbootStore, StoreError},
     progress::Progress,
     share::Share,
 };
@@ -35,6 +36,12 @@ pub struct State {
     pub health: Arc<Health>,
     /// This agent's slot and the live slots; the membership swaps it.
     pub share: RwLock<Arc<Share>>,
+    /// Which `netboot: once` hosts are provisioned. The inventory in force
+    /// carries a copy ([`Inventory::provisioned`]) that every route reads;
+    /// after a change here, `netboot_changed` wakes the task that puts a
+    /// recompiled inventory in force on both paths.
+    pub netboot: Arc<NetbootStore>,
+    pub netboot_changed: tokio::sync::Notify,
 }
 
 impl State {
@@ -56,6 +63,48 @@ impl State {
             progress,
             health,
             share: RwLock::new(Arc::new(Share::alone())),
+            netboot: Arc::new(NetbootStore::in_memory()),
+            netboot_changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The state with `store` as its netboot store (the one in the state
+    /// directory); [`State::new`] keeps one in memory.
+    pub fn with_netboot(mut self, store: Arc<NetbootStore>) -> State {
+        self.netboot = store;
+        self
+    }
+
+    /// Records that `mac`'s provisioning is done; `Ok(false)` if it was.
+    pub fn netboot_done(&self, mac: MacAddr, by: Actor) -> Result<bool, StoreError> {
+        let changed = self.netboot.mark_done(mac, by, crate::progress::now_ms())?;
+        if changed {
+            self.netboot_changed.notify_one();
+        }
+        Ok(changed)
+    }
+
+    /// Arms `mac` to be given its boot file again; `Ok(false)` if it was.
+    pub fn netboot_arm(&self, mac: MacAddr) -> Result<bool, StoreError> {
+        let changed = self.netboot.arm(mac, crate::progress::now_ms())?;
+        if changed {
+            self.netboot_changed.notify_one();
+        }
+        Ok(changed)
+    }
+
+    /// Waits (up to `within`) until the inventory in force carries the
+    /// netboot store's records, i.e. every route follows the last change.
+    pub async fn netboot_in_force(&self, within: std::time::Duration) -> bool {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            if self.inventory().provisioned == self.netboot.done() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
 

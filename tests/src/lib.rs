@@ -35,6 +35,8 @@ mod kube;
 #[cfg(test)]
 mod manifests;
 #[cfg(test)]
+mod netboot;
+#[cfg(test)]
 mod nics;
 #[cfg(test)]
 mod oob;

@@ -610,6 +610,9 @@ pub fn decide_shared(req: &Request, inv: &Inventory, server: &Server, pools: &Po
     let boot =
         boot_answer(profile, boot.as_ref(), class, ipxe, host.mac, server).unwrap_or(Boot::None);
     let mut reply = build(&Subject::host(inv, host), kind, boot, &rule_options, server);
+    if inv.withholds_boot(host) {
+        withhold_boot(&mut reply);
+    }
     echo_relay_info(&mut reply, req);
     Answer::Reply(reply)
 }
@@ -652,6 +655,12 @@ fn proxy(
     let Some(host) = host else {
         return Answer::Ignore(Counter::PassUnknownHost);
     };
+    // Boot information is all a proxy gives: a host given no boot file now
+    // (`netboot`) hears only the address server, as a profile that boots
+    // nothing does.
+    if inv.withholds_boot(host) {
+        return Answer::Ignore(Counter::PassUnsupportedClient);
+    }
     let relayed = !req.giaddr.is_unspecified();
     if relayed && !inv.subnet_of(host).contains(req.giaddr) {
         return Answer::Ignore(Counter::PassRelay);
@@ -684,6 +693,27 @@ fn proxy(
     let mut reply = build_proxy(kind, boot, &rule_options, Some(&host.options), req, server);
     echo_relay_info(&mut reply, req);
     Answer::Reply(reply)
+}
+
+/// The options that point a client at something to boot: TFTP server name
+/// (66), boot file name (67), vendor-specific PXE data (43), the
+/// `HTTPClient` class (60) that makes UEFI take an offer as an HTTP boot
+/// offer, and iPXE's encapsulated settings (175).
+const BOOT_OPTIONS: [u8; 5] = [66, 67, 43, 60, 175];
+
+/// Makes `reply` an address-only answer, for a host whose `netboot` policy
+/// gives it no boot file now ([`Inventory::withholds_boot`]): no next
+/// server, no `file`, none of [`BOOT_OPTIONS`], whether they came from the
+/// boot answer, a rule or the host's own options. Address, router, DNS,
+/// hostname, domain and lease time stay, so the firmware configures the
+/// interface, finds nothing to boot and falls through to the next boot
+/// device.
+fn withhold_boot(reply: &mut Reply) {
+    reply.siaddr = Ipv4Addr::UNSPECIFIED;
+    reply.file = None;
+    for code in BOOT_OPTIONS {
+        reply.options.remove(OptionCode::from(code));
+    }
 }
 
 /// Whether the interface of `server` (the one the request came in on)
@@ -1884,6 +1914,28 @@ hosts:
     }
 
     #[test]
+    fn a_provisioned_host_in_a_proxy_subnet_hears_only_the_address_server() {
+        let mut inv = proxy_inv();
+        inv.profiles[0].netboot = crate::inventory::Netboot::Once;
+        let req = pxe(discover(WORKER), 0);
+        assert!(matches!(decide(&req, &inv, &SERVER), Answer::Reply(_)));
+        inv.provisioned.insert(WORKER);
+        let at = Ipv4Addr::new(10, 66, 1, 10);
+        for req in [req.clone(), boot_server(req, at)] {
+            assert_eq!(
+                decide(&req, &inv, &SERVER),
+                Answer::Ignore(Counter::PassUnsupportedClient),
+                "{req:?}"
+            );
+        }
+        // Nor does the kernel hold a proxy offer for it.
+        assert!(matches!(
+            fast_path(&pxe(discover(WORKER), 0), &inv, &SERVER),
+            Decision::Pass(_)
+        ));
+    }
+
+    #[test]
     fn proxy_never_answers_clients_that_are_not_pxe_firmware() {
         let inv = proxy_inv();
         let ignored = |req: &Request| match decide(req, &inv, &SERVER) {
@@ -1981,5 +2033,130 @@ hosts:
         };
         assert!(!server_mode.is_proxy());
         assert_eq!(server_mode.yiaddr, RESERVED);
+    }
+
+    const NETBOOT: &str = r#"
+subnets:
+  - {cidr: 10.66.0.0/16, router: 10.66.0.1, dns: [10.66.0.1]}
+profiles:
+  - name: install
+    netboot: once
+    boot: {bios: undionly.kpxe, uefi: ipxe.efi, http: "http://{server}/ipxe.efi"}
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, hostname: node-1, profile: install,
+     options: {66: tftp.lab.example, 43: "\u0006\u0001\u0008"}}
+  - {mac: "52:54:00:00:00:02", ip: 10.66.1.11, profile: install, netboot: never}
+  - {mac: "52:54:00:00:00:03", ip: 10.66.1.12, profile: install, netboot: always}
+"#;
+
+    /// What a reply carries that points at something to boot.
+    fn boot_data(answer: Answer) -> (Ipv4Addr, Ipv4Addr, Option<String>, Vec<u8>) {
+        let Answer::Reply(reply) = answer else {
+            panic!("no reply: {answer:?}")
+        };
+        assert_ne!(reply.kind, ReplyKind::Nak);
+        let codes = BOOT_OPTIONS
+            .into_iter()
+            .filter(|c| reply.options.get(OptionCode::from(*c)).is_some())
+            .collect();
+        (reply.yiaddr, reply.siaddr, reply.file, codes)
+    }
+
+    #[test]
+    fn a_provisioned_once_host_gets_its_address_and_nothing_to_boot_on_every_class() {
+        let mut inv = Inventory::parse(Path::new("t.yaml"), NETBOOT).expect("valid");
+        let node = MacAddr([0x52, 0x54, 0, 0, 0, 1]);
+        let ip = Ipv4Addr::new(10, 66, 1, 10);
+        let clients = [
+            ("bios", pxe(discover(node), 0)),
+            ("uefi", pxe(discover(node), 7)),
+            ("http", http_boot(node, 16)),
+            ("ipxe", ipxe(pxe(discover(node), 0))),
+            ("bios ack", request(pxe(discover(node), 0))),
+        ];
+        let with_ack = |mut r: Request| {
+            if r.msg_type == Some(MessageType::Request) {
+                r.requested_ip = Some(ip);
+            }
+            r
+        };
+        // Armed: every class boots.
+        for (name, req) in &clients {
+            let (yiaddr, _, file, codes) = boot_data(decide(&with_ack(req.clone()), &inv, &SERVER));
+            assert_eq!(yiaddr, ip, "{name}");
+            assert!(
+                file.is_some() || codes.contains(&67),
+                "{name}: nothing to boot"
+            );
+        }
+        inv.provisioned.insert(node);
+        for (name, req) in &clients {
+            let answer = decide(&with_ack(req.clone()), &inv, &SERVER);
+            let Answer::Reply(reply) = &answer else {
+                panic!("{name}: {answer:?}")
+            };
+            assert_eq!(
+                reply.options.get(OptionCode::Router),
+                Some(&DhcpOption::Router(vec![SERVER.ip])),
+                "{name}"
+            );
+            assert_eq!(
+                reply.options.get(OptionCode::Hostname),
+                Some(&DhcpOption::Hostname("node-1".into())),
+                "{name}"
+            );
+            assert!(reply.options.get(OptionCode::AddressLeaseTime).is_some());
+            assert_eq!(
+                boot_data(answer),
+                (ip, Ipv4Addr::UNSPECIFIED, None, vec![]),
+                "{name}"
+            );
+        }
+        // The fast path answers the PXE classes itself, address only.
+        for arch in [0, 7] {
+            let Decision::Reply(reply) = fast_path(&pxe(discover(node), arch), &inv, &SERVER)
+            else {
+                panic!("arch {arch} passed")
+            };
+            assert_eq!((reply.yiaddr, reply.file), (ip, None));
+        }
+        // Reprovisioned: boots again.
+        inv.provisioned.remove(&node);
+        let (_, siaddr, file, _) = boot_data(decide(&pxe(discover(node), 0), &inv, &SERVER));
+        assert_eq!(
+            (siaddr, file.as_deref()),
+            (SERVER.ip, Some("undionly.kpxe"))
+        );
+    }
+
+    #[test]
+    fn never_withholds_the_boot_file_and_always_ignores_the_done_record() {
+        let mut inv = Inventory::parse(Path::new("t.yaml"), NETBOOT).expect("valid");
+        let never = MacAddr([0x52, 0x54, 0, 0, 0, 2]);
+        let always = MacAddr([0x52, 0x54, 0, 0, 0, 3]);
+        inv.provisioned.insert(always);
+        let (yiaddr, _, file, codes) = boot_data(decide(&http_boot(never, 16), &inv, &SERVER));
+        assert_eq!(
+            (yiaddr, file, codes),
+            (Ipv4Addr::new(10, 66, 1, 11), None, vec![])
+        );
+        let (_, _, file, _) = boot_data(decide(&pxe(discover(always), 7), &inv, &SERVER));
+        assert_eq!(file.as_deref(), Some("ipxe.efi"));
+        assert_eq!(
+            inv.netboot_of(&inv.hosts[0]),
+            crate::inventory::Netboot::Once
+        );
+        assert!(inv.withholds_boot(&inv.hosts[1]) && !inv.withholds_boot(&inv.hosts[2]));
+    }
+
+    #[test]
+    fn a_netboot_typo_is_reported_with_host_and_field() {
+        let text = NETBOOT.replace("netboot: never", "netboot: nevr");
+        let err = Inventory::parse(Path::new("t.yaml"), &text).expect_err("typo");
+        let text = err.to_string();
+        assert!(
+            text.contains("52:54:00:00:00:02") && text.contains("netboot") && text.contains("nevr"),
+            "{text}"
+        );
     }
 }

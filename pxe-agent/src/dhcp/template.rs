@@ -332,4 +332,37 @@ hosts:
         let server_mode = compile(&inventory("{}"), &SERVER).expect("compiles");
         assert!(server_mode.values().all(|t| t.proxy == 0));
     }
+
+    #[test]
+    fn a_provisioned_host_recompiles_to_address_only_templates_and_only_its_own_change() {
+        let mut inv = inventory("{}");
+        inv.profiles[0].netboot = crate::inventory::Netboot::Once;
+        let armed = compile(&inv, &SERVER).expect("compiles");
+        inv.provisioned.insert(inv.hosts[0].mac);
+        let done = compile(&inv, &SERVER).expect("compiles");
+        assert_eq!(
+            armed.keys().collect::<Vec<_>>(),
+            done.keys().collect::<Vec<_>>()
+        );
+        let plain = &done[&HostKey::new([0x52, 0x54, 0, 0, 0, 1], BootClass::Plain)];
+        for (key, t) in &done {
+            let payload = &t.payload[..t.len as usize];
+            assert!(
+                payload[bootp::OFF_FILE..bootp::OFF_FILE + 128]
+                    .iter()
+                    .all(|b| *b == 0)
+            );
+            assert_eq!(&payload[bootp::OFF_SIADDR..bootp::OFF_SIADDR + 4], &[0; 4]);
+            for code in [43, 60, 66, 67, 175] {
+                assert!(
+                    find_option(payload, code).is_none(),
+                    "{key:?} option {code}"
+                );
+            }
+            assert_eq!(t.yiaddr, [10, 66, 1, 10]);
+            assert!(find_option(payload, 3).is_some() && find_option(payload, 12).is_some());
+            // Every class gets the plain address-only reply.
+            assert_eq!(payload, &plain.payload[..plain.len as usize]);
+        }
+    }
 }

@@ -3,7 +3,10 @@
 //! trace of one machine (`/api/v1/trace/<mac>`), and the out-of-band
 //! endpoints (`/api/v1/hosts/<host>/{power,bootdev,bmc,recover}`,
 //! `/api/v1/audit`): acting ones need a bearer token, and every call on
-//! hardware is in the audit log before its answer goes out.
+//! hardware is in the audit log before its answer goes out. The netboot
+//! endpoints (`/api/v1/hosts/<host>/netboot/done`, `/reprovision`) act
+//! under the same tokens and audit log, and answer once the change is in
+//! force on every route.
 
 use std::{
     collections::BTreeMap,
@@ -28,9 +31,10 @@ use crate::{
     control::{self, Failure, Op, Outcome},
     discovered::Discovered,
     http::{BootState, auth::Tokens},
-    inventory::MacAddr,
+    inventory::{Host, Inventory, MacAddr, Netboot},
     lease::{Lease, LeaseState},
     metrics::{self, AgentGauges},
+    netboot::{Actor, NetbootStore, Phase},
     progress::{self, HostProgress, Stage},
     trace::{Next, TraceEvent, TracePath},
     xdp::{FastPath, Stats},
@@ -51,6 +55,9 @@ pub struct AdminState {
     pub oob: Arc<OobState>,
     /// The Kubernetes source's counters, when the inventory comes from it.
     pub kube: std::sync::OnceLock<Arc<crate::kube::KubeStats>>,
+    /// Held while an inventory is compiled and put in force, so a reload
+    /// and a netboot change never undo each other.
+    pub applying: Mutex<()>,
 }
 
 /// What the out-of-band endpoints need.
@@ -85,6 +92,8 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/api/v1/peers", get(peers))
         .route("/api/v1/hosts", get(hosts))
         .route("/api/v1/trace/{mac}", get(trace))
+        .route("/api/v1/hosts/{host}/netboot/done", post(netboot_done))
+        .route("/api/v1/hosts/{host}/reprovision", post(reprovision))
         .with_state(state)
         .merge(oob)
 }
@@ -131,6 +140,11 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         http: s.boot.http_stats.snapshot(),
     });
     page.push_str(&metrics::render_share(&s.boot.state.share()));
+    let netboot = &s.boot.state.netboot;
+    page.push_str(&metrics::render_netboot(
+        &netboot.counters,
+        netboot.done().len(),
+    ));
     page.push_str(&recovery);
     page.push_str(&s.oob.fallbacks.render());
     if let Some(kube) = s.kube.get() {
@@ -345,6 +359,9 @@ pub struct HostView {
     /// request (`progress.boot_mac`).
     #[serde(default)]
     pub boot_mac: Option<String>,
+    /// The host's `netboot` policy and provisioning state.
+    #[serde(default)]
+    pub netboot: NetbootView,
 }
 
 /// Every inventory host, with how far its current boot got.
@@ -395,6 +412,7 @@ pub fn host_views(s: &AdminState) -> Vec<HostView> {
                 bmc_last_fallback: driver_status.and_then(|d| d.last_fallback),
                 macs: h.ports().iter().map(ToString::to_string).collect(),
                 boot_mac,
+                netboot: netboot_view(&inv, &s.boot.state.netboot, h),
             }
         })
         .collect()
@@ -502,6 +520,20 @@ async fn act(s: Arc<OobState>, caller: String, host: String, op: Op) -> Response
 }
 
 async fn act_and_record(s: Arc<OobState>, caller: String, host: String, op: Op) -> Response {
+    match call_and_record(s, caller, host, op).await {
+        Ok(outcome) => outcome_response(outcome),
+        Err(refused) => refused,
+    }
+}
+
+/// Runs `op` and records it in the audit log; the answer when the entry
+/// cannot be written.
+async fn call_and_record(
+    s: Arc<OobState>,
+    caller: String,
+    host: String,
+    op: Op,
+) -> Result<Outcome, Response> {
     let at_ms = progress::now_ms();
     let outcome = s.control.call(&host, op).await;
     let entry = Entry {
@@ -513,32 +545,258 @@ async fn act_and_record(s: Arc<OobState>, caller: String, host: String, op: Op) 
         result: outcome.audit_result(),
         duration_ms: outcome.duration_ms,
     };
+    record_entry(&s, entry).await?;
+    Ok(outcome)
+}
+
+/// Writes `entry` to the audit log; the answer when it cannot be written.
+async fn record_entry(s: &Arc<OobState>, entry: Entry) -> Result<(), Response> {
     let logged = {
         let s = s.clone();
         tokio::task::spawn_blocking(move || s.audit.record(&entry)).await
     };
     match logged {
-        Ok(Ok(())) => {}
+        Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => {
             tracing::error!(error = %e, "audit entry not written");
-            return (
+            Err((
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("the action ran but its audit entry was not written: {e}\n"),
             )
-                .into_response();
+                .into_response())
         }
-        Err(e) => {
-            return internal("the audit log", e).into_response();
-        }
+        Err(e) => Err(internal("the audit log", e).into_response()),
     }
-    let status = match outcome.failure {
+}
+
+fn outcome_status(outcome: &Outcome) -> StatusCode {
+    match outcome.failure {
         None => StatusCode::OK,
         Some(Failure::UnknownHost | Failure::NoBmc) => StatusCode::NOT_FOUND,
         Some(Failure::Refused) => StatusCode::CONFLICT,
         Some(Failure::Bmc) => StatusCode::BAD_GATEWAY,
         Some(Failure::Unavailable) => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+fn outcome_response(outcome: Outcome) -> Response {
+    (outcome_status(&outcome), Json::<Outcome>(outcome)).into_response()
+}
+
+/// A host's `netboot` policy and, for `once`, where its provisioning
+/// stands: in `/api/v1/hosts` and the answers of the netboot endpoints.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct NetbootView {
+    /// `always`, `once` or `never`.
+    pub policy: String,
+    /// `armed` or `done` for `once`; `None` otherwise.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// Unix milliseconds of the last change, when recorded.
+    #[serde(default)]
+    pub since_ms: Option<u64>,
+    /// `phone-home` or `operator`, when recorded.
+    #[serde(default)]
+    pub by: Option<String>,
+    /// Whether every route gives the host its boot file now.
+    pub boots: bool,
+}
+
+pub fn netboot_view(inv: &Inventory, store: &NetbootStore, host: &Host) -> NetbootView {
+    let policy = inv.netboot_of(host);
+    let record = store.record(host.mac);
+    let once = policy == Netboot::Once;
+    NetbootView {
+        policy: policy.to_string(),
+        state: once.then(|| {
+            match record.map(|r| r.phase) {
+                Some(Phase::Done) => "done",
+                _ => "armed",
+            }
+            .to_string()
+        }),
+        since_ms: record.filter(|_| once).map(|r| r.since_ms),
+        by: record.filter(|_| once).map(|r| r.by.to_string()),
+        boots: !inv.withholds_boot(host),
+    }
+}
+
+/// `POST /api/v1/hosts/<host>/reprovision` body: `{"power": false}` only
+/// arms the host; by default a host with a BMC is also set to PXE and
+/// power-cycled through the recovery controller.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ReprovisionBody {
+    #[serde(default = "yes")]
+    power: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The answer of `/reprovision`: the netboot state, and the BMC outcome
+/// when the host was power-cycled.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct ReprovisionView {
+    pub host: String,
+    pub mac: String,
+    pub netboot: NetbootView,
+    pub power: Option<Outcome>,
+}
+
+/// How long a netboot endpoint waits for the change to be in force on
+/// every route (the fast path's maps included) before it answers.
+const NETBOOT_IN_FORCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Finds `name` and checks that `netboot` lets it be changed; the answer
+/// that refuses otherwise.
+#[expect(
+    clippy::result_large_err,
+    reason = "the error is the handler's answer, returned at once"
+)]
+fn netboot_host(inv: &Inventory, name: &str, done: bool) -> Result<Host, Response> {
+    let Some(host) = control::find_host(inv, name) else {
+        return Err((
+            StatusCode::NOT_FOUND,
+            format!("no inventory host is named {name:?}\n"),
+        )
+            .into_response());
     };
-    (status, Json::<Outcome>(outcome)).into_response()
+    let policy = inv.netboot_of(host);
+    let refuse = match (policy, done) {
+        (Netboot::Once, _) | (Netboot::Always, false) => None,
+        (Netboot::Always, true) => Some("it boots every time (netboot: always)"),
+        (Netboot::Never, _) => Some("it is never given a boot file (netboot: never)"),
+    };
+    if let Some(why) = refuse {
+        return Err((
+            StatusCode::CONFLICT,
+            format!(
+                "host {}: nothing to {}: {why}; set netboot: once\n",
+                host.label(),
+                if done { "mark done" } else { "arm" }
+            ),
+        )
+            .into_response());
+    }
+    Ok(host.clone())
+}
+
+/// Records a netboot change in the audit log and waits until it is in
+/// force; the answer when either fails.
+async fn netboot_settle(
+    s: &AdminState,
+    caller: String,
+    name: &str,
+    action: &str,
+    changed: bool,
+) -> Result<(), Response> {
+    let entry = Entry {
+        at_ms: progress::now_ms(),
+        caller,
+        host: name.to_string(),
+        action: action.to_string(),
+        params: serde_json::json!({ "changed": changed }),
+        result: "ok".into(),
+        duration_ms: 0,
+    };
+    record_entry(&s.oob, entry).await?;
+    if !s.boot.state.netboot_in_force(NETBOOT_IN_FORCE).await {
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "recorded, but not yet in force on the fast path (see the agent's log)\n",
+        )
+            .into_response());
+    }
+    Ok(())
+}
+
+fn store_failed(e: impl std::fmt::Display) -> Response {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("failed to record the netboot state: {e}\n"),
+    )
+        .into_response()
+}
+
+/// `POST /api/v1/hosts/<host>/netboot/done`: the operator says the host's
+/// provisioning is done, as its phone-home would.
+async fn netboot_done(
+    State(s): State<Arc<AdminState>>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = match authorize(&s.oob, &headers) {
+        Ok(c) => c,
+        Err(refused) => return refused.into_response(),
+    };
+    let inv = s.boot.state.inventory();
+    let host = match netboot_host(&inv, &name, true) {
+        Ok(host) => host,
+        Err(refused) => return refused,
+    };
+    let changed = match s.boot.state.netboot_done(host.mac, Actor::Operator) {
+        Ok(changed) => changed,
+        Err(e) => return store_failed(e),
+    };
+    if let Err(answer) = netboot_settle(&s, caller, &name, "netboot-done", changed).await {
+        return answer;
+    }
+    let inv = s.boot.state.inventory();
+    Json(netboot_view(&inv, &s.boot.state.netboot, &host)).into_response()
+}
+
+/// `POST /api/v1/hosts/<host>/reprovision`: arms the host again and, with
+/// a BMC and unless `{"power": false}`, hands it to the recovery
+/// controller, which sets PXE and power-cycles it.
+async fn reprovision(
+    State(s): State<Arc<AdminState>>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let caller = match authorize(&s.oob, &headers) {
+        Ok(c) => c,
+        Err(refused) => return refused.into_response(),
+    };
+    let body: ReprovisionBody = if body.iter().all(u8::is_ascii_whitespace) {
+        ReprovisionBody { power: true }
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(body) => body,
+            Err(e) => return bad_request(format!("malformed reprovision request: {e}")),
+        }
+    };
+    let inv = s.boot.state.inventory();
+    let host = match netboot_host(&inv, &name, false) {
+        Ok(host) => host,
+        Err(refused) => return refused,
+    };
+    let changed = match s.boot.state.netboot_arm(host.mac) {
+        Ok(changed) => changed,
+        Err(e) => return store_failed(e),
+    };
+    if let Err(answer) = netboot_settle(&s, caller.clone(), &name, "reprovision", changed).await {
+        return answer;
+    }
+    let power = if body.power && host.bmc.is_some() {
+        match call_and_record(s.oob.clone(), caller, name.clone(), Op::Recover).await {
+            Ok(outcome) => Some(outcome),
+            Err(refused) => return refused,
+        }
+    } else {
+        None
+    };
+    let status = power.as_ref().map_or(StatusCode::OK, outcome_status);
+    let inv = s.boot.state.inventory();
+    let view = ReprovisionView {
+        host: name,
+        mac: host.mac.to_string(),
+        netboot: netboot_view(&inv, &s.boot.state.netboot, &host),
+        power,
+    };
+    (status, Json(view)).into_response()
 }
 
 async fn power(

@@ -3,7 +3,10 @@
 //! phone-home are served only to the host's own address; anyone else gets 403.
 //! Each script rendered starts a new boot with a new phone-home token
 //! (`http::token`); unless `ipxe.phone_home_token` is `off`, a phone-home
-//! without the current one gets 403 too, and is counted.
+//! without the current one gets 403 too, and is counted. A host that
+//! `netboot` gives no boot file now gets a script that exits to the next
+//! boot device and 403 for boot files and artifacts; the phone-home of a
+//! `netboot: once` host records its provisioning as done.
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -14,14 +17,15 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use tracing::{debug, warn};
+use tracing::{debug, error, info, warn};
 
 use super::{
     BootState, artifacts, grub, limit, script,
     token::{self, Refusal},
 };
 use crate::{
-    inventory::{MacAddr, PhoneHomeToken},
+    inventory::{MacAddr, Netboot, PhoneHomeToken},
+    netboot::Actor,
     progress,
     trace::TracePath,
 };
@@ -91,6 +95,16 @@ async fn boot_script(
         .progress
         .new_token_epoch(mac, progress::now_ms());
     let token = state.token_key.issue(mac, epoch);
+    // A host given no boot file now boots its disk, whatever it fetched
+    // the script for.
+    let exit_profile;
+    let profile = if host.is_some_and(|h| inv.withholds_boot(h)) {
+        crate::netboot::Counters::bump(&state.state.netboot.counters.exit_scripts);
+        exit_profile = script::local_disk(profile);
+        &exit_profile
+    } else {
+        profile
+    };
     match script::render(profile, &target, state.server_for(ip).ip, Some(&token)) {
         Ok(text) => {
             let what = || format!("/boot/{name} from {peer}");
@@ -156,6 +170,19 @@ async fn booted(
             note
         },
     );
+    let inv = state.state.inventory();
+    if let Some(host) = inv.host_by_mac(mac)
+        && inv.netboot_of(host) == Netboot::Once
+    {
+        match state.state.netboot_done(mac, Actor::PhoneHome) {
+            Ok(true) => info!(%mac, "provisioning done: no boot file from now on"),
+            Ok(false) => {}
+            Err(e) => {
+                error!(%mac, "failed to record that provisioning is done: {e}");
+                return StatusCode::INTERNAL_SERVER_ERROR;
+            }
+        }
+    }
     StatusCode::NO_CONTENT
 }
 
@@ -301,6 +328,17 @@ async fn serve_from(
     let Some(root) = root else {
         return StatusCode::NOT_FOUND.into_response();
     };
+    if let Some(ip) = client_ip(peer)
+        && state.state.inventory().withholds_boot_at(ip)
+    {
+        crate::netboot::Counters::bump(&state.state.netboot.counters.refused_http);
+        debug!(%path, %peer, "refused: netboot gives this host no boot file now");
+        return (
+            StatusCode::FORBIDDEN,
+            "netboot: this host is given no boot file now\n",
+        )
+            .into_response();
+    }
     let Some(file) = artifacts::resolve(root, path).await else {
         debug!(%path, %peer, "not served");
         return StatusCode::NOT_FOUND.into_response();

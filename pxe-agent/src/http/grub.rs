@@ -150,7 +150,9 @@ pub fn config_for(state: &BootState, ip: Ipv4Addr, name: &str, via: TracePath) -
         Some(h) => inv.profile_of(h),
         None => inv.discovery_profile()?,
     };
-    if !is_config(profile, name) {
+    // A host given no boot file now (`netboot`) gets no config either: the
+    // caller refuses the name as it refuses every boot file.
+    if !is_config(profile, name) || host.is_some_and(|h| inv.withholds_boot(h)) {
         return None;
     }
     let no_labels = Default::default();
@@ -206,6 +208,7 @@ mod tests {
             grub: Some(GrubSettings {
                 config: DEFAULT_GRUB_CONFIG.into(),
             }),
+            netboot: Default::default(),
         }
     }
 

@@ -36,6 +36,16 @@ exit 1
 {%- endif %}
 "#;
 
+/// `profile` as it renders for a host given no boot file now (`netboot`):
+/// the script exits to the next boot device.
+pub fn local_disk(profile: &Profile) -> Profile {
+    Profile {
+        chain: None,
+        local_disk: true,
+        ..profile.clone()
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("failed to render the iPXE script of {mac}: {source}")]
 pub struct RenderError {
@@ -107,6 +117,7 @@ mod tests {
             local_disk: false,
             rules: Vec::new(),
             grub: None,
+            netboot: Default::default(),
         }
     }
 

@@ -188,7 +188,7 @@ async fn connection(
             }
         };
         let file = match &head {
-            Some(h) => file_for(&state, h).await,
+            Some(h) => file_for(&state, h, peer).await,
             None => None,
         };
         let (Some(head), Some(path)) = (head, file) else {
@@ -301,9 +301,15 @@ fn parse_head(buf: &[u8]) -> Parsed {
     })
 }
 
-/// The file a GET or HEAD names, when this loop serves it.
-async fn file_for(state: &BootState, head: &Head) -> Option<std::path::PathBuf> {
+/// The file a GET or HEAD names, when this loop serves it. A host that
+/// `netboot` gives no boot file now is axum's, which refuses it.
+async fn file_for(state: &BootState, head: &Head, peer: SocketAddr) -> Option<std::path::PathBuf> {
     if head.method != Method::GET && head.method != Method::HEAD {
+        return None;
+    }
+    if let std::net::IpAddr::V4(ip) = peer.ip()
+        && state.state.inventory().withholds_boot_at(ip)
+    {
         return None;
     }
     // Percent-encoded or query-carrying paths, scripts and the API: axum's.

@@ -79,6 +79,10 @@ pub struct Inventory {
     /// The addresses of the interfaces the agent serves, when it serves
     /// more than one (see [`Inventory::serve_on`]); empty otherwise.
     pub served: Vec<Ipv4Addr>,
+    /// The hosts whose provisioning the netboot store records as done, as
+    /// of when this inventory was put in force (see
+    /// [`Inventory::withholds_boot`]); not part of the file.
+    pub provisioned: std::collections::BTreeSet<MacAddr>,
     index: HostIndex,
 }
 
@@ -234,6 +238,9 @@ pub struct Profile {
     /// kernel): the agent renders the host's grub.cfg from `kernel`,
     /// `initrd` and `cmdline` (`http::grub`).
     pub grub: Option<GrubSettings>,
+    /// Whether the profile's hosts are given a boot file (hosts may
+    /// override it).
+    pub netboot: Netboot,
 }
 
 /// Where a grub profile's hosts read their rendered grub.cfg.
@@ -286,6 +293,34 @@ pub struct Host {
     pub bmc: Option<BmcSettings>,
     /// When the host is recovered through its BMC; `None`: only on request.
     pub recovery: Option<RecoverySettings>,
+    /// Overrides its profile's [`Profile::netboot`].
+    pub netboot: Option<Netboot>,
+}
+
+/// `netboot:` on a profile or host: when the host is given a boot file.
+/// Every route follows it: DHCP on both paths, the iPXE script, TFTP and
+/// HTTP boot (`docs/lifecycle.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Netboot {
+    /// Every boot.
+    #[default]
+    Always,
+    /// Until the host's provisioning is done (its phone-home, or an
+    /// operator's `hosts done`); `reprovision` arms it again.
+    Once,
+    /// Never: the host gets its address only.
+    Never,
+}
+
+impl fmt::Display for Netboot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Netboot::Always => "always",
+            Netboot::Once => "once",
+            Netboot::Never => "never",
+        })
+    }
 }
 
 impl Host {
@@ -566,6 +601,28 @@ impl Inventory {
         } else {
             Vec::new()
         };
+    }
+
+    /// The `netboot` policy in force for `host`: its own, else its
+    /// profile's.
+    pub fn netboot_of(&self, host: &Host) -> Netboot {
+        host.netboot.unwrap_or(self.profile_of(host).netboot)
+    }
+
+    /// Whether `host` is given no boot file on any route: `netboot: never`,
+    /// or `once` with its provisioning done ([`Inventory::provisioned`]).
+    pub fn withholds_boot(&self, host: &Host) -> bool {
+        match self.netboot_of(host) {
+            Netboot::Always => false,
+            Netboot::Never => true,
+            Netboot::Once => self.provisioned.contains(&host.mac),
+        }
+    }
+
+    /// Whether the host reserved `ip` is given no boot file (TFTP and HTTP
+    /// know a client by its address).
+    pub fn withholds_boot_at(&self, ip: Ipv4Addr) -> bool {
+        self.host_by_ip(ip).is_some_and(|h| self.withholds_boot(h))
     }
 
     /// The profile unknown machines get, when discovery names one.

@@ -78,6 +78,9 @@ pub(super) struct RawProfile {
     pub bmc: Option<RawBmc>,
     /// Defaults for the recovery policy of the profile's hosts.
     pub recovery: Option<RawRecovery>,
+    /// `always`, `once` or `never`; `always` when missing. Text so that a
+    /// typo is reported with the rest.
+    pub netboot: Option<String>,
     /// The Secure Boot chain: grub reads a grub.cfg the agent renders.
     pub grub: Option<RawGrub>,
 }
@@ -143,6 +146,8 @@ pub(super) struct RawHost {
     pub options: serde_norway::Mapping,
     pub bmc: Option<RawBmc>,
     pub recovery: Option<RawRecovery>,
+    /// Overrides the profile's `netboot`; text as on a profile.
+    pub netboot: Option<String>,
 }
 
 /// A `bmc` block, on a host or (as defaults) on a profile.

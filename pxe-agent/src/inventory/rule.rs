@@ -500,6 +500,7 @@ mod tests {
             cmdline: None,
             chain: None,
             local_disk: false,
+            netboot: Default::default(),
             rules: vec![
                 Rule {
                     when: Match {

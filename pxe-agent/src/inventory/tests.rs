@@ -96,6 +96,7 @@ fn full_format_parses_into_the_model() {
             local_disk: false,
             rules: vec![],
             grub: None,
+            netboot: Default::default(),
         }]
     );
     let labels = BTreeMap::from([
@@ -115,6 +116,7 @@ fn full_format_parses_into_the_model() {
             options: BTreeMap::from([(42, vec![10, 66, 0, 1])]),
             bmc: None,
             recovery: None,
+            netboot: None,
         }]
     );
 }

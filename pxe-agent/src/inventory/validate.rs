@@ -10,8 +10,8 @@ use std::{
 
 use super::{
     BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Inventory, IpxeSettings,
-    LeaseKey, MAC_PLACEHOLDER, MacAddr, Match, PhoneHomeToken, Problem, Profile, Range, Rule,
-    SERVER_PLACEHOLDER, Subnet, SubnetMode,
+    LeaseKey, MAC_PLACEHOLDER, MacAddr, Match, Netboot, PhoneHomeToken, Problem, Profile, Range,
+    Rule, SERVER_PLACEHOLDER, Subnet, SubnetMode,
     oob::{self, Secrets},
     option,
     raw::{
@@ -72,6 +72,7 @@ pub(super) fn validate(
         discovery,
         ipxe,
         served: Vec::new(),
+        provisioned: Default::default(),
         index: Default::default(),
     })
 }
@@ -408,6 +409,7 @@ fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<Profile> {
         if let Some(grub) = &entry.grub {
             check_grub(entry, grub, &mut report);
         }
+        let netboot = netboot(entry.netboot.as_deref(), &mut report).unwrap_or_default();
         if entry.kernel.is_none() {
             if !entry.initrd.is_empty() {
                 report(
@@ -434,6 +436,7 @@ fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<Profile> {
             local_disk: entry.local_disk,
             rules,
             grub: entry.grub.as_ref().map(grub_settings),
+            netboot,
         });
     }
     out
@@ -791,6 +794,7 @@ fn hosts(
             entry.recovery.as_ref(),
             &mut report,
         );
+        let netboot = netboot(entry.netboot.as_deref(), &mut report);
         if recovery.is_some() && entry.bmc.is_none() {
             report(
                 "bmc",
@@ -813,6 +817,7 @@ fn hosts(
                     options,
                     bmc,
                     recovery,
+                    netboot,
                 })
             }
             _ => None,
@@ -867,6 +872,23 @@ fn host_macs(entry: &RawHost, report: &mut impl FnMut(&str, String)) -> Vec<MacA
         }
     }
     out
+}
+
+/// A profile's or host's `netboot`, as written; `None` when missing or
+/// reported.
+fn netboot(raw: Option<&str>, report: &mut impl FnMut(&str, String)) -> Option<Netboot> {
+    match raw? {
+        "always" => Some(Netboot::Always),
+        "once" => Some(Netboot::Once),
+        "never" => Some(Netboot::Never),
+        other => {
+            report(
+                "netboot",
+                format!("{other:?} is not one of always, once, never"),
+            );
+            None
+        }
+    }
 }
 
 /// Encodes a host's or rule's `options`; `report` gets the key as written.

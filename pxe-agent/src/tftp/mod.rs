@@ -46,7 +46,7 @@ use std::{
 
 pub use generated::Generated;
 pub use path::{PathError, RootError};
-pub use server::{ServeError, Server, serve};
+pub use server::{Gate, ServeError, Server, serve};
 pub use thread::ServerThread;
 pub use transfer::TransferError;
 

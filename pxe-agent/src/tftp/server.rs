@@ -71,12 +71,29 @@ pub enum ServeError {
 
 /// A configured server, ready to serve a socket. Clones share the root and
 /// the counters, so one server can serve a socket per interface.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Server {
     cfg: TftpConfig,
     root: Arc<Root>,
     stats: Arc<Stats>,
     generated: Option<Arc<dyn Generated>>,
+    gate: Option<Gate>,
+}
+
+/// Asked before every read request with the client's address: `Some`
+/// refuses it with an access violation carrying that reason (the agent
+/// refuses hosts whose `netboot` policy gives them no boot file now).
+pub type Gate = Arc<dyn Fn(IpAddr) -> Option<&'static str> + Send + Sync>;
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("cfg", &self.cfg)
+            .field("root", &self.root)
+            .field("generated", &self.generated.is_some())
+            .field("gated", &self.gate.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Serves `socket` with `cfg` until `shutdown` turns true (or its sender is
@@ -100,12 +117,19 @@ impl Server {
             root: Arc::new(root),
             stats: Arc::default(),
             generated: None,
+            gate: None,
         })
     }
 
     /// Asks `generated` for each requested name before the root.
     pub fn with_generated(mut self, generated: Arc<dyn Generated>) -> Server {
         self.generated = Some(generated);
+        self
+    }
+
+    /// Puts `gate` in front of every read request.
+    pub fn with_gate(mut self, gate: Gate) -> Server {
+        self.gate = Some(gate);
         self
     }
 
@@ -149,6 +173,7 @@ impl Server {
             peers: Mutex::default(),
             busy_poll: self.cfg.busy_poll,
             spin_slots: SpinSlots::for_this_machine(),
+            gate: self.gate,
         });
         let permits = Arc::new(Semaphore::new(self.cfg.max_transfers));
         let (running, mut ended) = mpsc::channel(1);
@@ -211,6 +236,7 @@ pub(super) struct Shared {
     peers: Mutex<HashMap<SocketAddr, PeerEntry>>,
     pub busy_poll: Duration,
     pub spin_slots: SpinSlots,
+    gate: Option<Gate>,
 }
 
 /// The way to a running peer thread's transfers.
@@ -292,6 +318,11 @@ impl Listener {
         let stats = &self.shared.stats;
         bump(&stats.requests);
         let file = String::from_utf8_lossy(req.filename).into_owned();
+        if let Some(why) = self.shared.gate.as_ref().and_then(|gate| gate(peer.ip())) {
+            debug!(%peer, %file, reason = why, "read request refused");
+            self.refuse(peer, ErrorCode::AccessViolation, why).await;
+            return;
+        }
         let Some(mode) = Mode::from_wire(req.mode) else {
             debug!(%peer, %file, mode = %String::from_utf8_lossy(req.mode), "unsupported mode");
             self.refuse(

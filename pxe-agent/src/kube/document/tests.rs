@@ -28,6 +28,7 @@ profiles:
   - name: chained
     chain: "http://{server}:8080/chain/{mac}.ipxe"
     local_disk: true
+    netboot: once
   - name: worker
     boot:
       bios: undionly.kpxe
@@ -70,6 +71,7 @@ hosts:
       password_env: kubernetes Secret bmc-node-1
       boot_mode: legacy
     recovery: {expect_boot: false, max_attempts: 3, after_boot: none}
+    netboot: never
   - macs: [52:54:00:12:34:57, 52:54:00:12:34:58]
     ip: 10.66.1.11
     profile: chained
@@ -145,7 +147,8 @@ fn snapshot() -> Snapshot {
         object(
             "BootProfile",
             "chained",
-            json!({"chain": "http://{server}:8080/chain/{mac}.ipxe", "localDisk": true}),
+            json!({"chain": "http://{server}:8080/chain/{mac}.ipxe", "localDisk": true,
+                   "netboot": "once"}),
         ),
     );
     s.hosts.insert(
@@ -160,6 +163,7 @@ fn snapshot() -> Snapshot {
                 "bmc": {"address": "ipmi://10.77.0.2:623", "credentialsName": "bmc-node-1",
                         "bootMode": "legacy"},
                 "recovery": {"expectBoot": false, "maxAttempts": 3, "afterBoot": "none"},
+                "netboot": "never",
             }),
         ),
     );

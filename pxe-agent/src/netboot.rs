@@ -1,0 +1,280 @@
+//! [`NetbootStore`]: whether each `netboot: once` host's provisioning is
+//! done, since when and by what (its phone-home or an operator), one
+//! record per host in a redb file of its own under the state directory
+//! (each change one durable commit), with a copy in memory that every
+//! route reads through [`crate::state::State`]. Owns the records and their
+//! counters; not what a route does with them (`dhcp::decide`, `http::boot`,
+//! `tftp::server`) nor how the fast path's maps follow (`app`).
+//!
+//! Records outlive the inventory: a host removed from it and listed again
+//! keeps its record, so a mistaken edit never makes an installed fleet
+//! install again; `reprovision` arms a host on purpose.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    sync::{
+        Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use crate::inventory::MacAddr;
+
+/// The file name under the state directory.
+pub const NETBOOT_FILE: &str = "netboot.redb";
+
+/// MAC (lowercase colon form) -> JSON [`Record`].
+const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("netboot_v1");
+
+/// Where a host's provisioning stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// It is given its boot file (no record says the same).
+    Armed,
+    /// It is given none until reprovisioned.
+    Done,
+}
+
+/// Who changed the record last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Actor {
+    /// The booted system's phone-home.
+    PhoneHome,
+    /// `pxe-agent hosts done` / `reprovision`, or the API.
+    Operator,
+}
+
+impl std::fmt::Display for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Actor::PhoneHome => "phone-home",
+            Actor::Operator => "operator",
+        })
+    }
+}
+
+/// One host's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub phase: Phase,
+    /// Unix time in milliseconds.
+    pub since_ms: u64,
+    pub by: Actor,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("netboot store {}: {source}", .path.display())]
+    Db {
+        path: PathBuf,
+        #[source]
+        source: Box<redb::Error>,
+    },
+    #[error("netboot store {}: bad record for {key:?}: {message}", .path.display())]
+    Corrupt {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+/// Changes and refusals, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub done_phone_home: AtomicU64,
+    pub done_operator: AtomicU64,
+    pub armed: AtomicU64,
+    pub refused_tftp: AtomicU64,
+    pub refused_http: AtomicU64,
+    pub exit_scripts: AtomicU64,
+}
+
+impl Counters {
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// See the module documentation.
+pub struct NetbootStore {
+    /// `None`: kept in memory only (tests, tools).
+    db: Option<(PathBuf, Database)>,
+    records: Mutex<BTreeMap<MacAddr, Record>>,
+    pub counters: Counters,
+}
+
+impl NetbootStore {
+    /// A store that forgets on exit.
+    pub fn in_memory() -> NetbootStore {
+        NetbootStore {
+            db: None,
+            records: Mutex::default(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Opens (creating if missing) [`NETBOOT_FILE`] in `state_dir` and
+    /// reads every record.
+    pub fn open_in(state_dir: &Path) -> Result<NetbootStore, StoreError> {
+        let path = state_dir.join(NETBOOT_FILE);
+        let db_error = |e: redb::Error| StoreError::Db {
+            path: path.clone(),
+            source: Box::new(e),
+        };
+        let db = Database::create(&path).map_err(|e| db_error(e.into()))?;
+        let txn = db.begin_write().map_err(|e| db_error(e.into()))?;
+        txn.open_table(RECORDS).map_err(|e| db_error(e.into()))?;
+        txn.commit().map_err(|e| db_error(e.into()))?;
+        let mut records = BTreeMap::new();
+        {
+            let txn = db.begin_read().map_err(|e| db_error(e.into()))?;
+            let table = txn.open_table(RECORDS).map_err(|e| db_error(e.into()))?;
+            for entry in table.iter().map_err(|e| db_error(e.into()))? {
+                let (key, value) = entry.map_err(|e| db_error(e.into()))?;
+                let corrupt = |message: String| StoreError::Corrupt {
+                    path: path.clone(),
+                    key: key.value().to_owned(),
+                    message,
+                };
+                let mac = key
+                    .value()
+                    .parse::<MacAddr>()
+                    .map_err(|e| corrupt(e.to_string()))?;
+                let record: Record =
+                    serde_json::from_slice(value.value()).map_err(|e| corrupt(e.to_string()))?;
+                records.insert(mac, record);
+            }
+        }
+        Ok(NetbootStore {
+            db: Some((path, db)),
+            records: Mutex::new(records),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The record of `mac`, if it has one.
+    pub fn record(&self, mac: MacAddr) -> Option<Record> {
+        self.lock().get(&mac).copied()
+    }
+
+    /// The hosts recorded as done.
+    pub fn done(&self) -> BTreeSet<MacAddr> {
+        self.lock()
+            .iter()
+            .filter(|(_, r)| r.phase == Phase::Done)
+            .map(|(mac, _)| *mac)
+            .collect()
+    }
+
+    /// Records `mac` as done by `by` at `now_ms`; `Ok(false)` when it was
+    /// done already (the record keeps its first time).
+    pub fn mark_done(&self, mac: MacAddr, by: Actor, now_ms: u64) -> Result<bool, StoreError> {
+        let changed = self.set(mac, Phase::Done, by, now_ms)?;
+        if changed {
+            Counters::bump(match by {
+                Actor::PhoneHome => &self.counters.done_phone_home,
+                Actor::Operator => &self.counters.done_operator,
+            });
+        }
+        Ok(changed)
+    }
+
+    /// Arms `mac` again; `Ok(false)` when it was armed already.
+    pub fn arm(&self, mac: MacAddr, now_ms: u64) -> Result<bool, StoreError> {
+        let changed = self.set(mac, Phase::Armed, Actor::Operator, now_ms)?;
+        if changed {
+            Counters::bump(&self.counters.armed);
+        }
+        Ok(changed)
+    }
+
+    /// Writes the record durably, then in memory; a failed write changes
+    /// neither.
+    fn set(&self, mac: MacAddr, phase: Phase, by: Actor, now_ms: u64) -> Result<bool, StoreError> {
+        let mut records = self.lock();
+        let was = records.get(&mac).map_or(Phase::Armed, |r| r.phase);
+        if was == phase {
+            return Ok(false);
+        }
+        let record = Record {
+            phase,
+            since_ms: now_ms,
+            by,
+        };
+        if let Some((path, db)) = &self.db {
+            let db_error = |e: redb::Error| StoreError::Db {
+                path: path.clone(),
+                source: Box::new(e),
+            };
+            let txn = db.begin_write().map_err(|e| db_error(e.into()))?;
+            {
+                let mut table = txn.open_table(RECORDS).map_err(|e| db_error(e.into()))?;
+                // Serializing plain data into a Vec cannot fail.
+                let value = serde_json::to_vec(&record).unwrap_or_default();
+                table
+                    .insert(mac.to_string().as_str(), value.as_slice())
+                    .map_err(|e| db_error(e.into()))?;
+            }
+            txn.commit().map_err(|e| db_error(e.into()))?;
+        }
+        records.insert(mac, record);
+        Ok(true)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<MacAddr, Record>> {
+        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAC: MacAddr = MacAddr([0x52, 0x54, 0, 0, 0, 1]);
+
+    #[test]
+    fn done_and_armed_survive_a_reopen_and_count_only_changes() {
+        let dir = std::env::temp_dir().join(format!("pxe-netboot-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        {
+            let store = NetbootStore::open_in(&dir).expect("opens");
+            assert_eq!(store.record(MAC), None);
+            assert!(
+                store
+                    .mark_done(MAC, Actor::PhoneHome, 1_000)
+                    .expect("writes")
+            );
+            assert!(
+                !store
+                    .mark_done(MAC, Actor::Operator, 2_000)
+                    .expect("writes")
+            );
+            assert_eq!(store.counters.done_phone_home.load(Ordering::Relaxed), 1);
+            assert_eq!(store.counters.done_operator.load(Ordering::Relaxed), 0);
+        }
+        let store = NetbootStore::open_in(&dir).expect("reopens");
+        assert_eq!(
+            store.record(MAC),
+            Some(Record {
+                phase: Phase::Done,
+                since_ms: 1_000,
+                by: Actor::PhoneHome
+            })
+        );
+        assert_eq!(store.done(), BTreeSet::from([MAC]));
+        assert!(store.arm(MAC, 3_000).expect("writes"));
+        drop(store);
+        let store = NetbootStore::open_in(&dir).expect("reopens");
+        assert!(store.done().is_empty());
+        assert_eq!(store.record(MAC).map(|r| r.by), Some(Actor::Operator));
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
