@@ -14,6 +14,7 @@ pub mod inventory;
 pub mod kube;
 pub mod lease;
 pub mod logging;
+pub mod mac_records;
 pub mod metrics;
 pub mod netboot;
 pub mod netdev;

@@ -1149,6 +1149,15 @@ fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
 /// The bearer token in `path`: the last field of its first line that is
 /// not blank nor a comment, so both a bare token and the agent's
 /// `name token` line work.
+/// The API token from `--token-file`, else from $PXE_AGENT_TOKEN_FILE;
+/// `None` when neither names a file.
+fn api_token(flag: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    let path = flag
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("PXE_AGENT_TOKEN_FILE").map(PathBuf::from));
+    path.map(|p| read_token(&p)).transpose()
+}
+
 fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("failed to read the token file {}", path.display()))?;
@@ -1224,14 +1233,7 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
         let echo = select.bmc_boot_flag_echo.into();
         runtime()?.block_on(direct(op, hosts, &inv, &audit, concurrency, echo))?
     } else {
-        let token = match select
-            .token_file
-            .clone()
-            .or_else(|| std::env::var_os("PXE_AGENT_TOKEN_FILE").map(PathBuf::from))
-        {
-            Some(path) => Some(read_token(&path)?),
-            None => None,
-        };
+        let token = api_token(select.token_file.as_deref())?;
         let addr = select.metrics_addr;
         let hosts = if select.all || !select.label.is_empty() {
             let list: Vec<HostView> = serde_json::from_str(&http_get(addr, "/api/v1/hosts")?)
@@ -1481,14 +1483,7 @@ fn netboot_call(
     action: &str,
     body: Option<serde_json::Value>,
 ) -> anyhow::Result<ExitCode> {
-    let token = match agent
-        .token_file
-        .clone()
-        .or_else(|| std::env::var_os("PXE_AGENT_TOKEN_FILE").map(PathBuf::from))
-    {
-        Some(path) => Some(read_token(&path)?),
-        None => None,
-    };
+    let token = api_token(agent.token_file.as_deref())?;
     let path = format!("/api/v1/hosts/{host}/{action}");
     let (status, page) = http_request(
         agent.metrics_addr,

@@ -19,16 +19,19 @@ use std::{
     },
 };
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use crate::inventory::MacAddr;
+use crate::{
+    inventory::MacAddr,
+    mac_records::{self, ReadError},
+};
 
 /// The file name under the state directory.
 pub const NETBOOT_FILE: &str = "netboot.redb";
 
 /// MAC (lowercase colon form) -> JSON [`Record`].
-const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("netboot_v1");
+const RECORDS: mac_records::Table = TableDefinition::new("netboot_v1");
 
 /// Where a host's provisioning stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,26 +134,17 @@ impl NetbootStore {
         let txn = db.begin_write().map_err(|e| db_error(e.into()))?;
         txn.open_table(RECORDS).map_err(|e| db_error(e.into()))?;
         txn.commit().map_err(|e| db_error(e.into()))?;
-        let mut records = BTreeMap::new();
-        {
-            let txn = db.begin_read().map_err(|e| db_error(e.into()))?;
-            let table = txn.open_table(RECORDS).map_err(|e| db_error(e.into()))?;
-            for entry in table.iter().map_err(|e| db_error(e.into()))? {
-                let (key, value) = entry.map_err(|e| db_error(e.into()))?;
-                let corrupt = |message: String| StoreError::Corrupt {
+        let records = mac_records::read_all(&db, RECORDS)
+            .map_err(|e| match e {
+                ReadError::Db(e) => db_error(e),
+                ReadError::Corrupt { key, message } => StoreError::Corrupt {
                     path: path.clone(),
-                    key: key.value().to_owned(),
+                    key,
                     message,
-                };
-                let mac = key
-                    .value()
-                    .parse::<MacAddr>()
-                    .map_err(|e| corrupt(e.to_string()))?;
-                let record: Record =
-                    serde_json::from_slice(value.value()).map_err(|e| corrupt(e.to_string()))?;
-                records.insert(mac, record);
-            }
-        }
+                },
+            })?
+            .into_iter()
+            .collect();
         Ok(NetbootStore {
             db: Some((path, db)),
             records: Mutex::new(records),

@@ -6,17 +6,20 @@
 
 use std::path::{Path, PathBuf};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, TableDefinition};
 
 use super::machine::Record;
-use crate::inventory::MacAddr;
+use crate::{
+    inventory::MacAddr,
+    mac_records::{self, ReadError},
+};
 
 /// The file name under the state directory.
 pub const RECOVERY_FILE: &str = "recovery.redb";
 
 /// MAC (lowercase colon form) -> JSON [`Record`]. The name carries the
 /// record format, so a future format gets a table of its own.
-const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("recovery_v1");
+const RECORDS: mac_records::Table = TableDefinition::new("recovery_v1");
 
 /// A record is a few hundred bytes; a fleet's fit in a small cache.
 const CACHE_BYTES: usize = 4 << 20;
@@ -109,25 +112,14 @@ impl RecoveryStore {
 
     /// Every record, by MAC.
     pub(super) fn load(&self) -> Result<Vec<(MacAddr, Record)>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.read_error(e))?;
-        let table = txn.open_table(RECORDS).map_err(|e| self.read_error(e))?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(|e| self.read_error(e))? {
-            let (key, value) = entry.map_err(|e| self.read_error(e))?;
-            let corrupt = |message: String| StoreError::Corrupt {
+        mac_records::read_all(&self.db, RECORDS).map_err(|e| match e {
+            ReadError::Db(e) => self.read_error(e),
+            ReadError::Corrupt { key, message } => StoreError::Corrupt {
                 path: self.path.clone(),
-                key: key.value().to_owned(),
+                key,
                 message,
-            };
-            let mac = key
-                .value()
-                .parse::<MacAddr>()
-                .map_err(|e| corrupt(e.to_string()))?;
-            let record: Record =
-                serde_json::from_slice(value.value()).map_err(|e| corrupt(e.to_string()))?;
-            out.push((mac, record));
-        }
-        Ok(out)
+            },
+        })
     }
 
     /// Writes every change in one durable commit: `Some` puts the record,
