@@ -465,14 +465,8 @@ struct Select {
     /// Every host with a BMC.
     #[arg(long)]
     all: bool,
-    /// File holding the bearer token (a `name token` line of the agent's
-    /// token file works too); default $PXE_AGENT_TOKEN_FILE.
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = Output::Table)]
-    output: Output,
-    #[arg(long, default_value = DEFAULT_METRICS)]
-    metrics_addr: SocketAddr,
+    #[command(flatten)]
+    agent: AgentCall,
     /// Act without an agent: drivers from --inventory, audited as `direct`.
     #[arg(long, requires = "inventory")]
     direct: bool,
@@ -1233,8 +1227,8 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
         let echo = select.bmc_boot_flag_echo.into();
         runtime()?.block_on(direct(op, hosts, &inv, &audit, concurrency, echo))?
     } else {
-        let token = api_token(select.token_file.as_deref())?;
-        let addr = select.metrics_addr;
+        let token = api_token(select.agent.token_file.as_deref())?;
+        let addr = select.agent.metrics_addr;
         let hosts = if select.all || !select.label.is_empty() {
             let list: Vec<HostView> = serde_json::from_str(&http_get(addr, "/api/v1/hosts")?)
                 .context("malformed /api/v1/hosts answer")?;
@@ -1250,7 +1244,7 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
         through_agent(op, hosts, addr, token, concurrency)
     };
     let failed = outcomes.iter().filter(|o| !o.is_ok()).count();
-    match select.output {
+    match select.agent.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&outcomes)?),
         Output::Table => {
             let mut table = Table::new(&[
