@@ -1,10 +1,10 @@
-//! Wiring of a running agent: inventory → templates → XDP maps, the slow
+//! Wiring of a running agent: inventory → compiled replies → XDP maps, the slow
 //! path for what XDP passes up, the reload watcher and the HTTP endpoints,
 //! until shutdown.
 //!
 //! An agent serves one or more interfaces (VLAN sub-interfaces included).
 //! Each gets its own server address, its own loaded XDP program whose hosts
-//! map holds the templates compiled for that address, its own slow-path
+//! maps hold the replies compiled for that address, its own slow-path
 //! and TFTP sockets bound to it; the inventory, the policy, the lease store
 //! and the HTTP listeners are shared.
 
@@ -21,7 +21,6 @@ use std::{
 
 use anyhow::Context as _;
 use axum::Router;
-use pxe_ebpf_common::MAX_TEMPLATES;
 use tokio::{net::TcpListener, sync::watch};
 use tracing::{error, info, warn};
 
@@ -42,7 +41,7 @@ use crate::{
         boot, limit, sendfile,
         token::TokenKey,
     },
-    inventory::{Inventory, LoadError, Problem},
+    inventory::{Inventory, LoadError},
     lease::LeaseStore,
     metrics::AgentGauges,
     netboot::NetbootStore,
@@ -54,7 +53,7 @@ use crate::{
     state::State,
     tftp,
     trace::TracePath,
-    xdp::{self, AttachMode, FastPath, SyncError, events, sync_each},
+    xdp::{self, AttachMode, Capacity, FastPath, SyncError, events, sync_each},
 };
 
 /// An interface to serve, as `--interface NAME[=IP]` gives it.
@@ -212,6 +211,9 @@ pub struct RunConfig {
     pub pin_dir: Option<PathBuf>,
     /// Sharing the discovery pools with peer agents (`--peers kube`).
     pub peers: Option<membership::Config>,
+    /// Host entries (ports) the fast path's maps hold; without it, twice
+    /// what the inventory at start needs.
+    pub map_capacity: Option<u32>,
 }
 
 /// The out-of-band knobs of `pxe-agent run`.
@@ -241,20 +243,20 @@ pub fn prepare(
     path: &Path,
     server: &Server,
     http_port: u16,
-) -> Result<(Inventory, template::Templates), LoadError> {
-    let (inv, mut templates) = prepare_each(path, std::slice::from_ref(server), http_port)?;
+) -> Result<(Inventory, template::Compiled), LoadError> {
+    let (inv, mut compiled) = prepare_each(path, std::slice::from_ref(server), http_port)?;
     Ok((
         inv,
-        templates.pop().expect("one server, one set of templates"),
+        compiled.pop().expect("one server, one compiled inventory"),
     ))
 }
 
-/// An inventory with the templates compiled from it, `templates[i]` for
-/// the `i`th interface's server.
-pub type Prepared = (Inventory, Vec<template::Templates>);
+/// An inventory with the replies compiled from it, `compiled[i]` for the
+/// `i`th interface's server.
+pub type Prepared = (Inventory, Vec<template::Compiled>);
 
-/// Like [`prepare`], compiling the templates once per interface's server:
-/// `templates[i]` names `servers[i]` and holds the hosts it answers.
+/// Like [`prepare`], compiling the replies once per interface's server:
+/// `compiled[i]` names `servers[i]` and holds the hosts it answers.
 pub fn prepare_each(
     path: &Path,
     servers: &[Server],
@@ -283,39 +285,18 @@ pub fn compile_each(
 
 /// Compiles `inv` and checks the result against the limits of the fast
 /// path's maps; `path` is only used in messages.
-fn compile(
-    path: &Path,
-    inv: &Inventory,
-    server: &Server,
-) -> Result<template::Templates, LoadError> {
+fn compile(path: &Path, inv: &Inventory, server: &Server) -> Result<template::Compiled, LoadError> {
     let invalid = |problems| LoadError::Invalid {
         path: path.to_path_buf(),
         problems,
     };
-    let templates = template::compile(inv, server).map_err(invalid)?;
-    fits_hosts_map(inv.hosts.len(), templates.len()).map_err(|problem| invalid(vec![problem]))?;
-    Ok(templates)
-}
-
-/// The hosts map holds [`MAX_TEMPLATES`] replies. Filling it with more
-/// fails only in the kernel (E2BIG from `bpf_map_update_elem`), after the
-/// file has been checked, so the limit is an inventory problem.
-fn fits_hosts_map(hosts: usize, replies: usize) -> Result<(), Problem> {
-    let limit = usize::try_from(MAX_TEMPLATES).unwrap_or(usize::MAX);
-    if replies <= limit {
-        return Ok(());
-    }
-    Err(Problem::new(
-        None,
-        "hosts",
-        format!(
-            "{hosts} hosts compile to {replies} replies, one per host and boot class, but the \
-             fast path holds at most {MAX_TEMPLATES}; give profiles fewer boot classes (every \
-             host gets one reply for plain dhcp, plus one for each of bios, uefi, uefi_arm64, \
-             http, http_arm64 and http_ia32 its profile sets) or split the inventory between \
-             agents"
-        ),
-    ))
+    let compiled = template::compile(inv, server).map_err(invalid)?;
+    // Past the largest maps an agent can be given: refused here, so that
+    // `check` says so; a running agent's own maps are checked in force.
+    Capacity::LARGEST
+        .fits(&compiled, inv.hosts.len())
+        .map_err(|problem| invalid(vec![problem]))?;
+    Ok(compiled)
 }
 
 /// Runs until `shutdown` turns true.
@@ -335,7 +316,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         )
     })?;
     let netboot = Arc::new(NetbootStore::open_in(&cfg.state_dir)?);
-    let (kube_source, (inv, templates)) = match &cfg.kube {
+    let (kube_source, (inv, compiled)) = match &cfg.kube {
         None => (
             None,
             prepare_provisioned(&cfg.inventory, &servers, http_port, &netboot)?,
@@ -358,34 +339,46 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     // One program per interface: each map holds the replies naming that
     // interface's server, for the hosts of its subnets.
     let mut fasts = Vec::with_capacity(ifaces.len());
-    let mut count = 0;
     if let Some(dir) = &cfg.pin_dir {
         xdp::pin::prepare(dir)?;
         detach_unserved(dir, &ifaces)?;
     }
-    for (iface, templates) in ifaces.iter().zip(templates) {
-        count += templates.len();
+    let capacity = Capacity::for_inventory(&compiled, cfg.map_capacity);
+    for c in &compiled {
+        capacity
+            .fits(c, inv.hosts.len())
+            .map_err(|problem| LoadError::Invalid {
+                path: cfg.inventory.clone(),
+                problems: vec![problem],
+            })?;
+    }
+    let count = compiled.iter().map(template::Compiled::replies).sum();
+    for (iface, compiled) in ifaces.iter().zip(&compiled) {
         let fast = match &cfg.pin_dir {
             None => {
-                let mut fast = FastPath::load().with_context(|| {
+                let mut fast = FastPath::load_with(capacity).with_context(|| {
                     format!("failed to load the XDP program for {}", iface.name)
                 })?;
-                // Fill the map before attaching: once attached, every known host is answered.
-                fast.sync(templates)
+                // Fill the maps before attaching: once attached, every known host is answered.
+                fast.sync(compiled)
                     .with_context(|| format!("failed to fill the hosts map of {}", iface.name))?;
                 fast.attach(&iface.name, cfg.xdp_mode)?;
                 fast
             }
-            Some(dir) => start_pinned(dir, &iface.name, cfg.xdp_mode, templates)?,
+            Some(dir) => start_pinned(dir, &iface.name, cfg.xdp_mode, compiled, capacity)?,
         };
         fasts.push(fast);
     }
     info!(
         hosts = inv.hosts.len(),
-        templates = count,
+        replies = count,
+        shared_bodies = compiled.iter().map(|c| c.bodies.len()).sum::<usize>(),
+        map_capacity = capacity.hosts,
         interfaces = ifaces.len(),
         "inventory loaded"
     );
+    drop(compiled);
+    trim_heap();
 
     let progress = Arc::new(Progress::default());
     let health = Arc::new(Health::default());
@@ -973,11 +966,23 @@ fn apply_compiled(
             return Reload::Refused;
         }
     };
-    let count = templates.iter().map(template::Templates::len).sum();
-    let synced = sync_each(
-        &mut shared.fast.lock().unwrap_or_else(PoisonError::into_inner),
-        templates,
-    );
+    let count = templates.iter().map(template::Compiled::replies).sum();
+    let mut fast = shared.fast.lock().unwrap_or_else(PoisonError::into_inner);
+    // The maps were sized at start; an inventory past them is refused
+    // whole, like any other invalid one.
+    let too_big = fast
+        .iter()
+        .zip(&templates)
+        .find_map(|(f, c)| f.capacity().fits(c, inv.hosts.len()).err());
+    if let Some(problem) = too_big {
+        drop(fast);
+        rejected();
+        warn!("inventory change refused, still serving the previous one: {problem}");
+        return Reload::Refused;
+    }
+    let synced = sync_each(&mut fast, &templates);
+    drop(fast);
+    drop(templates);
     let report = match synced {
         Ok(report) => report,
         Err(e @ SyncError::RolledBack { .. }) => {
@@ -1030,6 +1035,13 @@ fn apply_compiled(
         "inventory reloaded"
     );
     Reload::Applied
+}
+
+/// Gives the heap freed after compiling back to the system, so that the
+/// agent's resident memory follows what it keeps, not a reload's peak.
+fn trim_heap() {
+    // SAFETY: malloc_trim only returns free pages of glibc's heap.
+    unsafe { libc::malloc_trim(0) };
 }
 
 /// Modification time, size and inode of the file behind the path
@@ -1197,10 +1209,11 @@ fn start_pinned(
     dir: &Path,
     iface: &str,
     mode: AttachMode,
-    templates: template::Templates,
+    compiled: &template::Compiled,
+    capacity: Capacity,
 ) -> anyhow::Result<FastPath> {
     let pins = xdp::pin::iface_dir(dir, iface);
-    let (fast, adoption) = FastPath::start_pinned(&pins, iface, mode, templates)
+    let (fast, adoption) = FastPath::start_pinned(&pins, iface, mode, compiled, capacity)
         .with_context(|| format!("failed to start the XDP fast path of {iface} on its pins"))?;
     let pins = pins.display();
     match adoption {
@@ -1454,35 +1467,16 @@ mod tests {
             (&templates[0], parent, parent_host),
             (&templates[1], vlan, vlan_host),
         ] {
-            assert!(!set.is_empty());
-            for (key, t) in set {
+            assert!(!set.hosts.is_empty());
+            for key in set.hosts.keys() {
                 assert_eq!(key.mac, host);
+            }
+            for body in &set.bodies {
                 assert_eq!(
-                    (t.server_ip, t.server_mac),
+                    (body.server_ip, body.server_mac),
                     (server.ip.octets(), server.mac)
                 );
             }
-        }
-    }
-
-    #[test]
-    fn hosts_map_limit_counts_replies_and_says_how_to_stay_under_it() {
-        let limit = MAX_TEMPLATES as usize;
-        assert!(fits_hosts_map(limit / 5, limit).is_ok());
-        let problem = fits_hosts_map(limit / 5 + 1, limit + 1).expect_err("one reply too many");
-        assert_eq!(problem.host, None);
-        assert_eq!(problem.field, "hosts");
-        for expect in [
-            &format!("{} hosts compile to {} replies", limit / 5 + 1, limit + 1),
-            "one per host and boot class",
-            &format!("at most {MAX_TEMPLATES}"),
-            "fewer boot classes",
-            "split the inventory",
-        ] {
-            assert!(
-                problem.message.contains(expect),
-                "{expect:?} missing from {problem}"
-            );
         }
     }
 
@@ -1495,32 +1489,5 @@ mod tests {
         let _ = fs::remove_file(&path);
         let (inv, _) = result.expect("valid");
         assert_eq!(inv.ipxe.script, "http://{server}:8081/boot/{mac}.ipxe");
-    }
-
-    /// What `pxe-agent check` runs: an inventory one host past the map's
-    /// capacity is refused there, not only when `run` fills the map.
-    #[test]
-    fn prepare_refuses_an_inventory_just_over_the_hosts_map_capacity() {
-        let hosts = MAX_TEMPLATES / 5 + 1;
-        let path = std::env::temp_dir().join(format!("pxe-agent-app-{}-big.yaml", process::id()));
-        fs::write(&path, every_class_inventory(hosts)).expect("write the inventory");
-        let result = prepare(&path, &SERVER, 8080);
-        let _ = fs::remove_file(&path);
-        let Err(err) = result else {
-            panic!("{hosts} hosts with every boot class were accepted")
-        };
-        let LoadError::Invalid { problems, .. } = &err else {
-            panic!("expected an invalid inventory, got {err:?}")
-        };
-        assert_eq!(problems.len(), 1, "{err}");
-        let text = err.to_string();
-        assert!(text.contains(&*path.to_string_lossy()), "{text}");
-        assert!(
-            text.contains(&format!(
-                "field hosts: {hosts} hosts compile to {} replies",
-                hosts * 5
-            )),
-            "{text}"
-        );
     }
 }

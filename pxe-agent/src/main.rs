@@ -23,7 +23,7 @@ use pxe_agent::{
         admin::{HostView, LeaseView, NetbootView, ReprovisionView},
         limit,
     },
-    inventory::{self, MacAddr},
+    inventory::{self, LoadError, MacAddr},
     logging::{self, LogFormat},
     progress::{self, Step},
     ratelimit::Rate,
@@ -32,7 +32,7 @@ use pxe_agent::{
     tftp,
     trace::TraceEvent,
     when,
-    xdp::{AttachMode, VethPeer},
+    xdp::{AttachMode, Capacity, VethPeer},
 };
 use tokio::sync::watch;
 
@@ -217,6 +217,11 @@ enum Command {
         /// `pxe-agent detach` removes it. Without it, exit detaches.
         #[arg(long, value_name = "DIR")]
         pin_dir: Option<PathBuf>,
+        /// Host entries (MACs) the fast path's maps hold. Without it, twice
+        /// what the inventory at start needs (at least 4096): a reload that
+        /// needs more is refused, naming this flag.
+        #[arg(long, value_name = "N")]
+        map_capacity: Option<u32>,
         #[command(flatten)]
         peers: PeerArgs,
     },
@@ -249,6 +254,10 @@ enum Command {
         /// assumed otherwise, so size checks hold for any server).
         #[arg(long)]
         server_ip: Option<Ipv4Addr>,
+        /// Check against maps of this many host entries, as `run
+        /// --map-capacity N` would make them.
+        #[arg(long, value_name = "N")]
+        map_capacity: Option<u32>,
     },
     /// Lab helper: attach a pass-through XDP program to the far end of a veth
     /// pair so it receives the fast path's XDP_TX replies, until SIGINT or
@@ -545,6 +554,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             bmc_boot_flag_echo,
             recovery_backoff_ms,
             pin_dir,
+            map_capacity,
             peers,
         } => {
             anyhow::ensure!(
@@ -617,6 +627,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     },
                 },
                 pin_dir,
+                map_capacity,
             };
             run(cfg)?;
             Ok(ExitCode::SUCCESS)
@@ -632,18 +643,37 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { file, server_ip } => {
+        Command::Check {
+            file,
+            server_ip,
+            map_capacity,
+        } => {
             let server = Server {
                 ip: server_ip.unwrap_or(Ipv4Addr::BROADCAST),
                 mac: [0; 6],
             };
-            match app::prepare(&file, &server, inventory::DEFAULT_HTTP_PORT) {
-                Ok((inv, templates)) => {
+            let checked = app::prepare(&file, &server, inventory::DEFAULT_HTTP_PORT).and_then(
+                |(inv, compiled)| {
+                    let capacity = Capacity::for_inventory([&compiled], map_capacity);
+                    capacity
+                        .fits(&compiled, inv.hosts.len())
+                        .map_err(|problem| LoadError::Invalid {
+                            path: file.clone(),
+                            problems: vec![problem],
+                        })?;
+                    Ok((inv, compiled, capacity))
+                },
+            );
+            match checked {
+                Ok((inv, compiled, capacity)) => {
                     println!(
-                        "{}: ok, {} hosts, {} compiled replies",
+                        "{}: ok, {} hosts, {} compiled replies sharing {} bodies, \
+                         maps for {} host entries",
                         file.display(),
                         inv.hosts.len(),
-                        templates.len()
+                        compiled.replies(),
+                        compiled.bodies.len(),
+                        capacity.hosts
                     );
                     Ok(ExitCode::SUCCESS)
                 }

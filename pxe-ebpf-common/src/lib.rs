@@ -8,8 +8,12 @@
 
 use core::mem::size_of;
 
-/// Name of the hash map of reply templates, keyed by [`HostKey`].
+/// Name of the hash map of per-host reply records ([`HostRecord`]), keyed
+/// by [`MacKey`]: one entry per port of every host.
 pub const HOSTS_MAP: &str = "HOSTS";
+/// Name of the array of reply bodies ([`ReplyBody`]): the parts of replies
+/// that hosts share, indexed by the slots of [`HostRecord::bodies`].
+pub const BODIES_MAP: &str = "BODIES";
 /// Name of the per-CPU counter array, indexed by [`Counter`].
 pub const COUNTERS_MAP: &str = "COUNTERS";
 /// Name of the XDP program inside the object.
@@ -24,8 +28,12 @@ pub const REDIRECT_MAP: &str = "REDIRECT_TO";
 pub const EVENTS_MAP: &str = "EVENTS";
 /// Capacity of [`EVENTS_MAP`] in bytes.
 pub const EVENTS_BYTES: u32 = 256 * 1024;
-/// Capacity of [`HOSTS_MAP`]: hosts × boot classes.
-pub const MAX_TEMPLATES: u32 = 262_144;
+/// Capacity of [`HOSTS_MAP`] as compiled into the object; the agent sizes
+/// the map to the inventory when it loads the program.
+pub const DEFAULT_HOSTS: u32 = 4096;
+/// Capacity of [`BODIES_MAP`] as compiled into the object; sized like
+/// [`DEFAULT_HOSTS`].
+pub const DEFAULT_BODIES: u32 = 1024;
 /// Name of the hash map of traced MACs, keyed by [`TraceKey`].
 pub const TRACED_MAP: &str = "TRACED";
 /// Name of the one-slot array holding how many MACs [`TRACED_MAP`] holds:
@@ -105,11 +113,20 @@ pub mod bootp {
     pub const MAX_REPLY: usize = 544;
     /// Replies are padded to the BOOTP minimum (RFC 1542 section 3.4).
     pub const MIN_REPLY: usize = 300;
+    /// Room for a host's own options in its [`super::HostRecord`]: host
+    /// name and a few extra options. A host whose own options need more
+    /// gets bodies of its own that hold them.
+    pub const HOST_BYTES: usize = 128;
+    /// The padding and end option after the host's options: at most
+    /// `MIN_REPLY - (OFF_OPTIONS + 1)` bytes, since every reply carries at
+    /// least one option, the message type.
+    pub const MAX_TAIL: usize = 64;
 }
 
 /// What the firmware is asking for, from option 93 and option 60.
 ///
-/// Each host has one [`ReplyTemplate`] per class its profile can answer.
+/// A host's [`HostRecord`] names one [`ReplyBody`] per class its profile
+/// can answer.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum BootClass {
@@ -228,52 +245,103 @@ pub fn reply_destination(flags: u16, ciaddr: u32, giaddr: u32, yiaddr: u32) -> R
     }
 }
 
-/// Key of [`HOSTS_MAP`]: a client MAC and the boot class it asks for.
+/// Key of [`HOSTS_MAP`] and of the trace filter: a client MAC.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HostKey {
+pub struct MacKey {
     pub mac: [u8; 6],
-    /// A [`BootClass`] discriminant.
-    pub class: u8,
-    pub _pad: u8,
+    pub _pad: [u8; 2],
 }
-const _: () = assert!(size_of::<HostKey>() == 8);
+const _: () = assert!(size_of::<MacKey>() == 8);
 
-impl HostKey {
-    pub const fn new(mac: [u8; 6], class: BootClass) -> HostKey {
-        HostKey {
-            mac,
-            class: class as u8,
-            _pad: 0,
+impl MacKey {
+    pub const fn new(mac: [u8; 6]) -> MacKey {
+        MacKey { mac, _pad: [0; 2] }
+    }
+}
+
+/// A slot of [`HostRecord::bodies`] for a class the host is not answered
+/// in by the fast path.
+pub const NO_BODY: u32 = u32::MAX;
+/// Flag of a [`HostRecord::bodies`] slot: the body is the whole reply, the
+/// host's own options included (they did not fit the record, or differ
+/// between classes), so the record's `options` are not inserted.
+pub const BODY_WHOLE: u32 = 1 << 31;
+
+/// Value of [`HOSTS_MAP`]: what is the host's own in its replies.
+///
+/// A reply is `body.payload[..body.len]` (everything up to where the
+/// host's options go, with yiaddr zero), then `options[..len]`, then the
+/// end option and zero padding to [`bootp::MIN_REPLY`]; yiaddr is patched
+/// in. Both parts are cut by the agent from one encoding of the reply.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostRecord {
+    /// The reserved address, network byte order (yiaddr; 0 for proxy).
+    pub yiaddr: [u8; 4],
+    /// The [`BODIES_MAP`] slot of each [`BootClass`] (by discriminant),
+    /// [`NO_BODY`] for a class the kernel passes, [`BODY_WHOLE`] set when
+    /// the body holds the host's options itself.
+    pub bodies: [u32; 7],
+    /// One's-complement sum (RFC 1071, folded, host order) of
+    /// `options[..len]` placed at an even offset.
+    pub sum: u16,
+    /// Bytes of `options` in use, at most [`bootp::HOST_BYTES`].
+    pub len: u16,
+    /// The host's own options (host name, extra options), encoded.
+    pub options: [u8; bootp::HOST_BYTES],
+}
+const _: () = assert!(size_of::<HostRecord>() == 36 + bootp::HOST_BYTES);
+
+impl HostRecord {
+    pub const fn zeroed() -> HostRecord {
+        HostRecord {
+            yiaddr: [0; 4],
+            bodies: [NO_BODY; 7],
+            sum: 0,
+            len: 0,
+            options: [0; bootp::HOST_BYTES],
+        }
+    }
+
+    /// The body slot for `class` and whether the record's options go in,
+    /// or `None` when the class is not answered.
+    pub fn body(&self, class: BootClass) -> Option<(u32, bool)> {
+        match self.bodies[class as usize] {
+            NO_BODY => None,
+            slot => Some((slot & !BODY_WHOLE, slot & BODY_WHOLE == 0)),
         }
     }
 }
 
-/// Value of [`HOSTS_MAP`]: a DHCP reply compiled by the agent, ready to be
-/// spliced into the request's frame.
+/// Value of [`BODIES_MAP`]: the shared part of a DHCP reply compiled by
+/// the agent, ready to be spliced into the request's frame with a host's
+/// [`HostRecord`].
 ///
-/// `payload[..len]` is the whole BOOTP message as the agent's encoder wrote it
-/// for a DHCPOFFER, with the per-request fields (xid, flags, ciaddr, giaddr,
-/// chaddr) zeroed. The XDP program copies it, keeps the request's xid, flags,
-/// giaddr and chaddr, sets ciaddr for an ACK, and patches the message type
-/// byte at `msg_type_off`.
+/// `payload[..len]` is the BOOTP message as the agent's encoder wrote it
+/// for a DHCPOFFER, up to the host's own options, with the per-request
+/// fields (xid, flags, ciaddr, giaddr, chaddr) and yiaddr zeroed. The XDP
+/// program copies it, keeps the request's xid, flags, giaddr and chaddr,
+/// sets ciaddr for an ACK, puts in the host's address and options, ends
+/// and pads the options, and patches the message type byte at
+/// `msg_type_off`.
 #[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ReplyTemplate {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReplyBody {
     /// The server's address, network byte order (IPv4 source, option 54).
     pub server_ip: [u8; 4],
-    /// The reserved address, network byte order (yiaddr).
-    pub yiaddr: [u8; 4],
-    /// The host's subnet, network byte order, for checking a relay's giaddr.
+    /// The hosts' subnet, network byte order, for checking a relay's giaddr.
     pub subnet: [u8; 4],
     /// Netmask of `subnet`, network byte order.
     pub netmask: [u8; 4],
-    /// One's-complement sum (folded to 16 bits, host order) of the payload
-    /// as a DHCPOFFER and as a DHCPACK; the XDP program adds the request's
-    /// fields and the pseudo header to get the UDP checksum.
+    /// One's-complement sum (folded to 16 bits, host order) of
+    /// `payload[..len]` as a DHCPOFFER and as a DHCPACK; the XDP program
+    /// adds the host's part, the request's fields and the pseudo header to
+    /// get the UDP checksum.
     pub csum_offer: u16,
     pub csum_ack: u16,
-    /// Bytes of `payload` in use, at most [`bootp::MAX_REPLY`].
+    /// Bytes of `payload` in use: more than [`bootp::OFF_OPTIONS`], less
+    /// than [`bootp::MAX_REPLY`] with the host's options and the end.
     pub len: u16,
     /// Offset in `payload` of the option 53 value byte.
     pub msg_type_off: u16,
@@ -285,13 +353,12 @@ pub struct ReplyTemplate {
     pub _pad: [u8; 1],
     pub payload: [u8; bootp::TEMPLATE_BYTES],
 }
-const _: () = assert!(size_of::<ReplyTemplate>() == 32 + bootp::TEMPLATE_BYTES);
+const _: () = assert!(size_of::<ReplyBody>() == 28 + bootp::TEMPLATE_BYTES);
 
-impl ReplyTemplate {
-    pub const fn zeroed() -> ReplyTemplate {
-        ReplyTemplate {
+impl ReplyBody {
+    pub const fn zeroed() -> ReplyBody {
+        ReplyBody {
             server_ip: [0; 4],
-            yiaddr: [0; 4],
             subnet: [0; 4],
             netmask: [0; 4],
             csum_offer: 0,
@@ -328,19 +395,7 @@ pub struct ServedEvent {
 const _: () = assert!(size_of::<ServedEvent>() == 24);
 
 /// Key of [`TRACED_MAP`]: a client MAC (chaddr, or the Ethernet source).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TraceKey {
-    pub mac: [u8; 6],
-    pub _pad: [u8; 2],
-}
-const _: () = assert!(size_of::<TraceKey>() == 8);
-
-impl TraceKey {
-    pub const fn new(mac: [u8; 6]) -> TraceKey {
-        TraceKey { mac, _pad: [0; 2] }
-    }
-}
+pub type TraceKey = MacKey;
 
 /// The fast path's verdict on one request of a traced MAC.
 #[repr(C)]
@@ -373,7 +428,7 @@ pub enum Counter {
     Rx = 0,
     TxOffer,
     TxAck,
-    /// MAC (or MAC and boot class) not in the map.
+    /// MAC not in the map, or its host not answered in this boot class.
     PassUnknownHost,
     /// iPXE (user class, option 175): the slow path chains the script.
     PassIpxe,
@@ -479,12 +534,12 @@ impl Counter {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: both are repr(C) with explicit padding and no pointers.
-    unsafe impl aya::Pod for super::HostKey {}
+    // SAFETY: all are repr(C) with explicit padding and no pointers.
+    unsafe impl aya::Pod for super::MacKey {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for super::ReplyTemplate {}
+    unsafe impl aya::Pod for super::HostRecord {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for super::TraceKey {}
+    unsafe impl aya::Pod for super::ReplyBody {}
 }
 
 #[cfg(test)]

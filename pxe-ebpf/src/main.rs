@@ -1,7 +1,8 @@
 //! XDP entry point of the DHCP fast path and its per-exit counters.
 //!
 //! Answers DHCPDISCOVER and DHCPREQUEST for hosts in `HOSTS` by splicing the
-//! reply the agent compiled; everything it cannot answer exactly goes to the
+//! reply the agent compiled (a shared body from `BODIES` and the host's own
+//! record); everything it cannot answer exactly goes to the
 //! kernel stack (`XDP_PASS`) with a counter saying why. Parsing lives in
 //! `parse`, the in-place rewrite in `reply`, checksums in `csum`.
 #![no_std]
@@ -15,18 +16,27 @@ mod trace;
 use aya_ebpf::{
     bindings::xdp_action,
     macros::{map, xdp},
-    maps::{DevMap, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, DevMap, HashMap, PerCpuArray, RingBuf},
     programs::XdpContext,
 };
-use pxe_ebpf_common::{Counter, EVENTS_BYTES, HostKey, MAX_TEMPLATES, ReplyTemplate, ServedEvent};
+use pxe_ebpf_common::{
+    Counter, DEFAULT_BODIES, DEFAULT_HOSTS, EVENTS_BYTES, HostRecord, MacKey, ReplyBody,
+    ServedEvent,
+};
 
-/// `BPF_F_NO_PREALLOC`: templates are large, so memory follows the inventory
-/// rather than the map's capacity.
+/// `BPF_F_NO_PREALLOC`: memory follows the hosts in the map rather than the
+/// capacity the agent gave it (headroom for reloads).
 const BPF_F_NO_PREALLOC: u32 = 1;
 
+/// One record per host port; the agent sets the capacity at load time.
 #[map(name = "HOSTS")]
-static HOSTS: HashMap<HostKey, ReplyTemplate> =
-    HashMap::with_max_entries(MAX_TEMPLATES, BPF_F_NO_PREALLOC);
+static HOSTS: HashMap<MacKey, HostRecord> =
+    HashMap::with_max_entries(DEFAULT_HOSTS, BPF_F_NO_PREALLOC);
+
+/// The shared reply bodies, by slot; the agent sets the capacity at load
+/// time.
+#[map(name = "BODIES")]
+static BODIES: Array<ReplyBody> = Array::with_max_entries(DEFAULT_BODIES, 0);
 
 #[map(name = "COUNTERS")]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::Count as u32, 0);

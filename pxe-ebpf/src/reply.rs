@@ -1,8 +1,9 @@
 //! The fast-path decision and the in-place rewrite of a request into the
 //! reply the agent compiled.
 //!
-//! The XDP program never builds reply content: it copies `ReplyTemplate`
-//! bytes and patches the per-request fields of RFC 2131 table 3 (xid, flags,
+//! The XDP program never builds reply content: it copies the bytes of a
+//! `ReplyBody` and of the host's `HostRecord`, ends and pads the options,
+//! and patches the per-request fields of RFC 2131 table 3 (xid, flags,
 //! ciaddr, giaddr, chaddr) plus the L2/L3/L4 headers.
 
 use aya_ebpf::{
@@ -11,12 +12,12 @@ use aya_ebpf::{
 };
 use network_types::{eth::EthHdr, ip::Ipv4Hdr, udp::UdpHdr};
 use pxe_ebpf_common::{
-    BootClass, Counter, HostKey, ReplyDestination, ReplyTemplate, ServedEvent, boot_class,
+    BootClass, Counter, HostRecord, MacKey, ReplyBody, ReplyDestination, ServedEvent, boot_class,
     bootp::*, reply_destination,
 };
 
 use crate::{
-    HOSTS, Outcome, csum,
+    BODIES, HOSTS, Outcome, csum,
     parse::{L2L3L4, OptionsError, load, ptr_at, walk_options},
 };
 
@@ -154,10 +155,14 @@ fn answer(ctx: &XdpContext, ip_len: usize) -> Result<Outcome, Counter> {
     }
     let class: BootClass =
         boot_class(opts.arch(), opts.vendor()).ok_or(Counter::PassUnsupportedClient)?;
-    let key = HostKey::new(req.chaddr, class);
-    let tmpl = HOSTS.get_ptr(&key).ok_or(Counter::PassUnknownHost)?;
+    let host = HOSTS
+        .get_ptr(&MacKey::new(req.chaddr))
+        .ok_or(Counter::PassUnknownHost)?;
     // SAFETY: a map value pointer stays valid for this program run.
-    let t: &ReplyTemplate = unsafe { &*tmpl };
+    let host: &HostRecord = unsafe { &*host };
+    let (slot, with_host) = host.body(class).ok_or(Counter::PassUnknownHost)?;
+    // A slot past the array is the agent's bug, not the client's.
+    let t: &ReplyBody = BODIES.get(slot).ok_or(Counter::Error)?;
     // Only what the stack would deliver to this server: frames to another
     // machine reach XDP on a promiscuous port or a bridge member.
     if !(req.eth_dst == [0xff; 6] || req.eth_dst == t.server_mac)
@@ -184,11 +189,11 @@ fn answer(ctx: &XdpContext, ip_len: usize) -> Result<Outcome, Counter> {
             (None, _) => Some(req.ciaddr),
         };
         // A proxy subnet's REQUESTs on port 67 are the address server's.
-        if t.proxy != 0 || wanted != Some(t.yiaddr) {
+        if t.proxy != 0 || wanted != Some(host.yiaddr) {
             return Err(Counter::PassRequestMismatch);
         }
     }
-    splice(ctx, t, &req, ack, class)
+    splice(ctx, t, host, with_host, &req, ack, class)
 }
 
 #[inline(always)]
@@ -196,36 +201,50 @@ fn mask(a: [u8; 4], m: [u8; 4]) -> [u8; 4] {
     [a[0] & m[0], a[1] & m[1], a[2] & m[2], a[3] & m[3]]
 }
 
-/// Stores `len` bytes of the template at `off` into the packet, both measured
+/// Stores `len` bytes of the body at `off` into the packet, both measured
 /// from the start of the BOOTP message.
 #[inline(always)]
-fn store(ctx: &XdpContext, t: &ReplyTemplate, off: usize, len: usize) -> Result<(), Counter> {
-    // SAFETY: the helper bounds-checks the packet; `off + len` is at most
-    // `t.len`, itself at most MAX_REPLY, so the source stays inside `payload`.
-    let rc = unsafe {
-        bpf_xdp_store_bytes(
-            ctx.ctx,
-            (L2L3L4 + off) as u32,
-            t.payload.as_ptr().add(off) as *mut _,
-            len as u32,
-        )
-    };
+fn store(ctx: &XdpContext, t: &ReplyBody, off: usize, len: usize) -> Result<(), Counter> {
+    // SAFETY: `off + len` is at most `t.len`, itself below MAX_REPLY, so the
+    // source stays inside `payload`.
+    store_from(ctx, off, unsafe { t.payload.as_ptr().add(off) }, len)
+}
+
+/// Stores `len` bytes from `from` at `off` from the start of the BOOTP
+/// message.
+#[inline(always)]
+fn store_from(ctx: &XdpContext, off: usize, from: *const u8, len: usize) -> Result<(), Counter> {
+    // SAFETY: the helper bounds-checks the packet; the verifier checks that
+    // `from` has `len` readable bytes.
+    let rc =
+        unsafe { bpf_xdp_store_bytes(ctx.ctx, (L2L3L4 + off) as u32, from as *mut _, len as u32) };
     if rc == 0 { Ok(()) } else { Err(Counter::Error) }
 }
 
 #[inline(always)]
 fn splice(
     ctx: &XdpContext,
-    t: &ReplyTemplate,
+    t: &ReplyBody,
+    host: &HostRecord,
+    with_host: bool,
     req: &Request,
     ack: bool,
     class: BootClass,
 ) -> Result<Outcome, Counter> {
-    let len = t.len as usize;
+    let body_len = t.len as usize;
+    let host_len = if with_host { host.len as usize } else { 0 };
     let type_off = t.msg_type_off as usize;
-    if !(OFF_OPTIONS < len && len <= MAX_REPLY && type_off < len) {
+    // Where the end option goes, and the reply's length with its padding.
+    let end = body_len + host_len;
+    if !(OFF_OPTIONS < body_len && host_len <= HOST_BYTES && end < MAX_REPLY && type_off < body_len)
+    {
         return Err(Counter::Error);
     }
+    let len = if end + 1 < MIN_REPLY {
+        MIN_REPLY
+    } else {
+        end + 1
+    };
     let new_len = L2L3L4 + len;
     let old_len = ctx.data_end() - ctx.data();
     if new_len != old_len {
@@ -242,40 +261,55 @@ fn splice(
     if !ack {
         store(ctx, t, OFF_CIADDR, 4)?;
     }
-    store(ctx, t, OFF_YIADDR, 8)?;
+    store_from(ctx, OFF_YIADDR, host.yiaddr.as_ptr(), 4)?;
+    store(ctx, t, OFF_SIADDR, 4)?;
     // chaddr bytes 6..16 are zero in the reply; sname, file and options follow.
     // Verifier workaround: the compiler drops both a compare and a mask it
     // can prove redundant, and the verifier then sees no bound. black_box
-    // hides the range so the mask stays; with len in 241..=MAX_REPLY this is
-    // exactly len - 34, at least 1 and never past `payload`.
-    let tail = (core::hint::black_box(len - (OFF_CHADDR + 7)) & 0x1ff) + 1;
+    // hides the range so the mask stays; with body_len in 241..MAX_REPLY
+    // this is exactly body_len - 34, at least 1 and never past `payload`.
+    let tail = (core::hint::black_box(body_len - (OFF_CHADDR + 7)) & 0x1ff) + 1;
     store(ctx, t, OFF_CHADDR + 6, tail)?;
-    let sum = if ack {
-        // A variable packet offset goes through the helper, not a pointer:
-        // the verifier cannot bound pointer arithmetic on it.
-        let mut ack_type = DHCPACK;
-        // SAFETY: the helper bounds-checks the packet; one byte from the stack.
-        let rc = unsafe {
-            bpf_xdp_store_bytes(
-                ctx.ctx,
-                (L2L3L4 + type_off) as u32,
-                (&mut ack_type as *mut u8).cast(),
-                1,
-            )
-        };
-        if rc != 0 {
-            return Err(Counter::Error);
-        }
-        csum::add4(t.csum_ack as u32, req.ciaddr)
+    let mut sum = if ack {
+        t.csum_ack as u32
     } else {
         t.csum_offer as u32
     };
+    if host_len != 0 {
+        // Exactly host_len (1..=HOST_BYTES), bounded for the verifier.
+        let n = (core::hint::black_box(host_len - 1) & (HOST_BYTES - 1)) + 1;
+        store_from(ctx, body_len, host.options.as_ptr(), n)?;
+        // The record's sum is of its bytes at an even offset.
+        sum = csum::add16(
+            sum,
+            if body_len % 2 == 0 {
+                host.sum
+            } else {
+                host.sum.swap_bytes()
+            },
+        );
+    }
+    // The end option, then zeros up to the BOOTP minimum.
+    let mut tail_bytes = [0u8; MAX_TAIL];
+    tail_bytes[0] = OPT_END;
+    // Exactly len - end (1..=MAX_TAIL), bounded for the verifier.
+    let n = (core::hint::black_box(len - end - 1) & (MAX_TAIL - 1)) + 1;
+    store_from(ctx, end, tail_bytes.as_ptr(), n)?;
+    sum = csum::add16(sum, if end % 2 == 0 { 0xff00 } else { 0x00ff });
+    sum = csum::add4(sum, host.yiaddr);
+    if ack {
+        // A variable packet offset goes through the helper, not a pointer:
+        // the verifier cannot bound pointer arithmetic on it.
+        let ack_type = DHCPACK;
+        store_from(ctx, type_off, &ack_type, 1)?;
+        sum = csum::add4(sum, req.ciaddr);
+    }
 
     let dest = reply_destination(
         u16::from_be_bytes(req.flags),
         u32::from_be_bytes(req.ciaddr),
         u32::from_be_bytes(req.giaddr),
-        u32::from_be_bytes(t.yiaddr),
+        u32::from_be_bytes(host.yiaddr),
     );
     let (dst_mac, dst_ip, dst_port) = match dest {
         ReplyDestination::Relay => (req.client_mac, req.giaddr, SERVER_PORT),
@@ -283,7 +317,7 @@ fn splice(
         // or the router its unicast renewal came through.
         ReplyDestination::Ciaddr => (req.client_mac, req.ciaddr, CLIENT_PORT),
         ReplyDestination::Broadcast => ([0xff; 6], [0xff; 4], CLIENT_PORT),
-        ReplyDestination::Yiaddr => (req.chaddr, t.yiaddr, CLIENT_PORT),
+        ReplyDestination::Yiaddr => (req.chaddr, host.yiaddr, CLIENT_PORT),
     };
 
     let headers = ptr_at::<[u8; KEPT]>(ctx, 0).ok_or(Counter::Error)?;
@@ -351,7 +385,7 @@ fn splice(
         mac: req.chaddr,
         msg_type: if ack { DHCPACK } else { DHCPOFFER },
         class: class as u8,
-        yiaddr: t.yiaddr,
+        yiaddr: host.yiaddr,
         _pad: [0; 4],
     });
     Ok(Outcome::Tx(if ack {

@@ -67,6 +67,11 @@ pub struct Reply {
     /// BOOTP `file`: the TFTP boot file of PXE firmware.
     pub file: Option<String>,
     pub options: DhcpOptions,
+    /// The codes in `options` that are the host's own (its name, its extra
+    /// options), sorted: the encoder puts them after the rest, so the fast
+    /// path can keep everything before them once for all hosts that share
+    /// it.
+    pub host_codes: Vec<u8>,
 }
 
 impl Reply {
@@ -346,12 +351,14 @@ pub fn build(
 
     let (siaddr, file) = boot_fields(boot, &mut options, server, false);
     extra_options(&mut options, rule_options, subject.options);
+    let named = subject.hostname.is_some() && !rule_options.contains_key(&OPT_HOSTNAME);
     Reply {
         kind,
         yiaddr: subject.ip,
         siaddr,
         file,
         options,
+        host_codes: host_codes(named.then_some(OPT_HOSTNAME), subject.options),
     }
 }
 
@@ -387,6 +394,21 @@ fn boot_fields(
             (Ipv4Addr::UNSPECIFIED, None)
         }
     }
+}
+
+/// Option 12, the host name.
+const OPT_HOSTNAME: u8 = 12;
+
+/// The sorted codes a host's reply holds of its own: its name when it is
+/// the host's, and its extra options.
+fn host_codes(name: Option<u8>, host_options: Option<&BTreeMap<u8, Vec<u8>>>) -> Vec<u8> {
+    let mut codes: Vec<u8> = name
+        .into_iter()
+        .chain(host_options.into_iter().flatten().map(|(code, _)| *code))
+        .collect();
+    codes.sort_unstable();
+    codes.dedup();
+    codes
 }
 
 /// Rule options, then the host's own options (a later source wins per code).
@@ -443,6 +465,7 @@ fn build_proxy(
     extra_options(&mut options, rule_options, host_options);
     Reply {
         kind,
+        host_codes: host_codes(None, host_options),
         yiaddr: Ipv4Addr::UNSPECIFIED,
         // The next server is this one, whatever the boot answer: iPXE
         // takes a proxy answer as boot information only with a next
@@ -466,6 +489,7 @@ pub fn nak(server: &Server, why: &str) -> Reply {
         siaddr: Ipv4Addr::UNSPECIFIED,
         file: None,
         options,
+        host_codes: Vec::new(),
     }
 }
 

@@ -1,51 +1,183 @@
-//! Compiles the inventory into the fast path's `ReplyTemplate`s.
+//! Compiles the inventory into the fast path's map values: a `HostRecord`
+//! per host port and the `ReplyBody`s hosts share.
 //!
-//! Each template is the slow path's own encoding of a DHCPOFFER, made against
-//! a request whose per-request fields are zero; the XDP program splices it and
-//! fills those fields in. There is no second reply builder.
+//! Each reply is the slow path's own encoding of a DHCPOFFER, made against
+//! a request whose per-request fields are zero. The encoder puts the host's
+//! own options last; the reply is cut there. What comes before (yiaddr
+//! zeroed) is the body, kept once however many hosts have it; the host's
+//! address and options are its record. The XDP program splices both and
+//! fills in the request's fields. There is no second reply builder.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use pxe_ebpf_common::{BootClass, HostKey, ReplyTemplate, bootp};
+use pxe_ebpf_common::{BODY_WHOLE, BootClass, HostRecord, MacKey, NO_BODY, ReplyBody, bootp};
 
-use super::{Decision, Reply, ReplyKind, Request, Server, encode, fast_path};
+use super::{Decision, Reply, ReplyKind, Request, Server, encode::encode_split, fast_path};
 use crate::inventory::Host;
 use crate::inventory::{Inventory, Problem};
 
-/// Every (host port, boot class) the inventory answers, as map entries.
-pub type Templates = BTreeMap<HostKey, ReplyTemplate>;
+/// An inventory compiled for one server: every host port's record, whose
+/// body slots index `bodies`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Compiled {
+    pub hosts: BTreeMap<MacKey, HostRecord>,
+    /// The distinct bodies, each once.
+    pub bodies: Vec<ReplyBody>,
+}
+
+impl Compiled {
+    /// The body `host` gets for `class`, and whether its own options follow.
+    pub fn body(&self, host: &HostRecord, class: BootClass) -> Option<(&ReplyBody, bool)> {
+        let (slot, with_host) = host.body(class)?;
+        Some((self.bodies.get(slot as usize)?, with_host))
+    }
+
+    /// Answers compiled: host ports times the classes each is answered in.
+    pub fn replies(&self) -> usize {
+        self.hosts
+            .values()
+            .map(|h| h.bodies.iter().filter(|b| **b != NO_BODY).count())
+            .sum()
+    }
+
+    /// The whole reply (a DHCPOFFER with the per-request fields zero) the
+    /// kernel assembles for `mac` asking in `class`, as the XDP program
+    /// does: body, the host's options, the end option, padding.
+    pub fn reply(&self, mac: [u8; 6], class: BootClass) -> Option<Vec<u8>> {
+        let host = self.hosts.get(&MacKey::new(mac))?;
+        let (body, with_host) = self.body(host, class)?;
+        Some(assemble(body, host, with_host))
+    }
+}
+
+/// Body, host options, end and padding, as the XDP program splices them.
+pub fn assemble(body: &ReplyBody, host: &HostRecord, with_host: bool) -> Vec<u8> {
+    let mut out = body.payload[..body.len as usize].to_vec();
+    out[bootp::OFF_YIADDR..bootp::OFF_YIADDR + 4].copy_from_slice(&host.yiaddr);
+    if with_host {
+        out.extend_from_slice(&host.options[..host.len as usize]);
+    }
+    out.push(bootp::OPT_END);
+    if out.len() < bootp::MIN_REPLY {
+        out.resize(bootp::MIN_REPLY, 0);
+    }
+    out
+}
+
+/// Interns bodies: equal bodies get one index.
+#[derive(Default)]
+struct Interner {
+    bodies: Vec<ReplyBody>,
+    index: HashMap<ReplyBody, u32>,
+}
+
+impl Interner {
+    fn intern(&mut self, body: ReplyBody) -> u32 {
+        *self.index.entry(body).or_insert_with(|| {
+            self.bodies.push(body);
+            (self.bodies.len() - 1) as u32
+        })
+    }
+}
+
+/// One class's reply, cut: the body, and the host's own options.
+struct Cut {
+    body: ReplyBody,
+    own: Vec<u8>,
+    yiaddr: [u8; 4],
+}
 
 /// Compiles all hosts; reports every host whose reply does not fit.
-pub fn compile(inv: &Inventory, server: &Server) -> Result<Templates, Vec<Problem>> {
-    let mut out = Templates::new();
+pub fn compile(inv: &Inventory, server: &Server) -> Result<Compiled, Vec<Problem>> {
+    let mut interner = Interner::default();
+    let mut hosts = BTreeMap::new();
     let mut problems = Vec::new();
     for host in &inv.hosts {
-        for class in BootClass::ALL {
-            let Some(offer) = class_reply(inv, host, class, ReplyKind::Offer, server) else {
-                continue;
-            };
-            match build(&offer, server, inv.subnet_of(host)) {
-                // Every port gets the same reply: nothing in it depends on
-                // the port (`{mac}` is the host's primary MAC), and the XDP
-                // program fills in the request's own chaddr.
-                Ok(t) => {
-                    for mac in host.ports() {
-                        out.insert(HostKey::new(mac.0, class), t);
-                    }
+        match compile_host(inv, host, server, &mut interner) {
+            // Every port gets the same record: nothing in a reply depends
+            // on the port (`{mac}` is the host's primary MAC), and the XDP
+            // program fills in the request's own chaddr.
+            Ok(Some(record)) => {
+                for mac in host.ports() {
+                    hosts.insert(MacKey::new(mac.0), record);
                 }
-                Err(message) => problems.push(Problem::new(
-                    Some(host.label()),
-                    "options",
-                    format!("{class:?} reply: {message}"),
-                )),
             }
+            Ok(None) => {}
+            Err(problem) => problems.push(problem),
         }
     }
     if problems.is_empty() {
-        Ok(out)
+        Ok(Compiled {
+            hosts,
+            bodies: interner.bodies,
+        })
     } else {
         Err(problems)
     }
+}
+
+/// The record of one host, or `None` when the kernel answers none of its
+/// classes.
+fn compile_host(
+    inv: &Inventory,
+    host: &Host,
+    server: &Server,
+    interner: &mut Interner,
+) -> Result<Option<HostRecord>, Problem> {
+    let mut record = HostRecord::zeroed();
+    let mut own: Option<Vec<u8>> = None;
+    let mut any = false;
+    for class in BootClass::ALL {
+        let Some(offer) = class_reply(inv, host, class, ReplyKind::Offer, server) else {
+            continue;
+        };
+        let cut = cut(&offer, server, inv.subnet_of(host)).map_err(|message| {
+            Problem::new(
+                Some(host.label()),
+                "options",
+                format!("{class:?} reply: {message}"),
+            )
+        })?;
+        if any && cut.yiaddr != record.yiaddr {
+            return Err(Problem::new(
+                Some(host.label()),
+                "ip",
+                format!("{class:?} reply names another address than the host's other classes"),
+            ));
+        }
+        record.yiaddr = cut.yiaddr;
+        any = true;
+        // The first class's own options are the record's; a class whose own
+        // options differ, or that has more than the record holds, gets a
+        // body of its own that holds them.
+        let shared = cut.own.len() <= bootp::HOST_BYTES
+            && own.get_or_insert_with(|| cut.own.clone()) == &cut.own;
+        record.bodies[class as usize] = if shared {
+            interner.intern(cut.body)
+        } else {
+            interner.intern(whole(cut)) | BODY_WHOLE
+        };
+    }
+    let own = own.unwrap_or_default();
+    if own.len() <= bootp::HOST_BYTES {
+        record.len = own.len() as u16;
+        record.options[..own.len()].copy_from_slice(&own);
+        record.sum = sum16(&own);
+    }
+    Ok(any.then_some(record))
+}
+
+/// A body that holds the host's own options too.
+fn whole(cut: Cut) -> ReplyBody {
+    let mut body = cut.body;
+    let at = body.len as usize;
+    body.payload[at..at + cut.own.len()].copy_from_slice(&cut.own);
+    body.len += cut.own.len() as u16;
+    let mut ack = body.payload[..body.len as usize].to_vec();
+    body.csum_offer = sum16(&ack);
+    ack[body.msg_type_off as usize] = bootp::DHCPACK;
+    body.csum_ack = sum16(&ack);
+    body
 }
 
 /// The reply the fast path gives every request of `class` from `host`, or
@@ -65,38 +197,44 @@ pub fn class_reply(
     }
 }
 
-/// One template from an OFFER.
-pub fn build(
-    offer: &Reply,
-    server: &Server,
-    subnet: &crate::inventory::Subnet,
-) -> Result<ReplyTemplate, String> {
+/// Cuts an OFFER where the host's own options begin.
+fn cut(offer: &Reply, server: &Server, subnet: &crate::inventory::Subnet) -> Result<Cut, String> {
     let skeleton = Request::template_skeleton();
-    let bytes = encode(offer, &skeleton).map_err(|e| e.to_string())?;
-    if bytes.len() > bootp::MAX_REPLY {
+    let (bytes, own) = encode_split(offer, &skeleton).map_err(|e| e.to_string())?;
+    // The end option and padding follow the host's options: the kernel
+    // writes those itself.
+    if bytes.get(own.end) != Some(&bootp::OPT_END) || bytes[own.end + 1..].iter().any(|b| *b != 0) {
+        return Err("the encoder wrote options after the host's own".to_string());
+    }
+    if own.end + 1 > bootp::MAX_REPLY {
         return Err(format!(
             "{} bytes, more than the {} a DHCP reply may have",
-            bytes.len(),
+            own.end + 1,
             bootp::MAX_REPLY
         ));
     }
     let msg_type_off = find_option(&bytes, bootp::OPT_MESSAGE_TYPE)
-        .ok_or_else(|| "encoder wrote no message type".to_string())?;
-    let mut t = ReplyTemplate::zeroed();
-    t.server_ip = server.ip.octets();
-    t.server_mac = server.mac;
-    t.proxy = u8::from(offer.is_proxy());
-    t.yiaddr = offer.yiaddr.octets();
-    t.subnet = subnet.network.octets();
-    t.netmask = subnet.netmask().octets();
-    t.len = bytes.len() as u16;
-    t.msg_type_off = msg_type_off as u16;
-    t.payload[..bytes.len()].copy_from_slice(&bytes);
-    t.csum_offer = sum16(&bytes);
-    let mut ack = bytes;
-    ack[msg_type_off] = bootp::DHCPACK;
-    t.csum_ack = sum16(&ack);
-    Ok(t)
+        .filter(|off| *off < own.start)
+        .ok_or_else(|| "the message type is not before the host's own options".to_string())?;
+    let mut body = ReplyBody::zeroed();
+    body.server_ip = server.ip.octets();
+    body.server_mac = server.mac;
+    body.proxy = u8::from(offer.is_proxy());
+    body.subnet = subnet.network.octets();
+    body.netmask = subnet.netmask().octets();
+    body.len = own.start as u16;
+    body.msg_type_off = msg_type_off as u16;
+    let mut head = bytes[..own.start].to_vec();
+    head[bootp::OFF_YIADDR..bootp::OFF_YIADDR + 4].fill(0);
+    body.payload[..head.len()].copy_from_slice(&head);
+    body.csum_offer = sum16(&head);
+    head[msg_type_off] = bootp::DHCPACK;
+    body.csum_ack = sum16(&head);
+    Ok(Cut {
+        body,
+        own: bytes[own].to_vec(),
+        yiaddr: offer.yiaddr.octets(),
+    })
 }
 
 /// Offset of the value of option `code` in a BOOTP message.
@@ -135,12 +273,13 @@ mod tests {
     use std::{net::Ipv4Addr, path::Path};
 
     use super::*;
-    use crate::dhcp::ReplyKind;
+    use crate::dhcp::{ReplyKind, encode};
 
     const SERVER: Server = Server {
         ip: Ipv4Addr::new(10, 66, 0, 1),
         mac: [2, 0, 0, 0, 0, 1],
     };
+    const MAC: [u8; 6] = [0x52, 0x54, 0, 0, 0, 1];
 
     fn inventory(extra_options: &str) -> Inventory {
         let yaml = format!(
@@ -157,31 +296,88 @@ hosts:
         Inventory::parse(Path::new("t.yaml"), &yaml).expect("valid inventory")
     }
 
+    fn classes(c: &Compiled, mac: [u8; 6]) -> Vec<u8> {
+        let host = &c.hosts[&MacKey::new(mac)];
+        BootClass::ALL
+            .into_iter()
+            .filter(|class| host.body(*class).is_some())
+            .map(|class| class as u8)
+            .collect()
+    }
+
+    /// The UDP payload sum the XDP program computes from the parts (see
+    /// `pxe-ebpf/src/reply.rs`), before the request's fields are added.
+    fn kernel_sum(body: &ReplyBody, host: &HostRecord, with_host: bool, ack: bool) -> u16 {
+        let mut sum = u32::from(if ack { body.csum_ack } else { body.csum_offer });
+        let host_len = if with_host { host.len as usize } else { 0 };
+        if host_len != 0 {
+            sum += u32::from(if body.len % 2 == 0 {
+                host.sum
+            } else {
+                host.sum.swap_bytes()
+            });
+        }
+        let end = body.len as usize + host_len;
+        sum += if end % 2 == 0 { 0xff00 } else { 0x00ff };
+        sum += u32::from(u16::from_be_bytes([host.yiaddr[0], host.yiaddr[1]]));
+        sum += u32::from(u16::from_be_bytes([host.yiaddr[2], host.yiaddr[3]]));
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        sum as u16
+    }
+
+    /// Every class of every port: the kernel's assembly is the encoder's
+    /// reply, byte for byte, and its checksum arithmetic the reply's sum.
+    fn assert_assembles_to_the_encoders(inv: &Inventory, c: &Compiled) {
+        for host in &inv.hosts {
+            for mac in host.ports() {
+                let Some(record) = c.hosts.get(&MacKey::new(mac.0)) else {
+                    continue;
+                };
+                for class in BootClass::ALL {
+                    let Some((body, with_host)) = c.body(record, class) else {
+                        continue;
+                    };
+                    let offer = class_reply(inv, host, class, ReplyKind::Offer, &SERVER)
+                        .expect("a class the record answers is answered");
+                    let want = encode(&offer, &Request::template_skeleton()).expect("encodes");
+                    let got = assemble(body, record, with_host);
+                    assert_eq!(got, want, "{} {class:?}", host.label());
+                    assert_eq!(kernel_sum(body, record, with_host, false), sum16(&want));
+                    let mut ack = got;
+                    ack[body.msg_type_off as usize] = bootp::DHCPACK;
+                    assert_eq!(kernel_sum(body, record, with_host, true), sum16(&ack));
+                }
+            }
+        }
+    }
+
     #[test]
-    fn template_is_the_encoders_offer_with_request_fields_zero() {
+    fn assembled_replies_are_the_encoders_offers_with_request_fields_zero() {
         let inv = inventory("{42: 10.66.0.1}");
-        let templates = compile(&inv, &SERVER).expect("compiles");
-        // Plain, BIOS, UEFI x64, HTTP; no arm64 file, so no arm64 template.
-        let classes: Vec<u8> = templates.keys().map(|k| k.class).collect();
-        assert_eq!(classes, vec![0, 1, 2, 4]);
-        let host = &inv.hosts[0];
-        for (key, t) in &templates {
-            let class = BootClass::ALL[key.class as usize];
-            let offer = class_reply(&inv, host, class, ReplyKind::Offer, &SERVER).expect("reply");
-            let bytes = encode(&offer, &Request::template_skeleton()).expect("encodes");
-            assert_eq!(&t.payload[..t.len as usize], &bytes[..], "{class:?}");
-            assert!(t.payload[t.len as usize..].iter().all(|b| *b == 0));
-            assert_eq!(t.payload[t.msg_type_off as usize], bootp::DHCPOFFER);
-            assert_eq!(t.csum_offer, sum16(&bytes));
-            assert_eq!(t.yiaddr, [10, 66, 1, 10]);
-            assert_eq!((t.subnet, t.netmask), ([10, 66, 0, 0], [255, 255, 0, 0]));
+        let c = compile(&inv, &SERVER).expect("compiles");
+        // Plain, BIOS, UEFI x64, HTTP; no arm64 file, so no arm64 answer.
+        assert_eq!(classes(&c, MAC), vec![0, 1, 2, 4]);
+        assert_assembles_to_the_encoders(&inv, &c);
+        let record = &c.hosts[&MacKey::new(MAC)];
+        assert_eq!(record.yiaddr, [10, 66, 1, 10]);
+        for class in [BootClass::Plain, BootClass::Bios] {
+            let (body, with_host) = c.body(record, class).expect("answered");
+            assert!(with_host);
+            assert_eq!(body.payload[body.msg_type_off as usize], bootp::DHCPOFFER);
             assert_eq!(
-                (t.server_ip, t.server_mac),
+                (body.subnet, body.netmask),
+                ([10, 66, 0, 0], [255, 255, 0, 0])
+            );
+            assert_eq!(
+                (body.server_ip, body.server_mac),
                 (SERVER.ip.octets(), SERVER.mac)
             );
-            // The per-request fields the XDP program fills are zero.
+            let bytes = &body.payload[..body.len as usize];
+            // The per-request fields the XDP program fills, and yiaddr, are zero.
             assert!(
-                bytes[bootp::OFF_XID..bootp::OFF_YIADDR]
+                bytes[bootp::OFF_XID..bootp::OFF_SIADDR]
                     .iter()
                     .all(|b| *b == 0)
             );
@@ -190,14 +386,58 @@ hosts:
                     .iter()
                     .all(|b| *b == 0)
             );
+            // The host's name and option are its record's, not the body's.
+            assert!(find_option(bytes, 12).is_none() && find_option(bytes, 42).is_none());
         }
+        let own = &record.options[..record.len as usize];
+        assert_eq!(
+            own,
+            &[
+                12, 6, b'n', b'o', b'd', b'e', b'-', b'1', 42, 4, 10, 66, 0, 1
+            ]
+        );
+    }
+
+    #[test]
+    fn hosts_of_one_profile_share_one_body_per_class() {
+        let mut yaml = String::from(
+            "subnets:\n  - {cidr: 10.66.0.0/16, router: 10.66.0.1}\nprofiles:\n  - name: worker\n    \
+             boot: {bios: undionly.kpxe, uefi: ipxe.efi, uefi_arm64: arm.efi, http: \"http://{server}/ipxe.efi\"}\nhosts:\n",
+        );
+        for i in 1..=200u32 {
+            yaml.push_str(&format!(
+                "  - {{mac: \"02:00:00:00:{:02x}:{:02x}\", ip: 10.66.{}.{}, hostname: node-{i}, profile: worker, options: {{224: \"rack-{}\"}}}}\n",
+                i >> 8, i & 0xff, (i >> 8) + 1, i & 0xff, i % 7
+            ));
+        }
+        let inv = Inventory::parse(Path::new("t.yaml"), &yaml).expect("valid");
+        let c = compile(&inv, &SERVER).expect("compiles");
+        assert_eq!(c.hosts.len(), 200);
+        // Plain, BIOS, UEFI x64, UEFI arm64, HTTP: five bodies for all.
+        assert_eq!(c.bodies.len(), 5);
+        assert_eq!(c.replies(), 1000);
+        assert_assembles_to_the_encoders(&inv, &c);
+    }
+
+    #[test]
+    fn host_options_too_large_for_the_record_go_into_bodies_of_their_own() {
+        let big = format!("{{224: \"{}\"}}", "x".repeat(200));
+        let inv = inventory(&big);
+        let c = compile(&inv, &SERVER).expect("compiles");
+        let record = &c.hosts[&MacKey::new(MAC)];
+        assert_eq!(record.len, 0);
+        for class in [BootClass::Plain, BootClass::Bios] {
+            assert!(!c.body(record, class).expect("answered").1);
+        }
+        assert_assembles_to_the_encoders(&inv, &c);
     }
 
     #[test]
     fn patching_the_message_type_gives_the_encoders_ack() {
         let inv = inventory("{}");
-        let t = compile(&inv, &SERVER).expect("compiles")
-            [&HostKey::new([0x52, 0x54, 0, 0, 0, 1], BootClass::Bios)];
+        let c = compile(&inv, &SERVER).expect("compiles");
+        let record = &c.hosts[&MacKey::new(MAC)];
+        let (body, with_host) = c.body(record, BootClass::Bios).expect("bios");
         let ack = class_reply(
             &inv,
             &inv.hosts[0],
@@ -206,24 +446,22 @@ hosts:
             &SERVER,
         )
         .expect("reply");
-        let mut patched = t.payload[..t.len as usize].to_vec();
-        patched[t.msg_type_off as usize] = bootp::DHCPACK;
+        let mut patched = assemble(body, record, with_host);
+        patched[body.msg_type_off as usize] = bootp::DHCPACK;
         assert_eq!(
             patched,
             encode(&ack, &Request::template_skeleton()).expect("encodes")
         );
-        assert_eq!(t.csum_ack, sum16(&patched));
     }
 
     #[test]
     fn extra_options_are_compiled_in() {
         let inv = inventory("{42: 10.66.0.1, 66: tftp.lab.example}");
-        let t = compile(&inv, &SERVER).expect("compiles")
-            [&HostKey::new([0x52, 0x54, 0, 0, 0, 1], BootClass::Plain)];
-        let payload = &t.payload[..t.len as usize];
-        let ntp = find_option(payload, 42).expect("option 42");
+        let c = compile(&inv, &SERVER).expect("compiles");
+        let payload = c.reply(MAC, BootClass::Plain).expect("plain");
+        let ntp = find_option(&payload, 42).expect("option 42");
         assert_eq!(&payload[ntp - 1..ntp + 4], &[4, 10, 66, 0, 1]);
-        let name = find_option(payload, 66).expect("option 66");
+        let name = find_option(&payload, 66).expect("option 66");
         assert_eq!(&payload[name..name + 16], b"tftp.lab.example");
     }
 
@@ -248,8 +486,11 @@ hosts:
     #[test]
     fn short_replies_are_padded_to_the_bootp_minimum() {
         let inv = inventory("{}");
-        for t in compile(&inv, &SERVER).expect("compiles").values() {
-            assert!(t.len as usize >= bootp::MIN_REPLY);
+        let c = compile(&inv, &SERVER).expect("compiles");
+        for class in BootClass::ALL {
+            if let Some(reply) = c.reply(MAC, class) {
+                assert!(reply.len() >= bootp::MIN_REPLY);
+            }
         }
     }
 
@@ -281,28 +522,30 @@ hosts:
     #[test]
     fn label_rules_are_compiled_and_request_dependent_ones_leave_the_class_to_the_slow_path() {
         let inv = Inventory::parse(Path::new("t.yaml"), RULES).expect("valid");
-        let t = compile(&inv, &SERVER).expect("compiles");
+        let c = compile(&inv, &SERVER).expect("compiles");
+        assert_assembles_to_the_encoders(&inv, &c);
         let file = |mac: u8, class: BootClass| {
-            t.get(&HostKey::new([0x52, 0x54, 0, 0, 0, mac], class))
-                .map(|t| {
-                    let f = &t.payload[bootp::OFF_FILE..bootp::OFF_FILE + 128];
-                    String::from_utf8_lossy(&f[..f.iter().position(|b| *b == 0).unwrap_or(128)])
-                        .into_owned()
-                })
+            c.reply([0x52, 0x54, 0, 0, 0, mac], class).map(|t| {
+                let f = &t[bootp::OFF_FILE..bootp::OFF_FILE + 128];
+                String::from_utf8_lossy(&f[..f.iter().position(|b| *b == 0).unwrap_or(128)])
+                    .into_owned()
+            })
         };
         // Labels are known ahead of time: compiled per host.
         assert_eq!(file(1, BootClass::Bios).as_deref(), Some("rack1.kpxe"));
         assert_eq!(file(2, BootClass::Bios).as_deref(), Some("undionly.kpxe"));
         let opt66 = |mac: u8| {
-            let t = &t[&HostKey::new([0x52, 0x54, 0, 0, 0, mac], BootClass::Plain)];
-            find_option(&t.payload[..t.len as usize], 66).is_some()
+            let t = c
+                .reply([0x52, 0x54, 0, 0, 0, mac], BootClass::Plain)
+                .expect("plain");
+            find_option(&t, 66).is_some()
         };
         assert!(opt66(1) && !opt66(2));
         // arch [7] splits the UEFI x64 class (7 and 9): only a request can tell.
         assert_eq!(file(1, BootClass::UefiX64), None);
         // A vendor-class rule that may apply to HTTP boot: that class too.
         assert_eq!(file(1, BootClass::Http), None);
-        assert!(t.contains_key(&HostKey::new([0x52, 0x54, 0, 0, 0, 1], BootClass::Plain)));
+        assert!(c.reply(MAC, BootClass::Plain).is_some());
     }
 
     #[test]
@@ -317,36 +560,38 @@ hosts:
   - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, profile: worker}
 "#;
         let inv = Inventory::parse(Path::new("t.yaml"), yaml).expect("valid");
-        let templates = compile(&inv, &SERVER).expect("compiles");
+        let c = compile(&inv, &SERVER).expect("compiles");
         // BIOS and UEFI x64 PXE; no plain client or HTTP boot is answered.
-        let classes: Vec<u8> = templates.keys().map(|k| k.class).collect();
-        assert_eq!(classes, vec![1, 2]);
-        for t in templates.values() {
-            assert_eq!(t.proxy, 1);
-            assert_eq!(t.yiaddr, [0; 4]);
-            let payload = &t.payload[..t.len as usize];
-            let vendor = find_option(payload, 60).expect("option 60");
+        assert_eq!(classes(&c, MAC), vec![1, 2]);
+        assert_assembles_to_the_encoders(&inv, &c);
+        let record = &c.hosts[&MacKey::new(MAC)];
+        assert_eq!(record.yiaddr, [0; 4]);
+        for class in [BootClass::Bios, BootClass::UefiX64] {
+            let (body, _) = c.body(record, class).expect("answered");
+            assert_eq!(body.proxy, 1);
+            let payload = c.reply(MAC, class).expect("answered");
+            let vendor = find_option(&payload, 60).expect("option 60");
             assert_eq!(&payload[vendor..vendor + 9], b"PXEClient");
-            assert!(find_option(payload, 51).is_none());
+            assert!(find_option(&payload, 51).is_none());
         }
         let server_mode = compile(&inventory("{}"), &SERVER).expect("compiles");
-        assert!(server_mode.values().all(|t| t.proxy == 0));
+        assert!(server_mode.bodies.iter().all(|b| b.proxy == 0));
     }
 
     #[test]
-    fn a_provisioned_host_recompiles_to_address_only_templates_and_only_its_own_change() {
+    fn a_provisioned_host_recompiles_to_address_only_replies_and_only_its_own_change() {
         let mut inv = inventory("{}");
         inv.profiles[0].netboot = crate::inventory::Netboot::Once;
         let armed = compile(&inv, &SERVER).expect("compiles");
         inv.provisioned.insert(inv.hosts[0].mac);
         let done = compile(&inv, &SERVER).expect("compiles");
-        assert_eq!(
-            armed.keys().collect::<Vec<_>>(),
-            done.keys().collect::<Vec<_>>()
-        );
-        let plain = &done[&HostKey::new([0x52, 0x54, 0, 0, 0, 1], BootClass::Plain)];
-        for (key, t) in &done {
-            let payload = &t.payload[..t.len as usize];
+        assert_eq!(classes(&armed, MAC), classes(&done, MAC));
+        assert_assembles_to_the_encoders(&inv, &done);
+        let plain = done.reply(MAC, BootClass::Plain).expect("plain");
+        for class in BootClass::ALL {
+            let Some(payload) = done.reply(MAC, class) else {
+                continue;
+            };
             assert!(
                 payload[bootp::OFF_FILE..bootp::OFF_FILE + 128]
                     .iter()
@@ -355,14 +600,17 @@ hosts:
             assert_eq!(&payload[bootp::OFF_SIADDR..bootp::OFF_SIADDR + 4], &[0; 4]);
             for code in [43, 60, 66, 67, 175] {
                 assert!(
-                    find_option(payload, code).is_none(),
-                    "{key:?} option {code}"
+                    find_option(&payload, code).is_none(),
+                    "{class:?} option {code}"
                 );
             }
-            assert_eq!(t.yiaddr, [10, 66, 1, 10]);
-            assert!(find_option(payload, 3).is_some() && find_option(payload, 12).is_some());
+            assert_eq!(
+                &payload[bootp::OFF_YIADDR..bootp::OFF_YIADDR + 4],
+                &[10, 66, 1, 10]
+            );
+            assert!(find_option(&payload, 3).is_some() && find_option(&payload, 12).is_some());
             // Every class gets the plain address-only reply.
-            assert_eq!(payload, &plain.payload[..plain.len as usize]);
+            assert_eq!(payload, plain);
         }
     }
 }

@@ -18,17 +18,18 @@ use aya::{
     },
 };
 use pxe_ebpf_common::{
-    COUNTERS_MAP, EVENTS_MAP, HOSTS_MAP, HostKey, PASS_PROGRAM_NAME, PROGRAM_NAME, REDIRECT_MAP,
-    REDIRECT_PROGRAM_NAME, ReplyTemplate, TRACE_GATE_MAP, TRACE_MAP, TRACED_MAP,
+    BODIES_MAP, COUNTERS_MAP, EVENTS_MAP, HOSTS_MAP, PASS_PROGRAM_NAME, PROGRAM_NAME, REDIRECT_MAP,
+    REDIRECT_PROGRAM_NAME, TRACE_GATE_MAP, TRACE_MAP, TRACED_MAP,
 };
 use tracing::{info, warn};
 
 use super::{
-    maps::{self, SyncError, SyncReport},
+    capacity::Capacity,
+    maps::{self, Installed, Maps, SyncError, SyncReport},
     pin,
     trace::TraceFilter,
 };
-use crate::dhcp::template::Templates;
+use crate::dhcp::template::Compiled;
 
 /// The XDP object built by `build.rs` from the `pxe-ebpf` crate.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pxe-ebpf"));
@@ -115,11 +116,11 @@ pub enum AttachMode {
 /// The loaded program, its maps and, once attached, its link.
 pub struct FastPath {
     ebpf: Ebpf,
-    hosts: HashMap<MapData, HostKey, ReplyTemplate>,
+    maps: Maps,
     counters: Arc<PerCpuArray<MapData, u64>>,
     events: Option<RingBuf<MapData>>,
     trace: Option<(TraceFilter, RingBuf<MapData>)>,
-    current: Templates,
+    current: Installed,
     link: Option<XdpLinkId>,
     /// The id of the program attached to the interface: ours, or the one
     /// the adopted link kept running.
@@ -130,9 +131,14 @@ pub struct FastPath {
 
 impl FastPath {
     /// Loads the program into the kernel (the verifier runs here) without
-    /// attaching it anywhere.
+    /// attaching it anywhere, with the maps as large as the object declares.
     pub fn load() -> Result<FastPath, XdpError> {
-        FastPath::from_ebpf(load_object(None)?)
+        FastPath::load_with(Capacity::default())
+    }
+
+    /// [`FastPath::load`] with maps of `capacity`.
+    pub fn load_with(capacity: Capacity) -> Result<FastPath, XdpError> {
+        FastPath::from_ebpf(load_object(None, capacity)?)
     }
 
     fn from_ebpf(mut ebpf: Ebpf) -> Result<FastPath, XdpError> {
@@ -145,8 +151,18 @@ impl FastPath {
         let hosts = ebpf
             .take_map(HOSTS_MAP)
             .ok_or(XdpError::Missing(HOSTS_MAP))?;
+        let hosts_capacity = map_data(&hosts)
+            .and_then(|m| m.info().ok())
+            .map_or(0, |info| info.max_entries());
         let hosts = HashMap::try_from(hosts).map_err(|source| XdpError::Map {
             name: HOSTS_MAP,
+            source,
+        })?;
+        let bodies = ebpf
+            .take_map(BODIES_MAP)
+            .ok_or(XdpError::Missing(BODIES_MAP))?;
+        let bodies = Array::try_from(bodies).map_err(|source| XdpError::Map {
+            name: BODIES_MAP,
             source,
         })?;
         let counters = ebpf
@@ -166,11 +182,15 @@ impl FastPath {
         let trace = take_trace(&mut ebpf)?;
         Ok(FastPath {
             ebpf,
-            hosts,
+            maps: Maps {
+                hosts,
+                hosts_capacity,
+                bodies,
+            },
             counters: Arc::new(counters),
             events: Some(events),
             trace: Some(trace),
-            current: Templates::new(),
+            current: Installed::default(),
             link: None,
             attached: None,
             pinned: false,
@@ -251,24 +271,28 @@ impl FastPath {
     /// - a pinned link running on `iface` is adopted: our program is loaded
     ///   on the pinned maps when they are that program's and have our
     ///   layout (else on new maps, pinned in their place once they run),
-    ///   the hosts map is read back so that filling it with `templates` is
-    ///   a diff, and the link is then switched to our program in one
+    ///   the maps are read back so that filling them with `compiled` is a
+    ///   diff, and the link is then switched to our program in one
     ///   update unless it already runs the same code (same tag);
     /// - otherwise (nothing pinned, or a link whose interface went or that
     ///   was detached) the leftovers are removed, the maps created and
     ///   pinned, filled, and the program attached and its link pinned.
+    ///
+    /// The maps get `capacity`; pinned maps of another size are replaced
+    /// like maps of another layout.
     ///
     /// From then on, dropping the `FastPath` leaves everything attached.
     pub fn start_pinned(
         dir: &Path,
         iface: &str,
         mode: AttachMode,
-        templates: Templates,
+        compiled: &Compiled,
+        capacity: Capacity,
     ) -> Result<(FastPath, Adoption), XdpError> {
         pin::prepare(dir)?;
         match adoptable(&dir.join(pin::LINK), iface)? {
-            Some((link, running)) => FastPath::adopt(dir, iface, link, running, templates),
-            None => FastPath::start_fresh(dir, iface, mode, templates),
+            Some((link, running)) => FastPath::adopt(dir, iface, link, running, compiled, capacity),
+            None => FastPath::start_fresh(dir, iface, mode, compiled, capacity),
         }
     }
 
@@ -276,12 +300,13 @@ impl FastPath {
         dir: &Path,
         iface: &str,
         mode: AttachMode,
-        templates: Templates,
+        compiled: &Compiled,
+        capacity: Capacity,
     ) -> Result<(FastPath, Adoption), XdpError> {
         // Maps pinned for a program no longer attached: start them anew.
         pin::remove_maps(dir)?;
-        let mut fast = FastPath::from_ebpf(load_object(Some(dir))?)?;
-        fast.sync(templates).map_err(XdpError::Fill)?;
+        let mut fast = FastPath::from_ebpf(load_object(Some(dir), capacity)?)?;
+        fast.sync(compiled).map_err(XdpError::Fill)?;
         let (id, _) = fast.attach_link(iface, mode)?;
         let link = fast.program_mut().take_link(id).map_err(XdpError::Verify)?;
         let link = FdLink::try_from(link).map_err(|_| XdpError::NotALink(iface.into()))?;
@@ -300,7 +325,8 @@ impl FastPath {
         iface: &str,
         link: FdLink,
         running: u32,
-        templates: Templates,
+        compiled: &Compiled,
+        capacity: Capacity,
     ) -> Result<(FastPath, Adoption), XdpError> {
         // The running program's own pin, when it is the one the link runs;
         // without it (pinned by someone else, or removed) the pinned maps
@@ -308,14 +334,14 @@ impl FastPath {
         let running_info = ProgramInfo::from_pin(dir.join(pin::PROGRAM))
             .ok()
             .filter(|p| p.id() == running);
-        let fresh = load_object(None)?;
+        let fresh = load_object(None, capacity)?;
         let reuse = running_info
             .as_ref()
             .is_some_and(|info| pins_fit(dir, &fresh, info));
         let mut fast = if reuse {
             drop(fresh);
-            let mut fast = FastPath::from_ebpf(load_object(Some(dir))?)?;
-            fast.current = fast.hosts.iter().filter_map(Result::ok).collect();
+            let mut fast = FastPath::from_ebpf(load_object(Some(dir), capacity)?)?;
+            fast.current = Installed::read(&fast.maps);
             if let Some((filter, _)) = &fast.trace {
                 // The MACs the last agent traced have no watcher now.
                 if let Err(e) = filter.clear() {
@@ -336,7 +362,7 @@ impl FastPath {
             FastPath::from_ebpf(fresh)?
         };
         fast.pinned = true;
-        fast.sync(templates).map_err(XdpError::Fill)?;
+        fast.sync(compiled).map_err(XdpError::Fill)?;
         let ours = fast.program().info().map_err(XdpError::Verify)?;
         if reuse
             && running_info
@@ -390,33 +416,38 @@ impl FastPath {
             .map_err(|source| XdpError::Pin { path, source })
     }
 
-    /// Makes the map hold exactly `desired`, entry by entry (see `maps`).
+    /// Makes the maps hold exactly `desired`, entry by entry (see `maps`).
     ///
-    /// On failure the map holds what it held before, and `current` with it;
-    /// if even the undo failed, `current` is read back from the map, so the
-    /// next sync starts from what the kernel really has.
-    pub fn sync(&mut self, desired: Templates) -> Result<SyncReport, SyncError> {
-        match maps::sync(&mut self.hosts, &self.current, &desired) {
-            Ok(report) => {
-                self.current = desired;
-                Ok(report)
-            }
+    /// On failure the maps hold what they held before, and `current` with
+    /// them; if even the undo failed, `current` is read back from the maps,
+    /// so the next sync starts from what the kernel really has.
+    pub fn sync(&mut self, desired: &Compiled) -> Result<SyncReport, SyncError> {
+        match maps::sync(&mut self.maps, &mut self.current, desired) {
+            Ok(report) => Ok(report),
             Err(e @ SyncError::RolledBack { .. }) => Err(e),
             Err(e @ SyncError::Mixed { .. }) => {
-                self.current = self.hosts.iter().filter_map(Result::ok).collect();
+                self.current = Installed::read(&self.maps);
                 Err(e)
             }
         }
     }
 
-    /// Number of templates in the map.
-    pub fn templates(&self) -> usize {
+    /// Host entries in the map.
+    pub fn entries(&self) -> usize {
         self.current.len()
     }
 
-    /// The templates the map holds.
-    pub fn current(&self) -> &Templates {
+    /// What the maps hold.
+    pub fn current(&self) -> &Installed {
         &self.current
+    }
+
+    /// The sizes the maps were created with.
+    pub fn capacity(&self) -> Capacity {
+        Capacity {
+            hosts: self.maps.hosts_capacity,
+            bodies: self.maps.bodies.len(),
+        }
     }
 
     /// The stream of replies sent (once; the reader owns it).
@@ -440,19 +471,23 @@ impl FastPath {
         self.counters.clone()
     }
 
-    /// Raw map access for tests that write templates directly.
-    pub fn hosts_mut(&mut self) -> &mut HashMap<MapData, HostKey, ReplyTemplate> {
-        &mut self.hosts
+    /// Raw map access for tests that write entries directly.
+    pub fn maps_mut(&mut self) -> &mut Maps {
+        &mut self.maps
     }
 }
 
 /// Loads the object, its maps on the pins in `pins` when given (reused
-/// where pinned, created and pinned where not); no program is loaded yet.
-fn load_object(pins: Option<&Path>) -> Result<Ebpf, XdpError> {
+/// where pinned, created and pinned where not), the hosts and bodies maps
+/// of `capacity`; no program is loaded yet.
+fn load_object(pins: Option<&Path>, capacity: Capacity) -> Result<Ebpf, XdpError> {
     if OBJECT.is_empty() {
         return Err(XdpError::NoObject);
     }
     let mut loader = EbpfLoader::new();
+    loader
+        .map_max_entries(HOSTS_MAP, capacity.hosts)
+        .map_max_entries(BODIES_MAP, capacity.bodies);
     if let Some(dir) = pins {
         for name in pin::MAPS {
             loader.map_pin_path(name, dir.join(name));
@@ -547,31 +582,29 @@ fn take_trace(ebpf: &mut Ebpf) -> Result<(TraceFilter, RingBuf<MapData>), XdpErr
     Ok((TraceFilter::new(traced, gate), ring))
 }
 
-/// Makes each interface's map hold its templates (`desired[i]` for
-/// `fast[i]`), all of them or none: when one interface's sync fails, the
-/// interfaces already synced are put back as they were, so both paths keep
-/// serving the previous inventory everywhere.
-pub fn sync_each(fast: &mut [FastPath], desired: Vec<Templates>) -> Result<SyncReport, SyncError> {
+/// Makes each interface's maps hold its compiled inventory (`desired[i]`
+/// for `fast[i]`), all of them or none: when one interface's sync fails,
+/// the interfaces already synced are put back as they were, so both paths
+/// keep serving the previous inventory everywhere.
+pub fn sync_each(fast: &mut [FastPath], desired: &[Compiled]) -> Result<SyncReport, SyncError> {
     assert_eq!(
         fast.len(),
         desired.len(),
-        "one set of templates per interface"
+        "one compiled inventory per interface"
     );
-    let previous: Vec<Templates> = fast.iter().map(|f| f.current.clone()).collect();
+    let previous: Vec<Compiled> = fast.iter().map(|f| f.current.compiled()).collect();
     let mut total = SyncReport::default();
-    for (i, templates) in desired.into_iter().enumerate() {
-        let failed = match fast[i].sync(templates) {
+    for (i, compiled) in desired.iter().enumerate() {
+        let failed = match fast[i].sync(compiled) {
             Ok(report) => {
-                total.written += report.written;
-                total.removed += report.removed;
-                total.unchanged += report.unchanged;
+                total.add(&report);
                 continue;
             }
             Err(e) => e,
         };
         let mut undo_error = None;
         for (done, old) in fast[..i].iter_mut().zip(&previous) {
-            if let Err(e) = done.sync(old.clone()) {
+            if let Err(e) = done.sync(old) {
                 undo_error.get_or_insert(e.into_source());
             }
         }
@@ -610,7 +643,7 @@ impl VethPeer {
         name: &'static str,
         target: Option<&str>,
     ) -> Result<VethPeer, XdpError> {
-        let mut ebpf = load_object(None)?;
+        let mut ebpf = load_object(None, Capacity::default())?;
         if let Some(target) = target {
             let ifindex = ifindex(target).ok_or_else(|| XdpError::NoInterface(target.into()))?;
             let mut map: DevMap<_> = ebpf

@@ -18,7 +18,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use pxe_ebpf_common::{COUNTERS_MAP, EVENTS_MAP, HOSTS_MAP, TRACE_GATE_MAP, TRACE_MAP, TRACED_MAP};
+use pxe_ebpf_common::{
+    BODIES_MAP, COUNTERS_MAP, EVENTS_MAP, HOSTS_MAP, TRACE_GATE_MAP, TRACE_MAP, TRACED_MAP,
+};
 
 /// `BPF_FS_MAGIC` (include/uapi/linux/magic.h).
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
@@ -36,8 +38,9 @@ pub const PROGRAM: &str = "program";
 /// agent needs to keep serving, counting and tracing through a program it
 /// adopts without replacing it (the rings are pinned too, so it reads on
 /// where the last agent stopped).
-pub const MAPS: [&str; 6] = [
+pub const MAPS: [&str; 7] = [
     HOSTS_MAP,
+    BODIES_MAP,
     COUNTERS_MAP,
     EVENTS_MAP,
     TRACE_MAP,
