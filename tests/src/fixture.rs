@@ -73,11 +73,11 @@ impl Fixture {
             ip: SERVER_IP,
             mac: SERVER_MAC,
         };
-        let templates = template::compile(&inv, &server).expect("test inventory compiles");
+        let compiled = template::compile(&inv, &server).expect("test inventory compiles");
         let mut fast =
             FastPath::load().unwrap_or_else(|e| panic!("XDP program failed to load: {e:?}"));
-        fast.sync(templates)
-            .expect("hosts map accepts the templates");
+        fast.sync(&compiled)
+            .expect("the maps accept the compiled inventory");
         Fixture { fast, inv, server }
     }
 

@@ -21,7 +21,7 @@ use aya::{
         links::{FdLink, PinnedLink},
     },
 };
-use pxe_ebpf_common::{HOSTS_MAP, HostKey, PASS_PROGRAM_NAME, ReplyTemplate};
+use pxe_ebpf_common::{HOSTS_MAP, HostRecord, MacKey, PASS_PROGRAM_NAME};
 
 use crate::{
     agent::{Served, agent_bin},
@@ -95,11 +95,11 @@ fn pinned_link(served: &Served, pins: &Path) -> (u32, u32) {
     (info.id(), info.program_id())
 }
 
-/// The MACs the pinned hosts map holds templates for.
+/// The MACs the pinned hosts map holds records for.
 fn pinned_macs(served: &Served, pins: &Path) -> Vec<[u8; 6]> {
     let path = pins.join(served.lab.server_if()).join(HOSTS_MAP);
     let map = MapData::from_pin(&path).expect("open the pinned hosts map");
-    let map: HashMap<MapData, HostKey, ReplyTemplate> =
+    let map: HashMap<MapData, MacKey, HostRecord> =
         HashMap::try_from(aya::maps::Map::HashMap(map)).expect("a hash map");
     let mut macs: Vec<[u8; 6]> = map.keys().filter_map(Result::ok).map(|k| k.mac).collect();
     macs.sort_unstable();

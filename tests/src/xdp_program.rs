@@ -557,42 +557,40 @@ hosts:
 
 #[test]
 fn a_reload_past_the_maps_capacity_leaves_the_previous_inventory_in_force() {
-    use pxe_agent::{dhcp::template, xdp::SyncError};
-    use pxe_ebpf_common::{BootClass, HostKey, MAX_TEMPLATES};
+    use pxe_agent::xdp::SyncError;
+    use pxe_ebpf_common::{DEFAULT_HOSTS, MacKey};
     let mut fx = Fixture::new();
-    let old = template::compile(&fx.inv, &fx.server).expect("compiles");
-    // The fixture's replies, each changed, and more new ones than fit.
-    let mut desired = template::Templates::new();
-    for (key, t) in &old {
-        let mut t = *t;
-        t.yiaddr = [10, 66, 9, 9];
-        desired.insert(*key, t);
+    let old = pxe_agent::dhcp::template::compile(&fx.inv, &fx.server).expect("compiles");
+    // The fixture's hosts, each changed, and more new ones than fit.
+    let mut desired = old.clone();
+    for record in desired.hosts.values_mut() {
+        record.yiaddr = [10, 66, 9, 9];
     }
-    let sample = *old.values().next().expect("a template");
-    for n in 0..MAX_TEMPLATES {
+    let sample = *old.hosts.values().next().expect("a host");
+    for n in 0..DEFAULT_HOSTS {
         let [_, a, b, c] = n.to_be_bytes();
-        desired.insert(
-            HostKey::new([0x02, 0x77, 0, a, b, c], BootClass::Bios),
-            sample,
-        );
+        desired
+            .hosts
+            .insert(MacKey::new([0x02, 0x77, 0, a, b, c]), sample);
     }
     let err = fx
         .fast
-        .sync(desired)
-        .expect_err("more replies than the map holds");
+        .sync(&desired)
+        .expect_err("more hosts than the map holds");
     assert!(matches!(err, SyncError::RolledBack { .. }), "{err}");
-    let keys: Vec<HostKey> = fx
+    let keys: Vec<MacKey> = fx
         .fast
-        .hosts_mut()
+        .maps_mut()
+        .hosts
         .keys()
         .map(|k| k.expect("key"))
         .collect();
     assert_eq!(
         keys.len(),
-        old.len(),
+        old.hosts.len(),
         "the map is not the previous inventory"
     );
-    assert!(keys.iter().all(|k| old.contains_key(k)));
+    assert!(keys.iter().all(|k| old.hosts.contains_key(k)));
     // And the old replies, not the changed ones, are what the kernel sends.
     let (_, msg) = expect_reply(&fx, &Req::discover(WORKER_MAC).pxe(0), Counter::TxOffer);
     assert_eq!(msg.yiaddr(), NODE1);
