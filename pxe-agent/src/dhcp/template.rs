@@ -87,24 +87,53 @@ struct Cut {
     yiaddr: [u8; 4],
 }
 
+/// Hosts one compiling thread takes at least: fewer are not worth a thread.
+const HOSTS_PER_THREAD: usize = 4096;
+
 /// Compiles all hosts; reports every host whose reply does not fit.
+///
+/// Large inventories are compiled on every core, in slices of hosts whose
+/// bodies are then merged, so that the time to be ready follows the hosts
+/// divided by the cores.
 pub fn compile(inv: &Inventory, server: &Server) -> Result<Compiled, Vec<Problem>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_thread = inv.hosts.len().div_ceil(threads).max(HOSTS_PER_THREAD);
+    let slices: Vec<Slice> = if inv.hosts.len() <= per_thread {
+        vec![compile_slice(inv, &inv.hosts, server)]
+    } else {
+        std::thread::scope(|scope| {
+            let running: Vec<_> = inv
+                .hosts
+                .chunks(per_thread)
+                .map(|hosts| scope.spawn(move || compile_slice(inv, hosts, server)))
+                .collect();
+            running
+                .into_iter()
+                .map(|t| {
+                    t.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        })
+    };
     let mut interner = Interner::default();
     let mut hosts = BTreeMap::new();
     let mut problems = Vec::new();
-    for host in &inv.hosts {
-        match compile_host(inv, host, server, &mut interner) {
-            // Every port gets the same record: nothing in a reply depends
-            // on the port (`{mac}` is the host's primary MAC), and the XDP
-            // program fills in the request's own chaddr.
-            Ok(Some(record)) => {
-                for mac in host.ports() {
-                    hosts.insert(MacKey::new(mac.0), record);
+    for slice in slices {
+        let slots: Vec<u32> = slice
+            .bodies
+            .into_iter()
+            .map(|body| interner.intern(body))
+            .collect();
+        for (mac, mut record) in slice.hosts {
+            for b in &mut record.bodies {
+                if *b != NO_BODY {
+                    *b = slots[(*b & !BODY_WHOLE) as usize] | (*b & BODY_WHOLE);
                 }
             }
-            Ok(None) => {}
-            Err(problem) => problems.push(problem),
+            hosts.insert(mac, record);
         }
+        problems.extend(slice.problems);
     }
     if problems.is_empty() {
         Ok(Compiled {
@@ -113,6 +142,36 @@ pub fn compile(inv: &Inventory, server: &Server) -> Result<Compiled, Vec<Problem
         })
     } else {
         Err(problems)
+    }
+}
+
+/// What one thread compiled: records whose slots index its own bodies.
+struct Slice {
+    hosts: Vec<(MacKey, HostRecord)>,
+    bodies: Vec<ReplyBody>,
+    problems: Vec<Problem>,
+}
+
+fn compile_slice(inv: &Inventory, hosts: &[Host], server: &Server) -> Slice {
+    let mut interner = Interner::default();
+    let mut out = Vec::with_capacity(hosts.len());
+    let mut problems = Vec::new();
+    for host in hosts {
+        match compile_host(inv, host, server, &mut interner) {
+            // Every port gets the same record: nothing in a reply depends
+            // on the port (`{mac}` is the host's primary MAC), and the XDP
+            // program fills in the request's own chaddr.
+            Ok(Some(record)) => {
+                out.extend(host.ports().iter().map(|mac| (MacKey::new(mac.0), record)))
+            }
+            Ok(None) => {}
+            Err(problem) => problems.push(problem),
+        }
+    }
+    Slice {
+        hosts: out,
+        bodies: interner.bodies,
+        problems,
     }
 }
 
@@ -417,6 +476,39 @@ hosts:
         assert_eq!(c.bodies.len(), 5);
         assert_eq!(c.replies(), 1000);
         assert_assembles_to_the_encoders(&inv, &c);
+    }
+
+    #[test]
+    fn compiling_on_several_threads_gives_what_one_thread_gives() {
+        let mut yaml = String::from(
+            "subnets:\n  - {cidr: 10.0.0.0/8}\nprofiles:\n  - name: a\n    boot: {bios: a.kpxe}\n  - name: b\n    \
+             boot: {bios: b.kpxe, uefi: b.efi}\nhosts:\n",
+        );
+        let hosts = 2 * HOSTS_PER_THREAD as u32 + 100;
+        for i in 1..=hosts {
+            let [_, x, y, z] = i.to_be_bytes();
+            let profile = if i % 3 == 0 { "a" } else { "b" };
+            yaml.push_str(&format!(
+                "  - {{mac: \"02:00:00:{x:02x}:{y:02x}:{z:02x}\", ip: 10.{x}.{y}.{z}, hostname: n{i}, profile: {profile}}}\n"
+            ));
+        }
+        let inv = Inventory::parse(Path::new("t.yaml"), &yaml).expect("valid");
+        let c = compile(&inv, &SERVER).expect("compiles");
+        let one = compile_slice(&inv, &inv.hosts, &SERVER);
+        assert!(one.problems.is_empty());
+        let one = Compiled {
+            hosts: one.hosts.into_iter().collect(),
+            bodies: one.bodies,
+        };
+        assert_eq!(c.hosts.len(), hosts as usize);
+        // Plain and BIOS of a, plain, BIOS and UEFI of b; plain is shared.
+        assert_eq!(c.bodies.len(), one.bodies.len());
+        assert_eq!(c.bodies.len(), 4);
+        for key in one.hosts.keys() {
+            for class in BootClass::ALL {
+                assert_eq!(c.reply(key.mac, class), one.reply(key.mac, class));
+            }
+        }
     }
 
     #[test]
