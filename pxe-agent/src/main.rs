@@ -218,7 +218,7 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         pin_dir: Option<PathBuf>,
         /// Host entries (MACs) the fast path's maps hold. Without it, twice
-        /// what the inventory at start needs (at least 4096): a reload that
+        /// what the inventory at start needs (at least 262,144): a reload that
         /// needs more is refused, naming this flag.
         #[arg(long, value_name = "N")]
         map_capacity: Option<u32>,

@@ -28,9 +28,12 @@ pub const REDIRECT_MAP: &str = "REDIRECT_TO";
 pub const EVENTS_MAP: &str = "EVENTS";
 /// Capacity of [`EVENTS_MAP`] in bytes.
 pub const EVENTS_BYTES: u32 = 256 * 1024;
-/// Capacity of [`HOSTS_MAP`] as compiled into the object; the agent sizes
-/// the map to the inventory when it loads the program.
-pub const DEFAULT_HOSTS: u32 = 4096;
+/// Capacity of [`HOSTS_MAP`] as compiled into the object, and the least the
+/// agent gives it when it sizes the map to the inventory at load time. The
+/// map allocates entries as they are written; its capacity costs only the
+/// hash buckets (16 bytes each), so an agent started with a few hosts can
+/// take a reload to a quarter of a million.
+pub const DEFAULT_HOSTS: u32 = 262_144;
 /// Capacity of [`BODIES_MAP`] as compiled into the object; sized like
 /// [`DEFAULT_HOSTS`].
 pub const DEFAULT_BODIES: u32 = 1024;

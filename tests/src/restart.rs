@@ -319,6 +319,7 @@ fn a_program_of_another_version_is_replaced_through_the_same_link() {
     assert_eq!(
         files,
         [
+            "BODIES",
             "COUNTERS",
             "EVENTS",
             "HOSTS",

@@ -123,8 +123,8 @@ mod tests {
     fn sized_to_twice_the_inventory_within_bounds() {
         let small = Capacity::for_inventory([&compiled(10, 3)], None);
         assert_eq!(small, Capacity::default());
-        let big = Capacity::for_inventory([&compiled(100_000, 2_000)], None);
-        assert_eq!((big.hosts, big.bodies), (200_000, 4_000));
+        let big = Capacity::for_inventory([&compiled(200_000, 2_000)], None);
+        assert_eq!((big.hosts, big.bodies), (400_000, 4_000));
         let flag = Capacity::for_inventory([&compiled(100_000, 5)], Some(150_000));
         assert_eq!(flag.hosts, 150_000);
     }
