@@ -269,28 +269,64 @@ pub fn prepare_each(
 /// source: the file, or the Kubernetes API (`label` names the source in
 /// messages, as the path names a file).
 pub fn compile_each(
-    mut inv: Inventory,
+    inv: Inventory,
     label: &Path,
     servers: &[Server],
     http_port: u16,
 ) -> Result<Prepared, LoadError> {
+    compile_each_beside(inv, label, servers, http_port, None)
+}
+
+/// [`compile_each`] for a reload of a running agent: hosts unchanged since
+/// the inventory in force keep what its maps hold (see
+/// [`template::compile_reusing`]).
+fn compile_each_beside(
+    mut inv: Inventory,
+    label: &Path,
+    servers: &[Server],
+    http_port: u16,
+    running: Option<&AdminState>,
+) -> Result<Prepared, LoadError> {
     inv.use_http_port(http_port);
     inv.serve_on(&servers.iter().map(|s| s.ip).collect::<Vec<_>>());
+    // What is in force, taken under the lock and compiled beside without it.
+    let in_force = running.map(|shared| {
+        let fast = shared.fast.lock().unwrap_or_else(PoisonError::into_inner);
+        let compiled: Vec<_> = fast
+            .iter()
+            .map(|f| f.in_step().then(|| f.current().compiled().clone()))
+            .collect();
+        (shared.boot.state.inventory(), compiled)
+    });
     let templates = servers
         .iter()
-        .map(|server| compile(label, &inv, server))
+        .enumerate()
+        .map(|(i, server)| {
+            let reuse = in_force.as_ref().and_then(|(inv, compiled)| {
+                Some(template::Reuse {
+                    inv,
+                    compiled: compiled.get(i)?.as_deref()?,
+                })
+            });
+            compile(label, &inv, server, reuse)
+        })
         .collect::<Result<_, _>>()?;
     Ok((inv, templates))
 }
 
 /// Compiles `inv` and checks the result against the limits of the fast
 /// path's maps; `path` is only used in messages.
-fn compile(path: &Path, inv: &Inventory, server: &Server) -> Result<template::Compiled, LoadError> {
+fn compile(
+    path: &Path,
+    inv: &Inventory,
+    server: &Server,
+    reuse: Option<template::Reuse>,
+) -> Result<template::Compiled, LoadError> {
     let invalid = |problems| LoadError::Invalid {
         path: path.to_path_buf(),
         problems,
     };
-    let compiled = template::compile(inv, server).map_err(invalid)?;
+    let compiled = template::compile_reusing(inv, server, reuse).map_err(invalid)?;
     // Past the largest maps an agent can be given: refused here, so that
     // `check` says so; a running agent's own maps are checked in force.
     Capacity::LARGEST
@@ -319,7 +355,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     let (kube_source, (inv, compiled)) = match &cfg.kube {
         None => (
             None,
-            prepare_provisioned(&cfg.inventory, &servers, http_port, &netboot)?,
+            prepare_provisioned(&cfg.inventory, &servers, http_port, &netboot, None)?,
         ),
         Some(settings) => {
             let compile_servers = servers.clone();
@@ -353,7 +389,8 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
             })?;
     }
     let count = compiled.iter().map(template::Compiled::replies).sum();
-    for (iface, compiled) in ifaces.iter().zip(&compiled) {
+    let bodies: usize = compiled.iter().map(|c| c.bodies.len()).sum();
+    for (iface, compiled) in ifaces.iter().zip(compiled) {
         let fast = match &cfg.pin_dir {
             None => {
                 let mut fast = FastPath::load_with(capacity).with_context(|| {
@@ -372,12 +409,11 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     info!(
         hosts = inv.hosts.len(),
         replies = count,
-        shared_bodies = compiled.iter().map(|c| c.bodies.len()).sum::<usize>(),
+        shared_bodies = bodies,
         map_capacity = capacity.hosts,
         interfaces = ifaces.len(),
         "inventory loaded"
     );
-    drop(compiled);
     trim_heap();
 
     let progress = Arc::new(Progress::default());
@@ -869,22 +905,24 @@ fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &Adm
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
     apply_prepared(
-        prepare_provisioned(path, servers, http_port, &state.netboot),
+        prepare_provisioned(path, servers, http_port, &state.netboot, Some(shared)),
         shared,
     )
 }
 
 /// [`prepare_each`] with the hosts the netboot store records as done, so
-/// that the templates compiled withhold their boot files.
+/// that the replies compiled withhold their boot files; beside what is in
+/// force when `running`.
 fn prepare_provisioned(
     path: &Path,
     servers: &[Server],
     http_port: u16,
     netboot: &NetbootStore,
+    running: Option<&AdminState>,
 ) -> Result<Prepared, LoadError> {
     let mut inv = Inventory::load(path)?;
     inv.provisioned = netboot.done();
-    compile_each(inv, path, servers, http_port)
+    compile_each_beside(inv, path, servers, http_port, running)
 }
 
 /// Puts each netboot change in force on both paths: the inventory in force
@@ -922,9 +960,22 @@ fn apply_netboot(servers: &[Server], shared: &AdminState) {
     let mut inv = (*current).clone();
     inv.provisioned = done;
     let label = Path::new("netboot state");
+    let in_force: Vec<_> = {
+        let fast = shared.fast.lock().unwrap_or_else(PoisonError::into_inner);
+        fast.iter()
+            .map(|f| f.in_step().then(|| f.current().compiled().clone()))
+            .collect()
+    };
     let templates = servers
         .iter()
-        .map(|server| compile(label, &inv, server))
+        .zip(&in_force)
+        .map(|(server, compiled)| {
+            let reuse = compiled.as_deref().map(|compiled| template::Reuse {
+                inv: &current,
+                compiled,
+            });
+            compile(label, &inv, server, reuse)
+        })
         .collect::<Result<Vec<_>, _>>();
     match templates {
         Ok(templates) => {
@@ -980,9 +1031,8 @@ fn apply_compiled(
         warn!("inventory change refused, still serving the previous one: {problem}");
         return Reload::Refused;
     }
-    let synced = sync_each(&mut fast, &templates);
+    let synced = sync_each(&mut fast, templates);
     drop(fast);
-    drop(templates);
     let report = match synced {
         Ok(report) => report,
         Err(e @ SyncError::RolledBack { .. }) => {
@@ -1209,7 +1259,7 @@ fn start_pinned(
     dir: &Path,
     iface: &str,
     mode: AttachMode,
-    compiled: &template::Compiled,
+    compiled: template::Compiled,
     capacity: Capacity,
 ) -> anyhow::Result<FastPath> {
     let pins = xdp::pin::iface_dir(dir, iface);

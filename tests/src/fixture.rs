@@ -76,7 +76,7 @@ impl Fixture {
         let compiled = template::compile(&inv, &server).expect("test inventory compiles");
         let mut fast =
             FastPath::load().unwrap_or_else(|e| panic!("XDP program failed to load: {e:?}"));
-        fast.sync(&compiled)
+        fast.sync(compiled)
             .expect("the maps accept the compiled inventory");
         Fixture { fast, inv, server }
     }

@@ -575,7 +575,7 @@ fn a_reload_past_the_maps_capacity_leaves_the_previous_inventory_in_force() {
     }
     let err = fx
         .fast
-        .sync(&desired)
+        .sync(desired)
         .expect_err("more hosts than the map holds");
     assert!(matches!(err, SyncError::RolledBack { .. }), "{err}");
     let keys: Vec<MacKey> = fx

@@ -90,22 +90,56 @@ struct Cut {
 /// Hosts one compiling thread takes at least: fewer are not worth a thread.
 const HOSTS_PER_THREAD: usize = 4096;
 
+/// What a reload compiles beside: the inventory in force and what was
+/// compiled from it for the same server. A host that is the same in both
+/// inventories, under the same subnets, profiles and settings, keeps its
+/// record: it would compile to the same bytes.
+#[derive(Clone, Copy)]
+pub struct Reuse<'a> {
+    pub inv: &'a Inventory,
+    pub compiled: &'a Compiled,
+}
+
+impl Reuse<'_> {
+    /// The record `host` had, if nothing that goes into its replies changed.
+    fn record(&self, inv: &Inventory, host: &Host) -> Option<HostRecord> {
+        let before = self.inv.host_by_mac(host.mac)?;
+        if before != host
+            || self.inv.provisioned.contains(&host.mac) != inv.provisioned.contains(&host.mac)
+        {
+            return None;
+        }
+        self.compiled.hosts.get(&MacKey::new(host.mac.0)).copied()
+    }
+}
+
 /// Compiles all hosts; reports every host whose reply does not fit.
+pub fn compile(inv: &Inventory, server: &Server) -> Result<Compiled, Vec<Problem>> {
+    compile_reusing(inv, server, None)
+}
+
+/// [`compile`], keeping the records of hosts `reuse` says are unchanged, so
+/// that a reload costs what changed, not what the inventory holds.
 ///
 /// Large inventories are compiled on every core, in slices of hosts whose
 /// bodies are then merged, so that the time to be ready follows the hosts
 /// divided by the cores.
-pub fn compile(inv: &Inventory, server: &Server) -> Result<Compiled, Vec<Problem>> {
+pub fn compile_reusing(
+    inv: &Inventory,
+    server: &Server,
+    reuse: Option<Reuse>,
+) -> Result<Compiled, Vec<Problem>> {
+    let reuse = reuse.filter(|r| r.inv.same_replies_context(inv));
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let per_thread = inv.hosts.len().div_ceil(threads).max(HOSTS_PER_THREAD);
     let slices: Vec<Slice> = if inv.hosts.len() <= per_thread {
-        vec![compile_slice(inv, &inv.hosts, server)]
+        vec![compile_slice(inv, &inv.hosts, server, reuse)]
     } else {
         std::thread::scope(|scope| {
             let running: Vec<_> = inv
                 .hosts
                 .chunks(per_thread)
-                .map(|hosts| scope.spawn(move || compile_slice(inv, hosts, server)))
+                .map(|hosts| scope.spawn(move || compile_slice(inv, hosts, server, reuse)))
                 .collect();
             running
                 .into_iter()
@@ -152,12 +186,30 @@ struct Slice {
     problems: Vec<Problem>,
 }
 
-fn compile_slice(inv: &Inventory, hosts: &[Host], server: &Server) -> Slice {
+fn compile_slice(inv: &Inventory, hosts: &[Host], server: &Server, reuse: Option<Reuse>) -> Slice {
     let mut interner = Interner::default();
     let mut out = Vec::with_capacity(hosts.len());
     let mut problems = Vec::new();
+    // The previous compile's body indices, as this slice's.
+    let mut reused: HashMap<u32, u32> = HashMap::new();
     for host in hosts {
-        match compile_host(inv, host, server, &mut interner) {
+        let kept = reuse.and_then(|r| Some((r, r.record(inv, host)?)));
+        let compiled = match kept {
+            Some((r, mut record)) => {
+                for b in &mut record.bodies {
+                    if *b != NO_BODY {
+                        let i = *b & !BODY_WHOLE;
+                        let local = *reused
+                            .entry(i)
+                            .or_insert_with(|| interner.intern(r.compiled.bodies[i as usize]));
+                        *b = local | (*b & BODY_WHOLE);
+                    }
+                }
+                Ok(Some(record))
+            }
+            None => compile_host(inv, host, server, &mut interner),
+        };
+        match compiled {
             // Every port gets the same record: nothing in a reply depends
             // on the port (`{mac}` is the host's primary MAC), and the XDP
             // program fills in the request's own chaddr.
@@ -370,14 +422,14 @@ hosts:
         let mut sum = u32::from(if ack { body.csum_ack } else { body.csum_offer });
         let host_len = if with_host { host.len as usize } else { 0 };
         if host_len != 0 {
-            sum += u32::from(if body.len % 2 == 0 {
+            sum += u32::from(if body.len.is_multiple_of(2) {
                 host.sum
             } else {
                 host.sum.swap_bytes()
             });
         }
         let end = body.len as usize + host_len;
-        sum += if end % 2 == 0 { 0xff00 } else { 0x00ff };
+        sum += if end.is_multiple_of(2) { 0xff00 } else { 0x00ff };
         sum += u32::from(u16::from_be_bytes([host.yiaddr[0], host.yiaddr[1]]));
         sum += u32::from(u16::from_be_bytes([host.yiaddr[2], host.yiaddr[3]]));
         while sum > 0xffff {
@@ -494,7 +546,7 @@ hosts:
         }
         let inv = Inventory::parse(Path::new("t.yaml"), &yaml).expect("valid");
         let c = compile(&inv, &SERVER).expect("compiles");
-        let one = compile_slice(&inv, &inv.hosts, &SERVER);
+        let one = compile_slice(&inv, &inv.hosts, &SERVER, None);
         assert!(one.problems.is_empty());
         let one = Compiled {
             hosts: one.hosts.into_iter().collect(),
@@ -509,6 +561,49 @@ hosts:
                 assert_eq!(c.reply(key.mac, class), one.reply(key.mac, class));
             }
         }
+    }
+
+    /// Every reply of every port of `inv`, as the kernel assembles it.
+    fn all_replies(inv: &Inventory, c: &Compiled) -> Vec<Option<Vec<u8>>> {
+        inv.hosts
+            .iter()
+            .flat_map(|h| h.ports().iter())
+            .flat_map(|mac| BootClass::ALL.map(|class| c.reply(mac.0, class)))
+            .collect()
+    }
+
+    #[test]
+    fn a_reload_beside_the_inventory_in_force_compiles_to_what_a_fresh_compile_gives() {
+        let base = |router: &str, node2: &str| {
+            let yaml = format!(
+                "subnets:\n  - {{cidr: 10.66.0.0/16, router: {router}}}\nprofiles:\n  - name: w\n    \
+                 boot: {{bios: a.kpxe, uefi: b.efi}}\nhosts:\n\
+                 - {{mac: \"02:00:00:00:00:01\", ip: 10.66.1.1, hostname: n1, profile: w}}\n\
+                 - {{mac: \"02:00:00:00:00:02\", ip: 10.66.1.2, hostname: {node2}, profile: w}}\n\
+                 - {{mac: \"02:00:00:00:00:03\", ip: 10.66.1.3, profile: w, options: {{224: x}}}}\n"
+            );
+            Inventory::parse(Path::new("t.yaml"), &yaml).expect("valid")
+        };
+        let before = base("10.66.0.1", "n2");
+        let compiled = compile(&before, &SERVER).expect("compiles");
+        let reuse = Reuse {
+            inv: &before,
+            compiled: &compiled,
+        };
+        // One host renamed; then the subnet's router changed, which every
+        // host's reply holds.
+        for after in [base("10.66.0.1", "renamed"), base("10.66.0.254", "n2")] {
+            let fresh = compile(&after, &SERVER).expect("compiles");
+            let beside = compile_reusing(&after, &SERVER, Some(reuse)).expect("compiles");
+            assert_eq!(all_replies(&after, &beside), all_replies(&after, &fresh));
+            assert_eq!(beside.bodies.len(), fresh.bodies.len());
+        }
+        // A host provisioned meanwhile is compiled anew.
+        let mut after = base("10.66.0.1", "n2");
+        after.provisioned.insert(after.hosts[0].mac);
+        let fresh = compile(&after, &SERVER).expect("compiles");
+        let beside = compile_reusing(&after, &SERVER, Some(reuse)).expect("compiles");
+        assert_eq!(all_replies(&after, &beside), all_replies(&after, &fresh));
     }
 
     #[test]

@@ -513,6 +513,28 @@ impl Inventory {
         Inventory::validate_raw(path, raw, secrets)
     }
 
+    /// Whether a host that is the same in `self` and in `other` gets the
+    /// same replies from both: everything but the hosts and who is
+    /// provisioned is equal. Every field is named, so that a new one must
+    /// be weighed here.
+    pub fn same_replies_context(&self, other: &Inventory) -> bool {
+        let Inventory {
+            subnets,
+            profiles,
+            hosts: _,
+            discovery,
+            ipxe,
+            served,
+            provisioned: _,
+            index: _,
+        } = self;
+        *subnets == other.subnets
+            && *profiles == other.profiles
+            && *discovery == other.discovery
+            && *ipxe == other.ipxe
+            && *served == other.served
+    }
+
     /// Rebuilds the index behind [`Inventory::host_by_mac`] after `hosts`
     /// changed. With duplicate MACs (which validation refuses) the first
     /// host wins, as a scan would find it.

@@ -127,6 +127,9 @@ pub struct FastPath {
     attached: Option<u32>,
     /// Set when the link is pinned: dropping must not detach.
     pinned: bool,
+    /// Cleared when a sync and its undo both failed: `current` is then what
+    /// was read back from the maps, not a compiled inventory.
+    in_step: bool,
 }
 
 impl FastPath {
@@ -194,6 +197,7 @@ impl FastPath {
             link: None,
             attached: None,
             pinned: false,
+            in_step: true,
         })
     }
 
@@ -286,7 +290,7 @@ impl FastPath {
         dir: &Path,
         iface: &str,
         mode: AttachMode,
-        compiled: &Compiled,
+        compiled: Compiled,
         capacity: Capacity,
     ) -> Result<(FastPath, Adoption), XdpError> {
         pin::prepare(dir)?;
@@ -300,7 +304,7 @@ impl FastPath {
         dir: &Path,
         iface: &str,
         mode: AttachMode,
-        compiled: &Compiled,
+        compiled: Compiled,
         capacity: Capacity,
     ) -> Result<(FastPath, Adoption), XdpError> {
         // Maps pinned for a program no longer attached: start them anew.
@@ -325,7 +329,7 @@ impl FastPath {
         iface: &str,
         link: FdLink,
         running: u32,
-        compiled: &Compiled,
+        compiled: Compiled,
         capacity: Capacity,
     ) -> Result<(FastPath, Adoption), XdpError> {
         // The running program's own pin, when it is the one the link runs;
@@ -421,15 +425,30 @@ impl FastPath {
     /// On failure the maps hold what they held before, and `current` with
     /// them; if even the undo failed, `current` is read back from the maps,
     /// so the next sync starts from what the kernel really has.
-    pub fn sync(&mut self, desired: &Compiled) -> Result<SyncReport, SyncError> {
-        match maps::sync(&mut self.maps, &mut self.current, desired) {
-            Ok(report) => Ok(report),
+    ///
+    /// Returns the compiled inventory the maps held before.
+    pub fn sync(
+        &mut self,
+        desired: impl Into<Arc<Compiled>>,
+    ) -> Result<(SyncReport, Arc<Compiled>), SyncError> {
+        match maps::sync(&mut self.maps, &mut self.current, desired.into()) {
+            Ok(done) => {
+                self.in_step = true;
+                Ok(done)
+            }
             Err(e @ SyncError::RolledBack { .. }) => Err(e),
             Err(e @ SyncError::Mixed { .. }) => {
                 self.current = Installed::read(&self.maps);
+                self.in_step = false;
                 Err(e)
             }
         }
+    }
+
+    /// Whether what the maps hold is a compiled inventory put in force
+    /// whole, which a reload may reuse host by host.
+    pub fn in_step(&self) -> bool {
+        self.in_step
     }
 
     /// Host entries in the map.
@@ -586,24 +605,25 @@ fn take_trace(ebpf: &mut Ebpf) -> Result<(TraceFilter, RingBuf<MapData>), XdpErr
 /// for `fast[i]`), all of them or none: when one interface's sync fails,
 /// the interfaces already synced are put back as they were, so both paths
 /// keep serving the previous inventory everywhere.
-pub fn sync_each(fast: &mut [FastPath], desired: &[Compiled]) -> Result<SyncReport, SyncError> {
+pub fn sync_each(fast: &mut [FastPath], desired: Vec<Compiled>) -> Result<SyncReport, SyncError> {
     assert_eq!(
         fast.len(),
         desired.len(),
         "one compiled inventory per interface"
     );
-    let previous: Vec<Compiled> = fast.iter().map(|f| f.current.compiled()).collect();
+    let mut previous: Vec<Arc<Compiled>> = Vec::with_capacity(fast.len());
     let mut total = SyncReport::default();
-    for (i, compiled) in desired.iter().enumerate() {
+    for (i, compiled) in desired.into_iter().enumerate() {
         let failed = match fast[i].sync(compiled) {
-            Ok(report) => {
+            Ok((report, old)) => {
                 total.add(&report);
+                previous.push(old);
                 continue;
             }
             Err(e) => e,
         };
         let mut undo_error = None;
-        for (done, old) in fast[..i].iter_mut().zip(&previous) {
+        for (done, old) in fast[..i].iter_mut().zip(previous) {
             if let Err(e) = done.sync(old) {
                 undo_error.get_or_insert(e.into_source());
             }

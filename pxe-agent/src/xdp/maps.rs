@@ -12,7 +12,10 @@
 //! it in both paths; bodies written to free slots are unreachable and need
 //! no undo.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, MapError};
 use pxe_ebpf_common::{BODY_WHOLE, HostRecord, MacKey, NO_BODY, ReplyBody};
@@ -105,13 +108,14 @@ impl Entries for Maps {
     }
 }
 
-/// What the maps hold: the host entries as written (body slots resolved)
-/// and the body in each slot a host uses.
+/// What the maps hold: the compiled inventory last put in force, and the
+/// slot each of its bodies is in.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Installed {
-    pub hosts: BTreeMap<MacKey, HostRecord>,
-    slots: Vec<Option<ReplyBody>>,
-    index: HashMap<ReplyBody, u32>,
+    /// Shared with a reload compiling beside the running agent.
+    compiled: Arc<Compiled>,
+    /// `compiled.bodies[i]` is in slot `slot_of[i]`.
+    slot_of: Vec<u32>,
 }
 
 impl Installed {
@@ -120,119 +124,116 @@ impl Installed {
     pub fn read(maps: &Maps) -> Installed {
         let hosts: BTreeMap<MacKey, HostRecord> =
             maps.hosts.iter().filter_map(Result::ok).collect();
-        let mut installed = Installed {
-            hosts,
-            ..Installed::default()
-        };
-        let used: Vec<u32> = installed.used_slots();
-        for slot in used {
+        let mut slots: Vec<u32> = hosts.values().flat_map(slots).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        let mut slot_of = Vec::with_capacity(slots.len());
+        let mut bodies = Vec::with_capacity(slots.len());
+        for slot in slots {
+            // A slot that cannot be read leaves its hosts pointing nowhere:
+            // the next sync rewrites them.
             if let Ok(body) = maps.bodies.get(&slot, 0) {
-                installed.set_slot(slot, body);
+                slot_of.push(slot);
+                bodies.push(body);
             }
         }
-        installed
-    }
-
-    /// Host entries.
-    pub fn len(&self) -> usize {
-        self.hosts.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.hosts.is_empty()
-    }
-
-    /// Body slots in use.
-    pub fn bodies(&self) -> usize {
-        self.index.len()
-    }
-
-    /// The body in `slot`.
-    pub fn body(&self, slot: u32) -> Option<&ReplyBody> {
-        self.slots.get(slot as usize)?.as_ref()
-    }
-
-    /// The same as a compiled inventory, to sync back to.
-    pub fn compiled(&self) -> Compiled {
-        let used = self.used_slots();
-        let bodies = used
-            .iter()
-            .filter_map(|slot| self.body(*slot).copied())
-            .collect();
-        let index = |slot: u32| used.binary_search(&slot).map_or(NO_BODY, |i| i as u32);
-        let hosts = self
-            .hosts
-            .iter()
-            .map(|(key, record)| {
-                let mut record = *record;
+        let index = |slot: u32| slot_of.binary_search(&slot).map_or(NO_BODY, |i| i as u32);
+        let hosts = hosts
+            .into_iter()
+            .map(|(key, mut record)| {
                 for b in &mut record.bodies {
                     if *b != NO_BODY {
                         *b = index(*b & !BODY_WHOLE) | (*b & BODY_WHOLE);
                     }
                 }
-                (*key, record)
+                (key, record)
             })
             .collect();
-        Compiled { hosts, bodies }
+        Installed {
+            compiled: Arc::new(Compiled { hosts, bodies }),
+            slot_of,
+        }
     }
 
-    fn used_slots(&self) -> Vec<u32> {
-        let mut used: Vec<u32> = self
+    /// The compiled inventory the maps hold, for a reload to start from.
+    pub fn compiled(&self) -> &Arc<Compiled> {
+        &self.compiled
+    }
+
+    /// Host entries.
+    pub fn len(&self) -> usize {
+        self.compiled.hosts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.compiled.hosts.is_empty()
+    }
+
+    /// Body slots in use.
+    pub fn bodies(&self) -> usize {
+        self.slot_of.len()
+    }
+
+    /// The record of `key` as the kernel holds it: body slots, not indices.
+    pub fn record(&self, key: &MacKey) -> Option<HostRecord> {
+        self.compiled
             .hosts
-            .values()
-            .flat_map(|h| h.bodies)
-            .filter(|b| *b != NO_BODY)
-            .map(|b| b & !BODY_WHOLE)
-            .collect();
-        used.sort_unstable();
-        used.dedup();
-        used
-    }
-
-    fn set_slot(&mut self, slot: u32, body: ReplyBody) {
-        let i = slot as usize;
-        if self.slots.len() <= i {
-            self.slots.resize(i + 1, None);
-        }
-        self.slots[i] = Some(body);
-        self.index.insert(body, slot);
-    }
-
-    /// Forgets the bodies no host entry uses: their slots are free for the
-    /// next sync.
-    fn drop_unused(&mut self) {
-        let used = self.used_slots();
-        for (slot, body) in self.slots.iter_mut().enumerate() {
-            if body.is_some() && used.binary_search(&(slot as u32)).is_err() {
-                if let Some(b) = body.take() {
-                    self.index.remove(&b);
-                }
-            }
-        }
-        while self.slots.last().is_some_and(Option::is_none) {
-            self.slots.pop();
-        }
+            .get(key)
+            .map(|r| resolve(r, &self.slot_of))
     }
 }
 
-/// Makes the maps hold exactly `desired`; `current` is what they hold and
-/// becomes what they hold after (unchanged on failure).
+/// The body slots a record in the kernel's map uses.
+fn slots(record: &HostRecord) -> impl Iterator<Item = u32> + '_ {
+    record
+        .bodies
+        .iter()
+        .filter(|b| **b != NO_BODY)
+        .map(|b| b & !BODY_WHOLE)
+}
+
+/// A compiled record with its body indices turned into slots.
+fn resolve(record: &HostRecord, slot_of: &[u32]) -> HostRecord {
+    let mut out = *record;
+    for b in &mut out.bodies {
+        if *b != NO_BODY {
+            *b = slot_of[(*b & !BODY_WHOLE) as usize] | (*b & BODY_WHOLE);
+        }
+    }
+    out
+}
+
+/// Makes the maps hold exactly `desired`; `current` is what they hold.
+/// On success `current` becomes `desired` and the inventory it replaced is
+/// returned (to sync back to, should another interface fail); on failure
+/// `current` is unchanged.
 pub fn sync(
     map: &mut impl Entries,
     current: &mut Installed,
-    desired: &Compiled,
-) -> Result<SyncReport, SyncError> {
+    desired: Arc<Compiled>,
+) -> Result<(SyncReport, Arc<Compiled>), SyncError> {
     let mut report = SyncReport::default();
-    let mut next = current.clone();
-    // Bodies: where each of `desired.bodies` goes.
+    // Bodies: each into the slot that holds it, or into one no host of the
+    // current inventory uses.
+    let held: HashMap<&ReplyBody, u32> = current
+        .compiled
+        .bodies
+        .iter()
+        .zip(&current.slot_of)
+        .map(|(body, slot)| (body, *slot))
+        .collect();
+    let mut taken: Vec<bool> = Vec::new();
+    for slot in &current.slot_of {
+        mark(&mut taken, *slot);
+    }
     let mut slot_of = Vec::with_capacity(desired.bodies.len());
     let mut free = 0u32;
     for body in &desired.bodies {
-        if let Some(slot) = next.index.get(body) {
+        if let Some(slot) = held.get(body) {
             slot_of.push(*slot);
             continue;
         }
-        while next.body(free).is_some() {
+        while taken.get(free as usize).copied().unwrap_or(false) {
             free += 1;
         }
         if free >= map.body_slots() {
@@ -248,22 +249,14 @@ pub fn sync(
                 source: Box::new(source),
             })?;
         report.bodies += 1;
-        next.set_slot(free, *body);
+        mark(&mut taken, free);
         slot_of.push(free);
     }
-    let resolve = |record: &HostRecord| {
-        let mut out = *record;
-        for b in &mut out.bodies {
-            if *b != NO_BODY {
-                *b = slot_of[(*b & !BODY_WHOLE) as usize] | (*b & BODY_WHOLE);
-            }
-        }
-        out
-    };
     // What was done to host entries, in order, so that it can be undone.
     let mut done: Vec<&MacKey> = Vec::new();
     let result = (|| {
         for key in current
+            .compiled
             .hosts
             .keys()
             .filter(|k| !desired.hosts.contains_key(k))
@@ -273,30 +266,33 @@ pub fn sync(
             report.removed += 1;
         }
         for (key, record) in &desired.hosts {
-            let record = resolve(record);
-            if current.hosts.get(key) == Some(&record) {
+            let record = resolve(record, &slot_of);
+            if current.record(key) == Some(record) {
                 report.unchanged += 1;
                 continue;
             }
             map.put(key, &record)?;
-            next.hosts.insert(*key, record);
             done.push(key);
             report.written += 1;
         }
         Ok(())
     })();
     let Err(source) = result else {
-        next.hosts.retain(|k, _| desired.hosts.contains_key(k));
-        next.drop_unused();
-        *current = next;
-        return Ok(report);
+        let previous = std::mem::replace(
+            current,
+            Installed {
+                compiled: desired,
+                slot_of,
+            },
+        );
+        return Ok((report, previous.compiled));
     };
     // Newly added keys go first, so that restoring the old ones never
     // meets a full map.
-    done.sort_by_key(|k| current.hosts.contains_key(k));
+    done.sort_by_key(|k| current.compiled.hosts.contains_key(k));
     for key in done {
-        let undone = match current.hosts.get(key) {
-            Some(old) => map.put(key, old),
+        let undone = match current.record(key) {
+            Some(old) => map.put(key, &old),
             None => map.delete(key),
         };
         if let Err(undo) = undone {
@@ -309,6 +305,14 @@ pub fn sync(
     Err(SyncError::RolledBack {
         source: Box::new(source),
     })
+}
+
+fn mark(taken: &mut Vec<bool>, slot: u32) {
+    let i = slot as usize;
+    if taken.len() <= i {
+        taken.resize(i + 1, false);
+    }
+    taken[i] = true;
 }
 
 #[cfg(test)]
@@ -397,13 +401,13 @@ mod tests {
         let old = compiled(0..8, 1, 300);
         let mut map = Bounded::new(10, 4);
         let mut installed = Installed::default();
-        sync(&mut map, &mut installed, &old).expect("fits");
+        sync(&mut map, &mut installed, Arc::new(old.clone())).expect("fits");
         let before = map.served();
         let snapshot = installed.clone();
         // Hosts 0..4 change, 4..8 go, 8..20 come: past the capacity.
         let mut new = compiled(0..4, 2, 301);
         new.hosts.extend(compiled(8..20, 1, 301).hosts);
-        let err = sync(&mut map, &mut installed, &new).expect_err("past capacity");
+        let err = sync(&mut map, &mut installed, Arc::new(new)).expect_err("past capacity");
         assert!(matches!(err, SyncError::RolledBack { .. }), "{err}");
         assert_eq!(
             map.served(),
@@ -414,7 +418,7 @@ mod tests {
         // What fits applies whole.
         let mut smaller = compiled(0..4, 2, 301);
         smaller.hosts.extend(compiled(8..12, 1, 301).hosts);
-        let report = sync(&mut map, &mut installed, &smaller).expect("fits");
+        let (report, _) = sync(&mut map, &mut installed, Arc::new(smaller)).expect("fits");
         assert_eq!((report.written, report.removed, report.bodies), (8, 4, 1));
         assert_eq!(map.hosts.len(), 8);
         assert!(map.served().values().all(|(len, _)| *len == 301));
@@ -424,14 +428,16 @@ mod tests {
     fn a_new_body_never_goes_into_a_slot_a_host_still_uses() {
         let mut map = Bounded::new(100, 2);
         let mut installed = Installed::default();
-        sync(&mut map, &mut installed, &compiled(0..4, 1, 300)).expect("fits");
+        sync(&mut map, &mut installed, Arc::new(compiled(0..4, 1, 300))).expect("fits");
         // Every host moves to a new body: slot 1, while slot 0 is in use.
-        let report = sync(&mut map, &mut installed, &compiled(0..4, 1, 302)).expect("fits");
+        let (report, _) =
+            sync(&mut map, &mut installed, Arc::new(compiled(0..4, 1, 302))).expect("fits");
         assert_eq!((report.bodies, report.written), (1, 4));
         assert!(map.hosts.values().all(|h| h.bodies[1] == 1));
         assert_eq!(installed.bodies(), 1);
         // Slot 0 is free again; both slots in use would not fit a third.
-        let report = sync(&mut map, &mut installed, &compiled(0..4, 1, 303)).expect("fits");
+        let (report, _) =
+            sync(&mut map, &mut installed, Arc::new(compiled(0..4, 1, 303))).expect("fits");
         assert_eq!(report.bodies, 1);
         assert!(map.hosts.values().all(|h| h.bodies[1] == 0));
     }
@@ -440,14 +446,14 @@ mod tests {
     fn a_change_of_one_host_writes_only_its_entry() {
         let mut map = Bounded::new(100, 4);
         let mut installed = Installed::default();
-        sync(&mut map, &mut installed, &compiled(0..50, 1, 300)).expect("fits");
+        sync(&mut map, &mut installed, Arc::new(compiled(0..50, 1, 300))).expect("fits");
         let mut changed = compiled(0..50, 1, 300);
         changed
             .hosts
             .get_mut(&MacKey::new([2, 0, 0, 0, 0, 7]))
             .expect("host 7")
             .yiaddr = [10, 0, 7, 9];
-        let report = sync(&mut map, &mut installed, &changed).expect("fits");
+        let (report, _) = sync(&mut map, &mut installed, Arc::new(changed)).expect("fits");
         assert_eq!(report.map_writes(), 1, "{report:?}");
         assert_eq!(report.unchanged, 49);
     }
@@ -456,9 +462,9 @@ mod tests {
     fn bodies_past_the_slots_are_refused_before_any_host_changes() {
         let mut map = Bounded::new(100, 1);
         let mut installed = Installed::default();
-        sync(&mut map, &mut installed, &compiled(0..4, 1, 300)).expect("fits");
-        let err =
-            sync(&mut map, &mut installed, &compiled(0..4, 1, 301)).expect_err("no free slot");
+        sync(&mut map, &mut installed, Arc::new(compiled(0..4, 1, 300))).expect("fits");
+        let err = sync(&mut map, &mut installed, Arc::new(compiled(0..4, 1, 301)))
+            .expect_err("no free slot");
         assert!(
             err.to_string().contains("out of bounds")
                 || matches!(err, SyncError::RolledBack { .. })
