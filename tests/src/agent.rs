@@ -236,13 +236,19 @@ fn spawn_agent(
     } else {
         &["--xdp-mode", "native"]
     };
+    // The scratch directory's state directory unless the test gives one.
+    let state = dir.path("state");
+    let state: &[&std::ffi::OsStr] = if extra.contains(&"--state-dir") {
+        &[]
+    } else {
+        &["--state-dir".as_ref(), state.as_os_str()]
+    };
     ChildGuard::spawn(
         cmd.args(["run", "--interface", lab.server_if()])
             .args(mode)
             .arg("--inventory")
             .arg(inventory)
-            .arg("--state-dir")
-            .arg(dir.path("state"))
+            .args(state)
             .args(extra)
             .stderr(log.try_clone().expect("log fd"))
             .stdout(log),

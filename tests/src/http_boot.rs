@@ -41,7 +41,7 @@ fn served(name: &str, client_ip: &str, size: usize) -> (Served, Scratch, Vec<u8>
     (served, artifacts, kernel)
 }
 
-fn curl(served: &Served, args: &[&str]) -> Output {
+pub(crate) fn curl(served: &Served, args: &[&str]) -> Output {
     served
         .client_cmd("curl")
         .args(["-s", "--max-time", "10"])
@@ -50,7 +50,7 @@ fn curl(served: &Served, args: &[&str]) -> Output {
         .expect("run curl")
 }
 
-fn status(out: &Output) -> String {
+pub(crate) fn status(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .last()

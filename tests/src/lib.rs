@@ -9,6 +9,7 @@ pub mod fixture;
 pub mod frame;
 pub mod kube_api;
 pub mod loadgen;
+pub mod mount;
 pub mod raw;
 pub mod redfish_fixture;
 pub mod redfish_lab;
@@ -22,6 +23,8 @@ mod boot_vm;
 mod differential;
 #[cfg(test)]
 mod e2e;
+#[cfg(test)]
+mod faults;
 #[cfg(test)]
 mod flood;
 #[cfg(test)]

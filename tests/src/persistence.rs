@@ -237,7 +237,7 @@ fn in_range(ip: Ipv4Addr, start: [u8; 4], end: [u8; 4]) -> bool {
 }
 
 /// A pool big enough for the burst tests, on the lab's subnet.
-const POOL_INVENTORY: &str = r#"
+pub(crate) const POOL_INVENTORY: &str = r#"
 subnets:
   - cidr: 10.66.0.0/16
     router: 10.66.0.1
@@ -255,7 +255,7 @@ hosts:
 const POOL: ([u8; 4], [u8; 4]) = ([10, 66, 200, 1], [10, 66, 203, 250]);
 
 /// Runs `macs` through `dora` in rounds of `window`.
-fn lease_all(dora: &mut Dora, macs: &[Mac], window: usize) -> Round {
+pub(crate) fn lease_all(dora: &mut Dora, macs: &[Mac], window: usize) -> Round {
     let mut all = Round::default();
     for chunk in macs.chunks(window) {
         let r = dora.round(chunk, Duration::from_secs(2));

@@ -8,8 +8,6 @@
 use std::{
     fs,
     path::{Path, PathBuf},
-    process::Command,
-    sync::atomic::{AtomicU32, Ordering},
     thread,
     time::{Duration, Instant},
 };
@@ -26,59 +24,37 @@ use pxe_ebpf_common::{HOSTS_MAP, HostRecord, MacKey, PASS_PROGRAM_NAME};
 use crate::{
     agent::{Served, agent_bin},
     loadgen::{self, Options},
+    mount::Mount,
     raw::in_netns,
     reload::healthz,
     slow_path::INVENTORY,
 };
 
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-/// A bpffs instance mounted at a scratch directory, unmounted on drop; a
-/// fresh instance per mount, so tests running at once never share pins.
-struct Bpffs {
-    dir: PathBuf,
+/// A bpffs instance of the test's own: a fresh instance per mount, so
+/// tests running at once never share pins.
+pub(crate) struct Bpffs {
+    mount: Mount,
 }
 
 impl Bpffs {
-    fn mount(name: &str) -> Bpffs {
-        let dir = std::env::temp_dir().join(format!(
-            "pxe-bpffs-{name}-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir_all(&dir).expect("bpffs mount point");
-        let out = Command::new("mount")
-            .args(["-t", "bpf", "bpf"])
-            .arg(&dir)
-            .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "mount -t bpf failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Bpffs { dir }
+    pub(crate) fn mount(name: &str) -> Bpffs {
+        Bpffs {
+            mount: Mount::new(name, "bpf", None),
+        }
     }
 
     /// The `--pin-dir` given to the agent: a directory it creates.
     fn pin_dir(&self) -> PathBuf {
-        self.dir.join("pxe-agent")
+        self.mount.path().join("pxe-agent")
     }
 
-    fn pin_arg(&self) -> String {
+    pub(crate) fn pin_arg(&self) -> String {
         self.pin_dir().to_str().expect("utf-8 path").to_string()
     }
 }
 
-impl Drop for Bpffs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        let _ = fs::remove_dir(&self.dir);
-    }
-}
-
 /// The program attached to the server end, as the kernel reports it.
-fn attached(served: &Served) -> Option<u32> {
+pub(crate) fn attached(served: &Served) -> Option<u32> {
     let ns = served.lab.server_ns().to_string();
     let iface = served.lab.server_if().to_string();
     in_netns(&ns, move || pxe_agent::netdev::xdp_program_id(&iface))
@@ -108,7 +84,7 @@ fn pinned_macs(served: &Served, pins: &Path) -> Vec<[u8; 6]> {
 }
 
 /// `INVENTORY` plus `n` known hosts 02:5e:00:00:00:01.. at 10.66.3.x.
-fn inventory_with(n: u8) -> (String, Vec<[u8; 6]>) {
+pub(crate) fn inventory_with(n: u8) -> (String, Vec<[u8; 6]>) {
     let mut text = INVENTORY.to_string();
     let mut macs = Vec::new();
     for i in 1..=n {

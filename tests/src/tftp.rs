@@ -27,7 +27,7 @@ const ONE_MIB_7: usize = (1 << 20) + 7;
 /// How long the server waits for an event after a client exits.
 const EVENT_WAIT: Duration = Duration::from_secs(10);
 
-fn pattern(len: usize) -> Vec<u8> {
+pub(crate) fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 13 + i / 509) as u8).collect()
 }
 

@@ -39,6 +39,8 @@ pub const PACKAGES: &[&str] = &[
     "atftp",
     "ipxe",
     "iptables",
+    // Packet loss on the lab links (fault tests): nf_tables' netdev hooks.
+    "nftables",
     // `bench boot`: the TFTP and HTTP servers pxe-agent is compared with.
     "tftpd-hpa",
     "nginx",

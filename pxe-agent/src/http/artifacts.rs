@@ -15,6 +15,7 @@ use axum::{
 };
 use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 use tokio_util::io::ReaderStream;
+use tracing::{info, warn};
 
 /// Chunk size of file bodies.
 const CHUNK: usize = 256 * 1024;
@@ -54,9 +55,21 @@ pub async fn prepare(
     headers: &HeaderMap,
 ) -> Result<Prepared, Response> {
     let not_found = || StatusCode::NOT_FOUND.into_response();
-    let file = tokio::fs::File::open(path).await.map_err(|_| not_found())?;
-    let meta = file.metadata().await.map_err(|_| not_found())?;
+    // A source that went between the lookup and here is missing (404);
+    // one that fails otherwise (permissions, I/O) is the server's fault.
+    let failed = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            info!(path = %path.display(), "not served: no such file");
+            not_found()
+        } else {
+            warn!(path = %path.display(), error = %e, "not served: failed to read the file");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    };
+    let file = tokio::fs::File::open(path).await.map_err(failed)?;
+    let meta = file.metadata().await.map_err(failed)?;
     if !meta.is_file() {
+        warn!(path = %path.display(), "not served: not a regular file");
         return Err(not_found());
     }
     let size = meta.len();

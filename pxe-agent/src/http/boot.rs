@@ -340,7 +340,8 @@ async fn serve_from(
             .into_response();
     }
     let Some(file) = artifacts::resolve(root, path).await else {
-        debug!(%path, %peer, "not served");
+        // Client-chosen text: logged escaped.
+        info!(?path, %peer, root = %root.display(), "not served: no such file under the root");
         return StatusCode::NOT_FOUND.into_response();
     };
     let response = artifacts::serve(&file, method, headers).await;

@@ -17,6 +17,8 @@
 //! REQUEST that follows is checked against the durable bindings.
 
 #[cfg(test)]
+mod full_disk_tests;
+#[cfg(test)]
 mod keying_tests;
 mod record;
 mod store;
@@ -266,19 +268,25 @@ pub enum NakReason {
 /// they were.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    #[error("failed to open lease database {}", path.display())]
+    #[error("failed to open lease database {}: {source}", path.display())]
     Open {
         path: PathBuf,
         #[source]
         source: Box<redb::Error>,
     },
-    #[error("lease database {}: failed to {operation}", path.display())]
+    /// `source` is in the message: "No space left on device" is what an
+    /// operator needs to read in the log line.
+    #[error("lease database {}: failed to {operation}: {source}", path.display())]
     Storage {
         path: PathBuf,
         operation: &'static str,
         #[source]
         source: Box<redb::Error>,
     },
+    /// A write failed earlier and opening the file again failed too (see
+    /// the error logged then); tried again on the next change.
+    #[error("lease database {} is closed after a failed write; it is opened again on the next change", path.display())]
+    Closed { path: PathBuf },
     #[error("lease database {}: unreadable record for {ip}: {reason}", path.display())]
     Corrupt {
         path: PathBuf,

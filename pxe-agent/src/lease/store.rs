@@ -28,6 +28,15 @@ pub const DEFAULT_OFFER_HOLD: u64 = 30;
 /// cache does not need redb's 1 GiB default.
 const CACHE_BYTES: usize = 16 << 20;
 
+/// How the store opens its database, at first and after a failed write:
+/// the file at the path ([`open_file`]); tests give a backend that can run
+/// out of space.
+pub(super) type Opener = Box<dyn Fn(&Path) -> Result<Database, redb::DatabaseError> + Send>;
+
+fn open_file(path: &Path) -> Result<Database, redb::DatabaseError> {
+    Database::builder().set_cache_size(CACHE_BYTES).create(path)
+}
+
 /// What a lease is filed under: [`Client::key`].
 type Key = Vec<u8>;
 
@@ -42,7 +51,12 @@ struct Offer {
 /// Durable dynamic leases. See the module documentation.
 pub struct LeaseStore {
     path: PathBuf,
-    db: Database,
+    opener: Opener,
+    /// `None` after a failed write until [`LeaseStore::reopen`] succeeds:
+    /// redb refuses every operation after an I/O error (`PreviousIo`), even
+    /// once the cause (a full disk) is gone, until the file is opened
+    /// again.
+    db: Option<Database>,
     /// Mirror of the leases table, changed only after a commit.
     leases: BTreeMap<u32, Record>,
     /// What leases are filed under.
@@ -72,17 +86,20 @@ impl LeaseStore {
     /// index. After a crash redb repairs the file on open, back to the last
     /// commit; every binding this store acknowledged is in it.
     pub fn open(path: &Path) -> Result<LeaseStore, LeaseError> {
+        LeaseStore::open_with(path, Box::new(open_file))
+    }
+
+    /// [`LeaseStore::open`] with the database `opener` opens.
+    pub(super) fn open_with(path: &Path, opener: Opener) -> Result<LeaseStore, LeaseError> {
         let open_error = |source: redb::Error| LeaseError::Open {
             path: path.to_owned(),
             source: Box::new(source),
         };
-        let db = Database::builder()
-            .set_cache_size(CACHE_BYTES)
-            .create(path)
-            .map_err(|e| open_error(e.into()))?;
+        let db = opener(path).map_err(|e| open_error(e.into()))?;
         let mut store = LeaseStore {
             path: path.to_owned(),
-            db,
+            opener,
+            db: Some(db),
             leases: BTreeMap::new(),
             lease_key: LeaseKey::default(),
             by_key: HashMap::new(),
@@ -130,9 +147,48 @@ impl LeaseStore {
     }
 
     /// Makes one durable commit that changes nothing: whether the store can
-    /// be written at all, for health checks.
-    pub fn probe(&self) -> Result<(), LeaseError> {
+    /// be written at all, for health checks. After a failed write it opens
+    /// the file again first, so a store whose disk had filled up recovers
+    /// once there is space, with or without traffic.
+    pub fn probe(&mut self) -> Result<(), LeaseError> {
+        self.reopen()?;
         self.commit(&[])
+    }
+
+    /// After a failed write, opens the file again (redb repairs it back to
+    /// its last commit) and rebuilds the index from it, so that the index
+    /// says what the file says even if the failed commit reached the disk
+    /// after all. Pending offers stay. Nothing to do while the store works.
+    /// Every change calls it first, before it touches the index.
+    fn reopen(&mut self) -> Result<(), LeaseError> {
+        if self.db.is_some() {
+            return Ok(());
+        }
+        // The handle that failed is dropped already: redb allows one
+        // `Database` per file.
+        let db = (self.opener)(&self.path).map_err(|e| LeaseError::Open {
+            path: self.path.clone(),
+            source: Box::new(e.into()),
+        })?;
+        self.db = Some(db);
+        match self.read_all() {
+            Ok(records) => {
+                self.leases = records.into_iter().collect();
+                self.rebuild_by_key();
+                Ok(())
+            }
+            Err(e) => {
+                self.db = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// The open database, or the error that closed it.
+    fn db(&self) -> Result<&Database, LeaseError> {
+        self.db.as_ref().ok_or_else(|| LeaseError::Closed {
+            path: self.path.clone(),
+        })
     }
 
     /// Sets how long an offered address is held for its MAC, in seconds.
@@ -159,6 +215,8 @@ impl LeaseStore {
         let client = client.into();
         let key = client.key(self.lease_key);
         pool.validate()?;
+        // No offer that its REQUEST could not be bound for.
+        self.reopen()?;
         self.drop_lapsed_offers(now);
         let usable = |ip: u32| pool.contains(ip.into()) && self.claim(&key, ip, now).is_ok();
         let previous = [self.by_key.get(&key), self.offer_of.get(&key)]
@@ -221,6 +279,7 @@ impl LeaseStore {
         for request in requests {
             request.pool.validate()?;
         }
+        self.reopen()?;
         self.drop_lapsed_offers(now);
         let mut undo = Undo::new();
         let mut outcomes = Vec::with_capacity(requests.len());
@@ -277,6 +336,7 @@ impl LeaseStore {
         ip: Ipv4Addr,
         now: u64,
     ) -> Result<bool, LeaseError> {
+        self.reopen()?;
         let client = client.into().key(self.lease_key);
         let key = u32::from(ip);
         let Some(record) = self
@@ -318,6 +378,7 @@ impl LeaseStore {
     ) -> Result<DeclineOutcome, LeaseError> {
         let client = client.into();
         let (mac, owner) = (client.mac, client.key(self.lease_key));
+        self.reopen()?;
         self.drop_lapsed_offers(now);
         let key = u32::from(ip);
         let bound = self
@@ -363,6 +424,7 @@ impl LeaseStore {
     /// in one commit, and returns how many. Released records stay, as their
     /// MACs' previous addresses, until someone else takes the address.
     pub fn expire(&mut self, now: u64) -> Result<usize, LeaseError> {
+        self.reopen()?;
         self.drop_lapsed_offers(now);
         let ended: Vec<u32> = self
             .leases
@@ -598,10 +660,19 @@ impl LeaseStore {
     }
 
     /// Writes the index's records for `ips` (deleting those it has none
-    /// for) in one durable commit.
-    fn commit(&self, ips: &[u32]) -> Result<(), LeaseError> {
+    /// for) in one durable commit. A failure closes the database, for
+    /// [`LeaseStore::reopen`].
+    fn commit(&mut self, ips: &[u32]) -> Result<(), LeaseError> {
+        let result = self.write(ips);
+        if matches!(result, Err(LeaseError::Storage { .. })) {
+            self.db = None;
+        }
+        result
+    }
+
+    fn write(&self, ips: &[u32]) -> Result<(), LeaseError> {
         let mut txn = self
-            .db
+            .db()?
             .begin_write()
             .map_err(|e| self.storage_error("begin a write transaction", e))?;
         // Lease records carry data from untrusted clients (host names), and
@@ -632,7 +703,7 @@ impl LeaseStore {
 
     fn read_all(&self) -> Result<Vec<(u32, Record)>, LeaseError> {
         let txn = self
-            .db
+            .db()?
             .begin_read()
             .map_err(|e| self.storage_error("begin a read transaction", e))?;
         let table = txn

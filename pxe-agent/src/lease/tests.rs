@@ -13,10 +13,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-const T0: u64 = 1_700_000_000;
+pub(super) const T0: u64 = 1_700_000_000;
 
 /// 10.0.0.10 - 10.0.0.200 in 10.0.0.0/24, one-hour leases.
-const POOL: Pool = Pool {
+pub(super) const POOL: Pool = Pool {
     subnet: Ipv4Addr::new(10, 0, 0, 0),
     prefix: 24,
     start: Ipv4Addr::new(10, 0, 0, 10),
@@ -32,7 +32,7 @@ fn small_pool(size: u8, lease_time: u32) -> Pool {
     }
 }
 
-const fn mac(n: u8) -> [u8; 6] {
+pub(super) const fn mac(n: u8) -> [u8; 6] {
     [0x52, 0x54, 0x00, 0x00, 0x00, n]
 }
 
@@ -71,7 +71,7 @@ fn open(dir: &TempDir) -> LeaseStore {
 }
 
 /// DISCOVER then REQUEST, as a client does; returns the bound address.
-fn bind(store: &mut LeaseStore, mac: [u8; 6], pool: &Pool, now: u64) -> Ipv4Addr {
+pub(super) fn bind(store: &mut LeaseStore, mac: [u8; 6], pool: &Pool, now: u64) -> Ipv4Addr {
     let offered = store
         .offer(mac, pool, None, now)
         .expect("offer")
