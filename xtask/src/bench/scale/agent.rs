@@ -272,9 +272,11 @@ impl Agent {
     }
 }
 
-/// The agent's bpffs directory: the program stays attached through its
-/// pinned link after the agent exits, so dropping this detaches it
-/// (`pxe-agent detach`) and removes the directory.
+/// The agent's `--pin-dir`: a bpffs instance of its own, mounted at a
+/// scratch directory (a fresh instance per mount, so nothing is shared with
+/// the machine's /sys/fs/bpf, which need not be mounted). The program
+/// stays attached through its pinned link after the agent exits, so
+/// dropping this detaches it (`pxe-agent detach`), then unmounts.
 struct Pins {
     dir: PathBuf,
     bin: PathBuf,
@@ -283,12 +285,10 @@ struct Pins {
 
 impl Pins {
     fn new(bin: &Path, lab: &Lab, scratch: &Path) -> anyhow::Result<Pins> {
-        let name = scratch
-            .file_name()
-            .and_then(|n| n.to_str())
-            .context("scratch directory has no name")?;
-        let dir =
-            Path::new("/sys/fs/bpf").join(format!("pxe-bench-scale-{}-{name}", std::process::id()));
+        let dir = scratch.join("bpffs");
+        fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
+        process::run(Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&dir))
+            .context("failed to mount a bpffs for the agent's pins")?;
         Ok(Pins {
             dir,
             bin: bin.to_owned(),
@@ -299,9 +299,6 @@ impl Pins {
 
 impl Drop for Pins {
     fn drop(&mut self) {
-        if !self.dir.exists() {
-            return;
-        }
         let detach = Command::new("ip")
             .args(["netns", "exec", &self.ns])
             .arg(&self.bin)
@@ -315,8 +312,8 @@ impl Drop for Pins {
                 self.dir.display()
             );
         }
-        if let Err(err) = fs::remove_dir_all(&self.dir) {
-            eprintln!("warning: failed to remove {}: {err}", self.dir.display());
+        if let Err(err) = process::run(Command::new("umount").arg(&self.dir)) {
+            eprintln!("warning: {err:#}");
         }
     }
 }
