@@ -252,16 +252,21 @@ impl Agent {
         self.pins.dir.join(&self.iface)
     }
 
-    /// The agent's fatal error line, else the last line of its log.
+    /// The agent's fatal error (its `error:` line and the lines of detail
+    /// after it, joined), else the last line of its log.
     fn error_line(&self) -> String {
         let text = fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        lines
-            .iter()
-            .rev()
-            .find(|l| l.starts_with("error:"))
-            .or(lines.last())
-            .map_or_else(|| "no log output".to_owned(), |l| (*l).to_owned())
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        match lines.iter().rposition(|l| l.starts_with("error:")) {
+            Some(at) => lines[at..].join(" "),
+            None => lines
+                .last()
+                .map_or_else(|| "no log output".to_owned(), |l| (*l).to_owned()),
+        }
     }
 
     /// SIGTERM, then SIGKILL after a grace period; then the pins go.
