@@ -16,7 +16,7 @@ use std::{
         Arc, Mutex, OnceLock, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
-    time::{Duration, SystemTime},
+    time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::Context as _;
@@ -352,11 +352,19 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         )
     })?;
     let netboot = Arc::new(NetbootStore::open_in(&cfg.state_dir)?);
+    // How long reading and checking the file took, logged with the load so
+    // that start-up time can be told apart from the file's size.
+    let mut read_time = None;
     let (kube_source, (inv, compiled)) = match &cfg.kube {
-        None => (
-            None,
-            prepare_provisioned(&cfg.inventory, &servers, http_port, &netboot, None)?,
-        ),
+        None => {
+            let started = Instant::now();
+            let inv = load_provisioned(&cfg.inventory, &netboot)?;
+            read_time = Some(started.elapsed());
+            (
+                None,
+                compile_each(inv, &cfg.inventory, &servers, http_port)?,
+            )
+        }
         Some(settings) => {
             let compile_servers = servers.clone();
             let store = netboot.clone();
@@ -375,6 +383,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     // One program per interface: each map holds the replies naming that
     // interface's server, for the hosts of its subnets.
     let mut fasts = Vec::with_capacity(ifaces.len());
+    let mut map_writes = 0;
     if let Some(dir) = &cfg.pin_dir {
         xdp::pin::prepare(dir)?;
         detach_unserved(dir, &ifaces)?;
@@ -397,12 +406,19 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
                     format!("failed to load the XDP program for {}", iface.name)
                 })?;
                 // Fill the maps before attaching: once attached, every known host is answered.
-                fast.sync(compiled)
+                let (report, _) = fast
+                    .sync(compiled)
                     .with_context(|| format!("failed to fill the hosts map of {}", iface.name))?;
+                map_writes += map_writes_of(&report);
                 fast.attach(&iface.name, cfg.xdp_mode)?;
                 fast
             }
-            Some(dir) => start_pinned(dir, &iface.name, cfg.xdp_mode, compiled, capacity)?,
+            Some(dir) => {
+                let (fast, report) =
+                    start_pinned(dir, &iface.name, cfg.xdp_mode, compiled, capacity)?;
+                map_writes += map_writes_of(&report);
+                fast
+            }
         };
         fasts.push(fast);
     }
@@ -412,6 +428,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         shared_bodies = bodies,
         map_capacity = capacity.hosts,
         interfaces = ifaces.len(),
+        read_ms = read_time.map(|t| t.as_secs_f64() * 1e3),
         "inventory loaded"
     );
     trim_heap();
@@ -498,6 +515,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
         gauges: Mutex::new(AgentGauges {
             hosts: inv.hosts.len(),
             templates: count,
+            map_writes,
             ..Default::default()
         }),
         boot: boot.clone(),
@@ -546,7 +564,9 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
                         .applying
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner);
-                    apply_prepared(Ok(prepared), &shared) == Reload::Applied
+                    // The objects were read before: the gauge times compile
+                    // and sync here.
+                    apply_prepared(Ok(prepared), &shared, Instant::now()) == Reload::Applied
                 };
                 // Compiled before a netboot change, maybe: the watcher checks.
                 shared.boot.state.netboot_changed.notify_one();
@@ -904,9 +924,11 @@ fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &Adm
         .applying
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
+    let started = Instant::now();
     apply_prepared(
         prepare_provisioned(path, servers, http_port, &state.netboot, Some(shared)),
         shared,
+        started,
     )
 }
 
@@ -920,9 +942,21 @@ fn prepare_provisioned(
     netboot: &NetbootStore,
     running: Option<&AdminState>,
 ) -> Result<Prepared, LoadError> {
+    compile_each_beside(
+        load_provisioned(path, netboot)?,
+        path,
+        servers,
+        http_port,
+        running,
+    )
+}
+
+/// The inventory file at `path`, read and checked, with the hosts the
+/// netboot store records as done.
+fn load_provisioned(path: &Path, netboot: &NetbootStore) -> Result<Inventory, LoadError> {
     let mut inv = Inventory::load(path)?;
     inv.provisioned = netboot.done();
-    compile_each_beside(inv, path, servers, http_port, running)
+    Ok(inv)
 }
 
 /// Puts each netboot change in force on both paths: the inventory in force
@@ -979,7 +1013,7 @@ fn apply_netboot(servers: &[Server], shared: &AdminState) {
         .collect::<Result<Vec<_>, _>>();
     match templates {
         Ok(templates) => {
-            if apply_compiled(Ok((inv, templates)), shared, false) == Reload::SyncFailed {
+            if apply_compiled(Ok((inv, templates)), shared, None) == Reload::SyncFailed {
                 // Tried again on the next change or reload; say so now.
                 warn!("netboot change not yet in force on the fast path");
             }
@@ -990,16 +1024,23 @@ fn apply_netboot(servers: &[Server], shared: &AdminState) {
 
 /// Puts an inventory that any source loaded and compiled (or its error) in
 /// force on both paths, or leaves the previous one in force everywhere.
-fn apply_prepared(prepared: Result<Prepared, LoadError>, shared: &AdminState) -> Reload {
-    apply_compiled(prepared, shared, true)
+/// `started` is when its reading began, which the reload's duration (a
+/// gauge) counts from.
+fn apply_prepared(
+    prepared: Result<Prepared, LoadError>,
+    shared: &AdminState,
+    started: Instant,
+) -> Reload {
+    apply_compiled(prepared, shared, Some(started))
 }
 
-/// [`apply_prepared`]; `reload` false for a netboot change, which is not
-/// counted or logged as a reload of the inventory.
+/// [`apply_prepared`]; `reload` (when the reload started) is `None` for a
+/// netboot change, which is not counted, timed or logged as a reload of
+/// the inventory.
 fn apply_compiled(
     prepared: Result<Prepared, LoadError>,
     shared: &AdminState,
-    reload: bool,
+    reload: Option<Instant>,
 ) -> Reload {
     let health = &shared.boot.state.health;
     let rejected = || {
@@ -1064,11 +1105,13 @@ fn apply_compiled(
         let mut gauges = shared.gauges.lock().unwrap_or_else(PoisonError::into_inner);
         gauges.hosts = hosts;
         gauges.templates = count;
-        if reload {
+        gauges.map_writes += map_writes_of(&report);
+        if let Some(started) = reload {
             gauges.reloads_ok += 1;
+            gauges.reload_seconds = Some(started.elapsed());
         }
     }
-    if !reload {
+    if reload.is_none() {
         info!(
             written = report.written,
             removed = report.removed,
@@ -1253,18 +1296,28 @@ fn detach_unserved(dir: &Path, ifaces: &[Iface]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Map element writes and deletes of one sync, as `pxe_xdp_map_writes_total`
+/// counts them.
+fn map_writes_of(report: &xdp::maps::SyncReport) -> u64 {
+    u64::try_from(report.map_writes()).unwrap_or(u64::MAX)
+}
+
 /// Starts `iface`'s fast path on its pins under `dir`, adopting what the
-/// last agent left attached (see [`FastPath::start_pinned`]).
+/// last agent left attached (see [`FastPath::start_pinned`]); with the map
+/// writes of its first fill as far as they are known: every template on
+/// fresh maps, none counted when the pinned maps were adopted (the loader
+/// reports no diff for that fill).
 fn start_pinned(
     dir: &Path,
     iface: &str,
     mode: AttachMode,
     compiled: template::Compiled,
     capacity: Capacity,
-) -> anyhow::Result<FastPath> {
+) -> anyhow::Result<(FastPath, xdp::maps::SyncReport)> {
     let pins = xdp::pin::iface_dir(dir, iface);
-    let (fast, adoption) = FastPath::start_pinned(&pins, iface, mode, compiled, capacity)
-        .with_context(|| format!("failed to start the XDP fast path of {iface} on its pins"))?;
+    let (fast, adoption, report) =
+        FastPath::start_pinned(&pins, iface, mode, compiled, capacity)
+            .with_context(|| format!("failed to start the XDP fast path of {iface} on its pins"))?;
     let pins = pins.display();
     match adoption {
         xdp::Adoption::Fresh { program } => {
@@ -1289,7 +1342,7 @@ fn start_pinned(
             );
         }
     }
-    Ok(fast)
+    Ok((fast, report))
 }
 
 /// How often the health monitor asks the kernel and the state store.

@@ -15,6 +15,13 @@ pub struct AgentGauges {
     pub templates: usize,
     pub reloads_ok: u64,
     pub reloads_rejected: u64,
+    /// Element writes and deletes made to the XDP maps, start-up fill
+    /// included: what a reload costs the kernel side.
+    pub map_writes: u64,
+    /// Duration of the last applied reload, from the start of reading the
+    /// inventory to its change being in force on the maps; `None` before
+    /// the first.
+    pub reload_seconds: Option<std::time::Duration>,
 }
 
 pub const XDP_PACKETS: &str = "pxe_xdp_packets_total";
@@ -44,6 +51,8 @@ pub const TFTP_ACTIVE: &str = "pxe_tftp_active_transfers";
 pub const INVENTORY_HOSTS: &str = "pxe_inventory_hosts";
 pub const INVENTORY_TEMPLATES: &str = "pxe_inventory_templates";
 pub const INVENTORY_RELOADS: &str = "pxe_inventory_reloads_total";
+pub const INVENTORY_RELOAD_SECONDS: &str = "pxe_inventory_reload_seconds";
+pub const XDP_MAP_WRITES: &str = "pxe_xdp_map_writes_total";
 pub const HTTP_CONNECTIONS: &str = "pxe_http_connections_total";
 pub const HTTP_OPEN: &str = "pxe_http_open_connections";
 pub const HTTP_AT_LIMIT: &str = "pxe_http_at_limit_total";
@@ -304,7 +313,28 @@ pub fn render(p: &Page) -> String {
         "result=\"rejected\"",
         p.gauges.reloads_rejected,
     );
+    render_reload_cost(&mut o, p.gauges);
     o.0
+}
+
+/// What reloads cost: the duration of the last one and the map writes so far.
+fn render_reload_cost(o: &mut Out, gauges: &AgentGauges) {
+    o.head(
+        INVENTORY_RELOAD_SECONDS,
+        "gauge",
+        "Duration of the last applied inventory reload, from reading the inventory to the change being in force on the XDP maps (read, compile, sync); 0 before the first.",
+    );
+    o.sample(
+        INVENTORY_RELOAD_SECONDS,
+        "",
+        gauges.reload_seconds.map_or(0.0, |d| d.as_secs_f64()),
+    );
+    o.head(
+        XDP_MAP_WRITES,
+        "counter",
+        "Element writes and deletes the agent made to the XDP maps to fill the fast path, start-up fill included (not counted for pinned maps an agent adopts).",
+    );
+    o.sample(XDP_MAP_WRITES, "", gauges.map_writes);
 }
 
 /// How the discovery pools are shared: this agent's slot, the live slots
@@ -386,4 +416,46 @@ pub fn render_netboot(c: &crate::netboot::Counters, done: usize) -> String {
     );
     o.sample(NETBOOT_DONE, "", done);
     o.0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn reload_cost_is_rendered_as_a_gauge_and_a_counter() {
+        let mut o = Out(String::new());
+        render_reload_cost(&mut o, &AgentGauges::default());
+        assert!(
+            o.0.contains("\npxe_inventory_reload_seconds 0\n"),
+            "{}",
+            o.0
+        );
+        assert!(o.0.contains("\npxe_xdp_map_writes_total 0\n"), "{}", o.0);
+        let gauges = AgentGauges {
+            map_writes: 12,
+            reload_seconds: Some(Duration::from_millis(1500)),
+            ..AgentGauges::default()
+        };
+        let mut o = Out(String::new());
+        render_reload_cost(&mut o, &gauges);
+        assert!(
+            o.0.contains("# TYPE pxe_inventory_reload_seconds gauge\n"),
+            "{}",
+            o.0
+        );
+        assert!(
+            o.0.contains("# TYPE pxe_xdp_map_writes_total counter\n"),
+            "{}",
+            o.0
+        );
+        assert!(
+            o.0.contains("\npxe_inventory_reload_seconds 1.5\n"),
+            "{}",
+            o.0
+        );
+        assert!(o.0.contains("\npxe_xdp_map_writes_total 12\n"), "{}", o.0);
+    }
 }

@@ -73,15 +73,31 @@ impl Served {
         Served::start_with(name, inventory, &[])
     }
 
+    /// Like [`Served::start`], waiting up to `ready_within` for the agent
+    /// to serve: for inventories that take it longer than usual to load.
+    pub fn start_within(name: &str, inventory: &str, ready_within: Duration) -> Served {
+        let served = Served::launch(name, inventory, &[], None, |_| {});
+        served.wait_ready_within(ready_within);
+        served
+    }
+
     fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        self.wait_ready_within(Duration::from_secs(20));
+    }
+
+    fn wait_ready_within(&self, within: Duration) {
+        let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             if self.try_stats().is_some() && self.peer_attached() {
                 return;
             }
             thread::sleep(Duration::from_millis(100));
         }
-        panic!("agent not ready after 20 s; log:\n{}", self.log());
+        panic!(
+            "agent not ready after {} s; log:\n{}",
+            within.as_secs(),
+            self.log()
+        );
     }
 
     fn peer_attached(&self) -> bool {
@@ -283,6 +299,19 @@ impl Served {
         nofile: Option<u64>,
         setup: impl FnOnce(&mut Lab),
     ) -> Served {
+        let served = Served::launch(name, inventory, extra, nofile, setup);
+        served.wait_ready();
+        served
+    }
+
+    /// The lab, the agent and the peer program, not yet waited for.
+    fn launch(
+        name: &str,
+        inventory: &str,
+        extra: &[&str],
+        nofile: Option<u64>,
+        setup: impl FnOnce(&mut Lab),
+    ) -> Served {
         crate::fixture::assert_root();
         let mut lab = Lab::new(name).expect("lab");
         setup(&mut lab);
@@ -296,16 +325,14 @@ impl Served {
                 .stderr(std::process::Stdio::null()),
         )
         .expect("spawn veth peer");
-        let served = Served {
+        Served {
             agent,
             peer,
             api: None,
             lab,
             dir,
             inventory: path,
-        };
-        served.wait_ready();
-        served
+        }
     }
 
     /// Starts a fake Kubernetes API server on the loopback of the server

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use aya::programs::{TestRun as _, TestRunOptions};
+use aya::programs::{TestRun as _, TestRunOptions, Xdp};
 use pxe_agent::{
     dhcp::{Server, template},
     inventory::Inventory,
@@ -96,32 +96,35 @@ impl Fixture {
         (res.return_value, out)
     }
 
-    /// Kernel time of one run of `frame`, averaged over `runs` runs.
-    ///
-    /// Each run is its own `BPF_PROG_TEST_RUN` with repeat 1: with a larger
-    /// repeat the kernel reruns the program on the frame it just rewrote
-    /// into a reply, which measures the reply being ignored, not answered.
+    /// Kernel time of one run of `frame`, averaged over `runs` runs (see
+    /// [`time_per_run`]).
     pub fn time_per_run(&self, frame: &[u8], runs: u32) -> std::time::Duration {
-        let mut total = std::time::Duration::ZERO;
-        let mut out = vec![0u8; 4096];
-        for _ in 0..runs {
-            let mut opts = TestRunOptions::new();
-            opts.data_in = Some(frame);
-            opts.data_out = Some(&mut out);
-            let res = self
-                .fast
-                .program()
-                .test_run(opts)
-                .expect("BPF_PROG_TEST_RUN");
-            assert_eq!(res.return_value, XDP_TX, "timed frame was not answered");
-            total += res.duration;
-        }
-        total / runs
+        time_per_run(self.fast.program(), frame, runs)
     }
 
     pub fn stats(&self) -> Stats {
         Stats::read(self.fast.counters()).expect("counters readable")
     }
+}
+
+/// Kernel time of one run of `program` on `frame`, averaged over `runs`
+/// runs; panics unless every run answers (XDP_TX).
+///
+/// Each run is its own `BPF_PROG_TEST_RUN` with repeat 1: with a larger
+/// repeat the kernel reruns the program on the frame it just rewrote
+/// into a reply, which measures the reply being ignored, not answered.
+pub fn time_per_run(program: &Xdp, frame: &[u8], runs: u32) -> std::time::Duration {
+    let mut total = std::time::Duration::ZERO;
+    let mut out = vec![0u8; 4096];
+    for _ in 0..runs {
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(frame);
+        opts.data_out = Some(&mut out);
+        let res = program.test_run(opts).expect("BPF_PROG_TEST_RUN");
+        assert_eq!(res.return_value, XDP_TX, "timed frame was not answered");
+        total += res.duration;
+    }
+    total / runs
 }
 
 /// Privileged tests fail loudly, never skip.

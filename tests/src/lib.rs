@@ -64,6 +64,8 @@ mod reload;
 #[cfg(test)]
 mod restart;
 #[cfg(test)]
+mod scale;
+#[cfg(test)]
 mod secure_boot;
 #[cfg(test)]
 mod sequence;

@@ -1,10 +1,12 @@
 //! Helpers behind `cargo xtask`, shared with the privileged tests (`pxe-tests`)
 //! and benchmarks: machine bootstrap ([`setup`]), throw-away network
-//! namespaces ([`lab`]), child-process guards ([`process`]) and QEMU
-//! network boots with real firmware ([`vm`]).
+//! namespaces ([`lab`]), child-process guards ([`process`]), QEMU
+//! network boots with real firmware ([`vm`]) and fleet-sized inventories
+//! ([`fleet`]).
 //!
 //! The eBPF object is not built here: `pxe-agent/build.rs` builds and embeds it.
 
+pub mod fleet;
 pub mod lab;
 pub mod process;
 pub mod setup;

@@ -429,7 +429,11 @@ hosts:
             });
         }
         let end = body.len as usize + host_len;
-        sum += if end.is_multiple_of(2) { 0xff00 } else { 0x00ff };
+        sum += if end.is_multiple_of(2) {
+            0xff00
+        } else {
+            0x00ff
+        };
         sum += u32::from(u16::from_be_bytes([host.yiaddr[0], host.yiaddr[1]]));
         sum += u32::from(u16::from_be_bytes([host.yiaddr[2], host.yiaddr[3]]));
         while sum > 0xffff {

@@ -292,7 +292,7 @@ impl FastPath {
         mode: AttachMode,
         compiled: Compiled,
         capacity: Capacity,
-    ) -> Result<(FastPath, Adoption), XdpError> {
+    ) -> Result<(FastPath, Adoption, SyncReport), XdpError> {
         pin::prepare(dir)?;
         match adoptable(&dir.join(pin::LINK), iface)? {
             Some((link, running)) => FastPath::adopt(dir, iface, link, running, compiled, capacity),
@@ -306,11 +306,11 @@ impl FastPath {
         mode: AttachMode,
         compiled: Compiled,
         capacity: Capacity,
-    ) -> Result<(FastPath, Adoption), XdpError> {
+    ) -> Result<(FastPath, Adoption, SyncReport), XdpError> {
         // Maps pinned for a program no longer attached: start them anew.
         pin::remove_maps(dir)?;
         let mut fast = FastPath::from_ebpf(load_object(Some(dir), capacity)?)?;
-        fast.sync(compiled).map_err(XdpError::Fill)?;
+        let (report, _) = fast.sync(compiled).map_err(XdpError::Fill)?;
         let (id, _) = fast.attach_link(iface, mode)?;
         let link = fast.program_mut().take_link(id).map_err(XdpError::Verify)?;
         let link = FdLink::try_from(link).map_err(|_| XdpError::NotALink(iface.into()))?;
@@ -321,7 +321,7 @@ impl FastPath {
         fast.pinned = true;
         let program = fast.program_id().map_err(XdpError::Verify)?;
         fast.attached = Some(program);
-        Ok((fast, Adoption::Fresh { program }))
+        Ok((fast, Adoption::Fresh { program }, report))
     }
 
     fn adopt(
@@ -331,7 +331,7 @@ impl FastPath {
         running: u32,
         compiled: Compiled,
         capacity: Capacity,
-    ) -> Result<(FastPath, Adoption), XdpError> {
+    ) -> Result<(FastPath, Adoption, SyncReport), XdpError> {
         // The running program's own pin, when it is the one the link runs;
         // without it (pinned by someone else, or removed) the pinned maps
         // cannot be told to be that program's, so new ones are made.
@@ -366,7 +366,7 @@ impl FastPath {
             FastPath::from_ebpf(fresh)?
         };
         fast.pinned = true;
-        fast.sync(compiled).map_err(XdpError::Fill)?;
+        let (report, _) = fast.sync(compiled).map_err(XdpError::Fill)?;
         let ours = fast.program().info().map_err(XdpError::Verify)?;
         if reuse
             && running_info
@@ -374,7 +374,7 @@ impl FastPath {
                 .is_some_and(|info| ours.tag() == info.tag())
         {
             fast.attached = Some(running);
-            return Ok((fast, Adoption::Unchanged { program: running }));
+            return Ok((fast, Adoption::Unchanged { program: running }, report));
         }
         let path = dir.join(pin::LINK);
         let link = XdpLink::try_from(link).map_err(|source| XdpError::Link { path, source })?;
@@ -403,6 +403,7 @@ impl FastPath {
                 to: ours.id(),
                 maps_reused: reuse,
             },
+            report,
         ))
     }
 

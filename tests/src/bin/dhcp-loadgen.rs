@@ -5,7 +5,7 @@
 //! dhcp-loadgen run --interface IF [--send-on IF] --macs FILE [--rate N|max] [--duration S]
 //!                  [--drain S] [--timeout S] [--window N] [--user-class TEXT]
 //!                  [--relay GIADDR --server IP --server-mac MAC]
-//! dhcp-loadgen prog-test-run [--runs N]
+//! dhcp-loadgen prog-test-run [--runs N] [--pinned DIR --mac MAC [--class CLASS]]
 //! ```
 //!
 //! Each prints one machine-readable line of `key=value` fields. Only the
@@ -13,13 +13,13 @@
 
 use std::{process::ExitCode, time::Duration};
 
-use pxe_tests::loadgen::{self, Options, Relay};
+use pxe_tests::loadgen::{self, Class, Options, Relay};
 
 const USAGE: &str = "usage:
   dhcp-loadgen run --interface IF [--send-on IF] --macs FILE [--rate N|max] [--duration SECS]
                    [--drain SECS] [--timeout SECS] [--window N] [--user-class TEXT]
                    [--relay GIADDR --server IP --server-mac MAC]
-  dhcp-loadgen prog-test-run [--runs N]
+  dhcp-loadgen prog-test-run [--runs N] [--pinned DIR --mac MAC [--class CLASS]]
 
 run: DORA exchanges at N new ones per second (max: as fast as the window
 of outstanding exchanges allows, default 1024) for --duration (3 s), then
@@ -28,7 +28,14 @@ waits up to --drain (1 s) for late answers; an exchange is lost after
 (iPXE sends `iPXE`). Answers are read on --interface; requests are sent
 there too, or on --send-on. --relay sends the requests as a relay agent
 would (from GIADDR:67, with giaddr set and the MAC of --interface, unicast
-to the server's IP and MAC), instead of as broadcasts from the clients.";
+to the server's IP and MAC), instead of as broadcasts from the clients.
+
+prog-test-run: the XDP program's kernel time per reply, a DISCOVER and its
+REQUEST each run N times (100000), one BPF_PROG_TEST_RUN call a run. On a
+program loaded with the test inventory, or with --pinned on the program a
+running agent pinned in DIR (its --pin-dir joined with the interface) and
+its maps, for the host --mac, asking as --class (bios, uefi, uefi_arm64 or
+http; default bios).";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -139,12 +146,26 @@ fn relay(flags: &Flags) -> Result<Option<Relay>, String> {
 }
 
 fn prog_test_run(args: &[String]) -> Result<String, String> {
-    let flags = Flags::parse(args, &["runs"])?;
+    let flags = Flags::parse(args, &["runs", "pinned", "mac", "class"])?;
     let runs = parse_number(flags.get("runs").unwrap_or("100000"), "runs")?;
     if runs == 0 {
         return Err("--runs must be at least 1".to_owned());
     }
-    Ok(loadgen::kernel_time_per_reply(runs).line())
+    let Some(dir) = flags.get("pinned") else {
+        if flags.get("mac").is_some() || flags.get("class").is_some() {
+            return Err(format!("--mac and --class go with --pinned\n{USAGE}"));
+        }
+        return Ok(loadgen::kernel_time_per_reply(runs).line());
+    };
+    let text = flags.required("mac")?;
+    let mac = loadgen::parse_macs(text)
+        .ok()
+        .and_then(|macs| macs.first().copied())
+        .ok_or_else(|| format!("--mac: {text:?} is not a MAC address"))?;
+    let class = flags.get("class").unwrap_or("bios");
+    let class = Class::parse(class)
+        .ok_or_else(|| format!("--class: {class:?} is not one of bios, uefi, uefi_arm64, http"))?;
+    Ok(loadgen::kernel_time_pinned(std::path::Path::new(dir), mac, class, runs)?.line())
 }
 
 /// `--name value` pairs, each name from a fixed list.

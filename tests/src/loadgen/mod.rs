@@ -11,6 +11,7 @@
 //! [`crate::raw::RawSocket`]: a load generator needs batched, non-blocking
 //! sends and receives.
 
+mod pinned;
 mod socket;
 
 use std::{
@@ -19,6 +20,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub use pinned::{Class, kernel_time_pinned};
 use socket::PacketSocket;
 
 use crate::frame::{Req, udp_frame};

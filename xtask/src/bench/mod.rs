@@ -4,6 +4,7 @@
 
 mod boot;
 mod dhcp;
+mod scale;
 
 use clap::Subcommand;
 
@@ -16,12 +17,17 @@ pub enum Bench {
     /// TFTP (ipxe.efi, 20 MiB) against tftpd-hpa and 100 concurrent HTTP
     /// downloads against nginx; refreshes docs/benchmarks-boot.md.
     Boot(boot::Args),
+    /// What a fleet-sized inventory (1,000 to 250,000 hosts, every boot
+    /// class) costs the agent: time to ready, memory, map memory, reloads
+    /// and kernel time per reply; writes target/bench/scale.md.
+    Scale(scale::Args),
 }
 
 pub fn run(bench: Bench) -> anyhow::Result<()> {
     match bench {
         Bench::Dhcp(args) => dhcp::run(args),
         Bench::Boot(args) => boot::run(args),
+        Bench::Scale(args) => scale::run(args),
     }
 }
 
@@ -47,8 +53,23 @@ fn build_release(
     extra: &[&str],
     bins: &[&str],
 ) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    build(true, packages, extra, bins)
+}
+
+/// Builds `packages` (with `extra` cargo arguments), in release mode with
+/// `release`, and returns the paths of `bins` in that profile's directory,
+/// each checked to exist.
+fn build(
+    release: bool,
+    packages: &[&str],
+    extra: &[&str],
+    bins: &[&str],
+) -> anyhow::Result<Vec<std::path::PathBuf>> {
     use anyhow::Context as _;
-    let mut args = vec!["build", "--release"];
+    let mut args = vec!["build"];
+    if release {
+        args.push("--release");
+    }
     for package in packages {
         args.extend(["-p", package]);
     }
@@ -59,10 +80,10 @@ fn build_release(
             .args(&args),
     )
     .with_context(|| format!("failed to build {}", bins.join(" and ")))?;
-    let release = xtask::target_dir().join("release");
+    let profile = xtask::target_dir().join(if release { "release" } else { "debug" });
     bins.iter()
         .map(|bin| {
-            let path = release.join(bin);
+            let path = profile.join(bin);
             anyhow::ensure!(path.exists(), "{} missing after the build", path.display());
             Ok(path)
         })

@@ -16,7 +16,7 @@
 
 mod http;
 mod measure;
-mod netns;
+pub(super) mod netns;
 mod quiet;
 mod report;
 mod servers;

@@ -19,7 +19,7 @@ mod cpu;
 mod hosts;
 mod load;
 mod ramp;
-mod report;
+pub(super) mod report;
 mod server;
 mod testbed;
 

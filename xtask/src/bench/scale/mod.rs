@@ -1,0 +1,200 @@
+//! `cargo xtask bench scale`: what a fleet-sized inventory costs pxe-agent.
+//! For each size it generates a fleet inventory ([`xtask::fleet`]: every
+//! boot class, host names, one extra option each), starts the agent on the
+//! server end of a lab with its program pinned, and measures the time to
+//! ready, the agent's memory, the locked memory of the attached program's
+//! maps, two reloads (one host changed, then 1,000 hosts added) and the
+//! program's kernel time per reply for a random host, on the agent's own
+//! maps. A size the agent cannot load is a row with its error, and the run
+//! goes on.
+//!
+//! Owns the run's order and its command-line options; prints the table and
+//! writes it to target/bench/scale.md. Method: docs/benchmarks.md, "Fleet
+//! scale". No traffic crosses the lab: replies are timed with
+//! `BPF_PROG_TEST_RUN`.
+
+mod agent;
+mod report;
+
+use super::{Scratch, build_release, cpu_model, run_text, warn_leftover_namespaces};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, ensure};
+use xtask::{Lab, ensure_root, fleet, process, target_dir};
+
+use self::{
+    agent::Agent,
+    report::{Numbers, Row, RunInfo},
+};
+
+const LAB_PREFIX: &str = "pxscale";
+/// `BPF_PROG_TEST_RUN` calls per timed request.
+const PROG_TEST_RUNS: u32 = 100_000;
+/// Hosts the second reload adds.
+const ADDED: usize = 1_000;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Inventory sizes, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000,10000,100000,250000"
+    )]
+    sizes: Vec<usize>,
+    /// Build and measure the release binaries (else the debug ones).
+    #[arg(long)]
+    release: bool,
+}
+
+/// The agent and the load generator (whose `prog-test-run` times replies).
+struct Bins {
+    agent: PathBuf,
+    loadgen: PathBuf,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    ensure_root()?;
+    ensure!(!args.sizes.is_empty(), "--sizes needs at least one size");
+    for &n in &args.sizes {
+        ensure!(
+            (1..=fleet::MAX_FLEET - ADDED).contains(&n),
+            "size {n} is outside 1..={}",
+            fleet::MAX_FLEET - ADDED
+        );
+    }
+    run_text(Command::new("bpftool").arg("version")).context("bpftool is needed")?;
+    let bins = build(args.release)?;
+    let scratch = Scratch::new("scale")?;
+    let lab = Lab::new(LAB_PREFIX).context("failed to set up the lab")?;
+    let mut rows = Vec::new();
+    for &hosts in &args.sizes {
+        println!("bench: {hosts} hosts");
+        let dir = scratch.0.join(format!("hosts-{hosts}"));
+        let outcome = measure(&bins, &lab, &dir, hosts).map_err(|err| format!("{err:#}"));
+        if let Err(err) = &outcome {
+            eprintln!("bench: {hosts} hosts: {err}");
+        }
+        rows.push(Row { hosts, outcome });
+        // The inventories of the larger sizes take tens of MB each.
+        let _ = fs::remove_dir_all(&dir);
+    }
+    drop(lab);
+    warn_leftover_namespaces(LAB_PREFIX);
+    let info = RunInfo {
+        date: run_text(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))?,
+        kernel: run_text(Command::new("uname").arg("-r"))?,
+        cpu_model: cpu_model(),
+        cpus: std::thread::available_parallelism().map_or(0, usize::from),
+        profile: if args.release { "release" } else { "debug" },
+        runs: PROG_TEST_RUNS,
+    };
+    let table = report::markdown(&info, &rows);
+    println!("\n{table}");
+    let out = target_dir().join("bench").join("scale.md");
+    if let Some(parent) = out.parent() {
+        fs::create_dir_all(parent)
+            .with_context(|| format!("failed to create {}", parent.display()))?;
+    }
+    fs::write(&out, &table).with_context(|| format!("failed to write {}", out.display()))?;
+    println!("bench: wrote {}", out.display());
+    Ok(())
+}
+
+/// One size: start, read the numbers once ready, two reloads, the kernel
+/// time; the agent is stopped and its pins removed on every way out.
+fn measure(bins: &Bins, lab: &Lab, dir: &Path, hosts: usize) -> anyhow::Result<Numbers> {
+    let (mut agent, started) =
+        Agent::start(&bins.agent, lab, dir, &fleet::fleet_inventory(hosts, 0))?;
+    let rss_kib = agent.rss_kib()?;
+    let memlock = agent.map_memlock()?;
+    println!(
+        "bench: ready in {:.3} s (inventory read in {}), RSS {} KiB, HWM {} KiB, maps {} bytes",
+        started.ready.as_secs_f64(),
+        started
+            .read
+            .map_or_else(|| "?".to_owned(), |r| format!("{:.3} s", r.as_secs_f64())),
+        rss_kib.0,
+        rss_kib.1,
+        memlock
+    );
+    let changed = random_index(hosts);
+    let one = agent.reload(&fleet::fleet_inventory_changed(hosts, changed))?;
+    println!(
+        "bench: host {changed} changed: {:.4} s, {} map writes",
+        one.seconds, one.map_writes
+    );
+    // The changed host stays changed: this reload only adds.
+    let added = agent.reload(&fleet::fleet_inventory_changed(hosts + ADDED, changed))?;
+    println!(
+        "bench: {ADDED} hosts added: {:.4} s, {} map writes",
+        added.seconds, added.map_writes
+    );
+    let timed = random_index(hosts);
+    let per_reply_ns = prog_test_run(&bins.loadgen, &agent.pin_dir(), fleet::fleet_mac(timed));
+    match &per_reply_ns {
+        Ok(ns) => println!("bench: host {timed}: {ns} ns per reply"),
+        Err(err) => eprintln!("bench: host {timed}: {err}"),
+    }
+    agent.stop()?;
+    Ok(Numbers {
+        ready: started.ready,
+        read: started.read,
+        rss_kib,
+        memlock,
+        one_host: (one.seconds, one.map_writes),
+        add_hosts: (added.seconds, added.map_writes),
+        per_reply_ns,
+    })
+}
+
+/// `dhcp-loadgen prog-test-run` on the agent's pinned program and maps:
+/// the mean of OFFER and ACK, in ns.
+fn prog_test_run(loadgen: &Path, pins: &Path, mac: [u8; 6]) -> Result<u64, String> {
+    let mac = mac
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let out = process::run(
+        Command::new(loadgen)
+            .args(["prog-test-run", "--runs", &PROG_TEST_RUNS.to_string()])
+            .arg("--pinned")
+            .arg(pins)
+            .args(["--mac", &mac, "--class", "bios"]),
+    )
+    .map_err(|err| format!("{err:#}"))?;
+    out.split_whitespace()
+        .find_map(|kv| kv.strip_prefix("per_reply_ns="))
+        .and_then(|ns| ns.parse().ok())
+        .ok_or_else(|| format!("no per_reply_ns in `{}`", out.trim()))
+}
+
+/// A host index below `n`, different on every call and run (the clock's
+/// nanoseconds): the bench times whichever host the hash map puts where.
+fn random_index(n: usize) -> usize {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as usize ^ d.as_secs() as usize);
+    // A multiplicative hash spreads the low, clock-granular bits.
+    nanos.wrapping_mul(0x9e37_79b9_7f4a_7c15) % n
+}
+
+/// Builds the agent and dhcp-loadgen, in release mode with `release`.
+fn build(release: bool) -> anyhow::Result<Bins> {
+    let names = ["pxe-agent", "dhcp-loadgen"];
+    let built = if release {
+        println!("bench: building pxe-agent and dhcp-loadgen (release)");
+        build_release(&["pxe-agent", "pxe-tests"], &["--bins"], &names)?
+    } else {
+        println!("bench: building pxe-agent and dhcp-loadgen (debug)");
+        super::build(false, &["pxe-agent", "pxe-tests"], &["--bins"], &names)?
+    };
+    let [agent, loadgen] = <[PathBuf; 2]>::try_from(built)
+        .map_err(|_| anyhow::anyhow!("expected two built binaries"))?;
+    Ok(Bins { agent, loadgen })
+}

@@ -1,0 +1,161 @@
+//! The fleet-scale results as one markdown table, a row per inventory size;
+//! a size the agent could not load is a row naming what failed.
+//!
+//! Owns presentation only; the numbers come from [`super::agent`] and
+//! `dhcp-loadgen prog-test-run --pinned`.
+
+use std::{fmt::Write as _, time::Duration};
+
+use super::super::dhcp::report::thousands;
+
+/// One inventory size's numbers.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub hosts: usize,
+    pub outcome: Result<Numbers, String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Numbers {
+    pub ready: Duration,
+    pub read: Option<Duration>,
+    /// VmRSS and VmHWM, KiB.
+    pub rss_kib: (u64, u64),
+    pub memlock: u64,
+    /// Seconds and map writes of the reload that changes one host.
+    pub one_host: (f64, u64),
+    /// The same for the reload that adds 1,000 hosts.
+    pub add_hosts: (f64, u64),
+    /// Nanoseconds per reply (mean of OFFER and ACK), or why it failed.
+    pub per_reply_ns: Result<u64, String>,
+}
+
+/// Facts printed above the table.
+pub struct RunInfo {
+    pub date: String,
+    pub kernel: String,
+    pub cpu_model: String,
+    pub cpus: usize,
+    pub profile: &'static str,
+    pub runs: u32,
+}
+
+/// The heading line and the table.
+pub fn markdown(info: &RunInfo, rows: &[Row]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Run of {}, Linux {}, {} × {}, pxe-agent {} build; BPF_PROG_TEST_RUN: {} runs each of a \
+         DISCOVER and its REQUEST for one host picked at random (BIOS class), one run per syscall.\n",
+        info.date,
+        info.kernel,
+        info.cpus,
+        info.cpu_model,
+        info.profile,
+        thousands(f64::from(info.runs)),
+    );
+    out.push_str(
+        "| hosts | ready | ready after read | RSS / HWM | map memory | one-host reload | \
+         +1,000-host reload | ns per reply |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut failures = Vec::new();
+    for row in rows {
+        let hosts = thousands(row.hosts as f64);
+        match &row.outcome {
+            Ok(n) => {
+                let after_read = n.read.map_or_else(
+                    || "n/a".to_owned(),
+                    |read| secs(n.ready.saturating_sub(read).as_secs_f64()),
+                );
+                let per_reply = match &n.per_reply_ns {
+                    Ok(ns) => ns.to_string(),
+                    Err(err) => {
+                        failures.push(format!("{hosts} hosts, BPF_PROG_TEST_RUN: {err}"));
+                        "failed".to_owned()
+                    }
+                };
+                let _ = writeln!(
+                    out,
+                    "| {hosts} | {} | {after_read} | {} / {} MiB | {} MiB | {} ({} writes) | {} ({} writes) | {per_reply} |",
+                    secs(n.ready.as_secs_f64()),
+                    mib(n.rss_kib.0 * 1024),
+                    mib(n.rss_kib.1 * 1024),
+                    mib(n.memlock),
+                    secs(n.one_host.0),
+                    thousands(n.one_host.1 as f64),
+                    secs(n.add_hosts.0),
+                    thousands(n.add_hosts.1 as f64),
+                );
+            }
+            Err(err) => {
+                let _ = writeln!(out, "| {hosts} | failed: {} | | | | | | |", cell(err));
+            }
+        }
+    }
+    for failure in failures {
+        let _ = writeln!(out, "\n- {failure}");
+    }
+    out
+}
+
+/// A duration in ms below a second, else in s.
+fn secs(s: f64) -> String {
+    if s < 1.0 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{s:.2} s")
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / f64::from(1u32 << 20))
+}
+
+/// `text` fit for one table cell.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_size_is_a_row_naming_the_error() {
+        let info = RunInfo {
+            date: "today".into(),
+            kernel: "6.1".into(),
+            cpu_model: "CPU".into(),
+            cpus: 2,
+            profile: "release",
+            runs: 100_000,
+        };
+        let rows = [
+            Row {
+                hosts: 1_000,
+                outcome: Ok(Numbers {
+                    ready: Duration::from_millis(350),
+                    read: Some(Duration::from_millis(50)),
+                    rss_kib: (20_480, 30_720),
+                    memlock: 3 << 20,
+                    one_host: (0.004, 5),
+                    add_hosts: (0.05, 5_000),
+                    per_reply_ns: Ok(180),
+                }),
+            },
+            Row {
+                hosts: 100_000,
+                outcome: Err("error: hosts: too many | replies".into()),
+            },
+        ];
+        let text = markdown(&info, &rows);
+        assert!(text.contains(
+            "| 1,000 | 350.0 ms | 300.0 ms | 20.0 / 30.0 MiB | 3.0 MiB | 4.0 ms (5 writes) | 50.0 ms (5,000 writes) | 180 |"
+        ), "{text}");
+        assert!(
+            text.contains("| 100,000 | failed: error: hosts: too many \\| replies |"),
+            "{text}"
+        );
+    }
+}
