@@ -25,8 +25,8 @@ use pxe_ebpf_common::{
 use super::Request;
 use crate::{
     inventory::{
-        BootFiles, DiscoveryPolicy, Host, Inventory, MAC_PLACEHOLDER, MacAddr, Profile, Rule,
-        SERVER_PLACEHOLDER, Subnet,
+        BootFiles, DiscoveryPolicy, ExtraOptions, Host, Inventory, MAC_PLACEHOLDER, MacAddr,
+        Profile, Rule, SERVER_PLACEHOLDER, Subnet,
     },
     share::Share,
 };
@@ -253,7 +253,7 @@ pub struct Subject<'a> {
     pub ip: Ipv4Addr,
     pub hostname: Option<&'a str>,
     pub subnet: &'a Subnet,
-    pub options: Option<&'a BTreeMap<u8, Vec<u8>>>,
+    pub options: Option<&'a ExtraOptions>,
     pub lease_time: u32,
 }
 
@@ -393,15 +393,16 @@ fn boot_fields(
 fn extra_options(
     options: &mut DhcpOptions,
     rule_options: &BTreeMap<u8, Vec<u8>>,
-    host_options: Option<&BTreeMap<u8, Vec<u8>>>,
+    host_options: Option<&ExtraOptions>,
 ) {
     for (code, value) in rule_options
         .iter()
+        .map(|(code, value)| (*code, value.as_slice()))
         .chain(host_options.into_iter().flatten())
     {
         options.insert(DhcpOption::Unknown(UnknownOption::new(
-            OptionCode::from(*code),
-            value.clone(),
+            OptionCode::from(code),
+            value.to_vec(),
         )));
     }
 }
@@ -421,7 +422,7 @@ fn build_proxy(
     kind: ReplyKind,
     boot: Boot,
     rule_options: &BTreeMap<u8, Vec<u8>>,
-    host_options: Option<&BTreeMap<u8, Vec<u8>>>,
+    host_options: Option<&ExtraOptions>,
     req: &Request,
     server: &Server,
 ) -> Reply {

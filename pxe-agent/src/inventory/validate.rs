@@ -64,11 +64,15 @@ pub(super) fn validate(
         return Err(problems);
     }
     // Every `None` below was recorded as a problem, so none is left here and
-    // the host indices into `subnets` stay valid after flattening.
+    // the host indices into `subnets` stay valid after flattening. The hosts
+    // go into a vector of exactly their number: collected from a flatten,
+    // which cannot tell its length, they would get up to twice that.
+    let mut kept = Vec::with_capacity(hosts.len());
+    kept.extend(hosts.into_iter().flatten());
     Ok(Inventory {
         subnets: subnets.into_iter().flatten().collect(),
         profiles,
-        hosts: hosts.into_iter().flatten().collect(),
+        hosts: kept,
         discovery,
         ipxe,
         served: Vec::new(),
@@ -808,15 +812,16 @@ fn hosts(
             (Some(mac), Some(ip), Some(subnet), Some(profile)) if problems.len() == before => {
                 Some(Host {
                     mac,
-                    macs: ports,
+                    // One port is `mac` alone (`Host::ports`).
+                    macs: if ports.len() > 1 { ports } else { Vec::new() },
                     ip,
                     hostname: entry.hostname.clone(),
                     profile,
                     subnet,
                     labels: entry.labels.clone(),
-                    options,
-                    bmc,
-                    recovery,
+                    options: options.into(),
+                    bmc: bmc.map(Box::new),
+                    recovery: recovery.map(Box::new),
                     netboot,
                 })
             }
