@@ -5,16 +5,43 @@
 use std::{collections::BTreeMap, fmt};
 
 /// Extra DHCP options, code -> encoded value (at most 255 bytes), kept in
-/// code order as `code, length, value` runs in one boxed slice: a fleet's
-/// hosts each carry one or two short options, and a map per host would
-/// cost a tree node (some 300 bytes) plus one allocation per value. An
-/// empty set allocates nothing.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct ExtraOptions(Box<[u8]>);
+/// code order as `code, length, value` runs: a fleet's hosts each carry one
+/// or two short options, and a map per host would cost a tree node (some
+/// 300 bytes) plus one allocation per value. Runs of up to [`INLINE`] bytes
+/// (one option of 20) are kept in the host itself: a small allocation per
+/// host, made while the parser's garbage is live, pins pages after that
+/// garbage is freed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ExtraOptions(Packed);
+
+/// Bytes of runs an [`ExtraOptions`] holds without an allocation.
+pub const INLINE: usize = 22;
+
+#[derive(Clone, PartialEq, Eq)]
+enum Packed {
+    Inline { len: u8, runs: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+impl Default for ExtraOptions {
+    fn default() -> ExtraOptions {
+        ExtraOptions(Packed::Inline {
+            len: 0,
+            runs: [0; INLINE],
+        })
+    }
+}
 
 impl ExtraOptions {
+    fn runs(&self) -> &[u8] {
+        match &self.0 {
+            Packed::Inline { len, runs } => &runs[..usize::from(*len)],
+            Packed::Heap(runs) => runs,
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.runs().is_empty()
     }
 
     /// How many options there are.
@@ -24,7 +51,7 @@ impl ExtraOptions {
 
     /// The options in code order.
     pub fn iter(&self) -> Iter<'_> {
-        Iter(&self.0)
+        Iter(self.runs())
     }
 
     /// The value of option `code`, if the host has it.
@@ -53,7 +80,14 @@ impl From<BTreeMap<u8, Vec<u8>>> for ExtraOptions {
             packed.push(u8::try_from(value.len()).unwrap_or(u8::MAX));
             packed.extend_from_slice(value);
         }
-        ExtraOptions(packed.into_boxed_slice())
+        if let Ok(len) = u8::try_from(packed.len())
+            && packed.len() <= INLINE
+        {
+            let mut runs = [0; INLINE];
+            runs[..packed.len()].copy_from_slice(&packed);
+            return ExtraOptions(Packed::Inline { len, runs });
+        }
+        ExtraOptions(Packed::Heap(packed.into_boxed_slice()))
     }
 }
 
@@ -127,5 +161,25 @@ mod tests {
     fn a_255_byte_value_fits_its_length_octet() {
         let options: ExtraOptions = [(224, vec![7; 255])].into_iter().collect();
         assert_eq!(options.get(224).map(<[u8]>::len), Some(255));
+    }
+
+    #[test]
+    fn short_and_long_options_read_the_same_inline_or_not() {
+        let short = BTreeMap::from([(224, vec![1; INLINE - 2])]);
+        let long = BTreeMap::from([(224, vec![1; INLINE - 1])]);
+        for map in [short, long] {
+            let options = ExtraOptions::from(map.clone());
+            let back: BTreeMap<u8, Vec<u8>> =
+                options.iter().map(|(c, v)| (c, v.to_vec())).collect();
+            assert_eq!(back, map);
+        }
+        assert!(matches!(
+            ExtraOptions::from(BTreeMap::from([(224, vec![1; INLINE - 2])])).0,
+            Packed::Inline { .. }
+        ));
+        assert!(matches!(
+            ExtraOptions::from(BTreeMap::from([(224, vec![1; INLINE - 1])])).0,
+            Packed::Heap(_)
+        ));
     }
 }
