@@ -25,8 +25,8 @@ use pxe_ebpf_common::{
 use super::Request;
 use crate::{
     inventory::{
-        BootFiles, DiscoveryPolicy, Host, Inventory, MAC_PLACEHOLDER, MacAddr, Profile, Rule,
-        SERVER_PLACEHOLDER, Subnet,
+        BootFiles, DiscoveryPolicy, ExtraOptions, Host, Inventory, MAC_PLACEHOLDER, MacAddr,
+        Profile, Rule, SERVER_PLACEHOLDER, Subnet,
     },
     share::Share,
 };
@@ -258,7 +258,7 @@ pub struct Subject<'a> {
     pub ip: Ipv4Addr,
     pub hostname: Option<&'a str>,
     pub subnet: &'a Subnet,
-    pub options: Option<&'a BTreeMap<u8, Vec<u8>>>,
+    pub options: Option<&'a ExtraOptions>,
     pub lease_time: u32,
 }
 
@@ -401,10 +401,10 @@ const OPT_HOSTNAME: u8 = 12;
 
 /// The sorted codes a host's reply holds of its own: its name when it is
 /// the host's, and its extra options.
-fn host_codes(name: Option<u8>, host_options: Option<&BTreeMap<u8, Vec<u8>>>) -> Vec<u8> {
+fn host_codes(name: Option<u8>, host_options: Option<&ExtraOptions>) -> Vec<u8> {
     let mut codes: Vec<u8> = name
         .into_iter()
-        .chain(host_options.into_iter().flatten().map(|(code, _)| *code))
+        .chain(host_options.into_iter().flatten().map(|(code, _)| code))
         .collect();
     codes.sort_unstable();
     codes.dedup();
@@ -415,15 +415,16 @@ fn host_codes(name: Option<u8>, host_options: Option<&BTreeMap<u8, Vec<u8>>>) ->
 fn extra_options(
     options: &mut DhcpOptions,
     rule_options: &BTreeMap<u8, Vec<u8>>,
-    host_options: Option<&BTreeMap<u8, Vec<u8>>>,
+    host_options: Option<&ExtraOptions>,
 ) {
     for (code, value) in rule_options
         .iter()
+        .map(|(code, value)| (*code, value.as_slice()))
         .chain(host_options.into_iter().flatten())
     {
         options.insert(DhcpOption::Unknown(UnknownOption::new(
-            OptionCode::from(*code),
-            value.clone(),
+            OptionCode::from(code),
+            value.to_vec(),
         )));
     }
 }
@@ -443,7 +444,7 @@ fn build_proxy(
     kind: ReplyKind,
     boot: Boot,
     rule_options: &BTreeMap<u8, Vec<u8>>,
-    host_options: Option<&BTreeMap<u8, Vec<u8>>>,
+    host_options: Option<&ExtraOptions>,
     req: &Request,
     server: &Server,
 ) -> Reply {

@@ -144,8 +144,10 @@ pub(super) struct RawHost {
     /// Keys and values keep their YAML type: the type picks the encoding.
     #[serde(default)]
     pub options: serde_norway::Mapping,
-    pub bmc: Option<RawBmc>,
-    pub recovery: Option<RawRecovery>,
+    /// Boxed, as `recovery` is: most hosts have neither, and inline the two
+    /// would double every host of a large file while it is read.
+    pub bmc: Option<Box<RawBmc>>,
+    pub recovery: Option<Box<RawRecovery>>,
     /// Overrides the profile's `netboot`; text as on a profile.
     pub netboot: Option<String>,
 }

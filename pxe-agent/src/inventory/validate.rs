@@ -64,11 +64,15 @@ pub(super) fn validate(
         return Err(problems);
     }
     // Every `None` below was recorded as a problem, so none is left here and
-    // the host indices into `subnets` stay valid after flattening.
+    // the host indices into `subnets` stay valid after flattening. The hosts
+    // go into a vector of exactly their number: collected from a flatten,
+    // which cannot tell its length, they would get up to twice that.
+    let mut kept = Vec::with_capacity(hosts.len());
+    kept.extend(hosts.into_iter().flatten());
     Ok(Inventory {
         subnets: subnets.into_iter().flatten().collect(),
         profiles,
-        hosts: hosts.into_iter().flatten().collect(),
+        hosts: kept,
         discovery,
         ipxe,
         served: Vec::new(),
@@ -660,32 +664,26 @@ fn hosts(
         .iter()
         .map(|h| written_macs(h).first()?.parse().ok())
         .collect();
-    let labels: Vec<String> = raw
-        .iter()
-        .zip(&macs)
-        .enumerate()
-        .map(
-            |(index, (host, mac))| match (mac, host.hostname.as_deref().map(str::escape_debug)) {
-                (Some(mac), Some(name)) => format!("{name} ({mac})"),
-                (Some(mac), None) => mac.to_string(),
-                (None, Some(name)) => format!("{name} (hosts[{index}])"),
-                (None, None) => format!("hosts[{index}]"),
-            },
-        )
-        .collect();
+    // Made when a problem names the host, not ahead for every host.
+    let label = |index: usize| match (macs[index], raw[index].hostname.as_deref()) {
+        (Some(mac), Some(name)) => format!("{} ({mac})", name.escape_debug()),
+        (Some(mac), None) => mac.to_string(),
+        (None, Some(name)) => format!("{} (hosts[{index}])", name.escape_debug()),
+        (None, None) => format!("hosts[{index}]"),
+    };
     // For duplicate MACs, where the label cannot tell the hosts apart.
     let by_position = |index: usize| match raw[index].hostname.as_deref().map(str::escape_debug) {
         Some(name) => format!("hosts[{index}] ({name})"),
         None => format!("hosts[{index}]"),
     };
 
-    let mut mac_owner: HashMap<MacAddr, usize> = HashMap::new();
-    let mut ip_owner: HashMap<Ipv4Addr, usize> = HashMap::new();
+    let mut mac_owner: HashMap<MacAddr, usize> = HashMap::with_capacity(raw.len());
+    let mut ip_owner: HashMap<Ipv4Addr, usize> = HashMap::with_capacity(raw.len());
     let mut out = Vec::with_capacity(raw.len());
     for (index, entry) in raw.iter().enumerate() {
         let before = problems.len();
         let mut report = |field: &str, message: String| {
-            problems.push(Problem::new(Some(labels[index].clone()), field, message))
+            problems.push(Problem::new(Some(label(index)), field, message))
         };
 
         let ports = host_macs(entry, &mut report);
@@ -758,7 +756,7 @@ fn hosts(
             if let Some(&first) = ip_owner.get(&ip) {
                 report(
                     "ip",
-                    format!("{ip} is already assigned to {}", labels[first]),
+                    format!("{ip} is already assigned to {}", label(first)),
                 );
             } else {
                 ip_owner.insert(ip, index);
@@ -777,7 +775,7 @@ fn hosts(
         let defaults = profile.and_then(|at| raw_profiles.get(at));
         let bmc = oob::bmc(
             defaults.and_then(|p| p.bmc.as_ref()),
-            entry.bmc.as_ref(),
+            entry.bmc.as_deref(),
             secrets,
             &mut report,
         )
@@ -791,7 +789,7 @@ fn hosts(
         });
         let recovery = oob::recovery(
             defaults.and_then(|p| p.recovery.as_ref()),
-            entry.recovery.as_ref(),
+            entry.recovery.as_deref(),
             &mut report,
         );
         let netboot = netboot(entry.netboot.as_deref(), &mut report);
@@ -808,15 +806,16 @@ fn hosts(
             (Some(mac), Some(ip), Some(subnet), Some(profile)) if problems.len() == before => {
                 Some(Host {
                     mac,
-                    macs: ports,
+                    // One port is `mac` alone (`Host::ports`).
+                    macs: if ports.len() > 1 { ports } else { Vec::new() },
                     ip,
                     hostname: entry.hostname.clone(),
                     profile,
                     subnet,
                     labels: entry.labels.clone(),
-                    options,
-                    bmc,
-                    recovery,
+                    options: options.into(),
+                    bmc: bmc.map(Box::new),
+                    recovery: recovery.map(Box::new),
                     netboot,
                 })
             }

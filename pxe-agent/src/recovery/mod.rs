@@ -331,7 +331,7 @@ pub fn plans(inventory: &Inventory) -> Vec<(MacAddr, Plan)> {
             Some((
                 host.mac,
                 Plan {
-                    settings: host.recovery.unwrap_or_default(),
+                    settings: host.recovery.as_deref().copied().unwrap_or_default(),
                     efi,
                     network: if efi && http_only {
                         BootDevice::UefiHttp
