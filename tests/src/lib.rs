@@ -25,6 +25,8 @@ mod e2e;
 #[cfg(test)]
 mod flood;
 #[cfg(test)]
+mod fuzz_seeds;
+#[cfg(test)]
 mod hostile;
 #[cfg(test)]
 mod http_boot;
@@ -72,5 +74,7 @@ mod tftp;
 mod trace;
 #[cfg(test)]
 mod vlan;
+#[cfg(test)]
+mod xdp_mutated;
 #[cfg(test)]
 mod xdp_program;
