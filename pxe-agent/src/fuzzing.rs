@@ -38,9 +38,12 @@ use crate::{
     },
 };
 
+/// One target's entry point.
+pub type Entry = fn(&[u8]);
+
 /// The targets by name, as `fuzz/fuzz_targets/<name>.rs`, the corpus and
 /// regression directories and `cargo xtask fuzz --target` name them.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Entry)] = &[
     ("dhcp_request", dhcp_request),
     ("tftp_request", tftp_request),
     ("inventory", inventory),
@@ -137,7 +140,7 @@ pub fn tftp_request(data: &[u8]) {
         "block size {} out of range",
         n.blksize
     );
-    assert!(n.windowsize >= 1 && n.windowsize <= limits.max_windowsize.min(MAX_WINDOWSIZE).max(1));
+    assert!(n.windowsize >= 1 && n.windowsize <= limits.max_windowsize.clamp(1, MAX_WINDOWSIZE));
     assert!(TIMEOUT_RANGE.contains(&n.timeout.as_secs()));
     let oack = packet::oack(&n.oack);
     let Ok(Packet::Oack { options }) = packet::parse(&oack) else {
@@ -359,7 +362,7 @@ mod tests {
     use super::*;
 
     /// `fuzz/<kind>/<target>/*` of every target.
-    fn inputs(kind: &str) -> Vec<(&'static str, fn(&[u8]), PathBuf)> {
+    fn inputs(kind: &str) -> Vec<(&'static str, Entry, PathBuf)> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../fuzz")
             .join(kind);

@@ -27,6 +27,9 @@ const CLIENT_MAC_BYTES: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
 /// Names the directory the seeds are written to.
 const SEEDS_OUT_ENV: &str = "PXE_FUZZ_SEEDS_OUT";
 
+/// Runs one DHCP client against the agent until it is bound.
+type Client = dyn Fn(&Served);
+
 /// The DHCP payload of an untagged IPv4/UDP frame to port 67.
 fn request_payload(frame: &[u8]) -> Option<&[u8]> {
     if frame.get(12..14)? != [0x08, 0x00] || *frame.get(23)? != 17 {
@@ -67,7 +70,7 @@ fn real_client_requests_are_answered_by_policy_and_seed_the_fuzzer() {
         .expect("the example inventory is valid");
 
     let mut seeds: Vec<(String, Vec<u8>)> = Vec::new();
-    let clients: [(&str, &dyn Fn(&Served)); 6] = [
+    let clients: [(&str, &Client); 6] = [
         ("udhcpc", &|s| drop(s.udhcpc(&[]))),
         ("udhcpc-pxe-bios", &|s| {
             drop(s.udhcpc(&["-V", "PXEClient", "-x", "0x5d:0000"]))
