@@ -7,6 +7,8 @@ pub mod bmc;
 pub mod control;
 pub mod dhcp;
 pub mod discovered;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod health;
 pub mod http;
 pub mod import;

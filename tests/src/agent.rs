@@ -521,6 +521,38 @@ impl Served {
         )
     }
 
+    /// Runs ISC dhclient once (`-1`, no-op script) in the client namespace,
+    /// stops the daemon it became once bound; returns its lease file.
+    pub fn dhclient(&self) -> String {
+        let (lease, pid) = (
+            self.dir.path("dhclient.leases"),
+            self.dir.path("dhclient.pid"),
+        );
+        let out = self
+            .client_cmd("dhclient")
+            .args(["-4", "-1", "-sf", "/bin/true", "-lf"])
+            .arg(&lease)
+            .arg("-pf")
+            .arg(&pid)
+            .arg(self.lab.client_if())
+            .output()
+            .expect("run dhclient");
+        // dhclient forks into the background once bound: stop the daemon we started.
+        let daemon = std::fs::read_to_string(&pid)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        if let Some(p) = daemon {
+            // SAFETY: signalling the PID our own dhclient wrote.
+            unsafe { libc::kill(p, libc::SIGTERM) };
+        }
+        assert!(
+            out.status.success(),
+            "dhclient failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(&lease).expect("dhclient lease file")
+    }
+
     /// Runs busybox udhcpc once with `extra` arguments; returns the variables
     /// its script saw on `bound`.
     pub fn udhcpc(&self, extra: &[&str]) -> BTreeMap<String, String> {

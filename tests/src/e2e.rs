@@ -98,35 +98,7 @@ fn udhcpc_gets_reservation_and_boot_answer_per_firmware() {
 fn dhclient_gets_reservation() {
     let served = Served::start("pxe2e", INVENTORY);
     served.set_client_mac(CLIENT_MAC);
-    let (lease, pid) = (
-        served.dir.path("dhclient.leases"),
-        served.dir.path("dhclient.pid"),
-    );
-    served_by_xdp(&served, 1, 1, || {
-        let out = served
-            .client_cmd("dhclient")
-            .args(["-4", "-1", "-sf", "/bin/true", "-lf"])
-            .arg(&lease)
-            .arg("-pf")
-            .arg(&pid)
-            .arg(served.lab.client_if())
-            .output()
-            .expect("run dhclient");
-        // dhclient forks into the background once bound: stop the daemon we started.
-        let daemon = std::fs::read_to_string(&pid)
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok());
-        if let Some(p) = daemon {
-            // SAFETY: signalling the PID our own dhclient wrote.
-            unsafe { libc::kill(p, libc::SIGTERM) };
-        }
-        assert!(
-            out.status.success(),
-            "dhclient failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    });
-    let leases = std::fs::read_to_string(&lease).expect("dhclient lease file");
+    let leases = served_by_xdp(&served, 1, 1, || served.dhclient());
     assert!(
         leases.contains("fixed-address 10.66.1.10;"),
         "lease file: {leases}"

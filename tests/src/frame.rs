@@ -140,6 +140,11 @@ impl Req {
 
     /// The frame as the client (or, with a giaddr, the relay) sends it.
     pub fn frame(&self) -> Vec<u8> {
+        self.frame_for(&self.payload())
+    }
+
+    /// The frame this request's sender would carry `payload` in.
+    pub fn frame_for(&self, payload: &[u8]) -> Vec<u8> {
         if self.giaddr.is_unspecified() {
             let src = if self.ciaddr.is_unspecified() {
                 Ipv4Addr::UNSPECIFIED
@@ -153,7 +158,7 @@ impl Req {
                 Ipv4Addr::BROADCAST,
                 68,
                 67,
-                &self.payload(),
+                payload,
             )
         } else {
             udp_frame(
@@ -163,7 +168,7 @@ impl Req {
                 SERVER_IP,
                 67,
                 67,
-                &self.payload(),
+                payload,
             )
         }
     }

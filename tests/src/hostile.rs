@@ -203,10 +203,10 @@ fn a_reserved_mac_under_another_hardware_type_gets_no_answer() {
 
 /// Requests of the shapes clients send: PXE BIOS and UEFI, UEFI HTTP boot,
 /// iPXE (user class and option 175), REQUESTs, relayed with and without
-/// option 82, for known and unknown MACs.
-fn seeds() -> Vec<Req> {
+/// option 82, from each of `macs` (known and unknown ones).
+pub(crate) fn seeds(macs: &[[u8; 6]]) -> Vec<Req> {
     let mut out = Vec::new();
-    for mac in [KNOWN_MAC, UNKNOWN_MAC] {
+    for &mac in macs {
         for base in [
             Req::discover(mac).pxe(0),
             Req::discover(mac).pxe(7),
@@ -248,7 +248,7 @@ fn seeds() -> Vec<Req> {
 
 /// One mutation of a request's payload: header noise, option lengths that
 /// lie, truncation, garbage, or a hardware length or type out of range.
-fn mutate(rng: &mut Rng, mut p: Vec<u8>) -> Vec<u8> {
+pub(crate) fn mutate(rng: &mut Rng, mut p: Vec<u8>) -> Vec<u8> {
     match rng.below(8) {
         0 => {
             for _ in 0..1 + rng.below(4) {
@@ -324,7 +324,7 @@ fn a_hundred_thousand_mutated_requests_leave_the_agent_serving() {
     let rss_before = rss_kib(pid);
     let rx_before = metric(&served, "pxe_slow_requests_total");
     let xdp_rx_before = served.counter("rx");
-    let seeds = seeds();
+    let seeds = seeds(&[KNOWN_MAC, UNKNOWN_MAC]);
     let server_mac = served.server_mac();
     let mut rng = Rng(0x5eed_f022);
     let started = Instant::now();

@@ -28,6 +28,8 @@ mod faults;
 #[cfg(test)]
 mod flood;
 #[cfg(test)]
+mod fuzz_seeds;
+#[cfg(test)]
 mod hostile;
 #[cfg(test)]
 mod http_boot;
@@ -77,5 +79,7 @@ mod tftp;
 mod trace;
 #[cfg(test)]
 mod vlan;
+#[cfg(test)]
+mod xdp_mutated;
 #[cfg(test)]
 mod xdp_program;

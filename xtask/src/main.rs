@@ -5,6 +5,7 @@
 
 mod bench;
 mod demo;
+mod fuzz;
 mod image;
 mod run;
 mod test;
@@ -35,6 +36,9 @@ enum Command {
     /// Build the container image from the Containerfile with docker,
     /// podman or buildah, whichever is on PATH.
     Image(image::Options),
+    /// Run each libFuzzer target of fuzz/ for a bounded time (cargo-fuzz,
+    /// nightly; installs cargo-fuzz if missing); fails if any crashed.
+    Fuzz(fuzz::Options),
     /// Benchmarks (root): `bench dhcp` compares pxe-agent with Kea and dnsmasq.
     #[command(subcommand)]
     Bench(bench::Bench),
@@ -47,6 +51,7 @@ fn main() -> anyhow::Result<()> {
         Command::Demo => demo::run(),
         Command::Run(opts) => run::run(opts),
         Command::Image(opts) => image::run(opts),
+        Command::Fuzz(opts) => fuzz::run(opts),
         Command::Bench(bench) => bench::run(bench),
     }
 }

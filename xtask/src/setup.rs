@@ -177,7 +177,8 @@ fn package_installed(pkg: &str) -> bool {
     })
 }
 
-fn ensure_nightly() -> anyhow::Result<()> {
+/// Installs the nightly toolchain unless rustup lists it.
+pub fn ensure_nightly() -> anyhow::Result<()> {
     let list = process::run(command("rustup").args(["toolchain", "list"]))
         .context("rustup is required (https://rustup.rs)")?;
     if list

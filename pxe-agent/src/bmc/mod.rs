@@ -31,6 +31,8 @@ pub use credential::{CredentialError, Credentials, Password};
 pub use driver::Driver;
 pub use fallback::{FallbackBmc, Fallbacks};
 pub use ipmi::{BootFlagEcho, IpmiBmc, RetryPolicy};
+/// For the IPMI fuzz target (`crate::fuzzing`) only.
+pub(crate) use rakp::decode_answers as decode_rakp_answers;
 pub use redfish::{RedfishBmc, TlsOptions};
 
 /// What a driver can do to one host's BMC. Every call has its own deadline

@@ -20,7 +20,7 @@ use std::{
 /// The first non-zero status the BMC answered with, or `None` when the
 /// answers were missing or malformed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Status {
+pub(crate) enum Status {
     OpenSession(u8),
     Rakp2(u8),
     /// Both steps succeeded; the BMC's RAKP 2 auth code verifies with the
@@ -65,24 +65,74 @@ pub(super) fn probe(
     sock.set_read_timeout(Some(timeout)).ok()?;
     sock.connect(addr).ok()?;
 
+    let open = open_session_request(privilege);
+    let answer = exchange(&sock, OPEN_SESSION_REQUEST, &open, OPEN_SESSION_RESPONSE)?;
+    let managed = match opened(&answer)? {
+        Ok(managed) => managed,
+        Err(status) => return Some(status),
+    };
+    let rakp1 = rakp1_request(managed, privilege, user)?;
+    let answer = exchange(&sock, RAKP1, &rakp1, RAKP2)?;
+    rakp2_status(&answer, managed, privilege, user, password)
+}
+
+/// The probe's decoding of two received datagrams, without a socket: what
+/// `probe` concludes when the BMC answers `open_session` and `rakp2`.
+/// The fuzz target for IPMI answers calls this; nothing else does.
+pub(crate) fn decode_answers(
+    open_session: &[u8],
+    rakp2: &[u8],
+    user: &str,
+    password: &[u8],
+    privilege: u8,
+) -> Option<Status> {
+    let answer = parse(open_session, OPEN_SESSION_RESPONSE)?;
+    let managed = match opened(&answer)? {
+        Ok(managed) => managed,
+        Err(status) => return Some(status),
+    };
+    rakp1_request(managed, privilege, user)?;
+    let answer = parse(rakp2, RAKP2)?;
+    rakp2_status(&answer, managed, privilege, user, password)
+}
+
+fn open_session_request(privilege: u8) -> Vec<u8> {
     let mut open = vec![0x00, privilege & 0x0f, 0, 0];
     open.extend_from_slice(&CONSOLE_SESSION);
     for (ty, alg) in [(0x00, 0x01), (0x01, 0x01), (0x02, 0x01)] {
         open.extend_from_slice(&[ty, 0, 0, 0x08, alg, 0, 0, 0]);
     }
-    let answer = exchange(&sock, OPEN_SESSION_REQUEST, &open, OPEN_SESSION_RESPONSE)?;
+    open
+}
+
+/// The managed system's session ID from an Open Session response payload,
+/// or the non-zero status it refused with; `None` when malformed.
+fn opened(answer: &[u8]) -> Option<Result<[u8; 4], Status>> {
     match answer.get(1)? {
         0 => {}
-        &code => return Some(Status::OpenSession(code)),
+        &code => return Some(Err(Status::OpenSession(code))),
     }
-    let managed: [u8; 4] = answer.get(8..12)?.try_into().ok()?;
+    Some(Ok(answer.get(8..12)?.try_into().ok()?))
+}
 
+fn rakp1_request(managed: [u8; 4], privilege: u8, user: &str) -> Option<Vec<u8>> {
     let mut rakp1 = vec![0x00, 0, 0, 0];
     rakp1.extend_from_slice(&managed);
     rakp1.extend_from_slice(&CONSOLE_RANDOM);
     rakp1.extend_from_slice(&[privilege, 0, 0, u8::try_from(user.len()).ok()?]);
     rakp1.extend_from_slice(user.as_bytes());
-    let answer = exchange(&sock, RAKP1, &rakp1, RAKP2)?;
+    Some(rakp1)
+}
+
+/// What a RAKP 2 payload says: its non-zero status, or at which privilege
+/// its auth code verifies; `None` when malformed.
+fn rakp2_status(
+    answer: &[u8],
+    managed: [u8; 4],
+    privilege: u8,
+    user: &str,
+    password: &[u8],
+) -> Option<Status> {
     match answer.get(1)? {
         0 => {}
         &code => return Some(Status::Rakp2(code)),

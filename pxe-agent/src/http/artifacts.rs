@@ -162,7 +162,7 @@ fn etag(size: u64, modified: SystemTime) -> HeaderValue {
 
 /// One `bytes=` range (RFC 9110 14.1.2) as inclusive offsets, or `None` when
 /// it cannot be satisfied. Multiple ranges are answered with the first.
-fn parse_range(spec: &str, size: u64) -> Option<(u64, u64)> {
+pub fn parse_range(spec: &str, size: u64) -> Option<(u64, u64)> {
     let first = spec.strip_prefix("bytes=")?.split(',').next()?.trim();
     let (a, b) = first.split_once('-')?;
     let (start, end) = match (a.trim(), b.trim()) {
