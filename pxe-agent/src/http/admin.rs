@@ -391,7 +391,7 @@ pub fn host_views(s: &AdminState) -> Vec<HostView> {
             HostView {
                 mac: h.mac.to_string(),
                 ip: h.ip,
-                hostname: h.hostname.clone(),
+                hostname: h.hostname.as_deref().map(str::to_owned),
                 profile: inv.profile_of(h).name.clone(),
                 stage: progress.stage(),
                 progress,

@@ -11,6 +11,7 @@
 mod error;
 mod extra;
 mod file;
+mod hostname;
 mod mac;
 mod oob;
 mod option;
@@ -27,6 +28,7 @@ use std::{
 
 pub use error::{LoadError, Problem};
 pub use extra::ExtraOptions;
+pub use hostname::Hostname;
 pub use mac::{MacAddr, ParseMacError};
 pub use oob::{
     AfterBoot, BmcSettings, BootMode, DEFAULT_BOOT_FILE_DEADLINE, DEFAULT_DHCP_DEADLINE,
@@ -318,7 +320,7 @@ pub struct Host {
     /// fleet an allocation.
     pub macs: Vec<MacAddr>,
     pub ip: Ipv4Addr,
-    pub hostname: Option<String>,
+    pub hostname: Option<Hostname>,
     /// Index into [`Inventory::profiles`].
     pub profile: usize,
     /// Index into [`Inventory::subnets`]: the subnet that contains `ip`.

@@ -19,14 +19,14 @@ use super::{
         RawRule, RawSubnet,
     },
 };
-use super::{DEFAULT_GRUB_CONFIG, GrubSettings, raw::RawGrub};
+use super::{DEFAULT_GRUB_CONFIG, GrubSettings, Hostname, raw::RawGrub};
 
 /// The BOOTP `file` field is 128 bytes and must end in a NUL (RFC 951).
 const MAX_BOOT_FILE_LEN: usize = 127;
 /// The HTTP boot URL travels in option 67, whose length is one octet.
 const MAX_BOOT_URL_LEN: usize = 255;
 /// One DNS label (RFC 1035 2.3.4); the hostname goes out as option 12.
-const MAX_HOSTNAME_LEN: usize = 63;
+const MAX_HOSTNAME_LEN: usize = super::hostname::MAX;
 /// A full domain name (RFC 1035 2.3.4); goes out as option 15.
 const MAX_DOMAIN_LEN: usize = 253;
 /// Length of the longest dotted-quad address, `255.255.255.255`.
@@ -809,7 +809,7 @@ fn hosts(
                     // One port is `mac` alone (`Host::ports`).
                     macs: if ports.len() > 1 { ports } else { Vec::new() },
                     ip,
-                    hostname: entry.hostname.clone(),
+                    hostname: entry.hostname.as_deref().and_then(Hostname::new),
                     profile,
                     subnet,
                     labels: entry.labels.clone(),
