@@ -955,30 +955,20 @@ fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &Adm
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
     let started = Instant::now();
-    apply_prepared(
-        prepare_provisioned(path, servers, http_port, &state.netboot, Some(shared)),
-        shared,
-        started,
-    )
-}
-
-/// [`prepare_each`] with the hosts the netboot store records as done, so
-/// that the replies compiled withhold their boot files; beside what is in
-/// force when `running`.
-fn prepare_provisioned(
-    path: &Path,
-    servers: &[Server],
-    http_port: u16,
-    netboot: &NetbootStore,
-    running: Option<&AdminState>,
-) -> Result<Prepared, LoadError> {
-    compile_each_beside(
-        load_provisioned(path, netboot)?,
-        path,
-        servers,
-        http_port,
-        running,
-    )
+    let loaded = load_provisioned(path, &state.netboot);
+    let read = started.elapsed();
+    let prepared =
+        loaded.and_then(|inv| compile_each_beside(inv, path, servers, http_port, Some(shared)));
+    let reload = apply_prepared(prepared, shared, started);
+    if reload == Reload::Applied {
+        // Reading and checking the file is most of a small change's cost.
+        info!(
+            read_ms = read.as_secs_f64() * 1e3,
+            compile_and_sync_ms = (started.elapsed() - read).as_secs_f64() * 1e3,
+            "inventory reload timing"
+        );
+    }
+    reload
 }
 
 /// The inventory file at `path`, read and checked, with the hosts the

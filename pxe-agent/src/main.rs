@@ -1247,7 +1247,8 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
             select,
             inv.hosts.iter().map(|h| {
                 (
-                    h.hostname.map_or_else(|| h.mac.to_string(), |n| n.to_string()),
+                    h.hostname
+                        .map_or_else(|| h.mac.to_string(), |n| n.to_string()),
                     h.bmc.is_some(),
                     h.labels.clone(),
                 )

@@ -19,7 +19,9 @@ impl Hostname {
     /// `None` when `name` is longer than [`MAX`] bytes.
     pub fn new(name: &str) -> Option<Hostname> {
         let mut bytes = [0; MAX];
-        bytes.get_mut(..name.len())?.copy_from_slice(name.as_bytes());
+        bytes
+            .get_mut(..name.len())?
+            .copy_from_slice(name.as_bytes());
         Some(Hostname {
             len: name.len() as u8,
             bytes,
