@@ -218,21 +218,7 @@ fn a_missing_artifact_is_a_logged_404_and_a_hung_one_holds_up_only_its_own_clien
     served.set_client_mac(NODE1);
     served.add_client_address(&format!("{NODE1_IP}/16"));
 
-    let stuck = served
-        .client_cmd("curl")
-        .args([
-            "-s",
-            "--max-time",
-            "60",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-        ])
-        .arg(format!("{SERVER}/artifacts/stuck.img"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn curl");
+    let stuck = fetch_stuck(&served);
     // The agent is waiting on the source now: a writer finds a reader.
     let deadline = Instant::now() + Duration::from_secs(10);
     let writer = loop {
@@ -269,21 +255,7 @@ fn a_missing_artifact_is_a_logged_404_and_a_hung_one_holds_up_only_its_own_clien
             .any(|l| l.contains("stuck.img") && l.contains("not served: not a regular file")),
         "no log line for the FIFO; log:\n{log}"
     );
-    let mut hung = served
-        .client_cmd("curl")
-        .args([
-            "-s",
-            "--max-time",
-            "60",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-        ])
-        .arg(format!("{SERVER}/artifacts/stuck.img"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn curl");
+    let mut hung = fetch_stuck(&served);
     thread::sleep(Duration::from_millis(500));
 
     // Meanwhile every other client is served in full.
@@ -654,4 +626,23 @@ fn an_invalid_inventory_under_load_is_refused_and_the_last_good_one_answers_ever
         thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(served.udhcpc(&PXE)["ip"], "10.66.1.77");
+}
+
+/// A client fetching the FIFO artifact, printing the HTTP status it gets.
+fn fetch_stuck(served: &Served) -> std::process::Child {
+    served
+        .client_cmd("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "60",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg(format!("{SERVER}/artifacts/stuck.img"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn curl")
 }

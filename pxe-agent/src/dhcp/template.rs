@@ -151,7 +151,9 @@ pub fn compile_reusing(
         })
     };
     let mut interner = Interner::default();
-    let mut hosts = BTreeMap::new();
+    // Collected, then built in one go: a map built from sorted entries has
+    // full nodes, one filled by inserting in order half-empty ones.
+    let mut hosts = Vec::with_capacity(slices.iter().map(|s| s.hosts.len()).sum());
     let mut problems = Vec::new();
     for slice in slices {
         let slots: Vec<u32> = slice
@@ -165,13 +167,13 @@ pub fn compile_reusing(
                     *b = slots[(*b & !BODY_WHOLE) as usize] | (*b & BODY_WHOLE);
                 }
             }
-            hosts.insert(mac, record);
+            hosts.push((mac, record));
         }
         problems.extend(slice.problems);
     }
     if problems.is_empty() {
         Ok(Compiled {
-            hosts,
+            hosts: hosts.into_iter().collect(),
             bodies: interner.bodies,
         })
     } else {
