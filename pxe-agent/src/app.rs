@@ -41,7 +41,7 @@ use crate::{
         boot, limit, sendfile,
         token::TokenKey,
     },
-    inventory::{Inventory, LoadError},
+    inventory::{Inventory, Layout, LoadError, Loaded},
     lease::LeaseStore,
     metrics::AgentGauges,
     netboot::NetbootStore,
@@ -274,20 +274,19 @@ pub fn compile_each(
     servers: &[Server],
     http_port: u16,
 ) -> Result<Prepared, LoadError> {
-    compile_each_beside(inv, label, servers, http_port, None)
+    compile_each_beside(settled(inv), label, servers, http_port, None)
 }
 
 /// [`compile_each`] for a reload of a running agent: hosts unchanged since
 /// the inventory in force keep what its maps hold (see
 /// [`template::compile_reusing`]).
 fn compile_each_beside(
-    inv: Inventory,
+    mut inv: Inventory,
     label: &Path,
     servers: &[Server],
     http_port: u16,
     running: Option<&AdminState>,
 ) -> Result<Prepared, LoadError> {
-    let mut inv = settled(inv);
     inv.use_http_port(http_port);
     inv.serve_on(&servers.iter().map(|s| s.ip).collect::<Vec<_>>());
     // What is in force, taken under the lock and compiled beside without it.
@@ -383,14 +382,18 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
     // How long reading and checking the file took, logged with the load so
     // that start-up time can be told apart from the file's size.
     let mut read_time = None;
+    // Where the file's host entries are, for the first reload to patch.
+    let mut layout = None;
     let (kube_source, (inv, compiled)) = match &cfg.kube {
         None => {
             let started = Instant::now();
-            let inv = load_provisioned(&cfg.inventory, &netboot)?;
+            let loaded = load_provisioned(&cfg.inventory, None, &netboot)?;
             read_time = Some(started.elapsed());
+            layout = loaded.layout;
             (
                 None,
-                compile_each(inv, &cfg.inventory, &servers, http_port)?,
+                // Settled by the load.
+                compile_each_beside(loaded.inventory, &cfg.inventory, &servers, http_port, None)?,
             )
         }
         Some(settings) => {
@@ -608,6 +611,7 @@ pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow:
             cfg.clone(),
             ifaces.iter().map(|i| i.server).collect(),
             admin.clone(),
+            layout,
             shutdown.clone(),
         )),
     };
@@ -892,11 +896,13 @@ fn serve_http(
 }
 
 /// Polls the inventory file and applies valid changes; refuses invalid ones
-/// and keeps serving the previous inventory.
+/// and keeps serving the previous inventory. `layout` is that of the file
+/// in force, which a reload patches from.
 async fn watch_inventory(
     cfg: RunConfig,
     servers: Vec<Server>,
     shared: Arc<AdminState>,
+    mut layout: Option<Layout>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut seen = fingerprint(&cfg.inventory);
@@ -917,15 +923,19 @@ async fn watch_inventory(
         retry_at = None;
         let (path, shared, servers) = (cfg.inventory.clone(), shared.clone(), servers.clone());
         let http_port = cfg.http_addr.port();
+        let before = layout.take();
         // Loading, compiling and the map writes (up to one `bpf()` call per
         // template) block: none of it runs on the runtime.
         match tokio::task::spawn_blocking(move || {
-            apply_inventory(&path, &servers, http_port, &shared)
+            apply_inventory(&path, &servers, http_port, &shared, before)
         })
         .await
         {
-            Ok(Reload::SyncFailed) => retry_at = Some(std::time::Instant::now() + RELOAD_RETRY),
-            Ok(Reload::Applied | Reload::Refused) => {}
+            Ok((Reload::SyncFailed, kept)) => {
+                layout = kept;
+                retry_at = Some(std::time::Instant::now() + RELOAD_RETRY);
+            }
+            Ok((Reload::Applied | Reload::Refused, kept)) => layout = kept,
             Err(e) => error!(error = %e, "inventory reload task failed"),
         }
     }
@@ -948,35 +958,65 @@ enum Reload {
 /// How long after a failed map write the same file is tried again.
 const RELOAD_RETRY: Duration = Duration::from_secs(5);
 
-fn apply_inventory(path: &Path, servers: &[Server], http_port: u16, shared: &AdminState) -> Reload {
+/// Also returns the layout of the file in force afterwards: the new file's
+/// when it was applied, `before` otherwise.
+fn apply_inventory(
+    path: &Path,
+    servers: &[Server],
+    http_port: u16,
+    shared: &AdminState,
+    before: Option<Layout>,
+) -> (Reload, Option<Layout>) {
     let state = &shared.boot.state;
     let _applying = shared
         .applying
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
     let started = Instant::now();
-    let loaded = load_provisioned(path, &state.netboot);
+    let in_force = state.inventory();
+    let loaded = load_provisioned(
+        path,
+        before.as_ref().map(|l| (&*in_force, l)),
+        &state.netboot,
+    );
+    drop(in_force);
     let read = started.elapsed();
-    let prepared =
-        loaded.and_then(|inv| compile_each_beside(inv, path, servers, http_port, Some(shared)));
+    let (prepared, layout, patched) = match loaded {
+        Ok(loaded) => (
+            compile_each_beside(loaded.inventory, path, servers, http_port, Some(shared)),
+            loaded.layout,
+            loaded.patched,
+        ),
+        Err(e) => (Err(e), None, false),
+    };
     let reload = apply_prepared(prepared, shared, started);
-    if reload == Reload::Applied {
-        // Reading and checking the file is most of a small change's cost.
-        info!(
-            read_ms = read.as_secs_f64() * 1e3,
-            compile_and_sync_ms = (started.elapsed() - read).as_secs_f64() * 1e3,
-            "inventory reload timing"
-        );
+    if reload != Reload::Applied {
+        return (reload, before);
     }
-    reload
+    // Reading and checking the file is most of a small change's cost.
+    info!(
+        read_ms = read.as_secs_f64() * 1e3,
+        compile_and_sync_ms = (started.elapsed() - read).as_secs_f64() * 1e3,
+        patched,
+        "inventory reload timing"
+    );
+    (reload, layout)
 }
 
-/// The inventory file at `path`, read and checked, with the hosts the
-/// netboot store records as done.
-fn load_provisioned(path: &Path, netboot: &NetbootStore) -> Result<Inventory, LoadError> {
-    let mut inv = Inventory::load(path)?;
-    inv.provisioned = netboot.done();
-    Ok(inv)
+/// The inventory file at `path`, read and checked (patched from `previous`
+/// when it can be, see [`Inventory::reload`]), with the hosts the netboot
+/// store records as done. A file parsed whole is settled.
+fn load_provisioned(
+    path: &Path,
+    previous: Option<(&Inventory, &Layout)>,
+    netboot: &NetbootStore,
+) -> Result<Loaded, LoadError> {
+    let mut loaded = Inventory::reload(path, previous)?;
+    if !loaded.patched {
+        loaded.inventory = settled(loaded.inventory);
+    }
+    loaded.inventory.provisioned = netboot.done();
+    Ok(loaded)
 }
 
 /// Puts each netboot change in force on both paths: the inventory in force
@@ -1121,15 +1161,17 @@ fn apply_compiled(
     let inv = Arc::new(inv);
     shared.oob.control.set_inventory(inv.clone());
     shared.boot.state.replace_inventory(inv);
+    // In force on both paths from here; giving memory back comes after.
+    let took = reload.map(|started| started.elapsed());
     trim_heap();
     {
         let mut gauges = shared.gauges.lock().unwrap_or_else(PoisonError::into_inner);
         gauges.hosts = hosts;
         gauges.templates = count;
         gauges.map_writes += map_writes_of(&report);
-        if let Some(started) = reload {
+        if let Some(took) = took {
             gauges.reloads_ok += 1;
-            gauges.reload_seconds = Some(started.elapsed());
+            gauges.reload_seconds = Some(took);
         }
     }
     if reload.is_none() {

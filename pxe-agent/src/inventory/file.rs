@@ -5,15 +5,55 @@
 
 use std::{fs, path::Path};
 
-use super::{Inventory, LoadError};
+use super::{Inventory, LoadError, oob, patch};
+
+/// A file's inventory, with what its next reload patches from.
+#[derive(Debug)]
+pub struct Loaded {
+    pub inventory: Inventory,
+    /// Where the file's host entries are; `None` when the file cannot be
+    /// cut into them (the next reload parses it whole).
+    pub layout: Option<patch::Layout>,
+    /// Whether only the host entries that changed were parsed.
+    pub patched: bool,
+}
+
+fn read(path: &Path) -> Result<String, LoadError> {
+    fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
 
 /// Reads `path` and hands the text to [`Inventory::parse`].
 pub(super) fn load(path: &Path) -> Result<Inventory, LoadError> {
-    let text = fs::read_to_string(path).map_err(|source| LoadError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    Inventory::parse(path, &text)
+    Inventory::parse(path, &read(path)?)
+}
+
+/// Reads `path` again. With `previous`, the inventory loaded from the
+/// file's last text and that text's layout, only the host entries that
+/// changed are parsed when the rest of the file is the same; otherwise,
+/// or when the patch cannot vouch for its result, the whole file is.
+pub(super) fn reload(
+    path: &Path,
+    previous: Option<(&Inventory, &patch::Layout)>,
+) -> Result<Loaded, LoadError> {
+    let text = read(path)?;
+    if let Some((inventory, layout)) = previous
+        && let Some((inventory, layout)) =
+            patch::patch(path, &text, inventory, layout, &oob::System)
+    {
+        return Ok(Loaded {
+            inventory,
+            layout: Some(layout),
+            patched: true,
+        });
+    }
+    Ok(Loaded {
+        inventory: Inventory::parse(path, &text)?,
+        layout: patch::layout(&text),
+        patched: false,
+    })
 }
 
 #[cfg(test)]

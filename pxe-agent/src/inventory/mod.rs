@@ -15,6 +15,7 @@ mod hostname;
 mod mac;
 mod oob;
 mod option;
+mod patch;
 mod raw;
 mod rule;
 mod validate;
@@ -28,6 +29,7 @@ use std::{
 
 pub use error::{LoadError, Problem};
 pub use extra::ExtraOptions;
+pub use file::Loaded;
 pub use hostname::Hostname;
 pub use mac::{MacAddr, ParseMacError};
 pub use oob::{
@@ -36,6 +38,7 @@ pub use oob::{
     RecoverySettings, SecretSource, StageDeadlines, parse_duration,
 };
 pub use oob::{DriverKind, FallbackSettings};
+pub use patch::Layout;
 pub use rule::{BootAnswer, Match, Rule, Traits, circuit_id, parse_user_classes};
 
 /// Placeholder in boot strings for the server's address, substituted when
@@ -477,6 +480,17 @@ impl Inventory {
     /// Reads, parses and validates the inventory at `path`.
     pub fn load(path: &Path) -> Result<Inventory, LoadError> {
         file::load(path)
+    }
+
+    /// Reads the inventory at `path` for a running agent: [`Inventory::load`],
+    /// with the layout of the file's host entries, so that the next reload
+    /// parses only the entries that changed (`previous`: the inventory in
+    /// force and the layout its load returned).
+    pub fn reload(
+        path: &Path,
+        previous: Option<(&Inventory, &Layout)>,
+    ) -> Result<Loaded, LoadError> {
+        file::reload(path, previous)
     }
 
     /// Parses and validates `text`; `path` is only used in messages.

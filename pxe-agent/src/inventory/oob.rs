@@ -275,6 +275,12 @@ impl<'a> Secrets<'a> {
         self.cache.insert(from.clone(), read.clone());
         read
     }
+
+    /// Whether `bmc`'s password source still gives the password it holds.
+    pub(super) fn still_reads(&mut self, bmc: &BmcSettings) -> bool {
+        self.password(&bmc.password_from)
+            .is_ok_and(|now| &now == bmc.credentials.password())
+    }
 }
 
 /// A password file usually ends with the newline of the editor or of
