@@ -563,16 +563,19 @@ fn a_reload_past_the_maps_capacity_leaves_the_previous_inventory_in_force() {
     let old = pxe_agent::dhcp::template::compile(&fx.inv, &fx.server).expect("compiles");
     // The fixture's hosts, each changed, and more new ones than fit.
     let mut desired = old.clone();
-    for record in desired.hosts.values_mut() {
-        record.yiaddr = [10, 66, 9, 9];
-    }
-    let sample = *old.hosts.values().next().expect("a host");
-    for n in 0..DEFAULT_HOSTS {
-        let [_, a, b, c] = n.to_be_bytes();
-        desired
-            .hosts
-            .insert(MacKey::new([0x02, 0x77, 0, a, b, c]), sample);
-    }
+    let sample = old.hosts.records().next().expect("a host");
+    desired.hosts = old
+        .hosts
+        .iter()
+        .map(|(key, mut record)| {
+            record.yiaddr = [10, 66, 9, 9];
+            (*key, record)
+        })
+        .chain((0..DEFAULT_HOSTS).map(|n| {
+            let [_, a, b, c] = n.to_be_bytes();
+            (MacKey::new([0x02, 0x77, 0, a, b, c]), sample)
+        }))
+        .collect();
     let err = fx
         .fast
         .sync(desired)

@@ -7,6 +7,7 @@
 
 pub mod decide;
 pub mod encode;
+pub mod host_table;
 pub mod request;
 pub mod template;
 

@@ -8,11 +8,14 @@
 //! address and options are its record. The XDP program splices both and
 //! fills in the request's fields. There is no second reply builder.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use pxe_ebpf_common::{BODY_WHOLE, BootClass, HostRecord, MacKey, NO_BODY, ReplyBody, bootp};
 
-use super::{Decision, Reply, ReplyKind, Request, Server, encode::encode_split, fast_path};
+use super::{
+    Decision, Reply, ReplyKind, Request, Server, encode::encode_split, fast_path,
+    host_table::HostTable,
+};
 use crate::inventory::Host;
 use crate::inventory::{Inventory, Problem};
 
@@ -20,7 +23,7 @@ use crate::inventory::{Inventory, Problem};
 /// body slots index `bodies`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Compiled {
-    pub hosts: BTreeMap<MacKey, HostRecord>,
+    pub hosts: HostTable,
     /// The distinct bodies, each once.
     pub bodies: Vec<ReplyBody>,
 }
@@ -35,7 +38,7 @@ impl Compiled {
     /// Answers compiled: host ports times the classes each is answered in.
     pub fn replies(&self) -> usize {
         self.hosts
-            .values()
+            .records()
             .map(|h| h.bodies.iter().filter(|b| **b != NO_BODY).count())
             .sum()
     }
@@ -45,8 +48,8 @@ impl Compiled {
     /// does: body, the host's options, the end option, padding.
     pub fn reply(&self, mac: [u8; 6], class: BootClass) -> Option<Vec<u8>> {
         let host = self.hosts.get(&MacKey::new(mac))?;
-        let (body, with_host) = self.body(host, class)?;
-        Some(assemble(body, host, with_host))
+        let (body, with_host) = self.body(&host, class)?;
+        Some(assemble(body, &host, with_host))
     }
 }
 
@@ -101,15 +104,20 @@ pub struct Reuse<'a> {
 }
 
 impl Reuse<'_> {
-    /// The record `host` had, if nothing that goes into its replies changed.
-    fn record(&self, inv: &Inventory, host: &Host) -> Option<HostRecord> {
-        let before = self.inv.host_by_mac(host.mac)?;
+    /// The record `host` (at `at` in `inv.hosts`) had, if nothing that goes
+    /// into its replies changed. A reload mostly keeps hosts where they
+    /// were, so the same position is looked at before the index.
+    fn record(&self, inv: &Inventory, at: usize, host: &Host) -> Option<HostRecord> {
+        let before = match self.inv.hosts.get(at) {
+            Some(same) if same.mac == host.mac => same,
+            _ => self.inv.host_by_mac(host.mac)?,
+        };
         if before != host
             || self.inv.provisioned.contains(&host.mac) != inv.provisioned.contains(&host.mac)
         {
             return None;
         }
-        self.compiled.hosts.get(&MacKey::new(host.mac.0)).copied()
+        self.compiled.hosts.get(&MacKey::new(host.mac.0))
     }
 }
 
@@ -133,13 +141,17 @@ pub fn compile_reusing(
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let per_thread = inv.hosts.len().div_ceil(threads).max(HOSTS_PER_THREAD);
     let slices: Vec<Slice> = if inv.hosts.len() <= per_thread {
-        vec![compile_slice(inv, &inv.hosts, server, reuse)]
+        vec![compile_slice(inv, (0, &inv.hosts), server, reuse)]
     } else {
         std::thread::scope(|scope| {
             let running: Vec<_> = inv
                 .hosts
                 .chunks(per_thread)
-                .map(|hosts| scope.spawn(move || compile_slice(inv, hosts, server, reuse)))
+                .enumerate()
+                .map(|(n, hosts)| {
+                    let first = n * per_thread;
+                    scope.spawn(move || compile_slice(inv, (first, hosts), server, reuse))
+                })
                 .collect();
             running
                 .into_iter()
@@ -188,14 +200,20 @@ struct Slice {
     problems: Vec<Problem>,
 }
 
-fn compile_slice(inv: &Inventory, hosts: &[Host], server: &Server, reuse: Option<Reuse>) -> Slice {
+/// Compiles `hosts`, the slice of `inv.hosts` that starts at `first`.
+fn compile_slice(
+    inv: &Inventory,
+    (first, hosts): (usize, &[Host]),
+    server: &Server,
+    reuse: Option<Reuse>,
+) -> Slice {
     let mut interner = Interner::default();
     let mut out = Vec::with_capacity(hosts.len());
     let mut problems = Vec::new();
     // The previous compile's body indices, as this slice's.
     let mut reused: HashMap<u32, u32> = HashMap::new();
-    for host in hosts {
-        let kept = reuse.and_then(|r| Some((r, r.record(inv, host)?)));
+    for (at, host) in (first..).zip(hosts) {
+        let kept = reuse.and_then(|r| Some((r, r.record(inv, at, host)?)));
         let compiled = match kept {
             Some((r, mut record)) => {
                 for b in &mut record.bodies {
@@ -410,7 +428,7 @@ hosts:
     }
 
     fn classes(c: &Compiled, mac: [u8; 6]) -> Vec<u8> {
-        let host = &c.hosts[&MacKey::new(mac)];
+        let host = c.hosts.get(&MacKey::new(mac)).expect("compiled");
         BootClass::ALL
             .into_iter()
             .filter(|class| host.body(*class).is_some())
@@ -453,18 +471,18 @@ hosts:
                     continue;
                 };
                 for class in BootClass::ALL {
-                    let Some((body, with_host)) = c.body(record, class) else {
+                    let Some((body, with_host)) = c.body(&record, class) else {
                         continue;
                     };
                     let offer = class_reply(inv, host, class, ReplyKind::Offer, &SERVER)
                         .expect("a class the record answers is answered");
                     let want = encode(&offer, &Request::template_skeleton()).expect("encodes");
-                    let got = assemble(body, record, with_host);
+                    let got = assemble(body, &record, with_host);
                     assert_eq!(got, want, "{} {class:?}", host.label());
-                    assert_eq!(kernel_sum(body, record, with_host, false), sum16(&want));
+                    assert_eq!(kernel_sum(body, &record, with_host, false), sum16(&want));
                     let mut ack = got;
                     ack[body.msg_type_off as usize] = bootp::DHCPACK;
-                    assert_eq!(kernel_sum(body, record, with_host, true), sum16(&ack));
+                    assert_eq!(kernel_sum(body, &record, with_host, true), sum16(&ack));
                 }
             }
         }
@@ -477,10 +495,10 @@ hosts:
         // Plain, BIOS, UEFI x64, HTTP; no arm64 file, so no arm64 answer.
         assert_eq!(classes(&c, MAC), vec![0, 1, 2, 4]);
         assert_assembles_to_the_encoders(&inv, &c);
-        let record = &c.hosts[&MacKey::new(MAC)];
+        let record = c.hosts.get(&MacKey::new(MAC)).expect("compiled");
         assert_eq!(record.yiaddr, [10, 66, 1, 10]);
         for class in [BootClass::Plain, BootClass::Bios] {
-            let (body, with_host) = c.body(record, class).expect("answered");
+            let (body, with_host) = c.body(&record, class).expect("answered");
             assert!(with_host);
             assert_eq!(body.payload[body.msg_type_off as usize], bootp::DHCPOFFER);
             assert_eq!(
@@ -552,7 +570,7 @@ hosts:
         }
         let inv = Inventory::parse(Path::new("t.yaml"), &yaml).expect("valid");
         let c = compile(&inv, &SERVER).expect("compiles");
-        let one = compile_slice(&inv, &inv.hosts, &SERVER, None);
+        let one = compile_slice(&inv, (0, &inv.hosts), &SERVER, None);
         assert!(one.problems.is_empty());
         let one = Compiled {
             hosts: one.hosts.into_iter().collect(),
@@ -617,10 +635,10 @@ hosts:
         let big = format!("{{224: \"{}\"}}", "x".repeat(200));
         let inv = inventory(&big);
         let c = compile(&inv, &SERVER).expect("compiles");
-        let record = &c.hosts[&MacKey::new(MAC)];
+        let record = c.hosts.get(&MacKey::new(MAC)).expect("compiled");
         assert_eq!(record.len, 0);
         for class in [BootClass::Plain, BootClass::Bios] {
-            assert!(!c.body(record, class).expect("answered").1);
+            assert!(!c.body(&record, class).expect("answered").1);
         }
         assert_assembles_to_the_encoders(&inv, &c);
     }
@@ -629,8 +647,8 @@ hosts:
     fn patching_the_message_type_gives_the_encoders_ack() {
         let inv = inventory("{}");
         let c = compile(&inv, &SERVER).expect("compiles");
-        let record = &c.hosts[&MacKey::new(MAC)];
-        let (body, with_host) = c.body(record, BootClass::Bios).expect("bios");
+        let record = c.hosts.get(&MacKey::new(MAC)).expect("compiled");
+        let (body, with_host) = c.body(&record, BootClass::Bios).expect("bios");
         let ack = class_reply(
             &inv,
             &inv.hosts[0],
@@ -639,7 +657,7 @@ hosts:
             &SERVER,
         )
         .expect("reply");
-        let mut patched = assemble(body, record, with_host);
+        let mut patched = assemble(body, &record, with_host);
         patched[body.msg_type_off as usize] = bootp::DHCPACK;
         assert_eq!(
             patched,
@@ -757,10 +775,10 @@ hosts:
         // BIOS and UEFI x64 PXE; no plain client or HTTP boot is answered.
         assert_eq!(classes(&c, MAC), vec![1, 2]);
         assert_assembles_to_the_encoders(&inv, &c);
-        let record = &c.hosts[&MacKey::new(MAC)];
+        let record = c.hosts.get(&MacKey::new(MAC)).expect("compiled");
         assert_eq!(record.yiaddr, [0; 4]);
         for class in [BootClass::Bios, BootClass::UefiX64] {
-            let (body, _) = c.body(record, class).expect("answered");
+            let (body, _) = c.body(&record, class).expect("answered");
             assert_eq!(body.proxy, 1);
             let payload = c.reply(MAC, class).expect("answered");
             let vendor = find_option(&payload, 60).expect("option 60");

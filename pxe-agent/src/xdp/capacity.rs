@@ -101,7 +101,6 @@ impl Capacity {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use pxe_ebpf_common::{HostRecord, MacKey, ReplyBody};
 
@@ -114,7 +113,7 @@ mod tests {
                     let [_, a, b, c] = i.to_be_bytes();
                     (MacKey::new([2, 0, 0, a, b, c]), HostRecord::zeroed())
                 })
-                .collect::<BTreeMap<_, _>>(),
+                .collect(),
             bodies: vec![ReplyBody::zeroed(); bodies],
         }
     }

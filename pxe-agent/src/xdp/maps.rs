@@ -179,7 +179,7 @@ impl Installed {
         self.compiled
             .hosts
             .get(key)
-            .map(|r| resolve(r, &self.slot_of))
+            .map(|r| resolve(&r, &self.slot_of))
     }
 }
 
@@ -265,8 +265,8 @@ pub fn sync(
             done.push(key);
             report.removed += 1;
         }
-        for (key, record) in &desired.hosts {
-            let record = resolve(record, &slot_of);
+        for (key, record) in desired.hosts.iter() {
+            let record = resolve(&record, &slot_of);
             if current.record(key) == Some(record) {
                 report.unchanged += 1;
                 continue;
@@ -448,11 +448,10 @@ mod tests {
         let mut installed = Installed::default();
         sync(&mut map, &mut installed, Arc::new(compiled(0..50, 1, 300))).expect("fits");
         let mut changed = compiled(0..50, 1, 300);
-        changed
-            .hosts
-            .get_mut(&MacKey::new([2, 0, 0, 0, 0, 7]))
-            .expect("host 7")
-            .yiaddr = [10, 0, 7, 9];
+        let key = MacKey::new([2, 0, 0, 0, 0, 7]);
+        let mut record = changed.hosts.get(&key).expect("host 7");
+        record.yiaddr = [10, 0, 7, 9];
+        changed.hosts.extend([(key, record)]);
         let (report, _) = sync(&mut map, &mut installed, Arc::new(changed)).expect("fits");
         assert_eq!(report.map_writes(), 1, "{report:?}");
         assert_eq!(report.unchanged, 49);

@@ -1,0 +1,192 @@
+//! The compiled host records as the agent keeps them: sorted by MAC, each
+//! host's own options in one shared byte arena, so that a host costs its
+//! options' length rather than the kernel record's fixed room for them.
+//!
+//! Owns the packed layout; a [`HostRecord`] is rebuilt for whoever reads
+//! one (the map sync, the tests), byte for byte what was put in.
+
+use pxe_ebpf_common::{HostRecord, MacKey, bootp};
+
+/// Host records by MAC, packed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostTable {
+    /// Sorted, no duplicates; `packed[i]` is `keys[i]`'s record.
+    keys: Vec<MacKey>,
+    packed: Vec<Packed>,
+    /// Every record's options, in key order.
+    options: Vec<u8>,
+}
+
+/// A [`HostRecord`] without its options' room: where they are instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Packed {
+    yiaddr: [u8; 4],
+    bodies: [u32; 7],
+    sum: u16,
+    len: u16,
+    /// Offset of the options in [`HostTable::options`].
+    at: u32,
+}
+
+impl HostTable {
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    fn position(&self, key: &MacKey) -> Option<usize> {
+        self.keys.binary_search(key).ok()
+    }
+
+    pub fn contains_key(&self, key: &MacKey) -> bool {
+        self.position(key).is_some()
+    }
+
+    /// `key`'s record.
+    pub fn get(&self, key: &MacKey) -> Option<HostRecord> {
+        self.position(key).map(|i| self.record(i))
+    }
+
+    /// The MACs, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &MacKey> {
+        self.keys.iter()
+    }
+
+    /// Every MAC with its record, in MAC order.
+    pub fn iter(&self) -> impl Iterator<Item = (&MacKey, HostRecord)> {
+        self.keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k, self.record(i)))
+    }
+
+    /// Every record, in MAC order.
+    pub fn records(&self) -> impl Iterator<Item = HostRecord> + '_ {
+        (0..self.keys.len()).map(|i| self.record(i))
+    }
+
+    fn record(&self, i: usize) -> HostRecord {
+        let p = &self.packed[i];
+        let mut record = HostRecord {
+            yiaddr: p.yiaddr,
+            bodies: p.bodies,
+            sum: p.sum,
+            len: p.len,
+            options: [0; bootp::HOST_BYTES],
+        };
+        let (at, len) = (p.at as usize, p.len as usize);
+        record.options[..len].copy_from_slice(&self.options[at..at + len]);
+        record
+    }
+}
+
+/// Later records replace earlier ones of the same MAC, as in a map.
+impl FromIterator<(MacKey, HostRecord)> for HostTable {
+    fn from_iter<I: IntoIterator<Item = (MacKey, HostRecord)>>(entries: I) -> HostTable {
+        let mut entries: Vec<(MacKey, HostRecord)> = entries.into_iter().collect();
+        // Stable: of equal MACs the last one is kept below.
+        entries.sort_by_key(|(key, _)| *key);
+        let mut table = HostTable {
+            keys: Vec::with_capacity(entries.len()),
+            packed: Vec::with_capacity(entries.len()),
+            options: Vec::new(),
+        };
+        let bytes: usize = entries.iter().map(|(_, r)| usize::from(r.len)).sum();
+        table.options.reserve_exact(bytes);
+        let mut entries = entries.into_iter().peekable();
+        while let Some((key, record)) = entries.next() {
+            if entries.peek().is_some_and(|(next, _)| *next == key) {
+                continue;
+            }
+            let len = usize::from(record.len).min(bootp::HOST_BYTES);
+            let at = u32::try_from(table.options.len()).expect("under 4 GiB of host options");
+            table.options.extend_from_slice(&record.options[..len]);
+            table.keys.push(key);
+            table.packed.push(Packed {
+                yiaddr: record.yiaddr,
+                bodies: record.bodies,
+                sum: record.sum,
+                len: record.len,
+                at,
+            });
+        }
+        table
+    }
+}
+
+/// Adds or replaces records (the table is rebuilt: for building, not for
+/// a hot path).
+impl Extend<(MacKey, HostRecord)> for HostTable {
+    fn extend<I: IntoIterator<Item = (MacKey, HostRecord)>>(&mut self, entries: I) {
+        let old = std::mem::take(self);
+        *self = old.into_iter().chain(entries).collect();
+    }
+}
+
+impl IntoIterator for HostTable {
+    type Item = (MacKey, HostRecord);
+    type IntoIter = std::vec::IntoIter<(MacKey, HostRecord)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+            .map(|(k, r)| (*k, r))
+            .collect::<Vec<_>>()
+            .into_iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pxe_ebpf_common::NO_BODY;
+
+    use super::*;
+
+    fn record(n: u8, len: u16) -> HostRecord {
+        let mut r = HostRecord::zeroed();
+        r.yiaddr = [10, 0, 0, n];
+        r.bodies = [u32::from(n), NO_BODY, 2, NO_BODY, NO_BODY, NO_BODY, 7];
+        r.len = len;
+        r.sum = u16::from(n) * 3;
+        for (i, b) in r.options[..len as usize].iter_mut().enumerate() {
+            *b = n.wrapping_add(i as u8);
+        }
+        r
+    }
+
+    fn key(n: u8) -> MacKey {
+        MacKey::new([2, 0, 0, 0, 0, n])
+    }
+
+    #[test]
+    fn records_come_back_byte_for_byte_in_mac_order() {
+        let put = [
+            (key(9), record(9, 128)),
+            (key(1), record(1, 0)),
+            (key(5), record(5, 17)),
+        ];
+        let table: HostTable = put.iter().copied().collect();
+        assert_eq!(table.len(), 3);
+        for (k, r) in &put {
+            assert_eq!(table.get(k), Some(*r));
+        }
+        assert_eq!(table.get(&key(2)), None);
+        let order: Vec<MacKey> = table.keys().copied().collect();
+        assert_eq!(order, [key(1), key(5), key(9)]);
+        assert_eq!(table.options.len(), 145, "only the bytes in use are kept");
+        assert!(table.iter().all(|(k, r)| table.get(k) == Some(r)));
+    }
+
+    #[test]
+    fn the_last_record_of_a_mac_wins_and_equal_contents_are_equal_tables() {
+        let a: HostTable = [(key(1), record(1, 4)), (key(1), record(7, 9))]
+            .into_iter()
+            .collect();
+        assert_eq!(a.len(), 1);
+        assert_eq!(a.get(&key(1)), Some(record(7, 9)));
+        let b: HostTable = [(key(1), record(7, 9))].into_iter().collect();
+        assert_eq!(a, b);
+    }
+}
