@@ -256,13 +256,7 @@ fn splice(
     }
     // Packet pointers are stale after adjust_tail: every access below goes
     // through `ptr_at` or the store helper, which re-read data/data_end.
-    store(ctx, t, OFF_OP, 4)?;
-    store(ctx, t, OFF_SECS, 2)?;
-    if !ack {
-        store(ctx, t, OFF_CIADDR, 4)?;
-    }
-    store_from(ctx, OFF_YIADDR, host.yiaddr.as_ptr(), 4)?;
-    store(ctx, t, OFF_SIADDR, 4)?;
+    // The fixed fields before chaddr are written with the headers, below;
     // chaddr bytes 6..16 are zero in the reply; sname, file and options follow.
     // Verifier workaround: the compiler drops both a compare and a mask it
     // can prove redundant, and the verifier then sees no bound. black_box
@@ -323,6 +317,17 @@ fn splice(
     let headers = ptr_at::<[u8; KEPT]>(ctx, 0).ok_or(Counter::Error)?;
     // SAFETY: checked by `ptr_at`; nothing else aliases the frame.
     let h = unsafe { &mut *headers };
+    // The body's fixed fields, around the request's own (xid, flags,
+    // giaddr, chaddr, and ciaddr in an ACK), which stay as they came.
+    let at = |off: usize| L2L3L4 + off;
+    let p = &t.payload;
+    h[at(OFF_OP)..at(OFF_OP) + 4].copy_from_slice(&p[OFF_OP..OFF_OP + 4]);
+    h[at(OFF_SECS)..at(OFF_SECS) + 2].copy_from_slice(&p[OFF_SECS..OFF_SECS + 2]);
+    if !ack {
+        h[at(OFF_CIADDR)..at(OFF_CIADDR) + 4].copy_from_slice(&p[OFF_CIADDR..OFF_CIADDR + 4]);
+    }
+    h[at(OFF_YIADDR)..at(OFF_YIADDR) + 4].copy_from_slice(&host.yiaddr);
+    h[at(OFF_SIADDR)..at(OFF_SIADDR) + 4].copy_from_slice(&p[OFF_SIADDR..OFF_SIADDR + 4]);
     h[0..6].copy_from_slice(&dst_mac);
     h[6..12].copy_from_slice(&t.server_mac);
     // IPv4 header (RFC 791): no options, no fragmentation, TTL 64.

@@ -68,17 +68,49 @@ impl HostTable {
         (0..self.keys.len()).map(|i| self.record(i))
     }
 
-    fn record(&self, i: usize) -> HostRecord {
+    /// Every MAC with its record's parts, borrowed, in MAC order: for
+    /// comparing tables without rebuilding records.
+    pub fn entries(&self) -> impl Iterator<Item = (&MacKey, RecordRef<'_>)> {
+        self.keys.iter().enumerate().map(|(i, k)| (k, self.view(i)))
+    }
+
+    fn view(&self, i: usize) -> RecordRef<'_> {
         let p = &self.packed[i];
-        let mut record = HostRecord {
+        let (at, len) = (p.at as usize, p.len as usize);
+        RecordRef {
             yiaddr: p.yiaddr,
             bodies: p.bodies,
             sum: p.sum,
-            len: p.len,
+            options: &self.options[at..at + len],
+        }
+    }
+
+    fn record(&self, i: usize) -> HostRecord {
+        self.view(i).to_record()
+    }
+}
+
+/// A record's parts as a [`HostTable`] holds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    pub yiaddr: [u8; 4],
+    pub bodies: [u32; 7],
+    pub sum: u16,
+    /// The host's own options (`HostRecord::options[..len]`).
+    pub options: &'a [u8],
+}
+
+impl RecordRef<'_> {
+    /// The kernel's record.
+    pub fn to_record(&self) -> HostRecord {
+        let mut record = HostRecord {
+            yiaddr: self.yiaddr,
+            bodies: self.bodies,
+            sum: self.sum,
+            len: self.options.len() as u16,
             options: [0; bootp::HOST_BYTES],
         };
-        let (at, len) = (p.at as usize, p.len as usize);
-        record.options[..len].copy_from_slice(&self.options[at..at + len]);
+        record.options[..self.options.len()].copy_from_slice(self.options);
         record
     }
 }
@@ -86,9 +118,13 @@ impl HostTable {
 /// Later records replace earlier ones of the same MAC, as in a map.
 impl FromIterator<(MacKey, HostRecord)> for HostTable {
     fn from_iter<I: IntoIterator<Item = (MacKey, HostRecord)>>(entries: I) -> HostTable {
-        let mut entries: Vec<(MacKey, HostRecord)> = entries.into_iter().collect();
-        // Stable: of equal MACs the last one is kept below.
-        entries.sort_by_key(|(key, _)| *key);
+        let entries: Vec<(MacKey, HostRecord)> = entries.into_iter().collect();
+        // The order is sorted, not the 170-byte entries. Stable: of equal
+        // MACs the last one is kept below.
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        if !entries.is_sorted_by_key(|(key, _)| *key) {
+            order.sort_by_key(|&i| entries[i].0);
+        }
         let mut table = HostTable {
             keys: Vec::with_capacity(entries.len()),
             packed: Vec::with_capacity(entries.len()),
@@ -96,9 +132,11 @@ impl FromIterator<(MacKey, HostRecord)> for HostTable {
         };
         let bytes: usize = entries.iter().map(|(_, r)| usize::from(r.len)).sum();
         table.options.reserve_exact(bytes);
-        let mut entries = entries.into_iter().peekable();
-        while let Some((key, record)) = entries.next() {
-            if entries.peek().is_some_and(|(next, _)| *next == key) {
+        let mut order = order.into_iter().peekable();
+        while let Some(i) = order.next() {
+            let (key, record) = &entries[i];
+            let key = *key;
+            if order.peek().is_some_and(|&next| entries[next].0 == key) {
                 continue;
             }
             let len = usize::from(record.len).min(bootp::HOST_BYTES);
@@ -109,7 +147,7 @@ impl FromIterator<(MacKey, HostRecord)> for HostTable {
                 yiaddr: record.yiaddr,
                 bodies: record.bodies,
                 sum: record.sum,
-                len: record.len,
+                len: len as u16,
                 at,
             });
         }

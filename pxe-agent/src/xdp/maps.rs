@@ -20,7 +20,10 @@ use std::{
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, MapError};
 use pxe_ebpf_common::{BODY_WHOLE, HostRecord, MacKey, NO_BODY, ReplyBody};
 
-use crate::dhcp::template::Compiled;
+use crate::dhcp::{
+    host_table::{HostTable, RecordRef},
+    template::Compiled,
+};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SyncReport {
@@ -196,9 +199,7 @@ fn slots(record: &HostRecord) -> impl Iterator<Item = u32> + '_ {
 fn resolve(record: &HostRecord, slot_of: &[u32]) -> HostRecord {
     let mut out = *record;
     for b in &mut out.bodies {
-        if *b != NO_BODY {
-            *b = slot_of[(*b & !BODY_WHOLE) as usize] | (*b & BODY_WHOLE);
-        }
+        *b = slot_in(*b, slot_of);
     }
     out
 }
@@ -254,24 +255,21 @@ pub fn sync(
     }
     // What was done to host entries, in order, so that it can be undone.
     let mut done: Vec<&MacKey> = Vec::new();
+    let (removed, writes) = changes(
+        &current.compiled.hosts,
+        &current.slot_of,
+        &desired.hosts,
+        &slot_of,
+    );
+    report.unchanged = desired.hosts.len() - writes.len();
     let result = (|| {
-        for key in current
-            .compiled
-            .hosts
-            .keys()
-            .filter(|k| !desired.hosts.contains_key(k))
-        {
+        for key in removed {
             map.delete(key)?;
             done.push(key);
             report.removed += 1;
         }
-        for (key, record) in desired.hosts.iter() {
-            let record = resolve(&record, &slot_of);
-            if current.record(key) == Some(record) {
-                report.unchanged += 1;
-                continue;
-            }
-            map.put(key, &record)?;
+        for (key, record) in writes {
+            map.put(key, &resolve(&record.to_record(), &slot_of))?;
             done.push(key);
             report.written += 1;
         }
@@ -305,6 +303,49 @@ pub fn sync(
     Err(SyncError::RolledBack {
         source: Box::new(source),
     })
+}
+
+/// What turns `current` (its bodies in `current_slots`) into `desired`
+/// (in `desired_slots`): the keys to delete, and the entries to write, new
+/// or different in the kernel's terms (body slots, not indices). One walk
+/// of both tables in MAC order; records are compared in place.
+fn changes<'a>(
+    current: &'a HostTable,
+    current_slots: &[u32],
+    desired: &'a HostTable,
+    desired_slots: &[u32],
+) -> (Vec<&'a MacKey>, Vec<(&'a MacKey, RecordRef<'a>)>) {
+    let same = |a: &RecordRef, b: &RecordRef| {
+        a.yiaddr == b.yiaddr
+            && a.sum == b.sum
+            && a.options == b.options
+            && a.bodies
+                .iter()
+                .zip(&b.bodies)
+                .all(|(x, y)| slot_in(*x, current_slots) == slot_in(*y, desired_slots))
+    };
+    let (mut removed, mut writes) = (Vec::new(), Vec::new());
+    let mut old = current.entries().peekable();
+    for (key, record) in desired.entries() {
+        while let Some((k, _)) = old.next_if(|(k, _)| *k < key) {
+            removed.push(k);
+        }
+        match old.next_if(|(k, _)| *k == key) {
+            Some((_, before)) if same(&before, &record) => {}
+            _ => writes.push((key, record)),
+        }
+    }
+    removed.extend(old.map(|(k, _)| k));
+    (removed, writes)
+}
+
+/// A record's body entry with its index turned into a slot.
+fn slot_in(body: u32, slot_of: &[u32]) -> u32 {
+    if body == NO_BODY {
+        body
+    } else {
+        slot_of[(body & !BODY_WHOLE) as usize] | (body & BODY_WHOLE)
+    }
 }
 
 fn mark(taken: &mut Vec<bool>, slot: u32) {
