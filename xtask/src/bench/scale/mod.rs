@@ -125,14 +125,16 @@ fn measure(bins: &Bins, lab: &Lab, dir: &Path, hosts: usize) -> anyhow::Result<N
     let changed = random_index(hosts);
     let one = agent.reload(&fleet::fleet_inventory_changed(hosts, changed))?;
     println!(
-        "bench: host {changed} changed: {:.4} s, {} map writes",
-        one.seconds, one.map_writes
+        "bench: host {changed} changed: {}, {} map writes",
+        one.timing(),
+        one.map_writes
     );
     // The changed host stays changed: this reload only adds.
     let added = agent.reload(&fleet::fleet_inventory_changed(hosts + ADDED, changed))?;
     println!(
-        "bench: {ADDED} hosts added: {:.4} s, {} map writes",
-        added.seconds, added.map_writes
+        "bench: {ADDED} hosts added: {}, {} map writes",
+        added.timing(),
+        added.map_writes
     );
     let timed = random_index(hosts);
     let per_reply_ns = prog_test_run(&bins.loadgen, &agent.pin_dir(), fleet::fleet_mac(timed));
@@ -146,8 +148,8 @@ fn measure(bins: &Bins, lab: &Lab, dir: &Path, hosts: usize) -> anyhow::Result<N
         read: started.read,
         rss_kib,
         memlock,
-        one_host: (one.seconds, one.map_writes),
-        add_hosts: (added.seconds, added.map_writes),
+        one_host: one,
+        add_hosts: added,
         per_reply_ns,
     })
 }

@@ -6,7 +6,7 @@
 
 use std::{fmt::Write as _, time::Duration};
 
-use super::super::dhcp::report::thousands;
+use super::{super::dhcp::report::thousands, agent::Reload};
 
 /// One inventory size's numbers.
 #[derive(Clone, Debug)]
@@ -22,10 +22,10 @@ pub struct Numbers {
     /// VmRSS and VmHWM, KiB.
     pub rss_kib: (u64, u64),
     pub memlock: u64,
-    /// Seconds and map writes of the reload that changes one host.
-    pub one_host: (f64, u64),
-    /// The same for the reload that adds 1,000 hosts.
-    pub add_hosts: (f64, u64),
+    /// The reload that changes one host.
+    pub one_host: Reload,
+    /// The reload that adds 1,000 hosts.
+    pub add_hosts: Reload,
     /// Nanoseconds per reply (mean of OFFER and ACK), or why it failed.
     pub per_reply_ns: Result<u64, String>,
 }
@@ -77,15 +77,13 @@ pub fn markdown(info: &RunInfo, rows: &[Row]) -> String {
                 };
                 let _ = writeln!(
                     out,
-                    "| {hosts} | {} | {after_read} | {} / {} MiB | {} MiB | {} ({} writes) | {} ({} writes) | {per_reply} |",
+                    "| {hosts} | {} | {after_read} | {} / {} MiB | {} MiB | {} | {} | {per_reply} |",
                     secs(n.ready.as_secs_f64()),
                     mib(n.rss_kib.0 * 1024),
                     mib(n.rss_kib.1 * 1024),
                     mib(n.memlock),
-                    secs(n.one_host.0),
-                    thousands(n.one_host.1 as f64),
-                    secs(n.add_hosts.0),
-                    thousands(n.add_hosts.1 as f64),
+                    reload(&n.one_host),
+                    reload(&n.add_hosts),
                 );
             }
             Err(err) => {
@@ -97,6 +95,19 @@ pub fn markdown(info: &RunInfo, rows: &[Row]) -> String {
         let _ = writeln!(out, "\n- {failure}");
     }
     out
+}
+
+/// `95.0 ms (1 writes; read 30.0 ms, patched)`.
+fn reload(r: &Reload) -> String {
+    let read = r
+        .read
+        .map_or_else(String::new, |d| format!("read {}, ", secs(d.as_secs_f64())));
+    let how = if r.patched { "patched" } else { "whole file" };
+    format!(
+        "{} ({} writes; {read}{how})",
+        secs(r.seconds),
+        thousands(r.map_writes as f64)
+    )
 }
 
 /// A duration in ms below a second, else in s.
@@ -139,8 +150,18 @@ mod tests {
                     read: Some(Duration::from_millis(50)),
                     rss_kib: (20_480, 30_720),
                     memlock: 3 << 20,
-                    one_host: (0.004, 5),
-                    add_hosts: (0.05, 5_000),
+                    one_host: Reload {
+                        seconds: 0.004,
+                        map_writes: 5,
+                        read: Some(Duration::from_millis(1)),
+                        patched: true,
+                    },
+                    add_hosts: Reload {
+                        seconds: 0.05,
+                        map_writes: 5_000,
+                        read: None,
+                        patched: false,
+                    },
                     per_reply_ns: Ok(180),
                 }),
             },
@@ -151,7 +172,7 @@ mod tests {
         ];
         let text = markdown(&info, &rows);
         assert!(text.contains(
-            "| 1,000 | 350.0 ms | 300.0 ms | 20.0 / 30.0 MiB | 3.0 MiB | 4.0 ms (5 writes) | 50.0 ms (5,000 writes) | 180 |"
+            "| 1,000 | 350.0 ms | 300.0 ms | 20.0 / 30.0 MiB | 3.0 MiB | 4.0 ms (5 writes; read 1.0 ms, patched) | 50.0 ms (5,000 writes; whole file) | 180 |"
         ), "{text}");
         assert!(
             text.contains("| 100,000 | failed: error: hosts: too many \\| replies |"),
