@@ -63,17 +63,15 @@ impl StormLab {
             &["ethtool", "-K", lab.server_if(), "gro", "on", "tso", "off"],
         )
         .context("failed to set GRO on, TSO off on the server end")?;
-        // Tens of thousands of machines answer at once: deeper receive
-        // queues keep the kernel from dropping bursts before any server sees them.
+        // Tens of thousands of machines connect at once: deeper listen
+        // queues and every local port. Only per-namespace settings: the
+        // socket buffer maxima and netdev_max_backlog are the machine's.
         for ns in [srv, cli] {
             lab.run_in(
                 ns,
                 &[
                     "sysctl",
                     "-q",
-                    "net.core.rmem_max=67108864",
-                    "net.core.rmem_default=8388608",
-                    "net.core.netdev_max_backlog=100000",
                     "net.core.somaxconn=65535",
                     "net.ipv4.ip_local_port_range=1024 65535",
                 ],
