@@ -335,6 +335,7 @@ pub fn start(
         "{machines} machines exceed the address plan ({MAX_MACHINES})"
     );
     fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
+    raise_nofile()?;
     let lab = &net.lab;
     let iface = lab.server_if();
     let mut running = Running {
@@ -500,6 +501,29 @@ fn wait_ready(
             Err(_) => thread::sleep(Duration::from_millis(100)),
         }
     }
+}
+
+/// Raises this process's open-file limit to its hard limit, which the
+/// stacks inherit: each TFTP transfer and HTTP connection holds a socket,
+/// and tens of thousands run at once (the usual soft limit is 1024).
+fn raise_nofile() -> anyhow::Result<()> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit for both calls.
+    let ok = unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+        }
+    };
+    ensure!(
+        ok,
+        "failed to raise RLIMIT_NOFILE: {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(())
 }
 
 fn log_tail(log: &Path) -> String {
