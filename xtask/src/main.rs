@@ -8,6 +8,7 @@ mod demo;
 mod fuzz;
 mod image;
 mod run;
+mod storm;
 mod test;
 
 use clap::{Parser, Subcommand};
@@ -42,6 +43,10 @@ enum Command {
     /// Benchmarks (root): `bench dhcp` compares pxe-agent with Kea and dnsmasq.
     #[command(subcommand)]
     Bench(bench::Bench),
+    /// Boot storm (root): N simulated machines network-boot at once through
+    /// the whole chain against pxe-agent, Kea + tftpd-hpa + nginx and
+    /// dnsmasq + nginx; results in target/storm/, `--report` for the page.
+    Storm(storm::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,5 +58,6 @@ fn main() -> anyhow::Result<()> {
         Command::Image(opts) => image::run(opts),
         Command::Fuzz(opts) => fuzz::run(opts),
         Command::Bench(bench) => bench::run(bench),
+        Command::Storm(args) => storm::run(args),
     }
 }

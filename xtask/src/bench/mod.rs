@@ -2,8 +2,8 @@
 //! and outside programs. One module per benchmark; this one owns only the
 //! subcommand list.
 
-mod boot;
-mod dhcp;
+pub(crate) mod boot;
+pub(crate) mod dhcp;
 mod scale;
 
 use clap::Subcommand;
@@ -59,7 +59,7 @@ fn build_release(
 /// Builds `packages` (with `extra` cargo arguments), in release mode with
 /// `release`, and returns the paths of `bins` in that profile's directory,
 /// each checked to exist.
-fn build(
+pub(crate) fn build(
     release: bool,
     packages: &[&str],
     extra: &[&str],
@@ -91,12 +91,12 @@ fn build(
 }
 
 /// Output of `cmd`, trimmed.
-fn run_text(cmd: &mut std::process::Command) -> anyhow::Result<String> {
+pub(crate) fn run_text(cmd: &mut std::process::Command) -> anyhow::Result<String> {
     Ok(xtask::process::run(cmd)?.trim().to_owned())
 }
 
 /// The CPU model, for the results' header line.
-fn cpu_model() -> String {
+pub(crate) fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|text| {

@@ -19,7 +19,7 @@ mod measure;
 pub(super) mod netns;
 mod quiet;
 mod report;
-mod servers;
+pub(crate) mod servers;
 mod tftp;
 
 use super::{Scratch, build_release, cpu_model, run_text, warn_leftover_namespaces};

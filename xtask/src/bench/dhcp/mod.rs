@@ -15,13 +15,13 @@
 //!
 //! Method and its limits: docs/benchmarks.md.
 
-mod cpu;
+pub(crate) mod cpu;
 mod hosts;
 mod load;
 mod ramp;
 pub(super) mod report;
-mod server;
-mod testbed;
+pub(crate) mod server;
+pub(crate) mod testbed;
 
 use super::{Scratch, build_release, cpu_model, run_text, warn_leftover_namespaces};
 use std::{

@@ -153,7 +153,7 @@ fn configure_links(lab: &Lab) -> anyhow::Result<()> {
 
 /// Runs `pxe-agent veth-peer` on `iface` in the client namespace, passing
 /// frames up or redirecting them to `redirect_to`, until the testbed goes.
-fn start_peer(
+pub(crate) fn start_peer(
     lab: &Lab,
     agent: &Path,
     iface: &str,
@@ -197,7 +197,7 @@ fn thread_napi(lab: &Lab, cores: &Cores) -> anyhow::Result<NapiThreads> {
 
 /// The thread that appears when `iface` in `ns` switches to threaded NAPI;
 /// thread names are not unique across namespaces, so it is the new one.
-fn thread_napi_of(lab: &Lab, ns: &str, iface: &str) -> anyhow::Result<u32> {
+pub(crate) fn thread_napi_of(lab: &Lab, ns: &str, iface: &str) -> anyhow::Result<u32> {
     let before = cpu::napi_threads(iface);
     let defer = std::env::var("PXB_DEFER").unwrap_or("0".into());
     let timeout = std::env::var("PXB_TIMEOUT").unwrap_or("0".into());

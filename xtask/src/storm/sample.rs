@@ -1,0 +1,209 @@
+//! What the server side did during a run: `server.csv` (CPU and memory of
+//! the stack every 100 ms, from a thread of its own) and the drop counters
+//! read before and after the run for `meta.json`.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    fs,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::{self, JoinHandle},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+
+use super::{lab::StormLab, stacks::METRICS_ADDR};
+use crate::bench::{boot::servers::tree_cpu_ticks, dhcp::cpu::thread_time};
+
+/// Sampling period of `server.csv`.
+const PERIOD: Duration = Duration::from_millis(100);
+
+/// The sampler thread; [`Sampler::finish`] stops it and writes the file.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<String>,
+    out: PathBuf,
+}
+
+impl Sampler {
+    /// Starts sampling `pids` (and their children) plus the NAPI thread
+    /// `napi`; t_ms counts from now.
+    pub fn start(pids: Vec<u32>, napi: u32, out: PathBuf) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let handle = thread::spawn(move || {
+            let tick_ms = 1000.0 / clock_ticks_per_sec();
+            let napi_start = thread_time(napi).unwrap_or_default();
+            let cpu_start: u64 = pids.iter().map(|&p| tree_cpu_ticks(p)).sum();
+            let t0 = Instant::now();
+            let mut csv = String::from("t_ms,cpu_ms,rss_kib\n");
+            let mut next = t0;
+            loop {
+                let ticks = pids.iter().map(|&p| tree_cpu_ticks(p)).sum::<u64>() - cpu_start;
+                let napi_ms = thread_time(napi)
+                    .unwrap_or_default()
+                    .saturating_sub(napi_start)
+                    .as_secs_f64()
+                    * 1000.0;
+                let rss: u64 = pids.iter().map(|&p| tree_rss_kib(p)).sum();
+                let _ = writeln!(
+                    csv,
+                    "{:.0},{:.1},{rss}",
+                    t0.elapsed().as_secs_f64() * 1000.0,
+                    ticks as f64 * tick_ms + napi_ms
+                );
+                if flag.load(Ordering::Relaxed) {
+                    return csv;
+                }
+                next += PERIOD;
+                thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+        });
+        Sampler { stop, handle, out }
+    }
+
+    /// Stops the thread and writes `server.csv`.
+    pub fn finish(self) -> anyhow::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        let csv = self
+            .handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("the sampler thread panicked"))?;
+        fs::write(&self.out, csv).with_context(|| format!("failed to write {}", self.out.display()))
+    }
+}
+
+fn clock_ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 { hz as f64 } else { 100.0 }
+}
+
+/// VmRSS of `pid` and its direct children (nginx's workers).
+fn tree_rss_kib(pid: u32) -> u64 {
+    let children =
+        fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    std::iter::once(pid)
+        .chain(children.split_whitespace().filter_map(|c| c.parse().ok()))
+        .map(rss_kib)
+        .sum()
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The server side's drop counters at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Drops {
+    pub iface_rx_dropped: u64,
+    pub udp_rcvbuf_errors: u64,
+    pub udp_in_errors: u64,
+    /// The agent's storm guard (slow-path rate limit) drops; `None` for
+    /// stacks without its metrics.
+    pub agent_storm_guard: Option<u64>,
+}
+
+impl Drops {
+    /// Reads the counters in the server namespace; `agent` asks the
+    /// agent's metrics endpoint too.
+    pub fn read(net: &StormLab, agent: bool) -> anyhow::Result<Drops> {
+        let (lab, ns) = (&net.lab, net.lab.server_ns());
+        let path = format!("/sys/class/net/{}/statistics/rx_dropped", lab.server_if());
+        let iface_rx_dropped = lab
+            .run_in(ns, &["cat", &path])?
+            .trim()
+            .parse()
+            .with_context(|| format!("unexpected {path}"))?;
+        let snmp = udp_counters(&lab.run_in(ns, &["cat", "/proc/net/snmp"])?);
+        let agent_storm_guard = if agent {
+            let url = format!("http://{METRICS_ADDR}/metrics");
+            lab.run_in(ns, &["curl", "-sf", &url])
+                .ok()
+                .map(|body| metric_sum(&body, STORM_GUARD_METRIC))
+        } else {
+            None
+        };
+        Ok(Drops {
+            iface_rx_dropped,
+            udp_rcvbuf_errors: snmp.get("RcvbufErrors").copied().unwrap_or(0),
+            udp_in_errors: snmp.get("InErrors").copied().unwrap_or(0),
+            agent_storm_guard,
+        })
+    }
+
+    /// What grew from `before` to `self`.
+    pub fn since(&self, before: &Drops) -> Drops {
+        Drops {
+            iface_rx_dropped: self
+                .iface_rx_dropped
+                .saturating_sub(before.iface_rx_dropped),
+            udp_rcvbuf_errors: self
+                .udp_rcvbuf_errors
+                .saturating_sub(before.udp_rcvbuf_errors),
+            udp_in_errors: self.udp_in_errors.saturating_sub(before.udp_in_errors),
+            agent_storm_guard: self
+                .agent_storm_guard
+                .map(|after| after.saturating_sub(before.agent_storm_guard.unwrap_or(0))),
+        }
+    }
+}
+
+/// The agent's storm-guard counter, one sample per bucket.
+const STORM_GUARD_METRIC: &str = "pxe_slow_ratelimited_total";
+
+/// The sum of every sample of `name` in a Prometheus text body.
+fn metric_sum(body: &str, name: &str) -> u64 {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(['{', ' ']))
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// The `Udp:` counters of `/proc/net/snmp` by name (a header line, then a
+/// line of values).
+fn udp_counters(snmp: &str) -> BTreeMap<String, u64> {
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (Some(names), Some(values)) = (udp.next(), udp.next()) else {
+        return BTreeMap::new();
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .skip(1)
+        .filter_map(|(n, v)| Some((n.to_owned(), v.parse().ok()?)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_udp_counters_and_metric_sums() {
+        let snmp = "Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors\n\
+                    Udp: 10 2 7 9 5\nUdpLite: InDatagrams\nUdpLite: 0\n";
+        let udp = udp_counters(snmp);
+        assert_eq!(udp["InErrors"], 7);
+        assert_eq!(udp["RcvbufErrors"], 5);
+        let body = "# HELP x\npxe_slow_ratelimited_total{scope=\"mac\"} 3\n\
+                    pxe_slow_ratelimited_total{scope=\"unknown\"} 4\npxe_slow_other 9\n";
+        assert_eq!(metric_sum(body, "pxe_slow_ratelimited_total"), 7);
+    }
+}
