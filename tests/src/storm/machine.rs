@@ -168,15 +168,20 @@ async fn chain(
         } else {
             ack.siaddr
         };
+        // Firmware opens a new port for each session, so late answers to
+        // the probe never reach the transfer.
+        let mut probe = tftp::Client::bind(ip, server, timeline)
+            .await
+            .at(Stage::Bootfile)?;
+        let probed = probe.probe(&file).await.context("tsize probe");
+        record.tftp_retx = probe.retx;
+        drop(probe);
+        probed.at(Stage::Bootfile)?;
         let mut client = tftp::Client::bind(ip, server, timeline)
             .await
             .at(Stage::Bootfile)?;
-        let result = async {
-            client.probe(&file).await.context("tsize probe")?;
-            client.fetch(&file, machine.windowsize).await
-        }
-        .await;
-        record.tftp_retx = client.retx;
+        let result = client.fetch(&file, machine.windowsize).await;
+        record.tftp_retx += client.retx;
         result.at(Stage::Bootfile)?;
     }
     record.bootfile = Some(timeline.now());

@@ -134,13 +134,15 @@ impl<'a> Client<'a> {
 
     /// Sends `packet` to `to` (unless `sent` already) and waits for a reply,
     /// resending after each silent second, 5 tries; returns the reply's
-    /// opcode, body and source. An ERROR fails.
+    /// opcode, body and source. An ERROR fails, except ERROR 0 to a read
+    /// request, which counts as no answer.
     async fn call(
         &mut self,
         packet: &[u8],
         to: SocketAddr,
         sent: bool,
     ) -> anyhow::Result<(u16, Vec<u8>, SocketAddr)> {
+        let mut busy = false;
         for attempt in 0..TRIES {
             if attempt > 0 || !sent {
                 self.send(packet, to, attempt > 0).await?;
@@ -148,6 +150,7 @@ impl<'a> Client<'a> {
             if attempt > 0 {
                 self.retx += 1;
             }
+            let started = tokio::time::Instant::now();
             let Ok(got) =
                 tokio::time::timeout(RESEND_AFTER, self.socket.recv_from(&mut self.buf)).await
             else {
@@ -160,6 +163,13 @@ impl<'a> Client<'a> {
             }
             let opcode = u16::from_be_bytes([self.buf[0], self.buf[1]]);
             let body = self.buf[2..len].to_vec();
+            if opcode == ERROR && body[..2] == [0, 0] && to == SocketAddr::V4(self.server) {
+                // A refused read request ("server busy"): firmware asks
+                // again as if it had gone unanswered.
+                tokio::time::sleep_until(started + RESEND_AFTER).await;
+                busy = true;
+                continue;
+            }
             if opcode == ERROR {
                 let text = String::from_utf8_lossy(&body[2..]);
                 bail!(
@@ -169,6 +179,9 @@ impl<'a> Client<'a> {
                 );
             }
             return Ok((opcode, body, from));
+        }
+        if busy {
+            bail!("TFTP server busy or silent for {TRIES} tries");
         }
         bail!("no TFTP answer after {TRIES} tries")
     }
