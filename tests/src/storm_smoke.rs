@@ -191,7 +191,12 @@ fn two_hundred_machines_of_every_class_boot_to_phone_home() {
             "{} out of order: {times:?}",
             row[0]
         );
-        assert!(times[0] <= 1_100.0, "{} started late: {}", row[0], times[0]);
+        assert!(
+            times[0] <= 10_000.0,
+            "{} started late: {}",
+            row[0],
+            times[0]
+        );
     }
     let summary: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(out_dir.join("summary.json")).expect("summary"))
