@@ -76,7 +76,7 @@ impl Served {
     /// Like [`Served::start`], waiting up to `ready_within` for the agent
     /// to serve: for inventories that take it longer than usual to load.
     pub fn start_within(name: &str, inventory: &str, ready_within: Duration) -> Served {
-        let served = Served::launch(name, inventory, &[], None, |_| {});
+        let served = Served::launch(name, inventory, &[], None, |_| {}, None);
         served.wait_ready_within(ready_within);
         served
     }
@@ -299,7 +299,21 @@ impl Served {
         nofile: Option<u64>,
         setup: impl FnOnce(&mut Lab),
     ) -> Served {
-        let served = Served::launch(name, inventory, extra, nofile, setup);
+        let served = Served::launch(name, inventory, extra, nofile, setup, None);
+        served.wait_ready();
+        served
+    }
+
+    /// Like [`Served::start_prepared`] on a lab whose server end has
+    /// `server_cidr` instead of the default.
+    pub fn start_on(
+        name: &str,
+        server_cidr: &str,
+        inventory: &str,
+        extra: &[&str],
+        setup: impl FnOnce(&mut Lab),
+    ) -> Served {
+        let served = Served::launch(name, inventory, extra, None, setup, Some(server_cidr));
         served.wait_ready();
         served
     }
@@ -311,9 +325,11 @@ impl Served {
         extra: &[&str],
         nofile: Option<u64>,
         setup: impl FnOnce(&mut Lab),
+        server_cidr: Option<&str>,
     ) -> Served {
         crate::fixture::assert_root();
-        let mut lab = Lab::new(name).expect("lab");
+        let cidr = server_cidr.unwrap_or(xtask::lab::DEFAULT_SERVER_CIDR);
+        let mut lab = Lab::new_with(name, cidr).expect("lab");
         setup(&mut lab);
         let dir = Scratch::new(name);
         let path = dir.path("inventory.yaml");

@@ -14,6 +14,7 @@ pub mod raw;
 pub mod redfish_fixture;
 pub mod redfish_lab;
 pub mod rng;
+pub mod storm;
 
 #[cfg(test)]
 mod bmc;
@@ -73,6 +74,8 @@ mod secure_boot;
 mod sequence;
 #[cfg(test)]
 mod slow_path;
+#[cfg(test)]
+mod storm_smoke;
 #[cfg(test)]
 mod tftp;
 #[cfg(test)]
