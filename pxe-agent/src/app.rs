@@ -199,6 +199,8 @@ pub struct RunConfig {
     pub boot_root: Option<PathBuf>,
     /// Largest TFTP `windowsize` granted (1..=64).
     pub tftp_max_windowsize: u16,
+    /// TFTP transfers served at once.
+    pub tftp_max_transfers: usize,
     /// How long a TFTP transfer busy-polls before it sleeps.
     pub tftp_busy_poll: std::time::Duration,
     /// Served over HTTP at `/artifacts/`.
@@ -779,6 +781,7 @@ async fn start_tftp(
     let tftp_cfg = tftp::TftpConfig {
         max_blksize: tftp::TftpConfig::blksize_for_mtu(mtu),
         max_windowsize: cfg.tftp_max_windowsize,
+        max_transfers: cfg.tftp_max_transfers,
         busy_poll: cfg.tftp_busy_poll,
         ..tftp::TftpConfig::new(root)
     };

@@ -161,6 +161,12 @@ enum Command {
             value_parser = clap::value_parser!(u16).range(1..=i64::from(tftp::option::MAX_WINDOWSIZE)),
         )]
         tftp_max_windowsize: u16,
+        /// TFTP transfers served at once; read requests beyond it get
+        /// ERROR 0 "server busy", which firmware answers by asking again.
+        /// Each transfer holds a socket and an open file.
+        #[arg(long, default_value_t = tftp::DEFAULT_MAX_TRANSFERS as u32,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        tftp_max_transfers: u32,
         /// Microseconds a TFTP transfer polls its socket for the client's
         /// answer before it sleeps (0: never). A quick answer is then caught
         /// without a wake-up, which can make lock-step transfers several
@@ -542,6 +548,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             http_write_timeout_ms,
             boot_root,
             tftp_max_windowsize,
+            tftp_max_transfers,
             tftp_busy_poll_us,
             artifacts,
             log_format: _,
@@ -608,6 +615,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 },
                 boot_root,
                 tftp_max_windowsize,
+                tftp_max_transfers: tftp_max_transfers as usize,
                 tftp_busy_poll: Duration::from_micros(tftp_busy_poll_us),
                 artifacts,
                 oob: OobConfig {

@@ -53,6 +53,9 @@ pub use transfer::TransferError;
 /// Bytes of IPv4 (20), UDP (8) and TFTP DATA (4) headers around a block.
 const BLOCK_OVERHEAD: u32 = 32;
 
+/// The `max_transfers` of [`TftpConfig::new`].
+pub const DEFAULT_MAX_TRANSFERS: usize = 128;
+
 /// The `max_windowsize` of [`TftpConfig::new`].
 pub const DEFAULT_MAX_WINDOWSIZE: u16 = 16;
 
@@ -95,7 +98,7 @@ impl TftpConfig {
             root: root.into(),
             max_blksize: Self::blksize_for_mtu(1500),
             max_windowsize: DEFAULT_MAX_WINDOWSIZE,
-            max_transfers: 128,
+            max_transfers: DEFAULT_MAX_TRANSFERS,
             timeout: Duration::from_secs(1),
             retries: 5,
             busy_poll: DEFAULT_BUSY_POLL,

@@ -371,7 +371,10 @@ pub fn start(
                     crate::bench::dhcp::server::SLOW_PATH_RATE_LIMIT,
                 ])
                 // Default 1024 connections at once: nginx is given 65535.
-                .args(["--http-max-connections", "65535"]);
+                .args(["--http-max-connections", "65535"])
+                // Default 128 transfers at once; dnsmasq is given
+                // --tftp-max=65535 and tftpd-hpa forks without a bound.
+                .args(["--tftp-max-transfers", "65535"]);
             running.spawn("pxe-agent", cmd, dir)?;
             wait_ready(&mut running, || {
                 probe(

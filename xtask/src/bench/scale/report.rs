@@ -46,7 +46,8 @@ pub fn markdown(info: &RunInfo, rows: &[Row]) -> String {
     let _ = writeln!(
         out,
         "Run of {}, Linux {}, {} × {}, pxe-agent {} build; BPF_PROG_TEST_RUN: {} runs each of a \
-         DISCOVER and its REQUEST for one host picked at random (BIOS class), one run per syscall.\n",
+         DISCOVER and its REQUEST for one host picked at random (BIOS class), one run per syscall; \
+         ns per reply is the median of 5 such means.\n",
         info.date,
         info.kernel,
         info.cpus,
