@@ -41,10 +41,19 @@ pub fn run() -> anyhow::Result<()> {
     ensure_root()?;
     // The end-to-end tests run this binary (target/debug/pxe-agent).
     cargo("pxe-agent build", &["build", "-p", "pxe-agent"])?;
-    // The Kubernetes source's tests run this one (target/debug/fake-kube-api).
+    // The Kubernetes source's tests run the fake API server, the storm
+    // smoke test the simulator (target/debug/fake-kube-api, storm-client).
     cargo(
-        "fake API server build",
-        &["build", "-p", "pxe-tests", "--bin", "fake-kube-api"],
+        "test binaries build",
+        &[
+            "build",
+            "-p",
+            "pxe-tests",
+            "--bin",
+            "fake-kube-api",
+            "--bin",
+            "storm-client",
+        ],
     )?;
     // The tests build netns labs and attach XDP: they must not overlap.
     cargo(
