@@ -233,6 +233,9 @@ pub struct OobConfig {
 
 /// Receive buffer of the slow path's port-67 socket, in bytes.
 const SLOW_PATH_RCVBUF: usize = 8 << 20;
+/// Receive buffer of the TFTP listener on port 69 (read requests only;
+/// each transfer has a socket of its own).
+const TFTP_RCVBUF: usize = 8 << 20;
 
 /// Clients recorded by the slow path, kept for adoption.
 const DISCOVERED_CAPACITY: usize = 65_536;
@@ -810,6 +813,11 @@ async fn start_tftp(
             .with_context(|| format!("failed to bind the TFTP socket to {}", iface.name))?;
         sock.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, 69)).into())
             .with_context(|| format!("failed to bind UDP port 69 on {}", iface.name))?;
+        // A room powering on sends thousands of read requests within a
+        // second; the default buffer holds a few hundred.
+        if let Err(e) = force_recv_buffer(&sock, TFTP_RCVBUF) {
+            warn!(iface = %iface.name, error = %e, "could not enlarge the TFTP socket's receive buffer");
+        }
         sock.set_nonblocking(true)?;
         socks.push(tokio::net::UdpSocket::from_std(sock.into())?);
         info!(iface = %iface.name, root = %root.display(), "serving TFTP on UDP port 69");

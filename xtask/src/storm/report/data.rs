@@ -95,6 +95,7 @@ pub struct Meta {
     pub spread_s: Option<f64>,
     #[serde(default)]
     pub mix: serde_json::Value,
+    /// Percent of the TFTP machines that ask for a windowsize.
     pub windowsize_share: Option<f64>,
     pub bootfile_kib: Option<f64>,
     pub kernel_kib: Option<f64>,

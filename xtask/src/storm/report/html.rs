@@ -53,7 +53,7 @@ pub fn setting(group: &Group) -> String {
         group.n,
         meta.spread_s.map_or("?".to_owned(), |s| s.to_string()),
         meta.windowsize_share
-            .map_or("?".to_owned(), |s| format!("{:.0} %", s * 100.0)),
+            .map_or("?".to_owned(), |s| format!("{s:.0} % of the TFTP machines")),
         kib(meta.bootfile_kib),
         kib(meta.kernel_kib),
         kib(meta.initrd_kib),

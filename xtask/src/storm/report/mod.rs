@@ -157,7 +157,7 @@ mod tests {
             dir.join("meta.json"),
             format!(
                 r#"{{"stack":"{}","label":"{}","machines":{n},"spread_s":10,"mix":"bios",
-                "windowsize_share":0.5,"bootfile_kib":100,"kernel_kib":1000,"initrd_kib":2000,
+                "windowsize_share":50,"bootfile_kib":100,"kernel_kib":1000,"initrd_kib":2000,
                 "cpu":"Test CPU 9000","kernel":"6.18.0-test","date":"2026-12-02T13:00:00Z",
                 "server_drops":{},"sim_error":null}}"#,
                 s.name, s.label, s.drops
