@@ -10,13 +10,9 @@ use std::{
 use anyhow::{Context as _, bail};
 use tokio::net::UdpSocket;
 
-use super::record::{Event, Timeline};
+use pxe_agent::tftp::packet::{self, DATA, ERROR, ErrorCode, OACK, RRQ};
 
-const RRQ: u16 = 1;
-const DATA: u16 = 3;
-const ACK: u16 = 4;
-const ERROR: u16 = 5;
-const OACK: u16 = 6;
+use super::record::{Event, Timeline};
 
 /// The block size firmware asks for (fits a 1500-byte MTU).
 pub const BLKSIZE: u16 = 1456;
@@ -25,32 +21,8 @@ const TRIES: u32 = 5;
 
 /// A read request for `file` with `options`.
 pub fn rrq(file: &str, options: &[(&str, String)]) -> Vec<u8> {
-    let mut out = RRQ.to_be_bytes().to_vec();
-    for part in [file, "octet"] {
-        out.extend_from_slice(part.as_bytes());
-        out.push(0);
-    }
-    for (name, value) in options {
-        out.extend_from_slice(name.as_bytes());
-        out.push(0);
-        out.extend_from_slice(value.as_bytes());
-        out.push(0);
-    }
-    out
-}
-
-fn ack(block: u16) -> Vec<u8> {
-    let mut out = ACK.to_be_bytes().to_vec();
-    out.extend_from_slice(&block.to_be_bytes());
-    out
-}
-
-fn error(code: u16, text: &str) -> Vec<u8> {
-    let mut out = ERROR.to_be_bytes().to_vec();
-    out.extend_from_slice(&code.to_be_bytes());
-    out.extend_from_slice(text.as_bytes());
-    out.push(0);
-    out
+    let options: Vec<(&str, &str)> = options.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    packet::request(RRQ, file.as_bytes(), "octet", &options)
 }
 
 /// What the server agreed to in its OACK.
@@ -197,7 +169,12 @@ impl<'a> Client<'a> {
             DATA => None,
             other => bail!("probe answered with opcode {other}"),
         };
-        self.send(&error(0, "tsize probe"), from, false).await?;
+        self.send(
+            &packet::error(ErrorCode::NotDefined, "tsize probe"),
+            from,
+            false,
+        )
+        .await?;
         Ok(size)
     }
 
@@ -211,7 +188,7 @@ impl<'a> Client<'a> {
         }
         let server = SocketAddr::V4(self.server);
         let (opcode, body, peer) = self.call(&rrq(file, &options), server, false).await?;
-        let mut last = ack(0);
+        let mut last = packet::ack(0).to_vec();
         let (blksize, window, mut pending) = match opcode {
             OACK => {
                 let agreed = parse_oack(&body, &asked)?;
@@ -240,7 +217,7 @@ impl<'a> Client<'a> {
                 // A gap (not a duplicate): ask once from the last good block.
                 let ahead = got.wrapping_sub(block) < 0x8000 && got != block;
                 if ahead && !asked_again {
-                    last = ack(block);
+                    last = packet::ack(block).to_vec();
                     self.send(&last, peer, true).await?;
                     self.retx += 1;
                     asked_again = true;
@@ -255,7 +232,7 @@ impl<'a> Client<'a> {
             in_window += 1;
             let end = len < usize::from(blksize);
             if end || in_window >= window {
-                last = ack(block);
+                last = packet::ack(block).to_vec();
                 in_window = 0;
                 self.send(&last, peer, false).await?;
                 if end {
