@@ -45,7 +45,7 @@ use crate::{
     lease::LeaseStore,
     metrics::AgentGauges,
     netboot::NetbootStore,
-    netdev,
+    netdev, open_files,
     progress::Progress,
     rawsock::RawSocket,
     recovery::{self, Controller, RecoveryStore, SequencePolicy, Sequencer},
@@ -201,6 +201,9 @@ pub struct RunConfig {
     pub tftp_max_windowsize: u16,
     /// TFTP transfers served at once.
     pub tftp_max_transfers: usize,
+    /// TFTP read requests held, past `tftp_max_transfers`, until a slot
+    /// frees.
+    pub tftp_max_waiting: usize,
     /// How long a TFTP transfer busy-polls before it sleeps.
     pub tftp_busy_poll: std::time::Duration,
     /// Served over HTTP at `/artifacts/`.
@@ -368,8 +371,9 @@ fn settled(inv: Inventory) -> Inventory {
 }
 
 /// Runs until `shutdown` turns true.
-pub async fn run(cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
     limit_panic_messages();
+    fit_open_files(&mut cfg);
     let ifaces = resolve(&cfg.interfaces)?;
     let servers: Vec<Server> = ifaces.iter().map(|i| i.server).collect();
     for i in &ifaces {
@@ -767,6 +771,25 @@ fn watch_recovery(
 /// turning finished transfers into boot progress. One server (one set of
 /// counters) serves a socket per interface; its transfers stay on the
 /// interface their request came in on.
+/// Lowers the TFTP and HTTP bounds to what the open-files limit holds, once
+/// it is raised as far as it goes, so that a storm past them waits rather
+/// than fails for want of descriptors.
+fn fit_open_files(cfg: &mut RunConfig) {
+    let wanted = open_files::Bounds {
+        tftp_transfers: if cfg.boot_root.is_some() {
+            cfg.tftp_max_transfers
+        } else {
+            0
+        },
+        http_connections: cfg.http_limits.max_connections,
+    };
+    let fitted = open_files::fit(wanted);
+    if cfg.boot_root.is_some() {
+        cfg.tftp_max_transfers = fitted.tftp_transfers;
+    }
+    cfg.http_limits.max_connections = fitted.http_connections;
+}
+
 async fn start_tftp(
     cfg: &RunConfig,
     ifaces: &[Iface],
@@ -785,6 +808,7 @@ async fn start_tftp(
         max_blksize: tftp::TftpConfig::blksize_for_mtu(mtu),
         max_windowsize: cfg.tftp_max_windowsize,
         max_transfers: cfg.tftp_max_transfers,
+        max_waiting: cfg.tftp_max_waiting,
         busy_poll: cfg.tftp_busy_poll,
         ..tftp::TftpConfig::new(root)
     };

@@ -20,6 +20,7 @@ pub mod mac_records;
 pub mod metrics;
 pub mod netboot;
 pub mod netdev;
+pub mod open_files;
 pub mod progress;
 pub mod ratelimit;
 pub mod rawsock;

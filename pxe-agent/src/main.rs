@@ -133,7 +133,8 @@ enum Command {
         )]
         http_addr: SocketAddr,
         /// Boot HTTP connections served at once; more wait in the listen
-        /// backlog until one ends. Each holds up to two open files.
+        /// backlog until one ends. Each holds up to two open files; the
+        /// agent lowers this to what its open-files limit holds.
         #[arg(long, default_value_t = limit::DEFAULT_MAX_CONNECTIONS as u32,
               value_parser = clap::value_parser!(u32).range(1..))]
         http_max_connections: u32,
@@ -161,12 +162,18 @@ enum Command {
             value_parser = clap::value_parser!(u16).range(1..=i64::from(tftp::option::MAX_WINDOWSIZE)),
         )]
         tftp_max_windowsize: u16,
-        /// TFTP transfers served at once; read requests beyond it get
-        /// ERROR 0 "server busy", which firmware answers by asking again.
-        /// Each transfer holds a socket and an open file.
+        /// TFTP transfers served at once; read requests beyond it wait for
+        /// a slot (--tftp-max-waiting). Each transfer holds a thread, a
+        /// socket, an open file and an eventfd; the agent lowers this to
+        /// what its open-files limit holds.
         #[arg(long, default_value_t = tftp::DEFAULT_MAX_TRANSFERS as u32,
               value_parser = clap::value_parser!(u32).range(1..))]
         tftp_max_transfers: u32,
+        /// TFTP read requests held, first come first served, while
+        /// --tftp-max-transfers run; past it, requests get ERROR 0 "server
+        /// busy", which firmware answers by asking again. 0 refuses at once.
+        #[arg(long, default_value_t = tftp::DEFAULT_MAX_WAITING as u32)]
+        tftp_max_waiting: u32,
         /// Microseconds a TFTP transfer polls its socket for the client's
         /// answer before it sleeps (0: never). A quick answer is then caught
         /// without a wake-up, which can make lock-step transfers several
@@ -549,6 +556,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             boot_root,
             tftp_max_windowsize,
             tftp_max_transfers,
+            tftp_max_waiting,
             tftp_busy_poll_us,
             artifacts,
             log_format: _,
@@ -616,6 +624,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 boot_root,
                 tftp_max_windowsize,
                 tftp_max_transfers: tftp_max_transfers as usize,
+                tftp_max_waiting: tftp_max_waiting as usize,
                 tftp_busy_poll: Duration::from_micros(tftp_busy_poll_us),
                 artifacts,
                 oob: OobConfig {

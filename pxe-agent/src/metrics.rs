@@ -48,6 +48,9 @@ pub const TFTP_TRANSFERS: &str = "pxe_tftp_transfers_total";
 pub const TFTP_BYTES: &str = "pxe_tftp_bytes_total";
 pub const TFTP_RETRANSMITS: &str = "pxe_tftp_retransmits_total";
 pub const TFTP_ACTIVE: &str = "pxe_tftp_active_transfers";
+pub const TFTP_WAITING: &str = "pxe_tftp_waiting_requests";
+pub const TFTP_WAITED: &str = "pxe_tftp_waited_requests_total";
+pub const TFTP_WAIT_EXPIRED: &str = "pxe_tftp_wait_expired_total";
 pub const INVENTORY_HOSTS: &str = "pxe_inventory_hosts";
 pub const INVENTORY_TEMPLATES: &str = "pxe_inventory_templates";
 pub const INVENTORY_RELOADS: &str = "pxe_inventory_reloads_total";
@@ -249,6 +252,24 @@ pub fn render(p: &Page) -> String {
         o.sample(TFTP_RETRANSMITS, "", t.retransmits);
         o.head(TFTP_ACTIVE, "gauge", "TFTP transfers running.");
         o.sample(TFTP_ACTIVE, "", t.active);
+        o.head(
+            TFTP_WAITING,
+            "gauge",
+            "TFTP read requests waiting for a transfer slot.",
+        );
+        o.sample(TFTP_WAITING, "", t.waiting);
+        o.head(
+            TFTP_WAITED,
+            "counter",
+            "TFTP read requests that waited for a transfer slot.",
+        );
+        o.sample(TFTP_WAITED, "", t.waited);
+        o.head(
+            TFTP_WAIT_EXPIRED,
+            "counter",
+            "Waiting TFTP read requests forgotten because the client went silent.",
+        );
+        o.sample(TFTP_WAIT_EXPIRED, "", t.wait_expired);
     }
     let h = &p.http;
     o.head(

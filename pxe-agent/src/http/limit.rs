@@ -47,13 +47,6 @@ impl Default for Limits {
 /// (4096 by default since Linux 5.4).
 pub const BACKLOG: u32 = 4096;
 
-/// Descriptors one connection can hold: its socket and the file it sends.
-pub const FDS_PER_CONNECTION: u64 = 2;
-
-/// Descriptors the rest of the agent needs (maps, sockets, the lease
-/// database, the log).
-const FDS_RESERVED: u64 = 64;
-
 /// Binds the boot listener with [`BACKLOG`].
 pub fn bind(addr: std::net::SocketAddr) -> io::Result<tokio::net::TcpListener> {
     let sock = if addr.is_ipv4() {
@@ -64,37 +57,6 @@ pub fn bind(addr: std::net::SocketAddr) -> io::Result<tokio::net::TcpListener> {
     sock.set_reuseaddr(true)?;
     sock.bind(addr)?;
     sock.listen(BACKLOG)
-}
-
-/// Raises the soft `RLIMIT_NOFILE` toward the hard one until it holds
-/// `max_connections` (systemd starts services with a soft limit of 1024),
-/// and returns the soft limit then in force.
-pub fn raise_open_files(max_connections: usize) -> io::Result<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit, which lim is.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let want = (max_connections as u64)
-        .saturating_mul(FDS_PER_CONNECTION)
-        .saturating_add(FDS_RESERVED)
-        .min(lim.rlim_max);
-    if want > lim.rlim_cur {
-        lim.rlim_cur = want;
-        // SAFETY: setrlimit reads one rlimit, which lim is.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(lim.rlim_cur)
-}
-
-/// The most connections `nofile` descriptors can serve at once.
-pub fn connections_within(nofile: u64) -> u64 {
-    nofile.saturating_sub(FDS_RESERVED) / FDS_PER_CONNECTION
 }
 
 /// Counters of the boot listener, exported on /metrics.
@@ -249,11 +211,5 @@ mod tests {
         assert!(is_per_connection(&io::Error::from_raw_os_error(
             libc::ECONNABORTED
         )));
-    }
-
-    #[test]
-    fn connections_fit_the_descriptor_limit() {
-        assert_eq!(connections_within(1024), 480);
-        assert_eq!(connections_within(10), 0);
     }
 }

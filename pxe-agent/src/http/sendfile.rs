@@ -35,7 +35,7 @@ use tokio::{
     sync::{OwnedSemaphorePermit, Semaphore, watch},
     time::{Instant, Sleep},
 };
-use tracing::{debug, info, warn};
+use tracing::debug;
 
 use super::{
     BootState, artifacts,
@@ -57,7 +57,6 @@ pub async fn serve(
     limits: Limits,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    check_open_files(&limits);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut backoff = AcceptBackoff::default();
     loop {
@@ -107,31 +106,6 @@ pub async fn serve(
                 debug!(%peer, error = %e, "boot HTTP connection ended");
             }
         });
-    }
-}
-
-/// Raises the open-files limit for `limits.max_connections` where the hard
-/// limit allows, and says so when it does not.
-fn check_open_files(limits: &Limits) {
-    match limit::raise_open_files(limits.max_connections) {
-        Ok(nofile) => {
-            let fits = limit::connections_within(nofile);
-            if (limits.max_connections as u64) > fits {
-                warn!(
-                    max_connections = limits.max_connections,
-                    nofile,
-                    "the open-files limit serves about {fits} boot HTTP connections; \
-                     past that, accepts pause until descriptors free \
-                     (raise LimitNOFILE or lower --http-max-connections)"
-                );
-            } else {
-                info!(
-                    max_connections = limits.max_connections,
-                    nofile, "boot HTTP connection bound"
-                );
-            }
-        }
-        Err(e) => warn!(error = %e, "failed to read the open-files limit"),
     }
 }
 

@@ -18,6 +18,7 @@
 //! - `mailbox`: the news the request loop leaves a running transfer.
 //! - `worker`: one peer's thread, running its transfers.
 //! - `server`: the request loop (async), the transfer bound and events.
+//! - `waiting`: requests held past the bound until a slot frees.
 //! - `thread`: the server on a thread of its own, for callers without a
 //!   tokio runtime.
 
@@ -32,6 +33,7 @@ pub mod source;
 mod spin;
 mod thread;
 mod transfer;
+mod waiting;
 mod worker;
 
 #[cfg(test)]
@@ -56,6 +58,10 @@ const BLOCK_OVERHEAD: u32 = 32;
 /// The `max_transfers` of [`TftpConfig::new`].
 pub const DEFAULT_MAX_TRANSFERS: usize = 128;
 
+/// The `max_waiting` of [`TftpConfig::new`]: a rack room's worth of
+/// machines asking at once, a few hundred bytes each.
+pub const DEFAULT_MAX_WAITING: usize = 16_384;
+
 /// The `max_windowsize` of [`TftpConfig::new`].
 pub const DEFAULT_MAX_WINDOWSIZE: u16 = 16;
 
@@ -76,9 +82,13 @@ pub struct TftpConfig {
     /// Largest `windowsize` granted (1..=64); per-transfer memory is at
     /// most `max_windowsize × max_blksize` bytes of window.
     pub max_windowsize: u16,
-    /// Transfers served at once; requests beyond it get ERROR 0
-    /// "server busy".
+    /// Transfers served at once; requests beyond it wait for a slot (see
+    /// `max_waiting`).
     pub max_transfers: usize,
+    /// Read requests held, first come first served, while `max_transfers`
+    /// run; past it, requests get ERROR 0 "server busy". Zero refuses at
+    /// once.
+    pub max_waiting: usize,
     /// Retransmission timeout when the client does not negotiate `timeout`
     /// (1 ms..=255 s).
     pub timeout: Duration,
@@ -99,6 +109,7 @@ impl TftpConfig {
             max_blksize: Self::blksize_for_mtu(1500),
             max_windowsize: DEFAULT_MAX_WINDOWSIZE,
             max_transfers: DEFAULT_MAX_TRANSFERS,
+            max_waiting: DEFAULT_MAX_WAITING,
             timeout: Duration::from_secs(1),
             retries: 5,
             busy_poll: DEFAULT_BUSY_POLL,
@@ -185,8 +196,15 @@ pub struct Stats {
     /// Transfers that started and failed (missing file, refused path,
     /// timeout, client error).
     pub failed: AtomicU64,
-    /// Read requests refused because `max_transfers` were running.
+    /// Read requests refused because `max_transfers` were running and
+    /// `max_waiting` were waiting.
     pub busy: AtomicU64,
+    /// Read requests that waited for a slot.
+    pub waited: AtomicU64,
+    /// Waiting requests forgotten because their peer went silent.
+    pub wait_expired: AtomicU64,
+    /// Requests waiting now (a gauge).
+    pub waiting: AtomicU64,
     /// Requests refused before a transfer: write requests, malformed
     /// packets, unsupported modes.
     pub refused: AtomicU64,
@@ -211,6 +229,9 @@ pub struct StatsSnapshot {
     pub done: u64,
     pub failed: u64,
     pub busy: u64,
+    pub waited: u64,
+    pub wait_expired: u64,
+    pub waiting: u64,
     pub refused: u64,
     pub duplicates: u64,
     pub bytes: u64,
@@ -228,6 +249,9 @@ impl Stats {
             done: get(&self.done),
             failed: get(&self.failed),
             busy: get(&self.busy),
+            waited: get(&self.waited),
+            wait_expired: get(&self.wait_expired),
+            waiting: get(&self.waiting),
             refused: get(&self.refused),
             duplicates: get(&self.duplicates),
             bytes: get(&self.bytes),

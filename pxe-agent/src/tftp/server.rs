@@ -6,7 +6,9 @@
 //! `transfer`.
 //!
 //! One thread (and one slot of the bound) serves one peer (address and
-//! port) at a time, so there are at most `max_transfers` of them. A read
+//! port) at a time, so there are at most `max_transfers` of them; the
+//! requests beyond wait in `waiting`, first come first served, and are
+//! refused "server busy" only when `max_waiting` already wait. A read
 //! request from a peer that has a transfer running is left in that
 //! transfer's mailbox; the transfer treats it as a retransmission of its
 //! own request or as a new request that replaces it. So a retransmitted
@@ -31,7 +33,7 @@ use std::{
 use socket2::SockRef;
 use tokio::{
     net::UdpSocket,
-    sync::{Semaphore, mpsc, watch},
+    sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch},
     time::Instant,
 };
 use tracing::{debug, info, warn};
@@ -45,6 +47,7 @@ use super::{
     source::Mode,
     spin::SpinSlots,
     transfer::{ReadRequest, TransferError},
+    waiting::{Offer, Waiting},
     worker::{self, Slot},
 };
 
@@ -182,6 +185,8 @@ impl Server {
             shared,
             permits,
             max_transfers: self.cfg.max_transfers,
+            waiting: Waiting::new(self.cfg.max_waiting),
+            published: (0, 0),
             running,
             busy_log: BusyLog::default(),
             next_id: 0,
@@ -192,6 +197,13 @@ impl Server {
             tokio::select! {
                 biased;
                 () = stopped(&mut shutdown) => break,
+                // Before new requests: the waiting ones came first.
+                permit = listener.permits.clone().acquire_owned(),
+                    if !listener.waiting.is_empty() =>
+                {
+                    let permit = permit.expect("the transfer bound is never closed");
+                    listener.start_waiting(permit).await;
+                }
                 received = listener.socket.recv_from(&mut buf) => match received {
                     Ok((len, peer)) => listener.handle(&buf[..len], peer).await,
                     // An ICMP error for an earlier reply, not a failure of
@@ -205,6 +217,8 @@ impl Server {
             }
         }
         let abandoned = listener.abandon_all();
+        listener.waiting.clear();
+        listener.sync_waiting();
         // The channel closes once the last peer thread drops its sender.
         drop(listener);
         while ended.recv().await.is_some() {}
@@ -267,6 +281,9 @@ struct Listener {
     shared: Arc<Shared>,
     permits: Arc<Semaphore>,
     max_transfers: usize,
+    waiting: Waiting,
+    /// The queue length and expiries last added to the counters.
+    published: (u64, u64),
     /// Cloned into every peer thread, which drops it when it ends;
     /// nothing is ever sent.
     running: mpsc::Sender<Infallible>,
@@ -362,12 +379,66 @@ impl Listener {
         None
     }
 
-    /// Starts a thread for the peer's first request, if the bound allows.
+    /// Starts a thread for the peer's first request if the bound allows and
+    /// nobody is waiting; otherwise the request waits.
     async fn spawn(&mut self, peer: SocketAddr, request: ReadRequest) {
-        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-            self.busy(peer, request.file).await;
-            return;
+        let permit = if self.waiting.is_empty() {
+            self.permits.clone().try_acquire_owned().ok()
+        } else {
+            None
         };
+        match permit {
+            Some(permit) => self.launch(peer, request, permit).await,
+            None => self.wait(peer, request).await,
+        }
+    }
+
+    /// Holds `request` until a slot frees, or refuses it when the queue is
+    /// full.
+    async fn wait(&mut self, peer: SocketAddr, request: ReadRequest) {
+        let stats = self.shared.stats.clone();
+        match self.waiting.offer(peer, request, Instant::now()) {
+            Offer::Queued => bump(&stats.waited),
+            Offer::Refreshed => bump(&stats.duplicates),
+            Offer::Full(request) => self.busy(peer, request.file).await,
+        }
+        self.sync_waiting();
+    }
+
+    /// Starts the longest-waiting request with `permit`; a permit nobody is
+    /// left to take goes back to the bound.
+    async fn start_waiting(&mut self, permit: OwnedSemaphorePermit) {
+        let next = self.waiting.next(Instant::now());
+        self.sync_waiting();
+        if let Some((peer, request)) = next {
+            self.launch(peer, request, permit).await;
+        }
+    }
+
+    /// Adds what the queue's length and expiries did since the last call to
+    /// the counters (which the loops of several sockets may share).
+    fn sync_waiting(&mut self) {
+        let stats = &self.shared.stats;
+        let (len, expired) = (self.waiting.len() as u64, self.waiting.expired);
+        let (was_len, was_expired) = self.published;
+        if len >= was_len {
+            stats.waiting.fetch_add(len - was_len, Ordering::Relaxed);
+        } else {
+            stats.waiting.fetch_sub(was_len - len, Ordering::Relaxed);
+        }
+        stats
+            .wait_expired
+            .fetch_add(expired - was_expired, Ordering::Relaxed);
+        self.published = (len, expired);
+    }
+
+    /// Starts a thread for the peer's request in the slot `permit` holds.
+    async fn launch(
+        &mut self,
+        peer: SocketAddr,
+        request: ReadRequest,
+        permit: OwnedSemaphorePermit,
+    ) {
         let mailbox = match Mailbox::new() {
             Ok(mailbox) => Arc::new(mailbox),
             Err(err) => return self.not_started(peer, request.file, err).await,
@@ -432,7 +503,8 @@ impl Listener {
                 active = self.max_transfers,
                 refused_total = total,
                 refused_since_last_warning = suppressed,
-                "TFTP server busy: {} transfers in progress (max_transfers), refusing request",
+                waiting = self.waiting.len(),
+                "TFTP server busy: {} transfers in progress (max_transfers) and the wait queue full, refusing request",
                 self.max_transfers
             );
         } else {

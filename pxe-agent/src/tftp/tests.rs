@@ -674,9 +674,10 @@ fn limits_are_validated() {
 }
 
 #[tokio::test]
-async fn requests_beyond_the_bound_get_server_busy() {
+async fn requests_beyond_the_bound_and_the_queue_get_server_busy() {
     let mut h = Harness::start(|cfg| {
         cfg.max_transfers = 1;
+        cfg.max_waiting = 0;
         cfg.timeout = Duration::from_secs(2);
     })
     .await;
@@ -706,6 +707,66 @@ async fn requests_beyond_the_bound_get_server_busy() {
     assert!(matches!(h.event().await.outcome, Outcome::Done));
     let stats = h.stats.snapshot();
     assert_eq!((stats.busy, stats.done), (1, 2));
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn requests_beyond_the_bound_wait_their_turn() {
+    let mut h = Harness::start(|cfg| {
+        cfg.max_transfers = 1;
+        cfg.max_waiting = 2;
+        cfg.timeout = Duration::from_secs(2);
+    })
+    .await;
+    h.dir.file("f", &pattern(2000));
+    let first = h.client().await;
+    first.rrq(b"f", &[]).await;
+    let (_, tid) = first.recv().await;
+    // Two wait (one of them resends, keeping its place); a third finds the
+    // queue full.
+    let (second, third, fourth) = (h.client().await, h.client().await, h.client().await);
+    second.rrq(b"f", &[]).await;
+    third.rrq(b"f", &[]).await;
+    second.rrq(b"f", &[]).await;
+    fourth.rrq(b"f", &[]).await;
+    let (code, msg) = fourth.expect_error().await;
+    assert_eq!((code, msg.as_str()), (0, "server busy"));
+    assert!(matches!(
+        h.event().await.outcome,
+        Outcome::Failed(TransferError::Busy { active: 1 })
+    ));
+    assert!(
+        second.try_recv(Duration::from_millis(300)).await.is_none(),
+        "a waiting request was answered while the slot was taken"
+    );
+    let stats = h.stats.snapshot();
+    assert_eq!((stats.waiting, stats.waited, stats.duplicates), (2, 2, 1));
+    // The slot frees: the waiting ones get their files, in order, without
+    // asking again.
+    for n in 1..=3 {
+        first.ack(tid, n).await;
+        assert!(matches!(first.recv().await.0, Got::Data(b, _) if b == n + 1));
+    }
+    first.ack(tid, 4).await;
+    assert!(matches!(h.event().await.outcome, Outcome::Done));
+    for waiter in [&second, &third] {
+        let mut got = Vec::new();
+        loop {
+            let (packet, from) = waiter.recv().await;
+            let Got::Data(block, data) = packet else {
+                panic!("expected DATA, got {packet:?}");
+            };
+            got.extend_from_slice(&data);
+            waiter.ack(from, block).await;
+            if data.len() < 512 {
+                break;
+            }
+        }
+        assert_eq!(got, pattern(2000));
+        assert!(matches!(h.event().await.outcome, Outcome::Done));
+    }
+    let stats = h.stats.snapshot();
+    assert_eq!((stats.busy, stats.done, stats.waiting), (1, 3, 0));
     h.shutdown().await;
 }
 
