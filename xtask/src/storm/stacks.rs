@@ -369,12 +369,12 @@ pub fn start(
                 .args([
                     "--rate-unknown",
                     crate::bench::dhcp::server::SLOW_PATH_RATE_LIMIT,
-                ])
-                // Default 1024 connections at once: nginx is given 65535.
-                .args(["--http-max-connections", "65535"])
-                // Default 128 transfers at once; dnsmasq is given
-                // --tftp-max=65535 and tftpd-hpa forks without a bound.
-                .args(["--tftp-max-transfers", "65535"]);
+                ]);
+            // Its transfer and connection bounds stay at their defaults
+            // (128 TFTP transfers, 1,024 HTTP connections): past them
+            // requests wait for a slot, which is the design under test.
+            // The peers are given 65,535 (dnsmasq --tftp-max, nginx
+            // worker_connections; tftpd-hpa forks without a bound).
             running.spawn("pxe-agent", cmd, dir)?;
             wait_ready(&mut running, || {
                 probe(
