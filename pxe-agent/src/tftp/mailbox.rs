@@ -151,16 +151,10 @@ impl Mailbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tftp::source::Mode;
     use std::time::{Duration, Instant};
 
     fn request(name: &str) -> ReadRequest {
-        ReadRequest {
-            filename: name.as_bytes().to_vec(),
-            file: name.to_string(),
-            mode: Mode::Octet,
-            options: Vec::new(),
-        }
+        ReadRequest::octet(name)
     }
 
     #[test]

@@ -207,6 +207,12 @@ impl Client {
         window: usize,
     ) -> (Vec<u8>, Option<Vec<(String, String)>>) {
         self.rrq(name.as_bytes(), options).await;
+        self.receive(window).await
+    }
+
+    /// Receives the file a request already sent is answered with, as
+    /// [`Client::get`] does.
+    async fn receive(&self, window: usize) -> (Vec<u8>, Option<Vec<(String, String)>>) {
         let (mut got, mut tid) = self.recv().await;
         let mut oack = None;
         let mut blksize = 512;
@@ -673,11 +679,13 @@ fn limits_are_validated() {
     assert_eq!(TftpConfig::blksize_for_mtu(20), 8);
 }
 
-#[tokio::test]
-async fn requests_beyond_the_bound_and_the_queue_get_server_busy() {
-    let mut h = Harness::start(|cfg| {
+/// A server of one transfer slot and `max_waiting` places, whose slot a
+/// first client's transfer of a 4-block file holds; returns the client and
+/// its transfer's TID.
+async fn one_slot_taken(max_waiting: usize) -> (Harness, Client, SocketAddr) {
+    let h = Harness::start(|cfg| {
         cfg.max_transfers = 1;
-        cfg.max_waiting = 0;
+        cfg.max_waiting = max_waiting;
         cfg.timeout = Duration::from_secs(2);
     })
     .await;
@@ -685,6 +693,22 @@ async fn requests_beyond_the_bound_and_the_queue_get_server_busy() {
     let first = h.client().await;
     first.rrq(b"f", &[]).await;
     let (_, tid) = first.recv().await;
+    (h, first, tid)
+}
+
+/// Acks the rest of [`one_slot_taken`]'s transfer, which frees the slot.
+async fn finish_first(h: &mut Harness, first: &Client, tid: SocketAddr) {
+    for n in 1..=3 {
+        first.ack(tid, n).await;
+        assert!(matches!(first.recv().await.0, Got::Data(b, _) if b == n + 1));
+    }
+    first.ack(tid, 4).await;
+    assert!(matches!(h.event().await.outcome, Outcome::Done));
+}
+
+#[tokio::test]
+async fn requests_beyond_the_bound_and_the_queue_get_server_busy() {
+    let (mut h, first, tid) = one_slot_taken(0).await;
     let second = h.client().await;
     second.rrq(b"f", &[]).await;
     let (code, msg) = second.expect_error().await;
@@ -696,12 +720,7 @@ async fn requests_beyond_the_bound_and_the_queue_get_server_busy() {
     ));
     assert_eq!(event.peer, second.sock.local_addr().expect("addr"));
     // The first transfer goes on; once it ends there is room again.
-    for n in 1..=3 {
-        first.ack(tid, n).await;
-        assert!(matches!(first.recv().await.0, Got::Data(b, _) if b == n + 1));
-    }
-    first.ack(tid, 4).await;
-    assert!(matches!(h.event().await.outcome, Outcome::Done));
+    finish_first(&mut h, &first, tid).await;
     let (got, _) = second.get("f", &[], 1).await;
     assert_eq!(got.len(), 2000);
     assert!(matches!(h.event().await.outcome, Outcome::Done));
@@ -712,16 +731,7 @@ async fn requests_beyond_the_bound_and_the_queue_get_server_busy() {
 
 #[tokio::test]
 async fn requests_beyond_the_bound_wait_their_turn() {
-    let mut h = Harness::start(|cfg| {
-        cfg.max_transfers = 1;
-        cfg.max_waiting = 2;
-        cfg.timeout = Duration::from_secs(2);
-    })
-    .await;
-    h.dir.file("f", &pattern(2000));
-    let first = h.client().await;
-    first.rrq(b"f", &[]).await;
-    let (_, tid) = first.recv().await;
+    let (mut h, first, tid) = one_slot_taken(2).await;
     // Two wait (one of them resends, keeping its place); a third finds the
     // queue full.
     let (second, third, fourth) = (h.client().await, h.client().await, h.client().await);
@@ -743,25 +753,9 @@ async fn requests_beyond_the_bound_wait_their_turn() {
     assert_eq!((stats.waiting, stats.waited, stats.duplicates), (2, 2, 1));
     // The slot frees: the waiting ones get their files, in order, without
     // asking again.
-    for n in 1..=3 {
-        first.ack(tid, n).await;
-        assert!(matches!(first.recv().await.0, Got::Data(b, _) if b == n + 1));
-    }
-    first.ack(tid, 4).await;
-    assert!(matches!(h.event().await.outcome, Outcome::Done));
+    finish_first(&mut h, &first, tid).await;
     for waiter in [&second, &third] {
-        let mut got = Vec::new();
-        loop {
-            let (packet, from) = waiter.recv().await;
-            let Got::Data(block, data) = packet else {
-                panic!("expected DATA, got {packet:?}");
-            };
-            got.extend_from_slice(&data);
-            waiter.ack(from, block).await;
-            if data.len() < 512 {
-                break;
-            }
-        }
+        let (got, _) = waiter.receive(1).await;
         assert_eq!(got, pattern(2000));
         assert!(matches!(h.event().await.outcome, Outcome::Done));
     }

@@ -84,6 +84,19 @@ pub(super) struct ReadRequest {
     pub options: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
+#[cfg(test)]
+impl ReadRequest {
+    /// An octet request for `name` without options.
+    pub fn octet(name: &str) -> ReadRequest {
+        ReadRequest {
+            filename: name.as_bytes().to_vec(),
+            file: name.to_string(),
+            mode: super::source::Mode::Octet,
+            options: Vec::new(),
+        }
+    }
+}
+
 /// How one transfer runs.
 pub(super) struct Transfer<'a> {
     /// The transfer's socket, and its mailbox: where the request loop

@@ -137,15 +137,9 @@ impl Waiting {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tftp::source::Mode;
 
     fn request(name: &str) -> ReadRequest {
-        ReadRequest {
-            filename: name.as_bytes().to_vec(),
-            file: name.to_string(),
-            mode: Mode::Octet,
-            options: Vec::new(),
-        }
+        ReadRequest::octet(name)
     }
 
     fn peer(port: u16) -> SocketAddr {
