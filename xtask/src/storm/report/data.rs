@@ -60,6 +60,10 @@ pub struct Machine {
 pub struct Tick {
     /// Bucket start, ms since t0 (buckets are [`TIMELINE_BUCKET_MS`] wide).
     pub t_ms: f64,
+    /// Datagrams and HTTP requests the simulator sent in the bucket.
+    pub sent_pkts: f64,
+    /// Datagrams and HTTP responses it received in the bucket.
+    pub recv_pkts: f64,
     /// OFFERs and ACKs received in the bucket.
     pub dhcp_answers: f64,
     /// DHCP and TFTP resends in the bucket.
@@ -272,6 +276,8 @@ fn load_run(dir: &Path, stack: String) -> anyhow::Result<Run> {
     let timeline = read_csv(&dir.join("timeline.csv"), |row| {
         Ok(Tick {
             t_ms: row.num("t_ms")?,
+            sent_pkts: row.num("sent_pkts")?,
+            recv_pkts: row.num("recv_pkts")?,
             dhcp_answers: row.num("dhcp_answers")?,
             retransmissions: row.num("retransmissions")?,
             sim_cpu_ms: row.num("sim_cpu_ms")?,

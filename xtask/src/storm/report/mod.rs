@@ -61,7 +61,7 @@ mod tests {
     use super::*;
 
     /// Plots per N: six stage CDFs, five over time, three totals.
-    const PLOTS_PER_N: usize = 14;
+    const PLOTS_PER_N: usize = 16;
 
     /// A fresh directory for one test.
     fn scratch(name: &str) -> PathBuf {

@@ -105,7 +105,7 @@ struct Metric<T> {
 }
 
 /// The charts over time: (s, value) per run.
-const OVER_TIME: [Metric<Vec<(f64, f64)>>; 5] = [
+const OVER_TIME: [Metric<Vec<(f64, f64)>>; 7] = [
     Metric {
         name: "dhcp-answers",
         title: "DHCP answers per second (OFFER + ACK)",
@@ -140,6 +140,18 @@ const OVER_TIME: [Metric<Vec<(f64, f64)>>; 5] = [
         title: "Simulator CPU (saturated near 100 % per core)",
         unit: "% of one core",
         of: Run::sim_cpu_percent,
+    },
+    Metric {
+        name: "sim-sent",
+        title: "Simulator sends per second (datagrams + HTTP requests)",
+        unit: "packets/s",
+        of: |r| per_second(&r.timeline, |t| t.sent_pkts),
+    },
+    Metric {
+        name: "sim-received",
+        title: "Simulator receives per second (datagrams + HTTP responses)",
+        unit: "packets/s",
+        of: |r| per_second(&r.timeline, |t| t.recv_pkts),
     },
 ];
 
@@ -454,6 +466,8 @@ mod tests {
     fn buckets_add_up_per_second() {
         let tick = |t_ms, dhcp_answers| Tick {
             t_ms,
+            sent_pkts: 0.0,
+            recv_pkts: 0.0,
             dhcp_answers,
             retransmissions: 0.0,
             sim_cpu_ms: 0.0,
