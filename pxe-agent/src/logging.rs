@@ -1,6 +1,9 @@
 //! The agent's log output: text for a terminal, or one JSON object a line
-//! (`--log-format json`) for log shippers. Owns the subscriber's shape, not
-//! what is logged.
+//! (`--log-format json`) for log shippers. Owns the subscriber's shape and
+//! [`Every`], the rate limit of warnings a storm would repeat; not what is
+//! logged.
+
+use std::time::{Duration, Instant};
 
 use tracing::Subscriber;
 use tracing_subscriber::{EnvFilter, fmt::MakeWriter};
@@ -40,6 +43,40 @@ where
                 .with_span_list(false)
                 .finish(),
         ),
+    }
+}
+
+/// A warning logged at most once per `period`: the occurrences in between
+/// are counted and reported with the next one, so a storm of the same
+/// failure does not flood the log.
+#[derive(Debug)]
+pub struct Every {
+    period: Duration,
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl Every {
+    pub const fn new(period: Duration) -> Every {
+        Every {
+            period,
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    /// Whether to log now; if so, how many occurrences went unlogged since
+    /// the last time.
+    pub fn admit(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|last| now.duration_since(last) < self.period)
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
     }
 }
 
@@ -101,5 +138,16 @@ mod tests {
         let text = log_with(LogFormat::Text);
         assert!(text.contains("inventory loaded"), "{text}");
         assert!(serde_json::from_str::<serde_json::Value>(text.trim()).is_err());
+    }
+
+    #[test]
+    fn warnings_are_rate_limited_and_count_what_they_skipped() {
+        let mut log = Every::new(Duration::from_secs(1));
+        let t0 = Instant::now();
+        assert_eq!(log.admit(t0), Some(0));
+        assert_eq!(log.admit(t0 + Duration::from_millis(10)), None);
+        assert_eq!(log.admit(t0 + Duration::from_millis(20)), None);
+        assert_eq!(log.admit(t0 + Duration::from_millis(1200)), Some(2));
+        assert_eq!(log.admit(t0 + Duration::from_millis(1300)), None);
     }
 }

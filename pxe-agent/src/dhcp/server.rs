@@ -36,6 +36,7 @@ use crate::{
         Client, DeclineOutcome, LeaseRequest, LeaseState, LeaseStore, NakReason, Pool, Quarantine,
         RequestOutcome,
     },
+    logging::Every,
     progress,
     ratelimit::{Limited, Limiter, Rate},
     rawsock::RawSocket,
@@ -150,6 +151,7 @@ fn run(
         last_expire: Instant::now(),
         decline_warned: None,
         panic_logged: None,
+        lease_error_log: Every::new(Duration::from_secs(1)),
         state,
     };
     let mut buf = vec![[0u8; 1500]; BATCH];
@@ -183,6 +185,8 @@ struct SlowPath<'a> {
     decline_warned: Option<Instant>,
     /// When a request that panicked was last logged.
     panic_logged: Option<Instant>,
+    /// A full or failing disk fails every commit: one warning a second.
+    lease_error_log: Every,
     state: Arc<State>,
 }
 
@@ -341,7 +345,8 @@ impl SlowPath<'_> {
             }
             Answer::Release { ip } => {
                 self.trace(&req, "release", || ip.to_string());
-                if let Err(e) = self.leases().release(client(&req), ip, now) {
+                let released = self.leases().release(client(&req), ip, now);
+                if let Err(e) = released {
                     self.lease_error(&e);
                 }
             }
@@ -600,7 +605,8 @@ impl SlowPath<'_> {
             return;
         }
         self.last_expire = Instant::now();
-        if let Err(e) = self.leases().expire(unix_now()) {
+        let expired = self.leases().expire(unix_now());
+        if let Err(e) = expired {
             self.lease_error(&e);
         }
     }
@@ -619,8 +625,15 @@ impl SlowPath<'_> {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn lease_error(&self, e: &crate::lease::LeaseError) {
-        warn!(error = %e, "lease store failed");
+    fn lease_error(&mut self, e: &crate::lease::LeaseError) {
+        if let Some(suppressed) = self.lease_error_log.admit(Instant::now()) {
+            warn!(
+                error = %e,
+                unlogged_since_last_warning = suppressed,
+                "lease store failed (counted in {}{{kind=\"lease_store\"}})",
+                crate::metrics::SLOW_ERRORS
+            );
+        }
         bump(&self.state.stats.lease_errors);
         self.state.health.set_store(Err(e.to_string()));
     }

@@ -38,6 +38,8 @@ use tokio::{
 };
 use tracing::{debug, info, warn};
 
+use crate::logging::Every;
+
 use super::{
     ConfigError, Generated, Outcome, Stats, TftpConfig, TransferEvent, bump,
     mailbox::Mailbox,
@@ -188,7 +190,7 @@ impl Server {
             waiting: Waiting::new(self.cfg.max_waiting),
             published: (0, 0),
             running,
-            busy_log: BusyLog::default(),
+            busy_log: Every::new(BUSY_LOG_EVERY),
             next_id: 0,
         };
         info!(%local, root = %listener.shared.root.dir().display(), "TFTP server listening");
@@ -287,7 +289,7 @@ struct Listener {
     /// Cloned into every peer thread, which drops it when it ends;
     /// nothing is ever sent.
     running: mpsc::Sender<Infallible>,
-    busy_log: BusyLog,
+    busy_log: Every,
     next_id: u64,
 }
 
@@ -496,7 +498,7 @@ impl Listener {
         let stats = &self.shared.stats;
         bump(&stats.busy);
         let total = stats.busy.load(Ordering::Relaxed);
-        if let Some(suppressed) = self.busy_log.admit(Instant::now()) {
+        if let Some(suppressed) = self.busy_log.admit(std::time::Instant::now()) {
             warn!(
                 %peer,
                 %file,
@@ -514,44 +516,5 @@ impl Listener {
             .await;
         let active = self.max_transfers;
         self.emit_refused(peer, file, TransferError::Busy { active });
-    }
-}
-
-/// Rate limit of the "server busy" warning.
-#[derive(Default)]
-struct BusyLog {
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-impl BusyLog {
-    /// Whether to warn now; if so, how many refusals went unreported since
-    /// the last warning.
-    fn admit(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .last
-            .is_some_and(|last| now.duration_since(last) < BUSY_LOG_EVERY)
-        {
-            self.suppressed += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.suppressed))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn busy_warnings_are_rate_limited_and_count_what_they_skipped() {
-        let mut log = BusyLog::default();
-        let t0 = Instant::now();
-        assert_eq!(log.admit(t0), Some(0));
-        assert_eq!(log.admit(t0 + Duration::from_millis(10)), None);
-        assert_eq!(log.admit(t0 + Duration::from_millis(20)), None);
-        assert_eq!(log.admit(t0 + Duration::from_millis(1200)), Some(2));
-        assert_eq!(log.admit(t0 + Duration::from_millis(1300)), None);
     }
 }
