@@ -41,7 +41,7 @@ impl Sampler {
             let napi_start = thread_time(napi).unwrap_or_default();
             let cpu_start: u64 = pids.iter().map(|&p| tree_cpu_ticks(p)).sum();
             let t0 = Instant::now();
-            let mut csv = String::from("t_ms,cpu_ms,rss_kib\n");
+            let mut csv = String::from("t_ms,cpu_ms,pss_kib\n");
             let mut next = t0;
             loop {
                 let ticks = pids.iter().map(|&p| tree_cpu_ticks(p)).sum::<u64>() - cpu_start;
@@ -50,10 +50,10 @@ impl Sampler {
                     .saturating_sub(napi_start)
                     .as_secs_f64()
                     * 1000.0;
-                let rss: u64 = pids.iter().map(|&p| tree_rss_kib(p)).sum();
+                let pss: u64 = pids.iter().map(|&p| tree_pss_kib(p)).sum();
                 let _ = writeln!(
                     csv,
-                    "{:.0},{:.1},{rss}",
+                    "{:.0},{:.1},{pss}",
                     t0.elapsed().as_secs_f64() * 1000.0,
                     ticks as f64 * tick_ms + napi_ms
                 );
@@ -84,22 +84,25 @@ fn clock_ticks_per_sec() -> f64 {
     if hz > 0 { hz as f64 } else { 100.0 }
 }
 
-/// VmRSS of `pid` and its direct children (nginx's workers).
-fn tree_rss_kib(pid: u32) -> u64 {
+/// Proportional set size of `pid` and its direct children (nginx's
+/// workers, tftpd-hpa's forks): pages shared by several processes count
+/// once in all, as they cost once, where summed RSS would count them per
+/// process.
+fn tree_pss_kib(pid: u32) -> u64 {
     let children =
         fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
     std::iter::once(pid)
         .chain(children.split_whitespace().filter_map(|c| c.parse().ok()))
-        .map(rss_kib)
+        .map(pss_kib)
         .sum()
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    fs::read_to_string(format!("/proc/{pid}/status"))
+fn pss_kib(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
         .ok()
         .and_then(|text| {
             text.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .find_map(|l| l.strip_prefix("Pss:"))
                 .and_then(|v| v.split_whitespace().next()?.parse().ok())
         })
         .unwrap_or(0)

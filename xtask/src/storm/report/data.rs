@@ -79,8 +79,8 @@ pub struct ServerSample {
     pub t_ms: f64,
     /// Cumulative CPU time (ms) of the stack's processes.
     pub cpu_ms: f64,
-    /// Summed VmRSS (KiB) of the stack's processes.
-    pub rss_kib: f64,
+    /// Summed proportional set size (KiB) of the stack's processes.
+    pub pss_kib: f64,
 }
 
 /// summary.json (fields the report uses).
@@ -287,7 +287,7 @@ fn load_run(dir: &Path, stack: String) -> anyhow::Result<Run> {
         Ok(ServerSample {
             t_ms: row.num("t_ms")?,
             cpu_ms: row.num("cpu_ms")?,
-            rss_kib: row.num("rss_kib")?,
+            pss_kib: row.num("pss_kib")?,
         })
     })?;
     let summary_path = dir.join("summary.json");

@@ -135,7 +135,7 @@ mod tests {
         let mut timeline = String::from(
             "t_ms,sent_pkts,recv_pkts,dhcp_answers,retransmissions,completed,sim_cpu_ms\n",
         );
-        let mut server = String::from("t_ms,cpu_ms,rss_kib\n");
+        let mut server = String::from("t_ms,cpu_ms,pss_kib\n");
         for (i, t) in [0, 1000, 2000].into_iter().enumerate() {
             timeline.push_str(&format!("{t},10,10,4,1,0,{}\n", s.sim_cpu[i]));
             server.push_str(&format!("{t},{},{}\n", s.server_cpu[i], 10240 * (i + 1)));
@@ -244,7 +244,7 @@ mod tests {
                 .to_owned()
         };
         // stack, machines, completed, failed, DHCP p50/p99/max, within 2 s,
-        // all booted, ratio, retransmissions, server CPU, RSS, sim CPU, drops.
+        // all booted, ratio, retransmissions, server CPU, memory, sim CPU, drops.
         assert_eq!(
             row(PXE_LABEL, "4"),
             "| pxe-agent | 4 | 4 | 0 | 0.200 s | 0.200 s | 0.200 s | 100.0 % | 1.200 s | 1.00× | 7 | 80 % | 30 MiB | 50 % | 7 |"
@@ -301,7 +301,7 @@ mod tests {
         assert!(err.contains("start_ms") && err.contains("zero"), "{err}");
 
         let server = root.join("2").join("dnsmasq").join("server.csv");
-        fs::write(&server, "t_ms,cpu_ms,rss_kib\n0,1,2\n100,1\n").unwrap();
+        fs::write(&server, "t_ms,cpu_ms,pss_kib\n0,1,2\n100,1\n").unwrap();
         let err = format!(
             "{:#}",
             svg_files(&root, "2", &root.join("svg")).unwrap_err()

@@ -125,13 +125,13 @@ const OVER_TIME: [Metric<Vec<(f64, f64)>>; 7] = [
         of: Run::server_cpu_percent,
     },
     Metric {
-        name: "server-rss",
-        title: "Server memory (RSS)",
+        name: "server-memory",
+        title: "Server memory (PSS, all its processes)",
         unit: "MiB",
         of: |r| {
             r.server
                 .iter()
-                .map(|s| (s.t_ms / 1000.0, s.rss_kib / 1024.0))
+                .map(|s| (s.t_ms / 1000.0, s.pss_kib / 1024.0))
                 .collect()
         },
     },

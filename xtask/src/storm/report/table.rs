@@ -28,7 +28,7 @@ pub struct Row {
     pub ratio: Option<f64>,
     pub retransmissions: u64,
     pub server_cpu_peak: Option<f64>,
-    pub server_rss_peak_mib: Option<f64>,
+    pub server_pss_peak_mib: Option<f64>,
     pub sim_cpu_peak: Option<f64>,
     pub drops: u64,
 }
@@ -95,7 +95,7 @@ fn row(run: &Run) -> Row {
         ratio: None,
         retransmissions: run.summary.retransmissions,
         server_cpu_peak: peak(run.server_cpu_percent().into_iter().map(|p| p.1)),
-        server_rss_peak_mib: peak(run.server.iter().map(|s| s.rss_kib / 1024.0)),
+        server_pss_peak_mib: peak(run.server.iter().map(|s| s.pss_kib / 1024.0)),
         sim_cpu_peak: peak(run.sim_cpu_percent().into_iter().map(|p| p.1)),
         drops: run.meta.server_drops.total(),
     }
@@ -148,7 +148,7 @@ const HEADER: [&str; 15] = [
     "vs pxe-agent",
     "retransmissions",
     "server CPU peak (1 s)",
-    "server RSS peak",
+    "server memory peak (PSS)",
     "simulator CPU peak (1 s)",
     "server drops",
 ];
@@ -185,7 +185,7 @@ impl Row {
             self.ratio.map_or("–".to_owned(), |r| format!("{r:.2}×")),
             self.retransmissions.to_string(),
             opt(self.server_cpu_peak, " %"),
-            opt(self.server_rss_peak_mib, " MiB"),
+            opt(self.server_pss_peak_mib, " MiB"),
             opt(self.sim_cpu_peak, " %"),
             self.drops.to_string(),
         ]
