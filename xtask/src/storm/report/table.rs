@@ -8,6 +8,9 @@ use super::html::escape;
 
 /// DHCP answered within this many ms counts as "within 2 s".
 const DHCP_TARGET_MS: f64 = 2000.0;
+/// The share of machines whose time to boot is compared even when some
+/// never boot.
+const MOST: f64 = 0.9;
 
 /// One stack's row of the summary table.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +29,10 @@ pub struct Row {
     pub all_booted_ms: Option<f64>,
     /// Time-to-all-booted divided by pxe-agent's.
     pub ratio: Option<f64>,
+    /// The phone-home (ms) by which [`MOST`] of the machines had booted.
+    pub most_booted_ms: Option<f64>,
+    /// Time-to-90 %-booted divided by pxe-agent's.
+    pub most_ratio: Option<f64>,
     pub retransmissions: u64,
     pub server_cpu_peak: Option<f64>,
     pub server_pss_peak_mib: Option<f64>,
@@ -36,17 +43,21 @@ pub struct Row {
 /// The rows of `group`, in its run order.
 pub fn rows(group: &Group) -> Vec<Row> {
     let mut rows: Vec<Row> = group.runs.iter().map(row).collect();
-    let base = group
+    let agent = group
         .runs
         .iter()
         .zip(&rows)
         .find(|(run, _)| run.stack == "pxe-agent")
-        .and_then(|(_, row)| row.all_booted_ms);
-    for row in &mut rows {
-        row.ratio = match (row.all_booted_ms, base) {
-            (Some(t), Some(b)) if b > 0.0 => Some(t / b),
-            _ => None,
-        };
+        .map(|(_, row)| (row.all_booted_ms, row.most_booted_ms));
+    let ratio = |t: Option<f64>, base: Option<f64>| match (t, base) {
+        (Some(t), Some(b)) if b > 0.0 => Some(t / b),
+        _ => None,
+    };
+    if let Some((all, most)) = agent {
+        for row in &mut rows {
+            row.ratio = ratio(row.all_booted_ms, all);
+            row.most_ratio = ratio(row.most_booted_ms, most);
+        }
     }
     rows
 }
@@ -68,12 +79,13 @@ fn row(run: &Run) -> Row {
     let mut dhcp: Vec<f64> = machines.iter().filter_map(dhcp_latency).collect();
     dhcp.sort_by(f64::total_cmp);
     let within = dhcp.iter().filter(|&&ms| ms <= DHCP_TARGET_MS).count();
-    let all_booted_ms = (completed == machines.len() && completed > 0).then(|| {
-        machines
-            .iter()
-            .filter_map(|m| m.phone_home_ms)
-            .fold(0.0, f64::max)
-    });
+    let mut booted: Vec<f64> = machines.iter().filter_map(|m| m.phone_home_ms).collect();
+    booted.sort_by(f64::total_cmp);
+    let all_booted_ms = (completed == machines.len() && completed > 0)
+        .then(|| booted.last().copied())
+        .flatten();
+    let most = (MOST * machines.len() as f64).ceil() as usize;
+    let most_booted_ms = (most > 0 && booted.len() >= most).then(|| booted[most - 1]);
     Row {
         label: run.label().to_owned(),
         machines: machines.len(),
@@ -93,6 +105,8 @@ fn row(run: &Run) -> Row {
         },
         all_booted_ms,
         ratio: None,
+        most_booted_ms,
+        most_ratio: None,
         retransmissions: run.summary.retransmissions,
         server_cpu_peak: peak(run.server_cpu_percent().into_iter().map(|p| p.1)),
         server_pss_peak_mib: peak(run.server.iter().map(|s| s.pss_kib / 1024.0)),
@@ -135,7 +149,7 @@ fn peak(values: impl Iterator<Item = f64>) -> Option<f64> {
     values.fold(None, |acc, v| Some(acc.map_or(v, |a: f64| a.max(v))))
 }
 
-const HEADER: [&str; 15] = [
+const HEADER: [&str; 17] = [
     "stack",
     "machines",
     "completed",
@@ -146,6 +160,8 @@ const HEADER: [&str; 15] = [
     "DHCP ≤ 2 s",
     "all booted",
     "vs pxe-agent",
+    "90 % booted",
+    "vs pxe-agent (90 %)",
     "retransmissions",
     "server CPU peak (1 s)",
     "server memory peak (PSS)",
@@ -155,7 +171,7 @@ const HEADER: [&str; 15] = [
 
 impl Row {
     /// The row's cells as text, in [`HEADER`] order.
-    fn cells(&self) -> [String; 15] {
+    fn cells(&self) -> [String; 17] {
         let failed = if self.failed.is_empty() {
             "0".to_owned()
         } else {
@@ -183,6 +199,9 @@ impl Row {
             format!("{:.1} %", self.within_2s * 100.0),
             all_booted,
             self.ratio.map_or("–".to_owned(), |r| format!("{r:.2}×")),
+            self.most_booted_ms.map_or("–".to_owned(), seconds),
+            self.most_ratio
+                .map_or("–".to_owned(), |r| format!("{r:.2}×")),
             self.retransmissions.to_string(),
             opt(self.server_cpu_peak, " %"),
             opt(self.server_pss_peak_mib, " MiB"),
