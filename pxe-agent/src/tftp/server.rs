@@ -179,6 +179,7 @@ impl Server {
             busy_poll: self.cfg.busy_poll,
             spin_slots: SpinSlots::for_this_machine(),
             gate: self.gate,
+            probed: Mutex::default(),
         });
         let permits = Arc::new(Semaphore::new(self.cfg.max_transfers));
         let (running, mut ended) = mpsc::channel(1);
@@ -253,7 +254,16 @@ pub(super) struct Shared {
     pub busy_poll: Duration,
     pub spin_slots: SpinSlots,
     gate: Option<Gate>,
+    /// Clients that just aborted a transfer after its first packet (a size
+    /// probe), and when: their next request goes to the front of the wait.
+    probed: Mutex<HashMap<IpAddr, std::time::Instant>>,
 }
+
+/// How long after a size probe a client's next request counts as its
+/// continuation.
+const PROBE_FOLLOWS_WITHIN: Duration = Duration::from_secs(3);
+/// Size of the probe notes past which the stale ones are dropped.
+const PROBED_PRUNE_AT: usize = 4096;
 
 /// The way to a running peer thread's transfers.
 pub(super) struct PeerEntry {
@@ -275,6 +285,25 @@ impl Shared {
 
     pub fn peers(&self) -> MutexGuard<'_, HashMap<SocketAddr, PeerEntry>> {
         self.peers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Notes that `ip` aborted a transfer after its first packet.
+    pub fn probed(&self, ip: IpAddr) {
+        let now = std::time::Instant::now();
+        let mut probed = self.probed.lock().unwrap_or_else(PoisonError::into_inner);
+        // Bounded by what can follow within the window: forget the rest.
+        if probed.len() >= PROBED_PRUNE_AT {
+            probed.retain(|_, at| now.duration_since(*at) < PROBE_FOLLOWS_WITHIN);
+        }
+        probed.insert(ip, now);
+    }
+
+    /// Whether `ip` probed within [`PROBE_FOLLOWS_WITHIN`]; forgets it.
+    fn follows_probe(&self, ip: IpAddr) -> bool {
+        let mut probed = self.probed.lock().unwrap_or_else(PoisonError::into_inner);
+        probed
+            .remove(&ip)
+            .is_some_and(|at| at.elapsed() < PROBE_FOLLOWS_WITHIN)
     }
 }
 
@@ -399,7 +428,8 @@ impl Listener {
     /// full.
     async fn wait(&mut self, peer: SocketAddr, request: ReadRequest) {
         let stats = self.shared.stats.clone();
-        match self.waiting.offer(peer, request, Instant::now()) {
+        let first = self.shared.follows_probe(peer.ip());
+        match self.waiting.offer(peer, request, Instant::now(), first) {
             Offer::Queued => bump(&stats.waited),
             Offer::Refreshed => bump(&stats.duplicates),
             Offer::Full(request) => self.busy(peer, request.file).await,

@@ -873,6 +873,44 @@ async fn a_size_probe_aborted_by_the_client_is_followed_at_once() {
 }
 
 #[tokio::test]
+async fn a_client_that_never_answers_frees_its_slot_after_two_plain_resends() {
+    // Many retries with backoff are for a client that has answered; one
+    // that never did (it gave up while its request waited) gets the first
+    // packet three times, a plain timeout apart.
+    let mut h = Harness::start(|cfg| {
+        cfg.timeout = Duration::from_millis(100);
+        cfg.retries = 5;
+    })
+    .await;
+    h.dir.file("f", &pattern(10));
+    let client = h.client().await;
+    let started = std::time::Instant::now();
+    client.rrq(b"f", &[]).await;
+    for _ in 0..3 {
+        assert!(matches!(client.recv().await.0, Got::Data(1, _)));
+    }
+    let event = h.event().await;
+    assert!(
+        matches!(
+            event.outcome,
+            Outcome::Failed(TransferError::Timeout {
+                block: 1,
+                retries: 2
+            })
+        ),
+        "{event:?}"
+    );
+    // Three plain timeouts, not 100 + 200 + 400 + 800 + 800 + 800 ms.
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(h.stats.snapshot().active, 0);
+    h.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_client_that_goes_away_times_out() {
     let mut h = Harness::start(|cfg| {
         cfg.timeout = Duration::from_millis(50);

@@ -157,10 +157,10 @@ impl Transfer<'_> {
                 }
                 Wait::Timeout => {
                     retries += 1;
-                    if retries > self.retries {
+                    if retries > self.tries_left() {
                         return Err(TransferError::Timeout {
                             block: 0,
-                            retries: self.retries,
+                            retries: self.tries_left(),
                         });
                     }
                     bump(&self.stats.retransmits);
@@ -201,10 +201,10 @@ impl Transfer<'_> {
                     }
                     Wait::Timeout => {
                         retries += 1;
-                        if retries > self.retries {
+                        if retries > self.tries_left() {
                             return Err(TransferError::Timeout {
                                 block: window.base,
-                                retries: self.retries,
+                                retries: self.tries_left(),
                             });
                         }
                         self.stats
@@ -237,11 +237,23 @@ impl Transfer<'_> {
     /// backing off also lets a client whose timer is longer than ours
     /// speak, which matters for clients that ignore repeated blocks. A
     /// timeout the client chose is used as is (RFC 2349).
+    ///
+    /// Until the client has answered at all, the timeout stays as it is:
+    /// see [`UNHEARD_RETRIES`].
     fn backoff(&self, retry: u32) -> Duration {
-        if self.params.client_timeout {
+        if self.params.client_timeout || !self.heard {
             self.params.timeout
         } else {
             backoff(self.params.timeout, retry)
+        }
+    }
+
+    /// Retransmissions allowed before the transfer is abandoned.
+    fn tries_left(&self) -> u32 {
+        if self.heard {
+            self.retries
+        } else {
+            self.retries.min(UNHEARD_RETRIES)
         }
     }
 
@@ -316,6 +328,14 @@ impl Transfer<'_> {
 
 /// Largest multiple of the timeout waited between retransmissions.
 pub(super) const MAX_BACKOFF: u32 = 8;
+
+/// Retransmissions of the first packet (OACK or DATA 1) to a client that
+/// has not answered anything yet, each after the plain timeout. A client
+/// that is there and lost our packet repeats its request, which is
+/// answered at once; one that is silent this long has most likely given
+/// up (in a storm: while its request waited for a slot), and with backoff
+/// it would hold its slot for half a minute.
+pub(super) const UNHEARD_RETRIES: u32 = 2;
 
 /// The timeout doubled `retry` times, at most [`MAX_BACKOFF`] times it.
 pub(super) fn backoff(timeout: Duration, retry: u32) -> Duration {

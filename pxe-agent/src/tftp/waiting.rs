@@ -6,7 +6,9 @@
 //! seconds (or give up); holding them costs a few hundred bytes each and no
 //! descriptor, and each starts the moment a transfer ends. A peer that
 //! resends its request while it waits keeps its place, with the newest
-//! request.
+//! request. A client that is part-way through (it just aborted its size
+//! probe and asks for the file itself, from a new port) goes to the front,
+//! so that a storm finishes machines instead of starting them all.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -20,8 +22,9 @@ use super::transfer::ReadRequest;
 
 /// How long a waiting request is kept after its peer was last heard from.
 /// Firmware resends a read request within a few seconds (PXE: 1 to 8 s,
-/// iPXE: up to 10 s); a peer silent for longer has given up or moved on.
-pub(super) const WAIT_FOR: Duration = Duration::from_secs(12);
+/// iPXE: up to 10 s, from the same port); one silent for longer has most
+/// likely given up, and serving it would hold a slot for nothing.
+pub(super) const WAIT_FOR: Duration = Duration::from_secs(6);
 
 /// What [`Waiting::offer`] did with a request.
 pub(super) enum Offer {
@@ -70,8 +73,15 @@ impl Waiting {
         self.by_peer.len()
     }
 
-    /// Queues `request`, or refreshes the peer's waiting one.
-    pub fn offer(&mut self, peer: SocketAddr, request: ReadRequest, now: Instant) -> Offer {
+    /// Queues `request` at the back (at the front when `first`), or
+    /// refreshes the peer's waiting one.
+    pub fn offer(
+        &mut self,
+        peer: SocketAddr,
+        request: ReadRequest,
+        now: Instant,
+        first: bool,
+    ) -> Offer {
         if let Some(entry) = self.by_peer.get_mut(&peer) {
             entry.request = request;
             entry.heard = now;
@@ -85,7 +95,11 @@ impl Waiting {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.order.push_back((seq, peer));
+        if first {
+            self.order.push_front((seq, peer));
+        } else {
+            self.order.push_back((seq, peer));
+        }
         self.by_peer.insert(
             peer,
             Entry {
@@ -154,10 +168,16 @@ mod tests {
     fn requests_leave_in_arrival_order_and_a_resend_keeps_its_place() {
         let now = Instant::now();
         let mut w = Waiting::new(8);
-        assert!(matches!(w.offer(peer(1), request("a"), now), Offer::Queued));
-        assert!(matches!(w.offer(peer(2), request("b"), now), Offer::Queued));
         assert!(matches!(
-            w.offer(peer(1), request("a2"), now),
+            w.offer(peer(1), request("a"), now, false),
+            Offer::Queued
+        ));
+        assert!(matches!(
+            w.offer(peer(2), request("b"), now, false),
+            Offer::Queued
+        ));
+        assert!(matches!(
+            w.offer(peer(1), request("a2"), now, false),
             Offer::Refreshed
         ));
         assert_eq!(w.len(), 2);
@@ -168,12 +188,23 @@ mod tests {
     }
 
     #[test]
+    fn a_client_part_way_through_goes_first() {
+        let now = Instant::now();
+        let mut w = Waiting::new(8);
+        w.offer(peer(1), request("a"), now, false);
+        w.offer(peer(2), request("b"), now, true);
+        assert_eq!(name(w.next(now)), Some((2, "b".into())));
+        assert_eq!(name(w.next(now)), Some((1, "a".into())));
+    }
+
+    #[test]
     fn a_full_queue_hands_the_request_back_unless_someone_went_silent() {
         let start = Instant::now();
         let mut w = Waiting::new(2);
-        w.offer(peer(1), request("a"), start);
-        w.offer(peer(2), request("b"), start + Duration::from_secs(5));
-        let Offer::Full(back) = w.offer(peer(3), request("c"), start + Duration::from_secs(6))
+        w.offer(peer(1), request("a"), start, false);
+        w.offer(peer(2), request("b"), start + Duration::from_secs(5), false);
+        let Offer::Full(back) =
+            w.offer(peer(3), request("c"), start + Duration::from_secs(6), false)
         else {
             panic!("a third request fit a queue of two");
         };
@@ -181,7 +212,7 @@ mod tests {
         // Peer 1 has been silent past WAIT_FOR: its place goes to peer 3.
         let later = start + WAIT_FOR + Duration::from_secs(1);
         assert!(matches!(
-            w.offer(peer(3), request("c"), later),
+            w.offer(peer(3), request("c"), later, false),
             Offer::Queued
         ));
         assert_eq!(w.expired, 1);
@@ -193,8 +224,8 @@ mod tests {
     fn a_request_whose_peer_went_silent_is_skipped() {
         let start = Instant::now();
         let mut w = Waiting::new(4);
-        w.offer(peer(1), request("a"), start);
-        w.offer(peer(2), request("b"), start + WAIT_FOR);
+        w.offer(peer(1), request("a"), start, false);
+        w.offer(peer(2), request("b"), start + WAIT_FOR, false);
         let then = start + WAIT_FOR + Duration::from_millis(1);
         assert_eq!(name(w.next(then)), Some((2, "b".into())));
         assert_eq!(w.expired, 1);

@@ -133,6 +133,10 @@ fn record(
     started: SystemTime,
 ) {
     let file = &request.file;
+    if matches!(result, Err(TransferError::Peer { .. })) && bytes == 0 {
+        // A size probe, most likely: the client asks again for the file.
+        shared.probed(peer.ip());
+    }
     match &result {
         Ok(()) => {
             bump(&shared.stats.done);

@@ -209,10 +209,17 @@ fn run_one(
         let sim = simulate(args, bins, &net, &machines, out);
         sampler.finish()?;
         let after = Drops::read(&net, stack == Stack::PxeAgent)?;
+        if stack == Stack::PxeAgent {
+            // Its counters at the end (TFTP waits, HTTP slots, XDP), for
+            // reading a run after the fact.
+            let metrics = sample::agent_metrics(&net).unwrap_or_default();
+            write(&out.join("agent-metrics.txt"), &metrics)?;
+        }
         let peer = net.check_peer();
         let mut running = running;
         let alive = running.check_alive();
         running.stop();
+        keep_logs(&scratch.join("stack"), out);
         let mut sim_error = sim.err().map(|e| format!("{e:#}"));
         for problem in [peer.err(), alive.err()].into_iter().flatten() {
             let text = format!("{problem:#}");
@@ -233,6 +240,22 @@ fn run_one(
     })();
     let _ = fs::remove_dir_all(&scratch);
     result
+}
+
+/// Copies the stack's logs (`<name>.log`) into the run's results, where
+/// they outlive the scratch directory; best effort.
+fn keep_logs(stack_dir: &Path, out: &Path) {
+    let Ok(entries) = fs::read_dir(stack_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "log")
+            && let Some(name) = path.file_name()
+        {
+            let _ = fs::copy(&path, out.join(name));
+        }
+    }
 }
 
 /// Runs storm-client in the client namespace until it exits, or stops it

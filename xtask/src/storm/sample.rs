@@ -119,6 +119,12 @@ pub struct Drops {
     pub agent_storm_guard: Option<u64>,
 }
 
+/// The agent's /metrics page, read in the server namespace.
+pub fn agent_metrics(net: &StormLab) -> anyhow::Result<String> {
+    let url = format!("http://{METRICS_ADDR}/metrics");
+    net.lab.run_in(net.lab.server_ns(), &["curl", "-sf", &url])
+}
+
 impl Drops {
     /// Reads the counters in the server namespace; `agent` asks the
     /// agent's metrics endpoint too.
@@ -132,8 +138,7 @@ impl Drops {
             .with_context(|| format!("unexpected {path}"))?;
         let snmp = udp_counters(&lab.run_in(ns, &["cat", "/proc/net/snmp"])?);
         let agent_storm_guard = if agent {
-            let url = format!("http://{METRICS_ADDR}/metrics");
-            lab.run_in(ns, &["curl", "-sf", &url])
+            agent_metrics(net)
                 .ok()
                 .map(|body| metric_sum(&body, STORM_GUARD_METRIC))
         } else {
