@@ -205,10 +205,12 @@ fn run_one(
             started.elapsed().as_secs_f64()
         );
         let before = Drops::read(&net, stack == Stack::PxeAgent)?;
+        let sim_before = sample::sim_rcvbuf_errors(&net)?;
         let sampler = Sampler::start(running.pids(), net.napi, out.join("server.csv"));
         let sim = simulate(args, bins, &net, &machines, out);
         sampler.finish()?;
         let after = Drops::read(&net, stack == Stack::PxeAgent)?;
+        let sim_drops = sample::sim_rcvbuf_errors(&net)?.saturating_sub(sim_before);
         if stack == Stack::PxeAgent {
             // Its counters at the end (TFTP waits, HTTP slots, XDP), for
             // reading a run after the fact.
@@ -230,7 +232,14 @@ fn run_one(
         }
         write(
             &out.join("meta.json"),
-            &meta_json(args, n, stack, &after.since(&before), sim_error.as_deref()),
+            &meta_json(
+                args,
+                n,
+                stack,
+                &after.since(&before),
+                sim_drops,
+                sim_error.as_deref(),
+            ),
         )?;
         let summary = fs::read_to_string(out.join("summary.json")).unwrap_or_default();
         Ok(match sim_error {
@@ -380,6 +389,7 @@ fn meta_json(
     n: usize,
     stack: Stack,
     drops: &Drops,
+    sim_drops: u64,
     sim_error: Option<&str>,
 ) -> String {
     let mix = parse_mix(&args.mix).unwrap_or_default();
@@ -404,7 +414,7 @@ fn meta_json(
          \"mix\": {{{mix_json}}},\n  \"windowsize_share\": {},\n  \"bootfile_kib\": {},\n  \
          \"kernel_kib\": {},\n  \"initrd_kib\": {},\n  \"cpu\": {},\n  \"kernel\": {},\n  \
          \"date\": {},\n  \"server_drops\": {{\"iface_rx_dropped\": {}, \"udp_rcvbuf_errors\": {}, \
-         \"udp_in_errors\": {}, \"agent_storm_guard\": {guard}}},\n  \"sim_error\": {sim_error}\n}}\n",
+         \"udp_in_errors\": {}, \"agent_storm_guard\": {guard}}},\n  \"sim_udp_rcvbuf_errors\": {sim_drops},\n  \"sim_error\": {sim_error}\n}}\n",
         json_string(stack.name()),
         json_string(stack.label()),
         args.spread,

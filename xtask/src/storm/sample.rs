@@ -119,6 +119,19 @@ pub struct Drops {
     pub agent_storm_guard: Option<u64>,
 }
 
+/// UDP datagrams the simulator's namespace dropped for full receive
+/// buffers (a simulator that falls behind loses answers here, not at the
+/// server).
+pub fn sim_rcvbuf_errors(net: &StormLab) -> anyhow::Result<u64> {
+    let snmp = net
+        .lab
+        .run_in(net.lab.client_ns(), &["cat", "/proc/net/snmp"])?;
+    Ok(udp_counters(&snmp)
+        .get("RcvbufErrors")
+        .copied()
+        .unwrap_or(0))
+}
+
 /// The agent's /metrics page, read in the server namespace.
 pub fn agent_metrics(net: &StormLab) -> anyhow::Result<String> {
     let url = format!("http://{METRICS_ADDR}/metrics");

@@ -369,12 +369,15 @@ pub fn start(
                 .args([
                     "--rate-unknown",
                     crate::bench::dhcp::server::SLOW_PATH_RATE_LIMIT,
-                ]);
-            // Its transfer and connection bounds stay at their defaults
-            // (128 TFTP transfers, 1,024 HTTP connections): past them
-            // requests wait for a slot, which is the design under test.
-            // The peers are given 65,535 (dnsmasq --tftp-max, nginx
-            // worker_connections; tftpd-hpa forks without a bound).
+                ])
+                // Lock-step TFTP is bound by round trips, not CPU: 128
+                // transfers at once (the default) move about 250 boot
+                // files a second here, so a room-sized bound is set, as an
+                // operator expecting storms would; past it requests wait
+                // for a slot. HTTP keeps its default, 1,024 connections.
+                // The peers are given 65,535 (dnsmasq --tftp-max, nginx
+                // worker_connections; tftpd-hpa forks without a bound).
+                .args(["--tftp-max-transfers", "2048"]);
             running.spawn("pxe-agent", cmd, dir)?;
             wait_ready(&mut running, || {
                 probe(
