@@ -6,7 +6,9 @@
 //! sleeping, and so without being woken. The spin is bounded in time per
 //! wait and in the number of transfers spinning at once ([`SpinSlots`]),
 //! so a storm of transfers blocks like before instead of burning every
-//! CPU.
+//! CPU; and with more transfers running than CPUs to run them
+//! ([`SpinSlots::crowded`]) nobody spins, as every CPU then has a transfer
+//! to wake and a spin would only take time from it.
 
 use std::{
     io,
@@ -23,20 +25,31 @@ use socket2::SockRef;
 pub struct SpinSlots {
     active: AtomicUsize,
     max: usize,
+    /// Running transfers past which nobody spins.
+    crowd: usize,
 }
 
 impl SpinSlots {
     /// Half the CPUs this process may use, at least one.
     pub fn for_this_machine() -> SpinSlots {
         let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-        SpinSlots::new((cpus / 2).max(1))
+        SpinSlots {
+            crowd: 2 * cpus,
+            ..SpinSlots::new((cpus / 2).max(1))
+        }
     }
 
     pub fn new(max: usize) -> SpinSlots {
         SpinSlots {
             active: AtomicUsize::new(0),
             max,
+            crowd: usize::MAX,
         }
+    }
+
+    /// Whether `running` transfers are too many for anyone to spin.
+    pub fn crowded(&self, running: u64) -> bool {
+        running > self.crowd as u64
     }
 
     fn acquire(&self) -> Option<SlotGuard<'_>> {

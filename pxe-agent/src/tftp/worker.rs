@@ -216,7 +216,14 @@ fn transfer_into(
         .collect();
     let mut transfer = Transfer {
         link: Link::new(socket, mailbox).with_busy_poll(BusyPoll {
-            budget: shared.busy_poll,
+            budget: if shared
+                .spin_slots
+                .crowded(shared.stats.active.load(Ordering::Relaxed))
+            {
+                std::time::Duration::ZERO
+            } else {
+                shared.busy_poll
+            },
             slots: &shared.spin_slots,
         }),
         peer,
