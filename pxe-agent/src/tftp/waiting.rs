@@ -21,10 +21,12 @@ use tokio::time::Instant;
 use super::transfer::ReadRequest;
 
 /// How long a waiting request is kept after its peer was last heard from.
-/// Firmware resends a read request within a few seconds (PXE: 1 to 8 s,
-/// iPXE: up to 10 s, from the same port); one silent for longer has most
-/// likely given up, and serving it would hold a slot for nothing.
-pub(super) const WAIT_FOR: Duration = Duration::from_secs(6);
+/// Firmware resends a read request every second or few from the same port,
+/// which keeps its place; one silent for longer has most likely given up,
+/// and serving it would hold a slot for nothing (in a storm, serving the
+/// abandoned requests first is how a queue collapses). A slower client
+/// whose entry lapsed is queued again by its next resend.
+pub(super) const WAIT_FOR: Duration = Duration::from_secs(3);
 
 /// What [`Waiting::offer`] did with a request.
 pub(super) enum Offer {
@@ -202,9 +204,9 @@ mod tests {
         let start = Instant::now();
         let mut w = Waiting::new(2);
         w.offer(peer(1), request("a"), start, false);
-        w.offer(peer(2), request("b"), start + Duration::from_secs(5), false);
+        w.offer(peer(2), request("b"), start + Duration::from_secs(2), false);
         let Offer::Full(back) =
-            w.offer(peer(3), request("c"), start + Duration::from_secs(6), false)
+            w.offer(peer(3), request("c"), start + Duration::from_millis(2500), false)
         else {
             panic!("a third request fit a queue of two");
         };
