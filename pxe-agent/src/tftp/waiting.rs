@@ -205,9 +205,12 @@ mod tests {
         let mut w = Waiting::new(2);
         w.offer(peer(1), request("a"), start, false);
         w.offer(peer(2), request("b"), start + Duration::from_secs(2), false);
-        let Offer::Full(back) =
-            w.offer(peer(3), request("c"), start + Duration::from_millis(2500), false)
-        else {
+        let Offer::Full(back) = w.offer(
+            peer(3),
+            request("c"),
+            start + Duration::from_millis(2500),
+            false,
+        ) else {
             panic!("a third request fit a queue of two");
         };
         assert_eq!(back.file, "c");

@@ -205,12 +205,16 @@ fn run_one(
             started.elapsed().as_secs_f64()
         );
         let before = Drops::read(&net, stack == Stack::PxeAgent)?;
-        let sim_before = sample::sim_rcvbuf_errors(&net)?;
+        let sim_before = sample::sim_udp_drops(&net)?;
         let sampler = Sampler::start(running.pids(), net.napi, out.join("server.csv"));
         let sim = simulate(args, bins, &net, &machines, out);
         sampler.finish()?;
         let after = Drops::read(&net, stack == Stack::PxeAgent)?;
-        let sim_drops = sample::sim_rcvbuf_errors(&net)?.saturating_sub(sim_before);
+        let sim_after = sample::sim_udp_drops(&net)?;
+        let sim_drops = (
+            sim_after.0.saturating_sub(sim_before.0),
+            sim_after.1.saturating_sub(sim_before.1),
+        );
         if stack == Stack::PxeAgent {
             // Its counters at the end (TFTP waits, HTTP slots, XDP), for
             // reading a run after the fact.
@@ -389,7 +393,7 @@ fn meta_json(
     n: usize,
     stack: Stack,
     drops: &Drops,
-    sim_drops: u64,
+    sim_drops: (u64, u64),
     sim_error: Option<&str>,
 ) -> String {
     let mix = parse_mix(&args.mix).unwrap_or_default();
@@ -414,7 +418,8 @@ fn meta_json(
          \"mix\": {{{mix_json}}},\n  \"windowsize_share\": {},\n  \"bootfile_kib\": {},\n  \
          \"kernel_kib\": {},\n  \"initrd_kib\": {},\n  \"cpu\": {},\n  \"kernel\": {},\n  \
          \"date\": {},\n  \"server_drops\": {{\"iface_rx_dropped\": {}, \"udp_rcvbuf_errors\": {}, \
-         \"udp_in_errors\": {}, \"agent_storm_guard\": {guard}}},\n  \"sim_udp_rcvbuf_errors\": {sim_drops},\n  \"sim_error\": {sim_error}\n}}\n",
+         \"udp_sndbuf_errors\": {}, \"udp_in_errors\": {}, \"agent_storm_guard\": {guard}}},\n  \
+         \"sim_udp_rcvbuf_errors\": {},\n  \"sim_udp_sndbuf_errors\": {},\n  \"sim_error\": {sim_error}\n}}\n",
         json_string(stack.name()),
         json_string(stack.label()),
         args.spread,
@@ -427,7 +432,10 @@ fn meta_json(
         json_string(&date),
         drops.iface_rx_dropped,
         drops.udp_rcvbuf_errors,
+        drops.udp_sndbuf_errors,
         drops.udp_in_errors,
+        sim_drops.0,
+        sim_drops.1,
     )
 }
 

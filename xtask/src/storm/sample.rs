@@ -113,23 +113,25 @@ fn pss_kib(pid: u32) -> u64 {
 pub struct Drops {
     pub iface_rx_dropped: u64,
     pub udp_rcvbuf_errors: u64,
+    /// Datagrams the server's kernel dropped on the way out (the veth's
+    /// ring toward the machines full: ENOBUFS, which UDP counts here).
+    pub udp_sndbuf_errors: u64,
     pub udp_in_errors: u64,
     /// The agent's storm guard (slow-path rate limit) drops; `None` for
     /// stacks without its metrics.
     pub agent_storm_guard: Option<u64>,
 }
 
-/// UDP datagrams the simulator's namespace dropped for full receive
-/// buffers (a simulator that falls behind loses answers here, not at the
-/// server).
-pub fn sim_rcvbuf_errors(net: &StormLab) -> anyhow::Result<u64> {
+/// UDP datagrams the simulator's namespace dropped: (receive buffers
+/// full, a simulator that falls behind; sends dropped, the veth's ring
+/// toward the server full).
+pub fn sim_udp_drops(net: &StormLab) -> anyhow::Result<(u64, u64)> {
     let snmp = net
         .lab
         .run_in(net.lab.client_ns(), &["cat", "/proc/net/snmp"])?;
-    Ok(udp_counters(&snmp)
-        .get("RcvbufErrors")
-        .copied()
-        .unwrap_or(0))
+    let udp = udp_counters(&snmp);
+    let get = |name: &str| udp.get(name).copied().unwrap_or(0);
+    Ok((get("RcvbufErrors"), get("SndbufErrors")))
 }
 
 /// The agent's /metrics page, read in the server namespace.
@@ -160,6 +162,7 @@ impl Drops {
         Ok(Drops {
             iface_rx_dropped,
             udp_rcvbuf_errors: snmp.get("RcvbufErrors").copied().unwrap_or(0),
+            udp_sndbuf_errors: snmp.get("SndbufErrors").copied().unwrap_or(0),
             udp_in_errors: snmp.get("InErrors").copied().unwrap_or(0),
             agent_storm_guard,
         })
@@ -174,6 +177,9 @@ impl Drops {
             udp_rcvbuf_errors: self
                 .udp_rcvbuf_errors
                 .saturating_sub(before.udp_rcvbuf_errors),
+            udp_sndbuf_errors: self
+                .udp_sndbuf_errors
+                .saturating_sub(before.udp_sndbuf_errors),
             udp_in_errors: self.udp_in_errors.saturating_sub(before.udp_in_errors),
             agent_storm_guard: self
                 .agent_storm_guard

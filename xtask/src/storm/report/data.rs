@@ -113,6 +113,12 @@ pub struct Meta {
     #[serde(default)]
     pub date: String,
     pub server_drops: Drops,
+    /// The simulator's namespace: datagrams dropped in its receive buffers
+    /// and on its way out.
+    #[serde(default)]
+    pub sim_udp_rcvbuf_errors: Option<u64>,
+    #[serde(default)]
+    pub sim_udp_sndbuf_errors: Option<u64>,
     pub sim_error: Option<String>,
 }
 
@@ -121,6 +127,10 @@ pub struct Meta {
 pub struct Drops {
     pub iface_rx_dropped: Option<u64>,
     pub udp_rcvbuf_errors: Option<u64>,
+    /// Replies the server's kernel dropped on the way out (not recorded
+    /// by runs before it was).
+    #[serde(default)]
+    pub udp_sndbuf_errors: Option<u64>,
     pub udp_in_errors: Option<u64>,
     pub agent_storm_guard: Option<u64>,
 }
@@ -131,6 +141,7 @@ impl Drops {
         [
             self.iface_rx_dropped,
             self.udp_rcvbuf_errors,
+            self.udp_sndbuf_errors,
             self.udp_in_errors,
             self.agent_storm_guard,
         ]

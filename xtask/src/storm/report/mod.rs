@@ -245,18 +245,18 @@ mod tests {
         };
         // stack, machines, completed, failed, DHCP p50/p99/max, within 2 s,
         // all booted, ratio, 90 % booted, ratio, retransmissions, server CPU,
-        // memory, sim CPU, drops.
+        // memory, sim CPU, drops, simulator drops.
         assert_eq!(
             row(PXE_LABEL, "4"),
-            "| pxe-agent | 4 | 4 | 0 | 0.200 s | 0.200 s | 0.200 s | 100.0 % | 1.200 s | 1.00× | 1.200 s | 1.00× | 7 | 80 % | 30 MiB | 50 % | 7 |"
+            "| pxe-agent | 4 | 4 | 0 | 0.200 s | 0.200 s | 0.200 s | 100.0 % | 1.200 s | 1.00× | 1.200 s | 1.00× | 7 | 80 % | 30 MiB | 50 % | 7 | – |"
         );
         assert_eq!(
             row(KEA_LABEL, "4"),
-            "| Kea + tftpd-hpa + nginx | 4 | 4 | 0 | 0.650 s | 0.650 s | 0.650 s | 100.0 % | 3.000 s | 2.50× | 3.000 s | 2.50× | 12 | 80 % | 30 MiB | 50 % | 10 |"
+            "| Kea + tftpd-hpa + nginx | 4 | 4 | 0 | 0.650 s | 0.650 s | 0.650 s | 100.0 % | 3.000 s | 2.50× | 3.000 s | 2.50× | 12 | 80 % | 30 MiB | 50 % | 10 | – |"
         );
         assert_eq!(
             row(DNSMASQ_LABEL, "4"),
-            "| dnsmasq + nginx | 4 | 3 | dhcp 1 | 3.000 s | 3.000 s | 3.000 s | 0.0 % | not all (3 of 4) | – | – | – | 30 | 80 % | 30 MiB | 50 % | 10 |"
+            "| dnsmasq + nginx | 4 | 3 | dhcp 1 | 3.000 s | 3.000 s | 3.000 s | 0.0 % | not all (3 of 4) | – | – | – | 30 | 80 % | 30 MiB | 50 % | 10 | – |"
         );
         // Without pxe-agent's time there is no ratio.
         assert!(row(PXE_LABEL, "2").contains("| 1 | initrd 1 |"));

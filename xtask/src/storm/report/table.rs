@@ -38,6 +38,9 @@ pub struct Row {
     pub server_pss_peak_mib: Option<f64>,
     pub sim_cpu_peak: Option<f64>,
     pub drops: u64,
+    /// The simulator's UDP drops (receive, send); `None` for runs that did
+    /// not record them.
+    pub sim_drops: Option<(u64, u64)>,
 }
 
 /// The rows of `group`, in its run order.
@@ -112,6 +115,10 @@ fn row(run: &Run) -> Row {
         server_pss_peak_mib: peak(run.server.iter().map(|s| s.pss_kib / 1024.0)),
         sim_cpu_peak: peak(run.sim_cpu_percent().into_iter().map(|p| p.1)),
         drops: run.meta.server_drops.total(),
+        sim_drops: run
+            .meta
+            .sim_udp_rcvbuf_errors
+            .zip(run.meta.sim_udp_sndbuf_errors),
     }
 }
 
@@ -149,7 +156,7 @@ fn peak(values: impl Iterator<Item = f64>) -> Option<f64> {
     values.fold(None, |acc, v| Some(acc.map_or(v, |a: f64| a.max(v))))
 }
 
-const HEADER: [&str; 17] = [
+const HEADER: [&str; 18] = [
     "stack",
     "machines",
     "completed",
@@ -167,11 +174,12 @@ const HEADER: [&str; 17] = [
     "server memory peak (PSS)",
     "simulator CPU peak (1 s)",
     "server drops",
+    "simulator drops (receive / send)",
 ];
 
 impl Row {
     /// The row's cells as text, in [`HEADER`] order.
-    fn cells(&self) -> [String; 17] {
+    fn cells(&self) -> [String; 18] {
         let failed = if self.failed.is_empty() {
             "0".to_owned()
         } else {
@@ -207,6 +215,8 @@ impl Row {
             opt(self.server_pss_peak_mib, " MiB"),
             opt(self.sim_cpu_peak, " %"),
             self.drops.to_string(),
+            self.sim_drops
+                .map_or("–".to_owned(), |(r, s)| format!("{r} / {s}")),
         ]
     }
 }
