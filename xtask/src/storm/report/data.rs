@@ -136,13 +136,13 @@ pub struct Drops {
 }
 
 impl Drops {
-    /// All counted drops together.
+    /// All counted drops together. UDP's InErrors already counts its
+    /// RcvbufErrors, so the latter counts only where the former is missing.
     pub fn total(&self) -> u64 {
         [
             self.iface_rx_dropped,
-            self.udp_rcvbuf_errors,
+            self.udp_in_errors.or(self.udp_rcvbuf_errors),
             self.udp_sndbuf_errors,
-            self.udp_in_errors,
             self.agent_storm_guard,
         ]
         .iter()
