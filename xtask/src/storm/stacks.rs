@@ -370,14 +370,15 @@ pub fn start(
                     "--rate-unknown",
                     crate::bench::dhcp::server::SLOW_PATH_RATE_LIMIT,
                 ])
-                // Lock-step TFTP is bound by round trips, not CPU: 128
-                // transfers at once (the default) move about 250 boot
-                // files a second here, so a room-sized bound is set, as an
-                // operator expecting storms would; past it requests wait
-                // for a slot. HTTP keeps its default, 1,024 connections.
-                // The peers are given 65,535 (dnsmasq --tftp-max, nginx
-                // worker_connections; tftpd-hpa forks without a bound).
-                .args(["--tftp-max-transfers", "2048"]);
+                // The peers' bounds: nginx 65,535 connections, dnsmasq
+                // --tftp-max=65535, tftpd-hpa forks without a bound. The
+                // agent raises its open-files limit to hold them (past it,
+                // requests would wait). With a bound of 2,048 transfers the
+                // lab's lossy veth (full rings: SndbufErrors on both sides)
+                // kept slots through retransmission timeouts and the queue
+                // outgrew the machines' patience (4,180 of 10,000 booted).
+                .args(["--http-max-connections", "65535"])
+                .args(["--tftp-max-transfers", "65535"]);
             running.spawn("pxe-agent", cmd, dir)?;
             wait_ready(&mut running, || {
                 probe(
