@@ -513,14 +513,34 @@ fn wait_ready(
 /// Raises this process's open-file limit to its hard limit, which the
 /// stacks inherit: each TFTP transfer and HTTP connection holds a socket,
 /// and tens of thousands run at once (the usual soft limit is 1024).
+/// Open files the stacks are started with (where `fs.nr_open` allows).
+const STACK_NOFILE: libc::rlim_t = 1 << 20;
+
 fn raise_nofile() -> anyhow::Result<()> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: `limit` is a valid rlimit for both calls.
+    // As root, the hard limit too, to what a stack given 65,535 transfers
+    // and connections needs: the stacks inherit it, as they would a
+    // LimitNOFILE= set for a storm-sized fleet.
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::rlim_t>().ok())
+        .unwrap_or(0)
+        .min(STACK_NOFILE);
+    // SAFETY: `limit` is a valid rlimit for every call.
     let ok = unsafe {
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && {
+            if ceiling > limit.rlim_max {
+                let raised = libc::rlimit {
+                    rlim_cur: ceiling,
+                    rlim_max: ceiling,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                    limit = raised;
+                }
+            }
             limit.rlim_cur = limit.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
         }
