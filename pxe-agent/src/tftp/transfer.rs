@@ -157,10 +157,10 @@ impl Transfer<'_> {
                 }
                 Wait::Timeout => {
                     retries += 1;
-                    if retries > self.tries_left() {
+                    if retries > self.retries {
                         return Err(TransferError::Timeout {
                             block: 0,
-                            retries: self.tries_left(),
+                            retries: self.retries,
                         });
                     }
                     bump(&self.stats.retransmits);
@@ -201,10 +201,10 @@ impl Transfer<'_> {
                     }
                     Wait::Timeout => {
                         retries += 1;
-                        if retries > self.tries_left() {
+                        if retries > self.retries {
                             return Err(TransferError::Timeout {
                                 block: window.base,
-                                retries: self.tries_left(),
+                                retries: self.retries,
                             });
                         }
                         self.stats
@@ -238,22 +238,17 @@ impl Transfer<'_> {
     /// speak, which matters for clients that ignore repeated blocks. A
     /// timeout the client chose is used as is (RFC 2349).
     ///
-    /// Until the client has answered at all, the timeout stays as it is:
-    /// see [`UNHEARD_RETRIES`].
+    /// Until the client has answered at all, the timeout stays as it is. A
+    /// client that is there and lost our packet repeats its request, which
+    /// is answered at once; one that stays silent has most likely given up
+    /// (in a storm: while its request waited for a slot), and with backoff
+    /// it would hold its slot for half a minute. (Giving up after fewer
+    /// resends than `retries` cost machines on the storm lab's lossy link.)
     fn backoff(&self, retry: u32) -> Duration {
         if self.params.client_timeout || !self.heard {
             self.params.timeout
         } else {
             backoff(self.params.timeout, retry)
-        }
-    }
-
-    /// Retransmissions allowed before the transfer is abandoned.
-    fn tries_left(&self) -> u32 {
-        if self.heard {
-            self.retries
-        } else {
-            self.retries.min(UNHEARD_RETRIES)
         }
     }
 
@@ -328,16 +323,6 @@ impl Transfer<'_> {
 
 /// Largest multiple of the timeout waited between retransmissions.
 pub(super) const MAX_BACKOFF: u32 = 8;
-
-/// Retransmissions of the first packet (OACK or DATA 1) to a client that
-/// has not answered anything yet, each after the plain timeout (no
-/// backoff). A client that is there and lost our packet repeats its
-/// request, which is answered at once; one that stays silent has most
-/// likely given up (in a storm: while its request waited for a slot), and
-/// with backoff it would hold its slot for half a minute. A storm on the
-/// lab's lossy veth showed that fewer than five cost machines whose first
-/// ACKs were dropped.
-pub(super) const UNHEARD_RETRIES: u32 = 5;
 
 /// The timeout doubled `retry` times, at most [`MAX_BACKOFF`] times it.
 pub(super) fn backoff(timeout: Duration, retry: u32) -> Duration {
