@@ -245,7 +245,9 @@ fn transfer_into(
     );
     let result = match opened {
         Opened::File(file) => {
-            transfer.run(BufReader::with_capacity(READ_AHEAD, file.file), req.mode)
+            // No bigger than the file: a storm holds thousands of these.
+            let buffer = usize::try_from(file.size).map_or(READ_AHEAD, |s| s.clamp(1, READ_AHEAD));
+            transfer.run(BufReader::with_capacity(buffer, file.file), req.mode)
         }
         Opened::Generated { bytes, .. } => transfer.run(io::Cursor::new(bytes), req.mode),
     };

@@ -417,7 +417,7 @@ fn meta_json(
         "{{\n  \"stack\": {},\n  \"label\": {},\n  \"machines\": {n},\n  \"spread_s\": {},\n  \
          \"mix\": {{{mix_json}}},\n  \"windowsize_share\": {},\n  \"bootfile_kib\": {},\n  \
          \"kernel_kib\": {},\n  \"initrd_kib\": {},\n  \"cpu\": {},\n  \"kernel\": {},\n  \
-         \"date\": {},\n  \"server_drops\": {{\"iface_rx_dropped\": {}, \"udp_rcvbuf_errors\": {}, \
+         \"date\": {},\n  \"nofile\": {},\n  \"server_drops\": {{\"iface_rx_dropped\": {}, \"udp_rcvbuf_errors\": {}, \
          \"udp_sndbuf_errors\": {}, \"udp_in_errors\": {}, \"agent_storm_guard\": {guard}}},\n  \
          \"sim_udp_rcvbuf_errors\": {},\n  \"sim_udp_sndbuf_errors\": {},\n  \"sim_error\": {sim_error}\n}}\n",
         json_string(stack.name()),
@@ -430,6 +430,7 @@ fn meta_json(
         json_string(&crate::bench::cpu_model()),
         json_string(&kernel),
         json_string(&date),
+        stacks::nofile_in_force().map_or_else(|| "null".to_owned(), |n| n.to_string()),
         drops.iface_rx_dropped,
         drops.udp_rcvbuf_errors,
         drops.udp_sndbuf_errors,

@@ -510,46 +510,66 @@ fn wait_ready(
     }
 }
 
-/// Raises this process's open-file limit to its hard limit, which the
-/// stacks inherit: each TFTP transfer and HTTP connection holds a socket,
-/// and tens of thousands run at once (the usual soft limit is 1024).
 /// Open files the stacks are started with (where `fs.nr_open` allows).
 const STACK_NOFILE: libc::rlim_t = 1 << 20;
 
+/// Raises this process's open-file limit, which the stacks inherit: each
+/// TFTP transfer and HTTP connection holds a socket, and tens of thousands
+/// run at once (the usual soft limit is 1024). The hard limit goes to
+/// [`STACK_NOFILE`] where the process may raise it (CAP_SYS_RESOURCE), as a
+/// `LimitNOFILE=` set for a storm-sized fleet would; the soft limit to the
+/// hard one.
 fn raise_nofile() -> anyhow::Result<()> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // As root, the hard limit too, to what a stack given 65,535 transfers
-    // and connections needs: the stacks inherit it, as they would a
-    // LimitNOFILE= set for a storm-sized fleet.
     let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
         .ok()
         .and_then(|s| s.trim().parse::<libc::rlim_t>().ok())
         .unwrap_or(0)
         .min(STACK_NOFILE);
-    // SAFETY: `limit` is a valid rlimit for every call.
-    let ok = unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && {
-            if ceiling > limit.rlim_max {
-                let raised = libc::rlimit {
-                    rlim_cur: ceiling,
-                    rlim_max: ceiling,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                    limit = raised;
-                }
-            }
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
-        }
+    let mut limit = nofile()?;
+    if ceiling > limit.rlim_max && set_nofile(ceiling, ceiling).is_err() {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            println!(
+                "storm: the open-files hard limit stays {} (raising it needs CAP_SYS_RESOURCE); \
+                 the agent fits its bounds to it",
+                limit.rlim_max
+            );
+        });
+    }
+    limit = nofile()?;
+    set_nofile(limit.rlim_max, limit.rlim_max)
+        .with_context(|| format!("failed to raise RLIMIT_NOFILE to {}", limit.rlim_max))
+}
+
+/// The open-files limit in force, the stacks' after [`raise_nofile`].
+pub fn nofile_in_force() -> Option<u64> {
+    nofile().ok().map(|l| l.rlim_cur)
+}
+
+fn nofile() -> anyhow::Result<libc::rlimit> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
     };
-    ensure!(
-        ok,
-        "failed to raise RLIMIT_NOFILE: {}",
-        std::io::Error::last_os_error()
-    );
+    // SAFETY: `limit` is a valid rlimit to write.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        anyhow::bail!(
+            "getrlimit(RLIMIT_NOFILE): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(limit)
+}
+
+fn set_nofile(soft: libc::rlim_t, hard: libc::rlim_t) -> anyhow::Result<()> {
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: `limit` is a valid rlimit to read.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
     Ok(())
 }
 

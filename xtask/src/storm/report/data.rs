@@ -112,6 +112,9 @@ pub struct Meta {
     pub kernel: String,
     #[serde(default)]
     pub date: String,
+    /// The open-files limit the stacks ran with.
+    #[serde(default)]
+    pub nofile: Option<u64>,
     pub server_drops: Drops,
     /// The simulator's namespace: datagrams dropped in its receive buffers
     /// and on its way out.

@@ -46,10 +46,11 @@ pub fn setting(group: &Group) -> String {
         other => other.to_string(),
     };
     format!(
-        "CPU {}, kernel {}, {}. {} machines started over {} s, mix {mix}, windowsize {}; boot file {}, kernel {}, initrd {}.",
+        "CPU {}, kernel {}, {}, open-files limit {}. {} machines started over {} s, mix {mix}, windowsize {}; boot file {}, kernel {}, initrd {}.",
         or_unknown(&meta.cpu),
         or_unknown(&meta.kernel),
         or_unknown(&meta.date),
+        meta.nofile.map_or("?".to_owned(), |n| n.to_string()),
         group.n,
         meta.spread_s.map_or("?".to_owned(), |s| s.to_string()),
         meta.windowsize_share
