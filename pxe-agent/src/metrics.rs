@@ -43,6 +43,7 @@ pub const NETBOOT_REFUSED: &str = "pxe_netboot_refused_total";
 pub const NETBOOT_DONE: &str = "pxe_netboot_done_hosts";
 pub const DISCOVERED: &str = "pxe_discovered_hosts";
 pub const TRACED: &str = "pxe_traced_macs";
+pub const XDP_EVENTS_LOST: &str = "pxe_xdp_events_lost_total";
 pub const LEASES: &str = "pxe_leases";
 pub const TFTP_TRANSFERS: &str = "pxe_tftp_transfers_total";
 pub const TFTP_BYTES: &str = "pxe_tftp_bytes_total";
@@ -72,6 +73,8 @@ pub struct Page<'a> {
     pub discovered: usize,
     /// MACs `pxe-agent trace` watches now.
     pub traced: usize,
+    /// Fast-path answers the boot-progress view missed.
+    pub xdp_events_lost: u64,
     /// Pool leases by state, from the lease store's index.
     pub leases: &'a [(LeaseState, usize)],
     /// Counters of the TFTP server, when it runs.
@@ -214,6 +217,13 @@ pub fn render(p: &Page) -> String {
         "MACs traced live (each costs the XDP program a map lookup per request).",
     );
     o.sample(TRACED, "", p.traced);
+    o.head(
+        XDP_EVENTS_LOST,
+        "counter",
+        "Fast-path answers whose events were overwritten before the agent read them \
+         (the boot-progress view does not show them).",
+    );
+    o.sample(XDP_EVENTS_LOST, "", p.xdp_events_lost);
     o.head(LEASES, "gauge", "Pool leases, by state.");
     for (name, state) in [
         ("bound", LeaseState::Bound),

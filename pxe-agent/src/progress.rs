@@ -9,7 +9,10 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{SystemTime, UNIX_EPOCH},
 };
 
@@ -136,6 +139,9 @@ pub struct Progress {
     /// The live trace: here because every service that records progress
     /// already holds this, and publishes its trace events next to it.
     trace: Arc<Hub>,
+    /// Fast-path answers whose events were overwritten before the agent
+    /// read them: answers this view does not show.
+    xdp_events_lost: AtomicU64,
 }
 
 impl Default for Progress {
@@ -234,7 +240,18 @@ impl Progress {
                 tick: 0,
             }),
             trace: Arc::default(),
+            xdp_events_lost: AtomicU64::new(0),
         }
+    }
+
+    /// Counts fast-path answers this view missed (see `xdp::events`).
+    pub fn missed_xdp_events(&self, n: u64) {
+        self.xdp_events_lost.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Fast-path answers this view missed so far.
+    pub fn xdp_events_lost(&self) -> u64 {
+        self.xdp_events_lost.load(Ordering::Relaxed)
     }
 
     pub fn trace(&self) -> &Arc<Hub> {

@@ -24,10 +24,19 @@ pub const PASS_PROGRAM_NAME: &str = "pxe_pass";
 pub const REDIRECT_PROGRAM_NAME: &str = "pxe_redirect";
 /// Name of its one-slot device map.
 pub const REDIRECT_MAP: &str = "REDIRECT_TO";
-/// Name of the ring buffer of [`ServedEvent`]s.
+/// Name of the array of [`ServedEvent`] slots: [`EVENT_SLOTS`] for each
+/// possible CPU, CPU `c`'s from `c * EVENT_SLOTS`, each CPU's used as a
+/// ring that overwrites its oldest event. Memory-mapped by the agent, which
+/// keeps how far it has read each CPU's slots in entries after them.
 pub const EVENTS_MAP: &str = "EVENTS";
-/// Capacity of [`EVENTS_MAP`] in bytes.
-pub const EVENTS_BYTES: u32 = 256 * 1024;
+/// Name of the per-CPU count of events the program wrote ([`EVENTS_MAP`]).
+pub const EVENT_HEADS_MAP: &str = "EVENT_HEADS";
+/// Event slots per CPU (a power of two): at the agent's drain interval,
+/// the most replies one CPU can send between two drains without losing
+/// the oldest.
+pub const EVENT_SLOTS: u32 = 8192;
+/// The map flag that lets userspace `mmap` an array (`BPF_F_MMAPABLE`).
+pub const BPF_F_MMAPABLE: u32 = 1 << 10;
 /// Capacity of [`HOSTS_MAP`] as compiled into the object, and the least the
 /// agent gives it when it sizes the map to the inventory at load time. The
 /// map allocates entries as they are written; its capacity costs only the
@@ -189,14 +198,31 @@ pub enum VendorClass {
 impl VendorClass {
     /// Classifies an option 60 value by its prefix.
     pub fn from_prefix(value: &[u8]) -> VendorClass {
-        if value.starts_with(bootp::HTTP_CLIENT) {
+        if has_prefix(value, bootp::HTTP_CLIENT) {
             VendorClass::HttpClient
-        } else if value.starts_with(bootp::PXE_CLIENT) {
+        } else if has_prefix(value, bootp::PXE_CLIENT) {
             VendorClass::PxeClient
         } else {
             VendorClass::Other
         }
     }
+}
+
+/// `value.starts_with(prefix)` compared a byte at a time: the slice method
+/// compiles to a call to `memcmp`, which the XDP program pays for as a
+/// function call on every request.
+#[inline(always)]
+fn has_prefix<const N: usize>(value: &[u8], prefix: &[u8; N]) -> bool {
+    let Some(head) = value.first_chunk::<N>() else {
+        return false;
+    };
+    let mut diff = 0;
+    let mut i = 0;
+    while i < N {
+        diff |= head[i] ^ prefix[i];
+        i += 1;
+    }
+    diff == 0
 }
 
 /// Picks the boot class of a request (RFC 4578 section 2.1 architecture
@@ -277,6 +303,8 @@ pub const BODY_WHOLE: u32 = 1 << 31;
 /// host's options go, with yiaddr zero), then `options[..len]`, then the
 /// end option and zero padding to [`bootp::MIN_REPLY`]; yiaddr is patched
 /// in. Both parts are cut by the agent from one encoding of the reply.
+/// When `len` leaves room, `options[len]` holds the end option and the
+/// rest zeros, so the program copies options, end and padding at once.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostRecord {
@@ -383,7 +411,8 @@ impl ReplyBody {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServedEvent {
     /// When the reply was sent: `bpf_ktime_get_coarse_ns`, i.e.
-    /// `CLOCK_MONOTONIC_COARSE`: `CLOCK_MONOTONIC`'s base at tick resolution.
+    /// `CLOCK_MONOTONIC_COARSE`: `CLOCK_MONOTONIC`'s base at tick resolution
+    /// (read once a tick on each CPU, so up to a tick early).
     /// The agent drains the ring on a timer, so it needs the send time to
     /// order the answer against the host's later boot steps.
     pub at_ns: u64,
@@ -395,9 +424,17 @@ pub struct ServedEvent {
     pub class: u8,
     /// The address answered, network byte order.
     pub yiaddr: [u8; 4],
-    pub _pad: [u8; 4],
+    /// The slot's sequence number: the writing CPU's event count with this
+    /// event (so never 0 for a written event, but for a wrap every 2^32).
+    /// The program sets it to 0 before it overwrites a slot and writes it
+    /// with `yiaddr`, in the slot's last 8-byte store; a reader that finds
+    /// the number it expects both before and after copying the slot has an
+    /// event that was not overwritten meanwhile.
+    pub seq: u32,
 }
 const _: () = assert!(size_of::<ServedEvent>() == 24);
+/// Byte offset of [`ServedEvent::seq`] in a slot.
+pub const SERVED_SEQ_OFFSET: usize = 20;
 
 /// Key of [`TRACED_MAP`]: a client MAC (chaddr, or the Ethernet source).
 pub type TraceKey = MacKey;

@@ -13,15 +13,18 @@ mod parse;
 mod reply;
 mod trace;
 
+use core::ptr::write_volatile;
+
 use aya_ebpf::{
     bindings::xdp_action,
+    helpers::generated::{bpf_get_smp_processor_id, bpf_jiffies64, bpf_ktime_get_coarse_ns},
     macros::{map, xdp},
-    maps::{Array, DevMap, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, DevMap, HashMap, PerCpuArray},
     programs::XdpContext,
 };
 use pxe_ebpf_common::{
-    Counter, DEFAULT_BODIES, DEFAULT_HOSTS, EVENTS_BYTES, HostRecord, MacKey, ReplyBody,
-    ServedEvent,
+    BPF_F_MMAPABLE, Counter, DEFAULT_BODIES, DEFAULT_HOSTS, EVENT_SLOTS, HostRecord, MacKey,
+    ReplyBody, SERVED_SEQ_OFFSET, ServedEvent,
 };
 
 /// `BPF_F_NO_PREALLOC`: memory follows the hosts in the map rather than the
@@ -41,22 +44,93 @@ static BODIES: Array<ReplyBody> = Array::with_max_entries(DEFAULT_BODIES, 0);
 #[map(name = "COUNTERS")]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::Count as u32, 0);
 
-/// Replies sent, for the agent's boot-progress view.
+/// Replies sent, for the agent's boot-progress view: `EVENT_SLOTS` a CPU;
+/// the agent sizes it to the possible CPUs at load time (with room after
+/// them for its read marks) and maps it into its memory.
+///
+/// A slot array rather than a BPF ring buffer: a ring buffer write takes
+/// a lock and three helper calls, which cost a fifth of a reply; here an
+/// event is a few stores into memory that only this CPU writes. A reader
+/// that falls behind loses the oldest events (and counts them) instead of
+/// the newest.
 #[map(name = "EVENTS")]
-static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
+static EVENTS: Array<ServedEvent> = Array::with_max_entries(EVENT_SLOTS, BPF_F_MMAPABLE);
 
-/// `BPF_RB_NO_WAKEUP`: the agent drains the ring on a timer; waking it for
-/// every reply would cost more than the reply itself.
-const BPF_RB_NO_WAKEUP: u64 = 1;
+/// Events written by each CPU so far; the next goes to slot `head % EVENT_SLOTS`.
+#[map(name = "EVENT_HEADS")]
+static EVENT_HEADS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-/// Streams a sent reply; a full ring loses the event, not the reply.
+/// Streams a sent reply into this CPU's event slots.
 #[inline(always)]
 pub fn served(event: &ServedEvent) {
-    if EVENTS
-        .output::<ServedEvent>(event, BPF_RB_NO_WAKEUP)
-        .is_err()
-    {
+    let Some(head) = EVENT_HEADS.get_ptr_mut(0) else {
         count(Counter::EventLost);
+        return;
+    };
+    // SAFETY: a helper without arguments or side effects (inlined by the
+    // verifier).
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    // SAFETY: a per-CPU slot is only touched by this CPU, with preemption off.
+    let n = unsafe { *head };
+    let index = cpu
+        .wrapping_mul(EVENT_SLOTS)
+        .wrapping_add(n as u32 & (EVENT_SLOTS - 1));
+    // A CPU past the slots the agent made room for loses its events.
+    let Some(slot) = EVENTS.get_ptr_mut(index) else {
+        count(Counter::EventLost);
+        return;
+    };
+    let mut event = *event;
+    event.seq = (n as u32).wrapping_add(1);
+    // SAFETY: `ServedEvent` is 24 plain bytes, three aligned words.
+    let words: [u64; 3] = unsafe { core::mem::transmute(event) };
+    let to = slot.cast::<u64>();
+    // SAFETY: `slot` is this CPU's map value, 24 bytes and 8-byte aligned.
+    // Volatile, in this order: the sequence is cleared first and set by the
+    // last store, so a reader never takes a half-written slot for a whole
+    // one (see `ServedEvent::seq`).
+    unsafe {
+        write_volatile(slot.cast::<u8>().add(SERVED_SEQ_OFFSET).cast::<u32>(), 0);
+        write_volatile(to, words[0]);
+        write_volatile(to.add(1), words[1]);
+        write_volatile(to.add(2), words[2]);
+        *head = n + 1;
+    }
+}
+
+/// A CPU's last reading of the coarse clock and the jiffy it was taken in.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CoarseClock {
+    jiffies: u64,
+    ns: u64,
+}
+
+#[map(name = "CLOCK")]
+static CLOCK: PerCpuArray<CoarseClock> = PerCpuArray::with_max_entries(1, 0);
+
+/// `bpf_ktime_get_coarse_ns`, read at most once a jiffy on each CPU.
+///
+/// The coarse clock only moves at the tick, so within a jiffy a cached
+/// reading is the reading; where a CPU sees the new jiffy before the tick
+/// has moved the clock, the cached time is one tick early, within the
+/// clock's own resolution. `bpf_jiffies64` is inlined by the verifier; the
+/// clock is a helper call, which costs as much as a tenth of a reply.
+#[inline(always)]
+pub fn coarse_ns() -> u64 {
+    // SAFETY: helpers without arguments or side effects.
+    let now = unsafe { bpf_jiffies64() };
+    let Some(clock) = CLOCK.get_ptr_mut(0) else {
+        // SAFETY: as above.
+        return unsafe { bpf_ktime_get_coarse_ns() };
+    };
+    // SAFETY: a per-CPU slot is only touched by this CPU, with preemption off.
+    unsafe {
+        if (*clock).jiffies != now {
+            (*clock).ns = bpf_ktime_get_coarse_ns();
+            (*clock).jiffies = now;
+        }
+        (*clock).ns
     }
 }
 

@@ -7,7 +7,9 @@
 //! ciaddr, giaddr, chaddr) plus the L2/L3/L4 headers.
 
 use aya_ebpf::{
-    helpers::generated::{bpf_ktime_get_coarse_ns, bpf_xdp_adjust_tail, bpf_xdp_store_bytes},
+    helpers::generated::{bpf_xdp_adjust_tail, bpf_xdp_store_bytes},
+    macros::map,
+    maps::PerCpuArray,
     programs::XdpContext,
 };
 use network_types::{eth::EthHdr, ip::Ipv4Hdr, udp::UdpHdr};
@@ -77,15 +79,35 @@ pub fn handle(ctx: &XdpContext) -> Outcome {
             _ => Outcome::NotDhcp,
         };
     }
-    if ether_type != ETH_P_IP || !is_dhcp_at(ctx, 14) {
+    if ether_type != ETH_P_IP {
         return Outcome::NotDhcp;
     }
     let Some(ip) = ptr_at::<Ipv4Hdr>(ctx, 14) else {
         return Outcome::NotDhcp;
     };
     // SAFETY: checked by `ptr_at`.
-    let (vihl, frags, tot_len) = unsafe { ((*ip).vihl, (*ip).frags, (*ip).tot_len) };
-    if vihl != 0x45 || u16::from_be_bytes(frags) & 0x3fff != 0 {
+    let (vihl, proto, frags, tot_len) =
+        unsafe { ((*ip).vihl, (*ip).proto, (*ip).frags, (*ip).tot_len) };
+    if vihl != 0x45 {
+        // IP options (or not IPv4): only DHCP among them is ours to count.
+        return if is_dhcp_at(ctx, 14) {
+            Outcome::Pass(Counter::PassIp)
+        } else {
+            Outcome::NotDhcp
+        };
+    }
+    // The same test as `is_dhcp_at`, through packet pointers: a helper call
+    // costs more than the rest of the header checks together.
+    let frags = u16::from_be_bytes(frags);
+    if proto != IPPROTO_UDP || frags & 0x1fff != 0 {
+        return Outcome::NotDhcp;
+    }
+    match ptr_at::<[u8; 4]>(ctx, 34) {
+        // SAFETY: checked by `ptr_at`.
+        Some(udp) if unsafe { u16::from_be_bytes([(*udp)[2], (*udp)[3]]) } == SERVER_PORT => {}
+        _ => return Outcome::NotDhcp,
+    }
+    if frags & 0x3fff != 0 {
         return Outcome::Pass(Counter::PassIp);
     }
     match answer(ctx, u16::from_be_bytes(tot_len) as usize) {
@@ -201,6 +223,12 @@ fn mask(a: [u8; 4], m: [u8; 4]) -> [u8; 4] {
     [a[0] & m[0], a[1] & m[1], a[2] & m[2], a[3] & m[3]]
 }
 
+/// The end option and the zeros that pad a reply to the BOOTP minimum,
+/// copied from here: a buffer on the stack would be zeroed on every reply
+/// by a call to `memset`. Map memory starts zeroed; only byte 0 is written.
+#[map(name = "TAIL")]
+static TAIL: PerCpuArray<[u8; MAX_TAIL]> = PerCpuArray::with_max_entries(1, 0);
+
 /// Stores `len` bytes of the body at `off` into the packet, both measured
 /// from the start of the BOOTP message.
 #[inline(always)]
@@ -269,10 +297,9 @@ fn splice(
     } else {
         t.csum_offer as u32
     };
+    // The end option, then zeros up to the BOOTP minimum.
+    let tail_len = len - end;
     if host_len != 0 {
-        // Exactly host_len (1..=HOST_BYTES), bounded for the verifier.
-        let n = (core::hint::black_box(host_len - 1) & (HOST_BYTES - 1)) + 1;
-        store_from(ctx, body_len, host.options.as_ptr(), n)?;
         // The record's sum is of its bytes at an even offset.
         sum = csum::add16(
             sum,
@@ -283,19 +310,36 @@ fn splice(
             },
         );
     }
-    // The end option, then zeros up to the BOOTP minimum.
-    let mut tail_bytes = [0u8; MAX_TAIL];
-    tail_bytes[0] = OPT_END;
-    // Exactly len - end (1..=MAX_TAIL), bounded for the verifier.
-    let n = (core::hint::black_box(len - end - 1) & (MAX_TAIL - 1)) + 1;
-    store_from(ctx, end, tail_bytes.as_ptr(), n)?;
+    if host_len != 0 && host_len + tail_len <= HOST_BYTES {
+        // A record with room after its options holds the end option and
+        // zeros there: options, end and padding in one store. Exactly
+        // host_len + tail_len (2..=HOST_BYTES), bounded for the verifier.
+        let n = (core::hint::black_box(host_len + tail_len - 1) & (HOST_BYTES - 1)) + 1;
+        store_from(ctx, body_len, host.options.as_ptr(), n)?;
+    } else {
+        if host_len != 0 {
+            // Exactly host_len (1..=HOST_BYTES), bounded for the verifier.
+            let n = (core::hint::black_box(host_len - 1) & (HOST_BYTES - 1)) + 1;
+            store_from(ctx, body_len, host.options.as_ptr(), n)?;
+        }
+        let tail = TAIL.get_ptr_mut(0).ok_or(Counter::Error)?;
+        // SAFETY: a per-CPU slot is only touched by this CPU, with preemption
+        // off; its bytes past the first are never written, so stay zero.
+        let tail = unsafe { &mut *tail };
+        tail[0] = OPT_END;
+        // Exactly tail_len (1..=MAX_TAIL), bounded for the verifier.
+        let n = (core::hint::black_box(tail_len - 1) & (MAX_TAIL - 1)) + 1;
+        store_from(ctx, end, tail.as_ptr(), n)?;
+    }
     sum = csum::add16(sum, if end % 2 == 0 { 0xff00 } else { 0x00ff });
     sum = csum::add4(sum, host.yiaddr);
     if ack {
-        // A variable packet offset goes through the helper, not a pointer:
-        // the verifier cannot bound pointer arithmetic on it.
-        let ack_type = DHCPACK;
-        store_from(ctx, type_off, &ack_type, 1)?;
+        // Exactly type_off (below body_len, itself below MAX_REPLY), masked
+        // so the verifier can bound the packet pointer.
+        let at = core::hint::black_box(type_off) & (MAX_REPLY.next_power_of_two() - 1);
+        let msg_type = ptr_at::<u8>(ctx, L2L3L4 + at).ok_or(Counter::Error)?;
+        // SAFETY: checked by `ptr_at`.
+        unsafe { *msg_type = DHCPACK };
         sum = csum::add4(sum, req.ciaddr);
     }
 
@@ -385,13 +429,12 @@ fn splice(
     h[38..40].copy_from_slice(&udp_len.to_be_bytes());
     h[40..42].copy_from_slice(&csum::finish(sum).to_be_bytes());
     crate::served(&ServedEvent {
-        // SAFETY: a helper without arguments or side effects.
-        at_ns: unsafe { bpf_ktime_get_coarse_ns() },
+        at_ns: crate::coarse_ns(),
         mac: req.chaddr,
         msg_type: if ack { DHCPACK } else { DHCPOFFER },
         class: class as u8,
         yiaddr: host.yiaddr,
-        _pad: [0; 4],
+        seq: 0,
     });
     Ok(Outcome::Tx(if ack {
         Counter::TxAck

@@ -83,6 +83,8 @@ mod trace;
 #[cfg(test)]
 mod vlan;
 #[cfg(test)]
+mod xdp_events;
+#[cfg(test)]
 mod xdp_mutated;
 #[cfg(test)]
 mod xdp_program;

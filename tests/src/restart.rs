@@ -298,6 +298,7 @@ fn a_program_of_another_version_is_replaced_through_the_same_link() {
             "BODIES",
             "COUNTERS",
             "EVENTS",
+            "EVENT_HEADS",
             "HOSTS",
             "TRACE",
             "TRACED",

@@ -101,16 +101,21 @@ pub struct RecordRef<'a> {
 }
 
 impl RecordRef<'_> {
-    /// The kernel's record.
+    /// The kernel's record: the options, then, when there is room, the end
+    /// option, then zeros (see [`HostRecord`]).
     pub fn to_record(&self) -> HostRecord {
+        let len = self.options.len();
         let mut record = HostRecord {
             yiaddr: self.yiaddr,
             bodies: self.bodies,
             sum: self.sum,
-            len: self.options.len() as u16,
+            len: len as u16,
             options: [0; bootp::HOST_BYTES],
         };
-        record.options[..self.options.len()].copy_from_slice(self.options);
+        record.options[..len].copy_from_slice(self.options);
+        if let Some(end) = record.options.get_mut(len) {
+            *end = bootp::OPT_END;
+        }
         record
     }
 }
@@ -190,6 +195,10 @@ mod tests {
         r.sum = u16::from(n) * 3;
         for (i, b) in r.options[..len as usize].iter_mut().enumerate() {
             *b = n.wrapping_add(i as u8);
+        }
+        // The kernel's form: the end option after the options when it fits.
+        if let Some(end) = r.options.get_mut(len as usize) {
+            *end = bootp::OPT_END;
         }
         r
     }

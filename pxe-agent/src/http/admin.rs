@@ -135,6 +135,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         health: &s.boot.state.health,
         discovered,
         traced: s.boot.state.progress.trace().traced(),
+        xdp_events_lost: s.boot.state.progress.xdp_events_lost(),
         leases: &leases,
         tftp,
         http: s.boot.http_stats.snapshot(),

@@ -9,7 +9,9 @@ use std::{
 
 use aya::{
     Ebpf, EbpfError, EbpfLoader,
-    maps::{Array, DevMap, HashMap, MapData, MapError, PerCpuArray, RingBuf, xdp::XdpMapError},
+    maps::{
+        Array, DevMap, HashMap, Map, MapData, MapError, PerCpuArray, RingBuf, xdp::XdpMapError,
+    },
     pin::PinError as AyaPinError,
     programs::{
         ProgramError, ProgramInfo, Xdp, XdpMode,
@@ -18,13 +20,14 @@ use aya::{
     },
 };
 use pxe_ebpf_common::{
-    BODIES_MAP, COUNTERS_MAP, EVENTS_MAP, HOSTS_MAP, PASS_PROGRAM_NAME, PROGRAM_NAME, REDIRECT_MAP,
-    REDIRECT_PROGRAM_NAME, TRACE_GATE_MAP, TRACE_MAP, TRACED_MAP,
+    BODIES_MAP, COUNTERS_MAP, EVENT_HEADS_MAP, EVENTS_MAP, HOSTS_MAP, PASS_PROGRAM_NAME,
+    PROGRAM_NAME, REDIRECT_MAP, REDIRECT_PROGRAM_NAME, TRACE_GATE_MAP, TRACE_MAP, TRACED_MAP,
 };
 use tracing::{info, warn};
 
 use super::{
     capacity::Capacity,
+    events::{self, EventReader},
     maps::{self, Installed, Maps, SyncError, SyncReport},
     pin,
     trace::TraceFilter,
@@ -84,6 +87,13 @@ pub enum XdpError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("failed to read the possible CPUs from {path}")]
+    Cpus {
+        path: &'static str,
+        source: std::io::Error,
+    },
+    #[error("failed to open the fast path's event slots")]
+    Events(#[source] super::events::EventsError),
 }
 
 /// What starting on pins found and did, for the log and the tests.
@@ -118,7 +128,7 @@ pub struct FastPath {
     ebpf: Ebpf,
     maps: Maps,
     counters: Arc<PerCpuArray<MapData, u64>>,
-    events: Option<RingBuf<MapData>>,
+    events: Option<EventReader>,
     trace: Option<(TraceFilter, RingBuf<MapData>)>,
     current: Installed,
     link: Option<XdpLinkId>,
@@ -175,13 +185,7 @@ impl FastPath {
             name: COUNTERS_MAP,
             source,
         })?;
-        let events = ebpf
-            .take_map(EVENTS_MAP)
-            .ok_or(XdpError::Missing(EVENTS_MAP))?;
-        let events = RingBuf::try_from(events).map_err(|source| XdpError::Map {
-            name: EVENTS_MAP,
-            source,
-        })?;
+        let events = take_events(&mut ebpf)?;
         let trace = take_trace(&mut ebpf)?;
         Ok(FastPath {
             ebpf,
@@ -471,7 +475,7 @@ impl FastPath {
     }
 
     /// The stream of replies sent (once; the reader owns it).
-    pub fn take_events(&mut self) -> Option<RingBuf<MapData>> {
+    pub fn take_events(&mut self) -> Option<EventReader> {
         self.events.take()
     }
 
@@ -507,7 +511,8 @@ fn load_object(pins: Option<&Path>, capacity: Capacity) -> Result<Ebpf, XdpError
     let mut loader = EbpfLoader::new();
     loader
         .map_max_entries(HOSTS_MAP, capacity.hosts)
-        .map_max_entries(BODIES_MAP, capacity.bodies);
+        .map_max_entries(BODIES_MAP, capacity.bodies)
+        .map_max_entries(EVENTS_MAP, events::entries(possible_cpus()?));
     if let Some(dir) = pins {
         for name in pin::MAPS {
             loader.map_pin_path(name, dir.join(name));
@@ -585,12 +590,32 @@ fn pins_fit(dir: &Path, fresh: &Ebpf, running: &aya::programs::ProgramInfo) -> b
 }
 
 /// The map behind the kinds of map the program pins.
-fn map_data(map: &aya::maps::Map) -> Option<&MapData> {
-    use aya::maps::Map;
+fn map_data(map: &Map) -> Option<&MapData> {
     match map {
         Map::HashMap(m) | Map::PerCpuArray(m) | Map::RingBuf(m) | Map::Array(m) => Some(m),
         _ => None,
     }
+}
+
+fn take_events(ebpf: &mut Ebpf) -> Result<EventReader, XdpError> {
+    let mut take = |name: &'static str| ebpf.take_map(name).ok_or(XdpError::Missing(name));
+    let Map::Array(events) = take(EVENTS_MAP)? else {
+        return Err(XdpError::Map {
+            name: EVENTS_MAP,
+            source: MapError::InvalidMapType { map_type: 0 },
+        });
+    };
+    let heads = PerCpuArray::try_from(take(EVENT_HEADS_MAP)?).map_err(|source| XdpError::Map {
+        name: EVENT_HEADS_MAP,
+        source,
+    })?;
+    EventReader::new(events, heads, possible_cpus()?).map_err(XdpError::Events)
+}
+
+/// CPUs the kernel may run the program on: per-CPU maps and the event
+/// slots are sized to them.
+fn possible_cpus() -> Result<usize, XdpError> {
+    aya::util::nr_cpus().map_err(|(path, source)| XdpError::Cpus { path, source })
 }
 
 fn take_trace(ebpf: &mut Ebpf) -> Result<(TraceFilter, RingBuf<MapData>), XdpError> {

@@ -19,7 +19,8 @@ use std::{
 };
 
 use pxe_ebpf_common::{
-    BODIES_MAP, COUNTERS_MAP, EVENTS_MAP, HOSTS_MAP, TRACE_GATE_MAP, TRACE_MAP, TRACED_MAP,
+    BODIES_MAP, COUNTERS_MAP, EVENT_HEADS_MAP, EVENTS_MAP, HOSTS_MAP, TRACE_GATE_MAP, TRACE_MAP,
+    TRACED_MAP,
 };
 
 /// `BPF_FS_MAGIC` (include/uapi/linux/magic.h).
@@ -36,13 +37,15 @@ pub const PROGRAM: &str = "program";
 
 /// The maps the program uses, pinned by their names: everything the next
 /// agent needs to keep serving, counting and tracing through a program it
-/// adopts without replacing it (the rings are pinned too, so it reads on
-/// where the last agent stopped).
-pub const MAPS: [&str; 7] = [
+/// adopts without replacing it (the event slots, with the last agent's
+/// read marks, and the trace ring are pinned too, so it reads on where the
+/// last agent stopped).
+pub const MAPS: [&str; 8] = [
     HOSTS_MAP,
     BODIES_MAP,
     COUNTERS_MAP,
     EVENTS_MAP,
+    EVENT_HEADS_MAP,
     TRACE_MAP,
     TRACED_MAP,
     TRACE_GATE_MAP,

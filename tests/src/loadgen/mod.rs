@@ -192,19 +192,80 @@ pub struct KernelTime {
     pub offer: Duration,
     /// The matching SELECTING REQUEST answered with an ACK.
     pub ack: Duration,
+    /// What a call of repeat 1 adds per run over a call of repeat `runs`
+    /// ([`harness_cost`]).
+    pub harness: Duration,
 }
 
 impl KernelTime {
+    /// The mean of OFFER and ACK as the kernel reported them, one call a run.
+    pub fn per_reply(&self) -> Duration {
+        (self.offer + self.ack) / 2
+    }
+
+    /// [`KernelTime::per_reply`] less the harness: what a call with repeat
+    /// `runs` would report per run, could the program be rerun on the
+    /// request rather than on the reply it rewrote the frame into.
+    pub fn program(&self) -> Duration {
+        self.per_reply().saturating_sub(self.harness)
+    }
+
     /// The one machine-readable line `dhcp-loadgen prog-test-run` prints.
     pub fn line(&self) -> String {
         format!(
-            "prog-test-run runs={} offer_ns={} ack_ns={} per_reply_ns={}",
+            "prog-test-run runs={} offer_ns={} ack_ns={} per_reply_ns={} harness_ns={} \
+             program_ns={}",
             self.runs,
             self.offer.as_nanos(),
             self.ack.as_nanos(),
-            ((self.offer + self.ack) / 2).as_nanos(),
+            self.per_reply().as_nanos(),
+            self.harness.as_nanos(),
+            self.program().as_nanos(),
         )
     }
+}
+
+/// What timing one run per `BPF_PROG_TEST_RUN` call adds to each run, over
+/// one call that repeats the program `runs` times.
+///
+/// A reply cannot be timed with a large repeat: the kernel reruns the
+/// program on the frame it already rewrote, which times a reply being
+/// passed over. One call a run pays, each time, for the kernel's clock
+/// reads and the setup around its loop, which a large repeat spreads over
+/// all runs. This measures that part on the object's pass-only program
+/// (`pxe_pass`, which does nothing), timed both ways on the same frame:
+/// the difference of the two means.
+pub fn harness_cost(runs: u32) -> Result<Duration, String> {
+    use aya::programs::{TestRun as _, TestRunOptions, Xdp};
+    let mut ebpf = aya::Ebpf::load(pxe_agent::xdp::loader::object())
+        .map_err(|err| format!("failed to load the XDP object: {err}"))?;
+    let program: &mut Xdp = ebpf
+        .program_mut(pxe_ebpf_common::PASS_PROGRAM_NAME)
+        .ok_or("the XDP object has no pass-only program")?
+        .try_into()
+        .map_err(|err| format!("the pass-only program is not XDP: {err}"))?;
+    program
+        .load()
+        .map_err(|err| format!("the kernel refused the pass-only program: {err}"))?;
+    let frame = Req::discover([0x02, 0, 0, 0, 0, 1]).pxe(0).frame();
+    let mut out = vec![0u8; 4096];
+    let mut time = |repeat: u32| -> Result<Duration, String> {
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(&frame);
+        opts.data_out = Some(&mut out);
+        opts.repeat = repeat;
+        program
+            .test_run(opts)
+            .map(|res| res.duration)
+            .map_err(|err| format!("BPF_PROG_TEST_RUN failed: {err}"))
+    };
+    let mut single = Duration::ZERO;
+    for _ in 0..runs {
+        single += time(1)?;
+    }
+    let single = single / runs.max(1);
+    let repeated = time(runs.max(1))?;
+    Ok(single.saturating_sub(repeated))
 }
 
 /// Loads the XDP program with the test inventory and times `runs` runs each
@@ -231,7 +292,13 @@ pub fn kernel_time_per_reply(runs: u32) -> KernelTime {
     req.requested_ip = Some(host);
     req.server_id = Some(fixture.server.ip);
     let ack = fixture.time_per_run(&req.frame(), runs);
-    KernelTime { runs, offer, ack }
+    let harness = harness_cost(runs).unwrap_or_else(|err| panic!("{err}"));
+    KernelTime {
+        runs,
+        offer,
+        ack,
+        harness,
+    }
 }
 
 /// DISCOVER and REQUEST frames with the per-exchange fields patched in.

@@ -81,6 +81,7 @@ pub fn kernel_time_pinned(
         runs,
         offer: time_per_run(&program, &discover, runs),
         ack: time_per_run(&program, &request, runs),
+        harness: super::harness_cost(runs)?,
     })
 }
 
