@@ -10,6 +10,9 @@
 //!   whose CPU time the sampler adds to the server's.
 //! - `pxe-agent veth-peer` on the client end: XDP_TX replies only reach a
 //!   veth peer that runs NAPI (docs/veth.md).
+//! - A queue on both ends (`pfifo`, 100,000 packets): a veth with XDP on its
+//!   peer hands packets to a ring of 256, and without a queue drops what
+//!   does not fit; with one, the kernel (6.16 and later) holds them back.
 
 use std::path::Path;
 
@@ -78,6 +81,9 @@ impl StormLab {
             )
             .with_context(|| format!("failed to raise socket limits in {ns}"))?;
         }
+        for (ns, iface) in [(srv, lab.server_if()), (cli, cli_if)] {
+            queue(&lab, ns, iface)?;
+        }
         let peer = start_peer(&lab, agent, cli_if, None)?;
         let napi = thread_napi_of(&lab, srv, lab.server_if())?;
         Ok(StormLab { peer, lab, napi })
@@ -90,4 +96,28 @@ impl StormLab {
         }
         Ok(())
     }
+}
+
+/// Packets the queue of each end holds.
+const QUEUE_LIMIT: &str = "100000";
+
+/// Gives `iface` a queue (`pfifo`): veth then holds a packet back while
+/// its peer's ring is full, where the default (`noqueue`) drops it. A
+/// lock-step TFTP transfer pays for a dropped packet with a timeout, so
+/// drops in the lab, not the servers, decided how many machines booted.
+fn queue(lab: &Lab, ns: &str, iface: &str) -> anyhow::Result<()> {
+    let step = [
+        "tc",
+        "qdisc",
+        "replace",
+        "dev",
+        iface,
+        "root",
+        "pfifo",
+        "limit",
+        QUEUE_LIMIT,
+    ];
+    lab.run_in(ns, &step)
+        .with_context(|| format!("{ns}: {}", step.join(" ")))?;
+    Ok(())
 }
