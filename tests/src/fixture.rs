@@ -81,6 +81,16 @@ impl Fixture {
         Fixture { fast, inv, server }
     }
 
+    /// The address the test inventory reserves for [`WORKER_MAC`].
+    pub fn worker_ip(&self) -> std::net::Ipv4Addr {
+        self.inv
+            .hosts
+            .iter()
+            .find(|host| host.mac.0 == WORKER_MAC)
+            .expect("test inventory has the worker host")
+            .ip
+    }
+
     /// Runs the program once on `frame`: the XDP action and the frame after it.
     pub fn run(&self, frame: &[u8]) -> (u32, Vec<u8>) {
         let mut out = vec![0u8; 4096];

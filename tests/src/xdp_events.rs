@@ -64,13 +64,7 @@ fn every_reply_is_one_event_with_what_was_answered() {
     on_cpu0();
     let mut fx = Fixture::new();
     let mut events = reader(&mut fx);
-    let host = fx
-        .inv
-        .hosts
-        .iter()
-        .find(|h| h.mac.0 == WORKER_MAC)
-        .expect("worker host")
-        .ip;
+    let host = fx.worker_ip();
     let before = monotonic_coarse_ns();
     let mut req = Req::discover(WORKER_MAC).pxe(7);
     answer(&fx, &req.frame());

@@ -278,13 +278,7 @@ pub fn harness_cost(runs: u32) -> Result<Duration, String> {
 pub fn kernel_time_per_reply(runs: u32) -> KernelTime {
     use crate::fixture::{Fixture, WORKER_MAC};
     let fixture = Fixture::new();
-    let host = fixture
-        .inv
-        .hosts
-        .iter()
-        .find(|host| host.mac.0 == WORKER_MAC)
-        .expect("test inventory has the worker host")
-        .ip;
+    let host = fixture.worker_ip();
     let mut req = Req::discover(WORKER_MAC).pxe(0);
     req.broadcast = true;
     let offer = fixture.time_per_run(&req.frame(), runs);
