@@ -418,7 +418,8 @@ fn meta_json(
          \"mix\": {{{mix_json}}},\n  \"windowsize_share\": {},\n  \"bootfile_kib\": {},\n  \
          \"kernel_kib\": {},\n  \"initrd_kib\": {},\n  \"cpu\": {},\n  \"kernel\": {},\n  \
          \"date\": {},\n  \"nofile\": {},\n  \"server_drops\": {{\"iface_rx_dropped\": {}, \"udp_rcvbuf_errors\": {}, \
-         \"udp_sndbuf_errors\": {}, \"udp_in_errors\": {}, \"agent_storm_guard\": {guard}}},\n  \
+         \"udp_sndbuf_errors\": {}, \"udp_in_errors\": {}, \"xdp_tx_errors\": {}, \
+         \"agent_storm_guard\": {guard}}},\n  \
          \"sim_udp_rcvbuf_errors\": {},\n  \"sim_udp_sndbuf_errors\": {},\n  \"sim_error\": {sim_error}\n}}\n",
         json_string(stack.name()),
         json_string(stack.label()),
@@ -435,6 +436,7 @@ fn meta_json(
         drops.udp_rcvbuf_errors,
         drops.udp_sndbuf_errors,
         drops.udp_in_errors,
+        drops.xdp_tx_errors,
         sim_drops.0,
         sim_drops.1,
     )

@@ -125,6 +125,9 @@ pub struct Drops {
     /// ring toward the machines full: ENOBUFS, which UDP counts here).
     pub udp_sndbuf_errors: u64,
     pub udp_in_errors: u64,
+    /// Replies the XDP program sent (`XDP_TX`) that the veth could not
+    /// hand on: its peer's ring full (`ethtool -S`, `*xdp_tx_errors`).
+    pub xdp_tx_errors: u64,
     /// The agent's storm guard (slow-path rate limit) drops; `None` for
     /// stacks without its metrics.
     pub agent_storm_guard: Option<u64>,
@@ -160,6 +163,10 @@ impl Drops {
             .parse()
             .with_context(|| format!("unexpected {path}"))?;
         let snmp = udp_counters(&lab.run_in(ns, &["cat", "/proc/net/snmp"])?);
+        let xdp_tx_errors = ethtool_sum(
+            &lab.run_in(ns, &["ethtool", "-S", lab.server_if()])?,
+            "xdp_tx_errors",
+        );
         let agent_storm_guard = if agent {
             agent_metrics(net)
                 .ok()
@@ -172,6 +179,7 @@ impl Drops {
             udp_rcvbuf_errors: snmp.get("RcvbufErrors").copied().unwrap_or(0),
             udp_sndbuf_errors: snmp.get("SndbufErrors").copied().unwrap_or(0),
             udp_in_errors: snmp.get("InErrors").copied().unwrap_or(0),
+            xdp_tx_errors,
             agent_storm_guard,
         })
     }
@@ -189,11 +197,23 @@ impl Drops {
                 .udp_sndbuf_errors
                 .saturating_sub(before.udp_sndbuf_errors),
             udp_in_errors: self.udp_in_errors.saturating_sub(before.udp_in_errors),
+            xdp_tx_errors: self.xdp_tx_errors.saturating_sub(before.xdp_tx_errors),
             agent_storm_guard: self
                 .agent_storm_guard
                 .map(|after| after.saturating_sub(before.agent_storm_guard.unwrap_or(0))),
         }
     }
+}
+
+/// The sum of the `ethtool -S` counters whose names end in `suffix` (one
+/// per queue).
+fn ethtool_sum(stats: &str, suffix: &str) -> u64 {
+    stats
+        .lines()
+        .filter_map(|line| line.trim().split_once(':'))
+        .filter(|(name, _)| name.trim().ends_with(suffix))
+        .filter_map(|(_, value)| value.trim().parse::<u64>().ok())
+        .sum()
 }
 
 /// The agent's storm-guard counter, one sample per bucket.
@@ -240,5 +260,13 @@ mod tests {
         let body = "# HELP x\npxe_slow_ratelimited_total{scope=\"mac\"} 3\n\
                     pxe_slow_ratelimited_total{scope=\"unknown\"} 4\npxe_slow_other 9\n";
         assert_eq!(metric_sum(body, "pxe_slow_ratelimited_total"), 7);
+    }
+
+    #[test]
+    fn sums_an_ethtool_counter_over_queues() {
+        let stats = "NIC statistics:\n     peer_ifindex: 4\n     rx_queue_0_xdp_tx_errors: 12\n     \
+                     rx_queue_1_xdp_tx_errors: 3\n     tx_queue_0_xdp_xmit_errors: 9\n";
+        assert_eq!(ethtool_sum(stats, "xdp_tx_errors"), 15);
+        assert_eq!(ethtool_sum(stats, "absent"), 0);
     }
 }

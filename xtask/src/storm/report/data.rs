@@ -135,6 +135,10 @@ pub struct Drops {
     #[serde(default)]
     pub udp_sndbuf_errors: Option<u64>,
     pub udp_in_errors: Option<u64>,
+    /// Replies the XDP program sent that the veth dropped (not recorded by
+    /// runs before it was).
+    #[serde(default)]
+    pub xdp_tx_errors: Option<u64>,
     pub agent_storm_guard: Option<u64>,
 }
 
@@ -146,6 +150,7 @@ impl Drops {
             self.iface_rx_dropped,
             self.udp_in_errors.or(self.udp_rcvbuf_errors),
             self.udp_sndbuf_errors,
+            self.xdp_tx_errors,
             self.agent_storm_guard,
         ]
         .iter()
