@@ -433,8 +433,6 @@ pub struct ServedEvent {
     pub seq: u32,
 }
 const _: () = assert!(size_of::<ServedEvent>() == 24);
-/// Byte offset of [`ServedEvent::seq`] in a slot.
-pub const SERVED_SEQ_OFFSET: usize = 20;
 
 /// Key of [`TRACED_MAP`]: a client MAC (chaddr, or the Ethernet source).
 pub type TraceKey = MacKey;

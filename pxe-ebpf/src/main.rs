@@ -24,7 +24,7 @@ use aya_ebpf::{
 };
 use pxe_ebpf_common::{
     BPF_F_MMAPABLE, Counter, DEFAULT_BODIES, DEFAULT_HOSTS, EVENT_SLOTS, HostRecord, MacKey,
-    ReplyBody, SERVED_SEQ_OFFSET, ServedEvent,
+    ReplyBody, ServedEvent,
 };
 
 /// `BPF_F_NO_PREALLOC`: memory follows the hosts in the map rather than the
@@ -90,7 +90,7 @@ pub fn served(event: &ServedEvent) {
     // last store, so a reader never takes a half-written slot for a whole
     // one (see `ServedEvent::seq`).
     unsafe {
-        write_volatile(slot.cast::<u8>().add(SERVED_SEQ_OFFSET).cast::<u32>(), 0);
+        write_volatile(&raw mut (*slot).seq, 0);
         write_volatile(to, words[0]);
         write_volatile(to.add(1), words[1]);
         write_volatile(to.add(2), words[2]);

@@ -15,7 +15,7 @@ use std::{
 };
 
 use aya::maps::{MapData, MapError, PerCpuArray};
-use pxe_ebpf_common::{BootClass, EVENT_SLOTS, SERVED_SEQ_OFFSET, ServedEvent, bootp};
+use pxe_ebpf_common::{BootClass, EVENT_SLOTS, ServedEvent, bootp};
 use tokio::sync::watch;
 use tracing::warn;
 
@@ -163,17 +163,19 @@ impl EventReader {
     /// `cpu`'s event number `n`, unless the program has overwritten it
     /// (or is overwriting it) with a later one.
     fn read_event(&self, cpu: usize, n: u64) -> Option<ServedEvent> {
-        let slot = self.slot(cpu * EVENT_SLOTS as usize + (n % u64::from(EVENT_SLOTS)) as usize);
+        let slot = self
+            .slot(cpu * EVENT_SLOTS as usize + (n % u64::from(EVENT_SLOTS)) as usize)
+            .cast::<ServedEvent>();
         let want = (n as u32).wrapping_add(1);
         // SAFETY: an aligned u32 inside the slot.
-        let seq = || unsafe { slot.add(SERVED_SEQ_OFFSET).cast::<u32>().read_volatile() };
+        let seq = || unsafe { (&raw const (*slot).seq).read_volatile() };
         if seq() != want {
             return None;
         }
         fence(Ordering::Acquire);
         // SAFETY: 24 bytes inside the mapping; every bit pattern is a
         // valid `ServedEvent`.
-        let event = unsafe { slot.cast::<ServedEvent>().read_volatile() };
+        let event = unsafe { slot.read_volatile() };
         fence(Ordering::Acquire);
         (seq() == want).then_some(event)
     }
