@@ -1,6 +1,11 @@
 //! The relayed DHCP engine: one UDP socket on the relay address that every
 //! machine's requests leave from and every answer arrives on, answers handed
 //! to the waiting machine by xid, and the firmware and iPXE resend timers.
+//!
+//! The engine runs on a thread and runtime of its own. Each real machine's
+//! firmware has a CPU to itself; on the machines' shared runtime, answers
+//! waited behind every TFTP and HTTP task in turn, and that wait, not the
+//! server, decided how long DHCP took.
 
 use std::{
     collections::HashMap,
@@ -15,10 +20,13 @@ use dhcproto::{
     Decodable as _, Decoder,
     v4::{DhcpOption, Message, MessageType, OptionCode},
 };
-use tokio::{net::UdpSocket, sync::mpsc};
+use tokio::{
+    net::UdpSocket,
+    sync::{mpsc, oneshot},
+};
 
 use super::record::{Event, Timeline};
-use crate::rng::Rng;
+use crate::{frame::Req, rng::Rng};
 
 /// What a machine needs from an OFFER or ACK.
 #[derive(Clone, Debug)]
@@ -29,6 +37,8 @@ pub struct Answer {
     pub server_id: Option<Ipv4Addr>,
     /// Option 67, else the `file` field.
     pub bootfile: Option<String>,
+    /// When it arrived, since the storm's t0.
+    pub at: Duration,
 }
 
 impl Answer {
@@ -57,6 +67,7 @@ impl Answer {
                 siaddr: msg.siaddr(),
                 server_id,
                 bootfile,
+                at: Duration::ZERO,
             },
         ))
     }
@@ -101,6 +112,9 @@ pub struct Engine {
     server: SocketAddrV4,
     waiting: Mutex<HashMap<u32, mpsc::UnboundedSender<Answer>>>,
     timeline: Arc<Timeline>,
+    /// The engine thread's runtime, where every exchange runs.
+    runtime: tokio::runtime::Handle,
+    stop: Mutex<Option<(oneshot::Sender<()>, std::thread::JoinHandle<()>)>>,
 }
 
 /// A machine's claim on an xid; answers to it arrive on `answers` until it
@@ -111,13 +125,31 @@ pub struct Round {
     answers: mpsc::UnboundedReceiver<Answer>,
 }
 
+/// What one DISCOVER/REQUEST round gave.
+#[derive(Debug)]
+pub struct Dora {
+    /// When the first DISCOVER left, since t0.
+    pub started: Duration,
+    pub discover_tx: u32,
+    pub request_tx: u32,
+    /// The OFFER, or why there was none.
+    pub offer: anyhow::Result<Answer>,
+    /// The ACK, or why there was none; `None` without an OFFER.
+    pub ack: Option<anyhow::Result<Answer>>,
+}
+
 impl Engine {
-    /// Binds `relay:67` and sends to `server:67`.
-    pub fn bind(
+    /// Binds `relay:67`, sends to `server:67`, and starts the engine's
+    /// thread; [`Engine::stop`] ends it.
+    pub fn start(
         relay: Ipv4Addr,
         server: Ipv4Addr,
         timeline: Arc<Timeline>,
-    ) -> anyhow::Result<Engine> {
+    ) -> anyhow::Result<Arc<Engine>> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("failed to start the DHCP engine's runtime")?;
         let std_socket = std::net::UdpSocket::bind((relay, 67))
             .with_context(|| format!("failed to bind the relay socket {relay}:67"))?;
         std_socket.set_nonblocking(true)?;
@@ -135,25 +167,56 @@ impl Engine {
                 );
             }
         }
-        Ok(Engine {
-            socket: UdpSocket::from_std(std_socket)?,
+        let socket = {
+            let _inside = runtime.enter();
+            UdpSocket::from_std(std_socket)?
+        };
+        let engine = Arc::new(Engine {
+            socket,
             server: SocketAddrV4::new(server, 67),
             waiting: Mutex::new(HashMap::new()),
             timeline,
-        })
+            runtime: runtime.handle().clone(),
+            stop: Mutex::new(None),
+        });
+        let (stop, stopped) = oneshot::channel();
+        let receiver = Arc::clone(&engine);
+        let thread = std::thread::Builder::new()
+            .name("storm-dhcp".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    tokio::select! {
+                        () = receiver.receive() => {}
+                        _ = stopped => {}
+                    }
+                });
+            })
+            .context("failed to start the DHCP engine's thread")?;
+        *engine.stop.lock().unwrap_or_else(|e| e.into_inner()) = Some((stop, thread));
+        Ok(engine)
     }
 
-    /// Hands answers to the machines waiting on their xid; runs for ever.
-    pub async fn receive(self: Arc<Engine>) {
+    /// Ends the engine's thread; exchanges still running end with it.
+    pub fn stop(&self) {
+        let taken = self.stop.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((stop, thread)) = taken {
+            let _ = stop.send(());
+            let _ = thread.join();
+        }
+    }
+
+    /// Hands answers to the machines waiting on their xid until stopped.
+    async fn receive(self: Arc<Engine>) {
         let mut buf = vec![0u8; 2048];
         loop {
             let Ok((len, _)) = self.socket.recv_from(&mut buf).await else {
                 continue;
             };
-            let Some((xid, answer)) = Answer::parse(&buf[..len]) else {
+            let Some((xid, mut answer)) = Answer::parse(&buf[..len]) else {
                 self.timeline.count(Event::Recv);
                 continue;
             };
+            answer.at = self.timeline.now();
             self.timeline.count(Event::DhcpAnswer);
             let waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(tx) = waiting.get(&xid) {
@@ -162,8 +225,61 @@ impl Engine {
         }
     }
 
+    /// Runs DISCOVER→OFFER then REQUEST→ACK for `req` on the engine's
+    /// thread, with `waits[0]` between DISCOVERs and `waits[1]` between
+    /// REQUESTs; the REQUEST asks for the offered address of the offering
+    /// server.
+    pub async fn dora(self: &Arc<Engine>, mut req: Req, waits: [Vec<Duration>; 2]) -> Dora {
+        let engine = Arc::clone(self);
+        let exchange = self.runtime.spawn(async move {
+            let mut round = engine.round(req.xid);
+            let started = engine.timeline.now();
+            req.msg_type = MessageType::Discover;
+            let (offer, discover_tx) = round
+                .exchange(&req.payload(), &waits[0], MessageType::Offer)
+                .await;
+            let mut dora = Dora {
+                started,
+                discover_tx,
+                request_tx: 0,
+                offer,
+                ack: None,
+            };
+            let requested = match &dora.offer {
+                Ok(offer) => leased(offer).map(|ip| (ip, offer.server_id)),
+                Err(_) => return dora,
+            };
+            let (ip, server_id) = match requested {
+                Ok(requested) => requested,
+                Err(err) => {
+                    dora.offer = Err(err);
+                    return dora;
+                }
+            };
+            req.msg_type = MessageType::Request;
+            req.requested_ip = Some(ip);
+            req.server_id = server_id;
+            let (ack, request_tx) = round
+                .exchange(&req.payload(), &waits[1], MessageType::Ack)
+                .await;
+            dora.request_tx = request_tx;
+            dora.ack = Some(ack);
+            dora
+        });
+        match exchange.await {
+            Ok(dora) => dora,
+            Err(err) => Dora {
+                started: self.timeline.now(),
+                discover_tx: 0,
+                request_tx: 0,
+                offer: Err(anyhow::anyhow!("DHCP engine stopped: {err}")),
+                ack: None,
+            },
+        }
+    }
+
     /// Claims `xid` for one DHCP round.
-    pub fn round(self: &Arc<Engine>, xid: u32) -> Round {
+    fn round(self: &Arc<Engine>, xid: u32) -> Round {
         let (tx, answers) = mpsc::unbounded_channel();
         self.waiting
             .lock()
@@ -190,7 +306,7 @@ impl Drop for Round {
 impl Round {
     /// Sends `payload` on `waits` until an answer of type `want` arrives (a
     /// NAK fails); returns it and how many times the request was sent.
-    pub async fn exchange(
+    async fn exchange(
         &mut self,
         payload: &[u8],
         waits: &[Duration],

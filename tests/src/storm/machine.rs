@@ -5,7 +5,6 @@
 use std::{net::Ipv4Addr, sync::Arc};
 
 use anyhow::{Context as _, bail};
-use dhcproto::v4::MessageType;
 
 use super::{
     Context,
@@ -258,8 +257,9 @@ async fn get(
     Ok(response.body)
 }
 
-/// DISCOVER→OFFER then REQUEST→ACK on `schedule`, each with its own waits;
-/// records times and send counts (the iPXE ones with `ipxe`).
+/// DISCOVER→OFFER then REQUEST→ACK on `schedule`, each with its own waits,
+/// run by the DHCP engine; records times (as the answers arrived) and send
+/// counts (the iPXE ones with `ipxe`).
 async fn dora(
     ctx: &Context,
     req: &mut Req,
@@ -268,40 +268,31 @@ async fn dora(
     record: &mut Record,
     ipxe: bool,
 ) -> anyhow::Result<(Answer, Answer)> {
-    let timeline = &ctx.timeline;
-    let mut round = ctx.dhcp.round(req.xid);
-    req.msg_type = MessageType::Discover;
-    if !ipxe {
-        record.start = Some(timeline.now());
-    }
-    let (offer, sent) = round
-        .exchange(&req.payload(), &schedule.draw(rng), MessageType::Offer)
-        .await;
-    *if ipxe {
-        &mut record.ipxe_discover_tx
+    let waits = [schedule.draw(rng), schedule.draw(rng)];
+    let done = ctx.dhcp.dora(req.clone(), waits).await;
+    let (discover_tx, request_tx, ack_at) = if ipxe {
+        (
+            &mut record.ipxe_discover_tx,
+            &mut record.ipxe_request_tx,
+            &mut record.ipxe_ack,
+        )
     } else {
-        &mut record.discover_tx
-    } = sent;
-    let offer = offer.context("DISCOVER")?;
+        record.start = Some(done.started);
+        (
+            &mut record.discover_tx,
+            &mut record.request_tx,
+            &mut record.ack,
+        )
+    };
+    *discover_tx = done.discover_tx;
+    *request_tx = done.request_tx;
+    let offer = done.offer.context("DISCOVER")?;
     if !ipxe {
-        record.offer = Some(timeline.now());
+        record.offer = Some(offer.at);
     }
-    req.msg_type = MessageType::Request;
     req.requested_ip = Some(dhcp::leased(&offer)?);
     req.server_id = offer.server_id;
-    let (ack, sent) = round
-        .exchange(&req.payload(), &schedule.draw(rng), MessageType::Ack)
-        .await;
-    *if ipxe {
-        &mut record.ipxe_request_tx
-    } else {
-        &mut record.request_tx
-    } = sent;
-    let ack = ack.context("REQUEST")?;
-    *if ipxe {
-        &mut record.ipxe_ack
-    } else {
-        &mut record.ack
-    } = Some(timeline.now());
+    let ack = done.ack.context("no REQUEST sent")?.context("REQUEST")?;
+    *ack_at = Some(ack.at);
     Ok((offer, ack))
 }

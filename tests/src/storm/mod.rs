@@ -1,6 +1,7 @@
 //! The boot storm simulator: N machines, each running the real netboot chain
-//! with firmware and iPXE timers from its own address behind a DHCP relay,
-//! all on one runtime with one shared relay socket.
+//! with firmware and iPXE timers from its own address behind a DHCP relay:
+//! the machines on one runtime, their DHCP on the engine's own thread with
+//! one shared relay socket.
 
 pub mod dhcp;
 pub mod http;
@@ -87,12 +88,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
         .context("failed to start the runtime")?;
     let records = runtime.block_on(async {
         let timeline = Arc::new(Timeline::new(Instant::now()));
-        let engine = Arc::new(dhcp::Engine::bind(
-            opts.relay,
-            opts.server,
-            Arc::clone(&timeline),
-        )?);
-        let receiver = tokio::spawn(Arc::clone(&engine).receive());
+        let engine = dhcp::Engine::start(opts.relay, opts.server, Arc::clone(&timeline))?;
         let sampler = tokio::spawn(sample_cpu(Arc::clone(&timeline)));
         let ctx = Arc::new(Context {
             server: opts.server,
@@ -102,7 +98,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
             phone_home_port: opts.phone_home_port,
             uuid: opts.uuid,
             timeline: Arc::clone(&timeline),
-            dhcp: engine,
+            dhcp: Arc::clone(&engine),
             sockets: Semaphore::new(permits),
         });
         let t0 = tokio::time::Instant::from_std(timeline.t0());
@@ -135,7 +131,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Summary> {
         for task in tasks {
             records.push(task.await.context("a machine's task panicked")?);
         }
-        receiver.abort();
+        engine.stop();
         sampler.abort();
         anyhow::Ok((records, timeline))
     })?;
