@@ -41,8 +41,14 @@ pub async fn request(
         .connect(SocketAddr::V4(url.addr))
         .await
         .with_context(|| format!("connect to {} failed", url.addr))?;
+    // iPXE names a length only for a request with content: its POST.
+    let length = if method == "POST" {
+        "Content-Length: 0\r\n"
+    } else {
+        ""
+    };
     let head = format!(
-        "{method} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: iPXE/1.21.1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+        "{method} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: iPXE/1.21.1\r\nConnection: close\r\n{length}\r\n",
         url.path, url.authority
     );
     stream
