@@ -17,8 +17,11 @@ use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 use tokio_util::io::ReaderStream;
 use tracing::{info, warn};
 
-/// Chunk size of file bodies.
-const CHUNK: usize = 256 * 1024;
+/// Chunk size of the file bodies this path sends (the requests the
+/// sendfile loop leaves to axum). Each connection holds up to about three
+/// chunks at once (the file read, the stream's buffer, hyper's queue), so
+/// the size bounds the memory a storm of such requests takes.
+const CHUNK: usize = 64 * 1024;
 
 /// The file under `root` that `rel` names, or `None` when `rel` would leave
 /// the root (`..`, absolute paths, symlinks pointing outside, NUL bytes).

@@ -258,10 +258,12 @@ fn parse_head(buf: &[u8]) -> Parsed {
                 keep_alive || v.contains("keep-alive")
             };
         }
-        if name == axum::http::header::CONTENT_LENGTH
-            || name == axum::http::header::TRANSFER_ENCODING
-        {
-            // A request with a body is not a file fetch.
+        // A request with a body is not a file fetch; `Content-Length: 0`,
+        // which some clients send on every request, announces none.
+        let body = name == axum::http::header::TRANSFER_ENCODING
+            || (name == axum::http::header::CONTENT_LENGTH
+                && value.as_bytes().trim_ascii() != b"0");
+        if body {
             return Parsed::Other;
         }
         map.append(name, value);
@@ -858,5 +860,22 @@ hosts:
             parse_head(b"\x16\x03\x01 not http\r\n\r\n"),
             Parsed::Other
         ));
+    }
+
+    #[test]
+    fn an_empty_announced_body_is_still_a_file_fetch() {
+        let Parsed::Head(h) =
+            parse_head(b"GET /artifacts/vmlinuz HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+        else {
+            panic!("GET with Content-Length: 0 left to hyper")
+        };
+        assert_eq!(h.path, "/artifacts/vmlinuz");
+        for head in [
+            &b"GET /x HTTP/1.1\r\nContent-Length: 1\r\n\r\nx"[..],
+            b"GET /x HTTP/1.1\r\nContent-Length: 00\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        ] {
+            assert!(matches!(parse_head(head), Parsed::Other), "{head:?}");
+        }
     }
 }
