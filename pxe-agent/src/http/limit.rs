@@ -44,8 +44,10 @@ impl Default for Limits {
 
 /// Listen backlog of the boot listener: where a boot storm past
 /// `max_connections` waits. The kernel caps it at `net.core.somaxconn`
-/// (4096 by default since Linux 5.4).
-pub const BACKLOG: u32 = 4096;
+/// (4096 by default since Linux 5.4), so the node's setting decides: a
+/// room of machines fetching at once needs more than 4096 places, or the
+/// ones past it resend their SYN after 1, 3, 7... seconds.
+pub const BACKLOG: u32 = 65535;
 
 /// Binds the boot listener with [`BACKLOG`].
 pub fn bind(addr: std::net::SocketAddr) -> io::Result<tokio::net::TcpListener> {
