@@ -25,6 +25,7 @@ mod sample;
 mod stacks;
 
 use std::{
+    collections::BTreeMap,
     fmt::Write as _,
     fs,
     path::{Path, PathBuf},
@@ -206,11 +207,25 @@ fn run_one(
         );
         let before = Drops::read(&net, stack == Stack::PxeAgent)?;
         let sim_before = sample::sim_udp_drops(&net)?;
+        let tcp_before = [
+            sample::tcp_counters(&net, net.lab.server_ns())?,
+            sample::tcp_counters(&net, net.lab.client_ns())?,
+        ];
         let sampler = Sampler::start(running.pids(), net.napi, out.join("server.csv"));
         let sim = simulate(args, bins, &net, &machines, out);
         sampler.finish()?;
         let after = Drops::read(&net, stack == Stack::PxeAgent)?;
         let sim_after = sample::sim_udp_drops(&net)?;
+        let tcp = [
+            sample::growth(
+                &tcp_before[0],
+                &sample::tcp_counters(&net, net.lab.server_ns())?,
+            ),
+            sample::growth(
+                &tcp_before[1],
+                &sample::tcp_counters(&net, net.lab.client_ns())?,
+            ),
+        ];
         let sim_drops = (
             sim_after.0.saturating_sub(sim_before.0),
             sim_after.1.saturating_sub(sim_before.1),
@@ -242,6 +257,7 @@ fn run_one(
                 stack,
                 &after.since(&before),
                 sim_drops,
+                &tcp,
                 sim_error.as_deref(),
             ),
         )?;
@@ -394,8 +410,21 @@ fn meta_json(
     stack: Stack,
     drops: &Drops,
     sim_drops: (u64, u64),
+    tcp: &[BTreeMap<String, u64>; 2],
     sim_error: Option<&str>,
 ) -> String {
+    let object = |counters: &BTreeMap<String, u64>| {
+        let fields: Vec<String> = counters
+            .iter()
+            .map(|(name, v)| format!("{}: {v}", json_string(name)))
+            .collect();
+        format!("{{{}}}", fields.join(", "))
+    };
+    let tcp_json = format!(
+        "{{\"server\": {}, \"sim\": {}}}",
+        object(&tcp[0]),
+        object(&tcp[1])
+    );
     let mix = parse_mix(&args.mix).unwrap_or_default();
     let mix_json = CLASSES
         .iter()
@@ -420,7 +449,8 @@ fn meta_json(
          \"date\": {},\n  \"nofile\": {},\n  \"server_drops\": {{\"iface_rx_dropped\": {}, \"udp_rcvbuf_errors\": {}, \
          \"udp_sndbuf_errors\": {}, \"udp_in_errors\": {}, \"xdp_tx_errors\": {}, \
          \"agent_storm_guard\": {guard}}},\n  \
-         \"sim_udp_rcvbuf_errors\": {},\n  \"sim_udp_sndbuf_errors\": {},\n  \"sim_error\": {sim_error}\n}}\n",
+         \"sim_udp_rcvbuf_errors\": {},\n  \"sim_udp_sndbuf_errors\": {},\n  \"tcp\": {tcp_json},\n  \
+         \"sim_error\": {sim_error}\n}}\n",
         json_string(stack.name()),
         json_string(stack.label()),
         args.spread,

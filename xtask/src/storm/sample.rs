@@ -231,10 +231,62 @@ fn metric_sum(body: &str, name: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
-/// The `Udp:` counters of `/proc/net/snmp` by name (a header line, then a
-/// line of values).
+/// The `Udp:` counters of `/proc/net/snmp` by name.
 fn udp_counters(snmp: &str) -> BTreeMap<String, u64> {
-    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    counters(snmp, "Udp:")
+}
+
+/// TCP counters that tell a congested or memory-starved lab apart from a
+/// slow server: resends and timeouts, memory pressure and what it pruned,
+/// full accept queues, aborted connections.
+const TCP_COUNTERS: [&str; 10] = [
+    "RetransSegs",
+    "TCPTimeouts",
+    "TCPAbortOnTimeout",
+    "TCPMemoryPressures",
+    "TCPRcvPruned",
+    "TCPOFODrop",
+    "TCPRcvQDrop",
+    "TCPBacklogDrop",
+    "ListenOverflows",
+    "TCPZeroWindowDrop",
+];
+
+/// [`TCP_COUNTERS`] in namespace `ns` (`Tcp:` of `/proc/net/snmp`,
+/// `TcpExt:` of `/proc/net/netstat`).
+pub fn tcp_counters(net: &StormLab, ns: &str) -> anyhow::Result<BTreeMap<String, u64>> {
+    let text = net
+        .lab
+        .run_in(ns, &["cat", "/proc/net/snmp", "/proc/net/netstat"])?;
+    let mut all = counters(&text, "Tcp:");
+    all.extend(counters(&text, "TcpExt:"));
+    Ok(TCP_COUNTERS
+        .iter()
+        .map(|name| ((*name).to_owned(), all.get(*name).copied().unwrap_or(0)))
+        .collect())
+}
+
+/// What each counter grew by from `before` to `after`.
+pub fn growth(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(name, v)| {
+            let was = before.get(name).copied().unwrap_or(0);
+            (name.clone(), v.saturating_sub(was))
+        })
+        .collect()
+}
+
+/// The counters of the `prefix` lines of a `/proc/net/snmp`-style text
+/// by name (a header line, then a line of values).
+fn counters(text: &str, prefix: &str) -> BTreeMap<String, u64> {
+    let mut udp = text.lines().filter(|l| {
+        l.strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with(' '))
+    });
     let (Some(names), Some(values)) = (udp.next(), udp.next()) else {
         return BTreeMap::new();
     };
@@ -260,6 +312,19 @@ mod tests {
         let body = "# HELP x\npxe_slow_ratelimited_total{scope=\"mac\"} 3\n\
                     pxe_slow_ratelimited_total{scope=\"unknown\"} 4\npxe_slow_other 9\n";
         assert_eq!(metric_sum(body, "pxe_slow_ratelimited_total"), 7);
+    }
+
+    #[test]
+    fn reads_tcp_counters_of_both_files_apart() {
+        let text = "Tcp: RtoAlgorithm RetransSegs\nTcp: 1 40\n\
+                    TcpExt: SyncookiesSent TCPTimeouts\nTcpExt: 0 6\n";
+        assert_eq!(counters(text, "Tcp:")["RetransSegs"], 40);
+        assert!(!counters(text, "Tcp:").contains_key("TCPTimeouts"));
+        assert_eq!(counters(text, "TcpExt:")["TCPTimeouts"], 6);
+        let before = BTreeMap::from([("a".to_owned(), 3)]);
+        let after = BTreeMap::from([("a".to_owned(), 10), ("b".to_owned(), 2)]);
+        let grew = growth(&before, &after);
+        assert_eq!((grew["a"], grew["b"]), (7, 2));
     }
 
     #[test]
