@@ -890,6 +890,35 @@ async fn start_tftp(
         .collect())
 }
 
+/// Queue priority of the DHCP replies the slow path sends
+/// (`TC_PRIO_INTERACTIVE`): the first band of `pfifo_fast`, the qdisc of a
+/// host without `fq_codel`, so a reply does not wait behind the boot files
+/// queued on the same link. The fast path's replies (`XDP_TX`) pass no
+/// queue at all.
+const DHCP_PRIORITY: libc::c_int = 6;
+
+/// Gives the DHCP socket `fd` [`DHCP_PRIORITY`] (`SO_PRIORITY`; values up
+/// to 6 need no privilege).
+fn prefer_dhcp(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let value = DHCP_PRIORITY;
+    // SAFETY: the value is a c_int of the size given, the fd is open.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PRIORITY,
+            (&raw const value).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Sets a socket's receive buffer past `rmem_max` (`SO_RCVBUFFORCE`, which
 /// the agent's CAP_NET_ADMIN allows), else as far as `rmem_max` lets it.
 fn force_recv_buffer(sock: &socket2::Socket, bytes: usize) -> std::io::Result<()> {
@@ -1263,6 +1292,14 @@ fn start_slow_path(
     }
     let raw = RawSocket::send_only(&iface.name)
         .with_context(|| format!("failed to open a raw socket on {}", iface.name))?;
+    for fd in [
+        std::os::fd::AsFd::as_fd(&sock),
+        std::os::fd::AsFd::as_fd(&raw),
+    ] {
+        if let Err(e) = prefer_dhcp(fd) {
+            warn!(error = %e, "could not give the DHCP sockets their queue priority");
+        }
+    }
     let limits = cfg.limits;
     let server = iface.server;
     info!(iface = %iface.name, "slow path listening on UDP port 67");
@@ -1300,6 +1337,14 @@ fn start_boot_server(
     sock.set_read_timeout(Some(Duration::from_millis(100)))?;
     let raw = RawSocket::send_only(&iface.name)
         .with_context(|| format!("failed to open a raw socket on {}", iface.name))?;
+    for fd in [
+        std::os::fd::AsFd::as_fd(&sock),
+        std::os::fd::AsFd::as_fd(&raw),
+    ] {
+        if let Err(e) = prefer_dhcp(fd) {
+            warn!(error = %e, "could not give the PXE boot server's sockets their queue priority");
+        }
+    }
     let server = iface.server;
     info!(iface = %iface.name, "PXE boot server listening on UDP port {port}");
     let sock: std::net::UdpSocket = sock.into();
@@ -1507,6 +1552,28 @@ mod tests {
     use std::{fmt::Write as _, fs, process};
 
     use super::*;
+
+    #[test]
+    fn dhcp_sockets_get_the_first_band_of_the_hosts_queue() {
+        use std::os::fd::{AsFd as _, AsRawFd as _};
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        prefer_dhcp(sock.as_fd()).expect("SO_PRIORITY");
+        let mut value: libc::c_int = -1;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: value and len describe a c_int buffer; the fd is open.
+        let rc = unsafe {
+            libc::getsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PRIORITY,
+                (&raw mut value).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0);
+        // TC_PRIO_INTERACTIVE: band 0 in pfifo_fast's default priomap.
+        assert_eq!(value, 6);
+    }
 
     /// A directory laid out as the interfaces ConfigMap is mounted.
     fn interface_dir(files: &[(&str, &str)]) -> PathBuf {

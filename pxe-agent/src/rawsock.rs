@@ -5,7 +5,7 @@
 use std::{
     ffi::CString,
     io,
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::{AsFd, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
     time::Duration,
 };
 
@@ -15,6 +15,12 @@ const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 
 pub struct RawSocket {
     fd: OwnedFd,
+}
+
+impl AsFd for RawSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
 }
 
 impl RawSocket {
