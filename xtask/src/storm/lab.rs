@@ -10,9 +10,12 @@
 //!   whose CPU time the sampler adds to the server's.
 //! - `pxe-agent veth-peer` on the client end: XDP_TX replies only reach a
 //!   veth peer that runs NAPI (docs/veth.md).
-//! - A queue on both ends (`pfifo`, 100,000 packets): a veth with XDP on its
-//!   peer hands packets to a ring of 256, and without a queue drops what
-//!   does not fit; with one, the kernel (6.16 and later) holds them back.
+//! - A queue on both ends (`pfifo_fast`, 100,000 packets a band): a veth
+//!   with XDP on its peer hands packets to a ring of 256, and without a
+//!   queue drops what does not fit; with one, the kernel (6.16 and later)
+//!   holds them back. `pfifo_fast` is what a Linux host without `fq_codel`
+//!   (which this kernel lacks) queues with: three bands by socket priority,
+//!   first in first out within each.
 
 use std::path::Path;
 
@@ -44,7 +47,8 @@ pub struct StormLab {
 
 impl StormLab {
     /// Builds the topology; `agent` is the pxe-agent binary (for `veth-peer`).
-    pub fn new(agent: &Path) -> anyhow::Result<StormLab> {
+    /// `queue`: packets each end's `pfifo` holds.
+    pub fn new(agent: &Path, queue: u32) -> anyhow::Result<StormLab> {
         let lab = Lab::new_with(LAB_PREFIX, SERVER_CIDR)?;
         let (srv, cli) = (lab.server_ns(), lab.client_ns());
         let cli_if = lab.client_if();
@@ -82,7 +86,7 @@ impl StormLab {
             .with_context(|| format!("failed to raise socket limits in {ns}"))?;
         }
         for (ns, iface) in [(srv, lab.server_if()), (cli, cli_if)] {
-            queue(&lab, ns, iface)?;
+            self::queue(&lab, ns, iface, queue)?;
         }
         let peer = start_peer(&lab, agent, cli_if, None)?;
         let napi = thread_napi_of(&lab, srv, lab.server_if())?;
@@ -98,26 +102,20 @@ impl StormLab {
     }
 }
 
-/// Packets the queue of each end holds.
-const QUEUE_LIMIT: &str = "100000";
-
-/// Gives `iface` a queue (`pfifo`): veth then holds a packet back while
-/// its peer's ring is full, where the default (`noqueue`) drops it. A
-/// lock-step TFTP transfer pays for a dropped packet with a timeout, so
-/// drops in the lab, not the servers, decided how many machines booted.
-fn queue(lab: &Lab, ns: &str, iface: &str) -> anyhow::Result<()> {
-    let step = [
-        "tc",
-        "qdisc",
-        "replace",
-        "dev",
-        iface,
-        "root",
-        "pfifo",
-        "limit",
-        QUEUE_LIMIT,
+/// Gives `iface` a queue (`pfifo_fast`, `limit` packets a band): veth
+/// then holds a packet back while its peer's ring is full, where the
+/// default (`noqueue`) drops it. A lock-step TFTP transfer pays for a
+/// dropped packet with a timeout, so drops in the lab, not the servers,
+/// decided how many machines booted.
+fn queue(lab: &Lab, ns: &str, iface: &str, limit: u32) -> anyhow::Result<()> {
+    let limit = limit.to_string();
+    let steps: [&[&str]; 2] = [
+        &["ip", "link", "set", "dev", iface, "txqueuelen", &limit],
+        &["tc", "qdisc", "replace", "dev", iface, "root", "pfifo_fast"],
     ];
-    lab.run_in(ns, &step)
-        .with_context(|| format!("{ns}: {}", step.join(" ")))?;
+    for step in steps {
+        lab.run_in(ns, step)
+            .with_context(|| format!("{ns}: {}", step.join(" ")))?;
+    }
     Ok(())
 }

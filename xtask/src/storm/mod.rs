@@ -73,12 +73,19 @@ pub struct Args {
     /// Size of the boot files, KiB.
     #[arg(long, default_value_t = 64)]
     bootfile_kib: usize,
-    /// Size of the kernel, KiB.
-    #[arg(long, default_value_t = 256)]
+    /// Size of the kernel, KiB. The defaults keep the network out of the
+    /// way: 10,000 machines fetch 2.5 GiB at these sizes, where the lab's
+    /// veth (no segmentation offload with XDP on both ends) moved about
+    /// 150 MB/s in the 10,000-machine storm.
+    #[arg(long, default_value_t = 64)]
     kernel_kib: usize,
     /// Size of the initrd, KiB.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 128)]
     initrd_kib: usize,
+    /// Packets each band of the queue (`pfifo_fast`) of each end of the
+    /// lab's link holds.
+    #[arg(long, default_value_t = 100_000)]
+    link_queue: u32,
     /// Seconds after which the simulator gives up on the machines left.
     #[arg(long, default_value_t = 240)]
     limit: u64,
@@ -191,7 +198,7 @@ fn run_one(
     };
     let result = (|| {
         let files = Files::write(&scratch.join("files"), sizes)?;
-        let mut net = StormLab::new(&bins.agent)?;
+        let mut net = StormLab::new(&bins.agent, args.link_queue)?;
         let machines = out.join("machines.tsv");
         write(
             &machines,
