@@ -59,6 +59,24 @@ pub struct Lab {
     namespaces: Vec<String>,
 }
 
+/// Queues of the first veth pair: the server end's transmit queues and the
+/// client end's receive queues (each receive queue has its own ring and
+/// NAPI). One each unless a lab asks for more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Queues {
+    pub server_tx: u32,
+    pub client_rx: u32,
+}
+
+impl Default for Queues {
+    fn default() -> Queues {
+        Queues {
+            server_tx: 1,
+            client_rx: 1,
+        }
+    }
+}
+
 impl Lab {
     /// Creates a lab whose server end has [`DEFAULT_SERVER_CIDR`].
     pub fn new(prefix: &str) -> anyhow::Result<Self> {
@@ -67,6 +85,15 @@ impl Lab {
 
     /// Creates a lab whose server end has `server_cidr` (e.g. `10.66.0.1/16`).
     pub fn new_with(prefix: &str, server_cidr: &str) -> anyhow::Result<Self> {
+        Self::new_with_queues(prefix, server_cidr, Queues::default())
+    }
+
+    /// [`Lab::new_with`] with `queues` on the first veth pair.
+    pub fn new_with_queues(
+        prefix: &str,
+        server_cidr: &str,
+        queues: Queues,
+    ) -> anyhow::Result<Self> {
         ensure_root()?;
         validate_prefix(prefix)?;
         remove_stale(prefix);
@@ -85,7 +112,7 @@ impl Lab {
             namespaces: Vec::new(),
         };
         lab.create_ns(&server_ns)?;
-        lab.connect_client("cli", SERVER_IF)?;
+        lab.connect_client("cli", SERVER_IF, queues)?;
         lab.run_ip(&["addr", "add", server_cidr, "dev", SERVER_IF])
             .with_context(|| format!("failed to assign {server_cidr} to {SERVER_IF}"))?;
         Ok(lab)
@@ -126,7 +153,7 @@ impl Lab {
             server_if.len() <= 15,
             "too many client namespaces in one lab"
         );
-        self.connect_client(name, &server_if)
+        self.connect_client(name, &server_if, Queues::default())
     }
 
     /// Sets the MAC address of the first client end.
@@ -170,16 +197,47 @@ impl Lab {
         Ok(())
     }
 
-    fn connect_client(&mut self, role: &str, server_if: &str) -> anyhow::Result<Link> {
+    fn connect_client(
+        &mut self,
+        role: &str,
+        server_if: &str,
+        queues: Queues,
+    ) -> anyhow::Result<Link> {
         let client_ns = format!("{}-{role}", self.base);
         self.create_ns(&client_ns)?;
         // Created inside the server namespace with the peer placed straight
         // into the client one, so no name ever appears in the host namespace.
-        self.run_ip(&[
-            "link", "add", server_if, "type", "veth", "peer", "name", CLIENT_IF, "netns",
-            &client_ns,
-        ])
-        .with_context(|| format!("failed to create veth {server_if}/{CLIENT_IF}"))?;
+        // veth takes queue counts only when both ends name both; the
+        // counts not asked for go back to one afterwards.
+        let most = queues.server_tx.max(queues.client_rx).to_string();
+        let counts = ["numtxqueues", &most, "numrxqueues", &most];
+        let mut add = vec!["link", "add", server_if];
+        add.extend(counts);
+        add.extend(["type", "veth", "peer", "name", CLIENT_IF]);
+        add.extend(counts);
+        add.extend(["netns", &client_ns]);
+        self.run_ip(&add)
+            .with_context(|| format!("failed to create veth {server_if}/{CLIENT_IF}"))?;
+        if queues != Queues::default() {
+            let (server_tx, client_rx) =
+                (queues.server_tx.to_string(), queues.client_rx.to_string());
+            // The client end's transmit count first: veth refuses fewer
+            // receive queues on one end than transmit queues on the other.
+            let steps = [
+                (client_ns.as_str(), CLIENT_IF, ["tx", "1", "rx", &client_rx]),
+                (
+                    self.server_ns.as_str(),
+                    server_if,
+                    ["rx", "1", "tx", &server_tx],
+                ),
+            ];
+            for (ns, iface, set) in steps {
+                let mut cmd = vec!["ethtool", "-L", iface];
+                cmd.extend(set);
+                self.run_in(ns, &cmd)
+                    .with_context(|| format!("failed to set {iface}'s queues in {ns}"))?;
+            }
+        }
         self.run_ip(&["link", "set", server_if, "up"])
             .with_context(|| format!("failed to bring up {server_if}"))?;
         run(Command::new("ip").args(["-n", &client_ns, "link", "set", CLIENT_IF, "up"]))

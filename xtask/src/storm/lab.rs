@@ -10,6 +10,13 @@
 //!   whose CPU time the sampler adds to the server's.
 //! - `pxe-agent veth-peer` on the client end: XDP_TX replies only reach a
 //!   veth peer that runs NAPI (docs/veth.md).
+//! - Rings of their own for XDP answers, as a NIC has transmit rings for
+//!   XDP apart from the stack's: the client end has one receive ring per
+//!   CPU plus one, veth hands the XDP program's `XDP_TX` frames from CPU c
+//!   to ring c, and the server end's transmit-queue map (XPS) sends all of
+//!   the stack's traffic to the last. With one ring, the replies of every
+//!   stack's DHCP server still share it, as before: only XDP answers skip
+//!   the queue.
 //! - A queue on both ends (`pfifo_fast`, 100,000 packets a band): a veth
 //!   with XDP on its peer hands packets to a ring of 256, and without a
 //!   queue drops what does not fit; with one, the kernel (6.16 and later)
@@ -20,7 +27,7 @@
 use std::path::Path;
 
 use anyhow::Context as _;
-use xtask::{ChildGuard, Lab};
+use xtask::{ChildGuard, Lab, lab::Queues};
 
 use crate::bench::dhcp::testbed::{start_peer, thread_napi_of};
 
@@ -49,7 +56,12 @@ impl StormLab {
     /// Builds the topology; `agent` is the pxe-agent binary (for `veth-peer`).
     /// `queue`: packets each end's `pfifo` holds.
     pub fn new(agent: &Path, queue: u32) -> anyhow::Result<StormLab> {
-        let lab = Lab::new_with(LAB_PREFIX, SERVER_CIDR)?;
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        let queues = Queues {
+            server_tx: cpus + 1,
+            client_rx: cpus + 1,
+        };
+        let lab = Lab::new_with_queues(LAB_PREFIX, SERVER_CIDR, queues)?;
         let (srv, cli) = (lab.server_ns(), lab.client_ns());
         let cli_if = lab.client_if();
         let steps: [&[&str]; 5] = [
@@ -88,6 +100,7 @@ impl StormLab {
         for (ns, iface) in [(srv, lab.server_if()), (cli, cli_if)] {
             self::queue(&lab, ns, iface, queue)?;
         }
+        stack_to_last_queue(&lab, srv, lab.server_if(), cpus)?;
         let peer = start_peer(&lab, agent, cli_if, None)?;
         let napi = thread_napi_of(&lab, srv, lab.server_if())?;
         Ok(StormLab { peer, lab, napi })
@@ -100,6 +113,42 @@ impl StormLab {
         }
         Ok(())
     }
+}
+
+/// Sends everything the stack transmits on `iface` (of `cpus + 1` transmit
+/// queues) through the last queue, whose packets veth puts in the peer's
+/// last receive ring; the others carry no stack traffic.
+fn stack_to_last_queue(lab: &Lab, ns: &str, iface: &str, cpus: u32) -> anyhow::Result<()> {
+    for queue in 0..=cpus {
+        let mask = if queue == cpus {
+            cpu_mask(cpus)
+        } else {
+            "0".to_owned()
+        };
+        let path = format!("/sys/class/net/{iface}/queues/tx-{queue}/xps_cpus");
+        lab.run_in(ns, &["sh", "-c", &format!("echo {mask} > {path}")])
+            .with_context(|| format!("{ns}: failed to write {mask} to {path}"))?;
+    }
+    Ok(())
+}
+
+/// The hex CPU mask of CPUs `0..cpus` as sysfs takes it (groups of 32
+/// bits, comma-separated, most significant first).
+fn cpu_mask(cpus: u32) -> String {
+    let words = cpus.div_ceil(32).max(1);
+    (0..words)
+        .rev()
+        .map(|w| {
+            let bits = cpus.saturating_sub(w * 32).min(32);
+            let word = if bits == 32 {
+                u32::MAX
+            } else {
+                (1u32 << bits) - 1
+            };
+            format!("{word:08x}")
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Gives `iface` a queue (`pfifo_fast`, `limit` packets a band): veth
@@ -118,4 +167,16 @@ fn queue(lab: &Lab, ns: &str, iface: &str, limit: u32) -> anyhow::Result<()> {
             .with_context(|| format!("{ns}: {}", step.join(" ")))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_mask;
+
+    #[test]
+    fn cpu_masks_cover_every_cpu() {
+        assert_eq!(cpu_mask(2), "00000003");
+        assert_eq!(cpu_mask(32), "ffffffff");
+        assert_eq!(cpu_mask(33), "00000001,ffffffff");
+    }
 }
