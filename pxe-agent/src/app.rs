@@ -900,14 +900,31 @@ const DHCP_PRIORITY: libc::c_int = 6;
 /// Gives the DHCP socket `fd` [`DHCP_PRIORITY`] (`SO_PRIORITY`; values up
 /// to 6 need no privilege).
 fn prefer_dhcp(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    set_int_option(fd, libc::SO_PRIORITY, DHCP_PRIORITY)
+}
+
+/// Sets a socket's receive buffer past `rmem_max` (`SO_RCVBUFFORCE`, which
+/// the agent's CAP_NET_ADMIN allows), else as far as `rmem_max` lets it.
+fn force_recv_buffer(sock: &socket2::Socket, bytes: usize) -> std::io::Result<()> {
+    use std::os::fd::AsFd as _;
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    set_int_option(sock.as_fd(), libc::SO_RCVBUFFORCE, value)
+        .or_else(|_| sock.set_recv_buffer_size(bytes))
+}
+
+/// Sets the `SOL_SOCKET` option `name` of `fd` to the integer `value`.
+fn set_int_option(
+    fd: std::os::fd::BorrowedFd<'_>,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> std::io::Result<()> {
     use std::os::fd::AsRawFd as _;
-    let value = DHCP_PRIORITY;
-    // SAFETY: the value is a c_int of the size given, the fd is open.
+    // SAFETY: value is a c_int of the size given, the fd is open.
     let rc = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_PRIORITY,
+            name,
             (&raw const value).cast(),
             size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -916,28 +933,6 @@ fn prefer_dhcp(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
-    }
-}
-
-/// Sets a socket's receive buffer past `rmem_max` (`SO_RCVBUFFORCE`, which
-/// the agent's CAP_NET_ADMIN allows), else as far as `rmem_max` lets it.
-fn force_recv_buffer(sock: &socket2::Socket, bytes: usize) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd as _;
-    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: value is a c_int of the size given, the fd is open.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&raw const value).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        sock.set_recv_buffer_size(bytes)
     }
 }
 
