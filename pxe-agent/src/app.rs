@@ -903,6 +903,17 @@ fn prefer_dhcp(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
     set_int_option(fd, libc::SO_PRIORITY, DHCP_PRIORITY)
 }
 
+/// [`prefer_dhcp`] for the two sockets `role` sends from; a failure is
+/// logged, and the replies then queue with everything else.
+fn prefer_dhcp_sockets(sock: &impl std::os::fd::AsFd, raw: &RawSocket, role: &str) {
+    use std::os::fd::AsFd as _;
+    for fd in [sock.as_fd(), raw.as_fd()] {
+        if let Err(e) = prefer_dhcp(fd) {
+            warn!(error = %e, role, "could not give the DHCP sockets their queue priority");
+        }
+    }
+}
+
 /// Sets a socket's receive buffer past `rmem_max` (`SO_RCVBUFFORCE`, which
 /// the agent's CAP_NET_ADMIN allows), else as far as `rmem_max` lets it.
 fn force_recv_buffer(sock: &socket2::Socket, bytes: usize) -> std::io::Result<()> {
@@ -1287,14 +1298,7 @@ fn start_slow_path(
     }
     let raw = RawSocket::send_only(&iface.name)
         .with_context(|| format!("failed to open a raw socket on {}", iface.name))?;
-    for fd in [
-        std::os::fd::AsFd::as_fd(&sock),
-        std::os::fd::AsFd::as_fd(&raw),
-    ] {
-        if let Err(e) = prefer_dhcp(fd) {
-            warn!(error = %e, "could not give the DHCP sockets their queue priority");
-        }
-    }
+    prefer_dhcp_sockets(&sock, &raw, "slow path");
     let limits = cfg.limits;
     let server = iface.server;
     info!(iface = %iface.name, "slow path listening on UDP port 67");
@@ -1332,14 +1336,7 @@ fn start_boot_server(
     sock.set_read_timeout(Some(Duration::from_millis(100)))?;
     let raw = RawSocket::send_only(&iface.name)
         .with_context(|| format!("failed to open a raw socket on {}", iface.name))?;
-    for fd in [
-        std::os::fd::AsFd::as_fd(&sock),
-        std::os::fd::AsFd::as_fd(&raw),
-    ] {
-        if let Err(e) = prefer_dhcp(fd) {
-            warn!(error = %e, "could not give the PXE boot server's sockets their queue priority");
-        }
-    }
+    prefer_dhcp_sockets(&sock, &raw, "PXE boot server");
     let server = iface.server;
     info!(iface = %iface.name, "PXE boot server listening on UDP port {port}");
     let sock: std::net::UdpSocket = sock.into();

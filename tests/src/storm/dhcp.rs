@@ -245,20 +245,18 @@ impl Engine {
                 offer,
                 ack: None,
             };
-            let requested = match &dora.offer {
-                Ok(offer) => leased(offer).map(|ip| (ip, offer.server_id)),
-                Err(_) => return dora,
+            let Ok(offer) = &dora.offer else {
+                return dora;
             };
-            let (ip, server_id) = match requested {
-                Ok(requested) => requested,
+            req.server_id = offer.server_id;
+            match leased(offer) {
+                Ok(ip) => req.requested_ip = Some(ip),
                 Err(err) => {
                     dora.offer = Err(err);
                     return dora;
                 }
-            };
+            }
             req.msg_type = MessageType::Request;
-            req.requested_ip = Some(ip);
-            req.server_id = server_id;
             let (ack, request_tx) = round
                 .exchange(&req.payload(), &waits[1], MessageType::Ack)
                 .await;

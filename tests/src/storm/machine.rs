@@ -290,8 +290,6 @@ async fn dora(
     if !ipxe {
         record.offer = Some(offer.at);
     }
-    req.requested_ip = Some(dhcp::leased(&offer)?);
-    req.server_id = offer.server_id;
     let ack = done.ack.context("no REQUEST sent")?.context("REQUEST")?;
     *ack_at = Some(ack.at);
     Ok((offer, ack))

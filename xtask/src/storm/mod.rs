@@ -214,25 +214,14 @@ fn run_one(
         );
         let before = Drops::read(&net, stack == Stack::PxeAgent)?;
         let sim_before = sample::sim_udp_drops(&net)?;
-        let tcp_before = [
-            sample::tcp_counters(&net, net.lab.server_ns())?,
-            sample::tcp_counters(&net, net.lab.client_ns())?,
-        ];
+        let tcp_before = sample::tcp_counters(&net)?;
         let sampler = Sampler::start(running.pids(), net.napi, out.join("server.csv"));
         let sim = simulate(args, bins, &net, &machines, out);
         sampler.finish()?;
         let after = Drops::read(&net, stack == Stack::PxeAgent)?;
         let sim_after = sample::sim_udp_drops(&net)?;
-        let tcp = [
-            sample::growth(
-                &tcp_before[0],
-                &sample::tcp_counters(&net, net.lab.server_ns())?,
-            ),
-            sample::growth(
-                &tcp_before[1],
-                &sample::tcp_counters(&net, net.lab.client_ns())?,
-            ),
-        ];
+        let tcp_after = sample::tcp_counters(&net)?;
+        let tcp = [0, 1].map(|i| sample::growth(&tcp_before[i], &tcp_after[i]));
         let sim_drops = (
             sim_after.0.saturating_sub(sim_before.0),
             sim_after.1.saturating_sub(sim_before.1),

@@ -252,9 +252,17 @@ const TCP_COUNTERS: [&str; 10] = [
     "TCPZeroWindowDrop",
 ];
 
+/// [`TCP_COUNTERS`] of the server and the client namespace.
+pub fn tcp_counters(net: &StormLab) -> anyhow::Result<[BTreeMap<String, u64>; 2]> {
+    Ok([
+        tcp_counters_in(net, net.lab.server_ns())?,
+        tcp_counters_in(net, net.lab.client_ns())?,
+    ])
+}
+
 /// [`TCP_COUNTERS`] in namespace `ns` (`Tcp:` of `/proc/net/snmp`,
 /// `TcpExt:` of `/proc/net/netstat`).
-pub fn tcp_counters(net: &StormLab, ns: &str) -> anyhow::Result<BTreeMap<String, u64>> {
+fn tcp_counters_in(net: &StormLab, ns: &str) -> anyhow::Result<BTreeMap<String, u64>> {
     let text = net
         .lab
         .run_in(ns, &["cat", "/proc/net/snmp", "/proc/net/netstat"])?;
@@ -283,11 +291,11 @@ pub fn growth(
 /// The counters of the `prefix` lines of a `/proc/net/snmp`-style text
 /// by name (a header line, then a line of values).
 fn counters(text: &str, prefix: &str) -> BTreeMap<String, u64> {
-    let mut udp = text.lines().filter(|l| {
+    let mut lines = text.lines().filter(|l| {
         l.strip_prefix(prefix)
             .is_some_and(|rest| rest.starts_with(' '))
     });
-    let (Some(names), Some(values)) = (udp.next(), udp.next()) else {
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
         return BTreeMap::new();
     };
     names
