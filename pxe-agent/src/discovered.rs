@@ -106,6 +106,13 @@ impl Registry {
         self.hosts.remove(&mac);
     }
 
+    /// Forgets every MAC `known` says the inventory now holds: a walk over
+    /// the registry, which is bounded, not over the inventory, which may
+    /// be a fleet.
+    pub fn adopt_known(&mut self, known: impl Fn(MacAddr) -> bool) {
+        self.hosts.retain(|mac, _| !known(*mac));
+    }
+
     /// All entries, most recently seen first.
     pub fn list(&self) -> Vec<Discovered> {
         let mut all: Vec<Discovered> = self.hosts.values().cloned().collect();
@@ -182,5 +189,12 @@ mod tests {
         r.record(mac(1), Sighting::default(), 1);
         r.adopt(mac(1));
         assert!(r.is_empty());
+        r.record(mac(2), Sighting::default(), 1);
+        r.record(mac(3), Sighting::default(), 1);
+        r.adopt_known(|m| m == mac(3));
+        assert_eq!(
+            r.list().iter().map(|d| d.mac.clone()).collect::<Vec<_>>(),
+            [mac(2).to_string()]
+        );
     }
 }

@@ -146,26 +146,28 @@ impl State {
 
     /// Swaps in a new inventory; MACs it now lists leave the discovered set.
     pub fn replace_inventory(&self, inv: Arc<Inventory>) {
-        {
-            let mut reg = self
-                .discovered
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            for host in &inv.hosts {
-                for &mac in host.ports() {
-                    reg.adopt(mac);
-                }
-            }
-        }
+        self.discovered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .adopt_known(|mac| inv.host_by_mac(mac).is_some());
         self.leases
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .set_lease_key(inv.discovery.lease_key);
-        self.progress.set_hosts(&inv.hosts);
-        *self
-            .inventory
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = inv;
+        // A reload that changed hosts' settings, not which MACs are whose,
+        // leaves what progress tracks as it is.
+        if !self.inventory().same_ports(&inv) {
+            self.progress.set_hosts(&inv.hosts);
+        }
+        let old = std::mem::replace(
+            &mut *self
+                .inventory
+                .write()
+                .unwrap_or_else(PoisonError::into_inner),
+            inv,
+        );
+        // The lock is not held while a fleet's hosts are freed.
+        drop(old);
     }
 
     /// The address `mac` may fetch its script from: its reservation, or the

@@ -50,6 +50,18 @@ impl HostTable {
         self.position(key).map(|i| self.record(i))
     }
 
+    /// `key`'s record's parts, looked for at `*hint` first and the
+    /// position after it left in `*hint`: walking a table's keys in order
+    /// (an inventory listed by MAC) finds each without a search.
+    pub fn find_near(&self, key: &MacKey, hint: &mut usize) -> Option<RecordRef<'_>> {
+        let i = match self.keys.get(*hint) {
+            Some(k) if k == key => *hint,
+            _ => self.position(key)?,
+        };
+        *hint = i + 1;
+        Some(self.view(i))
+    }
+
     /// The MACs, in order.
     pub fn keys(&self) -> impl Iterator<Item = &MacKey> {
         self.keys.iter()
@@ -100,7 +112,18 @@ pub struct RecordRef<'a> {
     pub options: &'a [u8],
 }
 
-impl RecordRef<'_> {
+impl<'a> RecordRef<'a> {
+    /// A kernel record's parts: its options up to its length.
+    pub fn of(record: &'a HostRecord) -> RecordRef<'a> {
+        let len = usize::from(record.len).min(bootp::HOST_BYTES);
+        RecordRef {
+            yiaddr: record.yiaddr,
+            bodies: record.bodies,
+            sum: record.sum,
+            options: &record.options[..len],
+        }
+    }
+
     /// The kernel's record: the options, then, when there is room, the end
     /// option, then zeros (see [`HostRecord`]).
     pub fn to_record(&self) -> HostRecord {
@@ -120,43 +143,112 @@ impl RecordRef<'_> {
     }
 }
 
+/// Records in the order they were added, packed as a table packs them:
+/// what a compile collects before the table is sorted, without a kernel
+/// record's fixed room for options per host.
+#[derive(Clone, Debug, Default)]
+pub struct Records {
+    keys: Vec<MacKey>,
+    packed: Vec<Packed>,
+    options: Vec<u8>,
+}
+
+impl Records {
+    pub fn with_capacity(records: usize) -> Records {
+        Records {
+            keys: Vec::with_capacity(records),
+            packed: Vec::with_capacity(records),
+            options: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, key: MacKey, record: RecordRef<'_>) {
+        let len = record.options.len().min(bootp::HOST_BYTES);
+        let at = u32::try_from(self.options.len()).expect("under 4 GiB of host options");
+        self.options.extend_from_slice(&record.options[..len]);
+        self.keys.push(key);
+        self.packed.push(Packed {
+            yiaddr: record.yiaddr,
+            bodies: record.bodies,
+            sum: record.sum,
+            len: len as u16,
+            at,
+        });
+    }
+
+    /// Every record's body slots, to renumber them.
+    pub fn bodies_mut(&mut self) -> impl Iterator<Item = &mut [u32; 7]> {
+        self.packed.iter_mut().map(|p| &mut p.bodies)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// `other`'s records after these.
+    pub fn append(&mut self, other: Records) {
+        let shift = u32::try_from(self.options.len()).expect("under 4 GiB of host options");
+        self.options.extend_from_slice(&other.options);
+        self.keys.extend_from_slice(&other.keys);
+        self.packed.extend(other.packed.into_iter().map(|p| Packed {
+            at: p.at + shift,
+            ..p
+        }));
+    }
+}
+
+/// Sorted by MAC; of records with the same MAC the last one is kept, as in
+/// a map.
+impl From<Records> for HostTable {
+    fn from(records: Records) -> HostTable {
+        let Records {
+            keys,
+            packed,
+            options,
+        } = records;
+        let sorted = keys.is_sorted_by(|a, b| a < b);
+        if sorted {
+            // Already a table's layout: no copy.
+            return HostTable {
+                keys,
+                packed,
+                options,
+            };
+        }
+        // The order is sorted, not the entries. Stable: of equal MACs the
+        // last one is kept below.
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_by_key(|&i| keys[i]);
+        let mut table = HostTable {
+            keys: Vec::with_capacity(keys.len()),
+            packed: Vec::with_capacity(keys.len()),
+            options: Vec::with_capacity(options.len()),
+        };
+        let mut order = order.into_iter().peekable();
+        while let Some(i) = order.next() {
+            if order.peek().is_some_and(|&next| keys[next] == keys[i]) {
+                continue;
+            }
+            let p = packed[i];
+            let (at, len) = (p.at as usize, p.len as usize);
+            let moved = u32::try_from(table.options.len()).expect("under 4 GiB of host options");
+            table.options.extend_from_slice(&options[at..at + len]);
+            table.keys.push(keys[i]);
+            table.packed.push(Packed { at: moved, ..p });
+        }
+        table
+    }
+}
+
 /// Later records replace earlier ones of the same MAC, as in a map.
 impl FromIterator<(MacKey, HostRecord)> for HostTable {
     fn from_iter<I: IntoIterator<Item = (MacKey, HostRecord)>>(entries: I) -> HostTable {
-        let entries: Vec<(MacKey, HostRecord)> = entries.into_iter().collect();
-        // The order is sorted, not the 170-byte entries. Stable: of equal
-        // MACs the last one is kept below.
-        let mut order: Vec<usize> = (0..entries.len()).collect();
-        if !entries.is_sorted_by_key(|(key, _)| *key) {
-            order.sort_by_key(|&i| entries[i].0);
+        let entries = entries.into_iter();
+        let mut records = Records::with_capacity(entries.size_hint().0);
+        for (key, record) in entries {
+            records.push(key, RecordRef::of(&record));
         }
-        let mut table = HostTable {
-            keys: Vec::with_capacity(entries.len()),
-            packed: Vec::with_capacity(entries.len()),
-            options: Vec::new(),
-        };
-        let bytes: usize = entries.iter().map(|(_, r)| usize::from(r.len)).sum();
-        table.options.reserve_exact(bytes);
-        let mut order = order.into_iter().peekable();
-        while let Some(i) = order.next() {
-            let (key, record) = &entries[i];
-            let key = *key;
-            if order.peek().is_some_and(|&next| entries[next].0 == key) {
-                continue;
-            }
-            let len = usize::from(record.len).min(bootp::HOST_BYTES);
-            let at = u32::try_from(table.options.len()).expect("under 4 GiB of host options");
-            table.options.extend_from_slice(&record.options[..len]);
-            table.keys.push(key);
-            table.packed.push(Packed {
-                yiaddr: record.yiaddr,
-                bodies: record.bodies,
-                sum: record.sum,
-                len: len as u16,
-                at,
-            });
-        }
-        table
+        records.into()
     }
 }
 

@@ -13,8 +13,10 @@ use std::collections::HashMap;
 use pxe_ebpf_common::{BODY_WHOLE, BootClass, HostRecord, MacKey, NO_BODY, ReplyBody, bootp};
 
 use super::{
-    Decision, Reply, ReplyKind, Request, Server, encode::encode_split, fast_path,
-    host_table::HostTable,
+    Decision, Reply, ReplyKind, Request, Server,
+    encode::encode_split,
+    fast_path,
+    host_table::{HostTable, RecordRef, Records},
 };
 use crate::inventory::Host;
 use crate::inventory::{Inventory, Problem};
@@ -103,11 +105,18 @@ pub struct Reuse<'a> {
     pub compiled: &'a Compiled,
 }
 
-impl Reuse<'_> {
+impl<'a> Reuse<'a> {
     /// The record `host` (at `at` in `inv.hosts`) had, if nothing that goes
     /// into its replies changed. A reload mostly keeps hosts where they
-    /// were, so the same position is looked at before the index.
-    fn record(&self, inv: &Inventory, at: usize, host: &Host) -> Option<HostRecord> {
+    /// were, so the same position is looked at before the index, and the
+    /// record after the last one found before a search (`hint`).
+    fn record(
+        &self,
+        inv: &Inventory,
+        at: usize,
+        host: &Host,
+        hint: &mut usize,
+    ) -> Option<RecordRef<'a>> {
         let before = match self.inv.hosts.get(at) {
             Some(same) if same.mac == host.mac => same,
             _ => self.inv.host_by_mac(host.mac)?,
@@ -117,7 +126,9 @@ impl Reuse<'_> {
         {
             return None;
         }
-        self.compiled.hosts.get(&MacKey::new(host.mac.0))
+        self.compiled
+            .hosts
+            .find_near(&MacKey::new(host.mac.0), hint)
     }
 }
 
@@ -163,29 +174,32 @@ pub fn compile_reusing(
         })
     };
     let mut interner = Interner::default();
-    // Collected, then built in one go: a map built from sorted entries has
-    // full nodes, one filled by inserting in order half-empty ones.
-    let mut hosts = Vec::with_capacity(slices.iter().map(|s| s.hosts.len()).sum());
+    // Collected, then sorted into the table in one go.
+    let mut hosts = Records::default();
     let mut problems = Vec::new();
-    for slice in slices {
+    for mut slice in slices {
         let slots: Vec<u32> = slice
             .bodies
             .into_iter()
             .map(|body| interner.intern(body))
             .collect();
-        for (mac, mut record) in slice.hosts {
-            for b in &mut record.bodies {
+        for bodies in slice.hosts.bodies_mut() {
+            for b in bodies {
                 if *b != NO_BODY {
                     *b = slots[(*b & !BODY_WHOLE) as usize] | (*b & BODY_WHOLE);
                 }
             }
-            hosts.push((mac, record));
+        }
+        if hosts.is_empty() {
+            hosts = slice.hosts;
+        } else {
+            hosts.append(slice.hosts);
         }
         problems.extend(slice.problems);
     }
     if problems.is_empty() {
         Ok(Compiled {
-            hosts: hosts.into_iter().collect(),
+            hosts: hosts.into(),
             bodies: interner.bodies,
         })
     } else {
@@ -195,7 +209,7 @@ pub fn compile_reusing(
 
 /// What one thread compiled: records whose slots index its own bodies.
 struct Slice {
-    hosts: Vec<(MacKey, HostRecord)>,
+    hosts: Records,
     bodies: Vec<ReplyBody>,
     problems: Vec<Problem>,
 }
@@ -208,13 +222,22 @@ fn compile_slice(
     reuse: Option<Reuse>,
 ) -> Slice {
     let mut interner = Interner::default();
-    let mut out = Vec::with_capacity(hosts.len());
+    let mut out = Records::with_capacity(hosts.len());
     let mut problems = Vec::new();
     // The previous compile's body indices, as this slice's.
     let mut reused: HashMap<u32, u32> = HashMap::new();
+    let mut hint = 0;
+    // Every port gets the same record: nothing in a reply depends on the
+    // port (`{mac}` is the host's primary MAC), and the XDP program fills
+    // in the request's own chaddr.
+    let push = |out: &mut Records, host: &Host, record: RecordRef<'_>| {
+        for mac in host.ports() {
+            out.push(MacKey::new(mac.0), record);
+        }
+    };
     for (at, host) in (first..).zip(hosts) {
-        let kept = reuse.and_then(|r| Some((r, r.record(inv, at, host)?)));
-        let compiled = match kept {
+        let kept = reuse.and_then(|r| Some((r, r.record(inv, at, host, &mut hint)?)));
+        match kept {
             Some((r, mut record)) => {
                 for b in &mut record.bodies {
                     if *b != NO_BODY {
@@ -225,19 +248,13 @@ fn compile_slice(
                         *b = local | (*b & BODY_WHOLE);
                     }
                 }
-                Ok(Some(record))
+                push(&mut out, host, record);
             }
-            None => compile_host(inv, host, server, &mut interner),
-        };
-        match compiled {
-            // Every port gets the same record: nothing in a reply depends
-            // on the port (`{mac}` is the host's primary MAC), and the XDP
-            // program fills in the request's own chaddr.
-            Ok(Some(record)) => {
-                out.extend(host.ports().iter().map(|mac| (MacKey::new(mac.0), record)))
-            }
-            Ok(None) => {}
-            Err(problem) => problems.push(problem),
+            None => match compile_host(inv, host, server, &mut interner) {
+                Ok(Some(record)) => push(&mut out, host, RecordRef::of(&record)),
+                Ok(None) => {}
+                Err(problem) => problems.push(problem),
+            },
         }
     }
     Slice {
@@ -573,7 +590,7 @@ hosts:
         let one = compile_slice(&inv, (0, &inv.hosts), &SERVER, None);
         assert!(one.problems.is_empty());
         let one = Compiled {
-            hosts: one.hosts.into_iter().collect(),
+            hosts: one.hosts.into(),
             bodies: one.bodies,
         };
         assert_eq!(c.hosts.len(), hosts as usize);

@@ -596,6 +596,18 @@ impl Inventory {
     ///
     /// # Panics
     /// With more than `u32::MAX` hosts, which no map could hold.
+    /// Whether `other` has the same hosts by MAC: the same ports, in hosts
+    /// at the same places, with the same primary MACs.
+    pub fn same_ports(&self, other: &Inventory) -> bool {
+        self.index.by_mac == other.index.by_mac
+            && self.hosts.len() == other.hosts.len()
+            && self
+                .hosts
+                .iter()
+                .zip(&other.hosts)
+                .all(|(a, b)| a.mac == b.mac)
+    }
+
     pub fn reindex(&mut self) {
         let position = |at: usize| u32::try_from(at).expect("fewer than 2^32 hosts");
         let ports = self.hosts.iter().map(|h| h.ports().len()).sum();

@@ -82,7 +82,11 @@ impl Cut<'_> {
 /// plain block sequence under a top-level `hosts:` whose entries the cut can
 /// tell apart by their lines alone.
 fn cut(text: &str) -> Option<Cut<'_>> {
-    if text.contains('\t') || text.contains("\n---") || text.starts_with("---") {
+    let bytes = text.as_bytes();
+    if memchr::memchr(b'\t', bytes).is_some()
+        || memchr::memmem::find(bytes, b"\n---").is_some()
+        || text.starts_with("---")
+    {
         return None;
     }
     let mut lines = Lines::new(text);
@@ -97,13 +101,17 @@ fn cut(text: &str) -> Option<Cut<'_>> {
     let mut entries: Vec<(usize, usize)> = Vec::new();
     let mut dash: Option<usize> = None;
     let mut list_end = text.len();
+    // Bytes, not chars: YAML's indentation and markers are ASCII, and a
+    // fleet's file is some 100 bytes a line.
     for (start, end, line) in lines {
-        let content = line.trim_start_matches(' ');
-        if content.trim_end().is_empty() || content.starts_with('#') {
+        let line = line.as_bytes();
+        let indent = line.iter().position(|&b| b != b' ').unwrap_or(line.len());
+        let content = &line[indent..];
+        let trimmed = content.trim_ascii_end();
+        if trimmed.is_empty() || trimmed[0] == b'#' {
             continue;
         }
-        let indent = line.len() - content.len();
-        let is_item = content.trim_end() == "-" || content.starts_with("- ");
+        let is_item = trimmed == b"-" || content.starts_with(b"- ");
         match dash {
             None if is_item => dash = Some(indent),
             // Not a block sequence (a flow list, a scalar): not cut.
@@ -126,9 +134,11 @@ fn cut(text: &str) -> Option<Cut<'_>> {
     if let Some(last) = entries.last_mut() {
         last.1 = list_end;
     }
-    let list = &text[first..list_end];
+    let list = &bytes[first..list_end];
     // Anchors, aliases, tags and merge keys tie entries to each other.
-    if list.contains(['&', '*', '!']) || list.contains("<<") {
+    if memchr::memchr3(b'&', b'*', b'!', list).is_some()
+        || memchr::memmem::find(list, b"<<").is_some()
+    {
         return None;
     }
     Some(Cut {
@@ -158,8 +168,7 @@ impl<'a> Iterator for Lines<'a> {
             return None;
         }
         let start = self.at;
-        let end = self.text[start..]
-            .find('\n')
+        let end = memchr::memchr(b'\n', &self.text.as_bytes()[start..])
             .map_or(self.text.len(), |i| start + i + 1);
         self.at = end;
         Some((start, end, &self.text[start..end]))
@@ -205,13 +214,15 @@ pub fn patch(
         return None;
     }
     let mut fresh_hosts = std::mem::take(&mut fresh.hosts).into_iter();
-    let hosts = keep
-        .iter()
-        .map(|k| match k {
-            Some(at) => Some(previous.hosts[*at].clone()),
-            None => fresh_hosts.next(),
-        })
-        .collect::<Option<Vec<_>>>()?;
+    // Sized up front: grown as it fills, the list would be copied (and its
+    // pages faulted in) several times over at fleet size.
+    let mut hosts = Vec::with_capacity(keep.len());
+    for k in &keep {
+        hosts.push(match k {
+            Some(at) => previous.hosts[*at].clone(),
+            None => fresh_hosts.next()?,
+        });
+    }
     let mut inventory = Inventory { hosts, ..fresh };
     inventory.reindex();
     // The index keeps one entry a key: fewer than the hosts (or their
