@@ -41,7 +41,7 @@ use crate::{
         boot, limit, sendfile,
         token::TokenKey,
     },
-    inventory::{Inventory, Layout, LoadError, Loaded},
+    inventory::{Host, Inventory, Layout, LoadError, Loaded},
     lease::LeaseStore,
     metrics::AgentGauges,
     netboot::NetbootStore,
@@ -343,6 +343,26 @@ fn compile(
     Ok(compiled)
 }
 
+/// glibc arenas the agent's threads share. By default glibc gives threads
+/// arenas of their own, up to eight per core; the inventory and its compiled
+/// records are built on short-lived threads (the blocking pool, the compile
+/// slices), and what each reload leaves in use pins its arena's free memory
+/// around it, where [`trim_heap`] cannot take it back: at 100,000 hosts the
+/// agent's RSS wandered between 85 and 110 MiB over a dozen one-host
+/// reloads. With two it stays between 48 and 69 MiB, at the same reload
+/// time; the serving paths allocate little and glibc's per-thread caches
+/// take most of that without the arena's lock.
+const MALLOC_ARENAS: i32 = 2;
+
+/// Called first thing in `main`, before any thread has an arena.
+pub fn limit_heap_arenas() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets an allocator parameter.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS);
+    }
+}
+
 /// Gives the heap that loading and compiling an inventory used and freed
 /// back to the system, so that the agent's RSS follows what it keeps: the
 /// parse and compile peak of a large inventory is several times what stays,
@@ -365,7 +385,11 @@ fn trim_heap() {
 /// side by side. Costs one clone of the inventory per load.
 fn settled(inv: Inventory) -> Inventory {
     trim_heap();
-    let settled = inv.clone();
+    let mut settled = inv.clone();
+    // The hosts themselves, not only the list of them.
+    for host in &mut settled.hosts {
+        *host = Arc::new(Host::clone(host));
+    }
     drop(inv);
     settled
 }

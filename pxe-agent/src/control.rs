@@ -286,6 +286,7 @@ pub fn find_host<'a>(inv: &'a Inventory, name: &str) -> Option<&'a crate::invent
     inv.hosts
         .iter()
         .find(|h| h.hostname.as_deref() == Some(name))
+        .map(|h| &**h)
 }
 
 /// What the API reads without asking the task: kept current by the task.

@@ -511,6 +511,7 @@ struct Select {
 }
 
 fn main() -> ExitCode {
+    app::limit_heap_arenas();
     let cli = Cli::parse();
     let format = match &cli.command {
         Command::Run { log_format, .. } => *log_format,

@@ -275,7 +275,7 @@ impl Progress {
     /// [`Progress::set_inventory`] with the serving inventory's hosts: a
     /// host with several ports has one entry, under its primary MAC, that
     /// each of its MACs records into and reads.
-    pub fn set_hosts(&self, hosts: &[Host]) {
+    pub fn set_hosts(&self, hosts: &[Arc<Host>]) {
         let mut tracked = self.lock();
         tracked.ports = hosts
             .iter()

@@ -8,7 +8,7 @@
 //! address and options are its record. The XDP program splices both and
 //! fills in the request's fields. There is no second reply builder.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use pxe_ebpf_common::{BODY_WHOLE, BootClass, HostRecord, MacKey, NO_BODY, ReplyBody, bootp};
 
@@ -217,7 +217,7 @@ struct Slice {
 /// Compiles `hosts`, the slice of `inv.hosts` that starts at `first`.
 fn compile_slice(
     inv: &Inventory,
-    (first, hosts): (usize, &[Host]),
+    (first, hosts): (usize, &[Arc<Host>]),
     server: &Server,
     reuse: Option<Reuse>,
 ) -> Slice {

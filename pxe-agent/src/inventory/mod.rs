@@ -25,6 +25,7 @@ use std::{
     fmt,
     net::Ipv4Addr,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 pub use error::{LoadError, Problem};
@@ -78,7 +79,7 @@ pub fn default_ipxe_script(http_port: u16) -> String {
 pub struct Inventory {
     pub subnets: Vec<Subnet>,
     pub profiles: Vec<Profile>,
-    pub hosts: Vec<Host>,
+    pub hosts: Vec<Arc<Host>>,
     /// What to do with machines that are not in `hosts`.
     pub discovery: Discovery,
     /// How iPXE clients are recognised and what they are told to load.
@@ -654,7 +655,10 @@ impl Inventory {
         if self.index.hosts == self.hosts.len() && indexed.is_none() {
             return None;
         }
-        self.hosts.iter().find(|host| host.ports().contains(&mac))
+        self.hosts
+            .iter()
+            .find(|host| host.ports().contains(&mac))
+            .map(|h| &**h)
     }
 
     /// The host reserved `ip`, through the index like
@@ -670,7 +674,7 @@ impl Inventory {
         if self.index.hosts == self.hosts.len() && indexed.is_none() {
             return None;
         }
-        self.hosts.iter().find(|host| host.ip == ip)
+        self.hosts.iter().find(|host| host.ip == ip).map(|h| &**h)
     }
 
     /// Points the default iPXE script URL at the agent's boot HTTP server

@@ -209,7 +209,7 @@ pub fn patch(
     if fresh.hosts.len() != parsed.len() {
         return None;
     }
-    let kept = keep.iter().flatten().map(|&at| &previous.hosts[at]);
+    let kept = keep.iter().flatten().map(|&at| &*previous.hosts[at]);
     if !passwords_unchanged(kept, path, secrets) {
         return None;
     }
@@ -342,11 +342,11 @@ mod tests {
         for host in &full.hosts {
             assert_eq!(
                 inv.host_by_mac(host.mac),
-                Some(host),
+                Some(&**host),
                 "index of {}",
                 host.mac
             );
-            assert_eq!(inv.host_by_ip(host.ip), Some(host));
+            assert_eq!(inv.host_by_ip(host.ip), Some(&**host));
         }
         Some(inv)
     }

@@ -1,5 +1,5 @@
 use super::*;
-use std::{collections::HashMap, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 const EXAMPLE: &str = include_str!("../../../examples/inventory.yaml");
 
@@ -105,7 +105,7 @@ fn full_format_parses_into_the_model() {
     ]);
     assert_eq!(
         inventory.hosts,
-        vec![Host {
+        vec![Arc::new(Host {
             mac: MAC1,
             // A host's only port is its `mac`: no list to allocate.
             macs: Vec::new(),
@@ -118,7 +118,7 @@ fn full_format_parses_into_the_model() {
             bmc: None,
             recovery: None,
             netboot: None,
-        }]
+        })]
     );
 }
 
@@ -1306,7 +1306,7 @@ fn range_contains_len_and_display() {
 
 fn fleet(count: u32) -> Inventory {
     let mut inventory = parse(FULL).expect("valid");
-    let template = inventory.hosts[0].clone();
+    let template = Host::clone(&inventory.hosts[0]);
     inventory.hosts = (0..count)
         .map(|n| {
             let [_, a, b, c] = n.to_be_bytes();
@@ -1318,6 +1318,7 @@ fn fleet(count: u32) -> Inventory {
                 ..template.clone()
             }
         })
+        .map(Arc::new)
         .collect();
     inventory
 }
@@ -1349,9 +1350,9 @@ fn host_by_mac_survives_hosts_changed_after_parse() {
     let mut inventory = parse(FULL).expect("valid");
     assert_eq!(inventory.index.by_mac.len(), 1, "parse builds the index");
     let added = MacAddr([0x52, 0x54, 0, 0, 0, 9]);
-    let mut host = inventory.hosts[0].clone();
+    let mut host = Host::clone(&inventory.hosts[0]);
     host.mac = added;
-    inventory.hosts.insert(0, host);
+    inventory.hosts.insert(0, Arc::new(host));
     // Stale index: node-1 moved to position 1 and `added` is unknown to it.
     assert_eq!(inventory.host_by_mac(MAC1).map(|h| h.mac), Some(MAC1));
     assert_eq!(inventory.host_by_mac(added).map(|h| h.mac), Some(added));

@@ -6,6 +6,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     net::Ipv4Addr,
+    sync::Arc,
 };
 
 use super::{
@@ -68,7 +69,7 @@ pub(super) fn validate(
     // go into a vector of exactly their number: collected from a flatten,
     // which cannot tell its length, they would get up to twice that.
     let mut kept = Vec::with_capacity(hosts.len());
-    kept.extend(hosts.into_iter().flatten());
+    kept.extend(hosts.into_iter().flatten().map(Arc::new));
     Ok(Inventory {
         subnets: subnets.into_iter().flatten().collect(),
         profiles,
