@@ -85,12 +85,12 @@ fn kept_per_host(hosts: usize) -> (usize, usize) {
 fn inventory_heap_per_host_is_small_and_flat_from_1000_to_20000_hosts() {
     let (small, small_progress) = kept_per_host(1_000);
     let (large, large_progress) = kept_per_host(20_000);
-    // A host is some 184 bytes (its name and a short option inline) and
-    // the two indexes 20: about 204, in two allocations for the fleet. A
-    // map per host, an inline BMC block or an index rounded up to a power
-    // of two each break the bound.
+    // A host is some 184 bytes (its name and a short option inline), the
+    // reference counts that let reloads share it 16, its place in the list
+    // 8 and the two indexes 20: about 228. A map per host, an inline BMC
+    // block or an index rounded up to a power of two each break the bound.
     for (hosts, bytes) in [(1_000, small), (20_000, large)] {
-        assert!(bytes <= 216, "{hosts} hosts keep {bytes} B a host");
+        assert!(bytes <= 240, "{hosts} hosts keep {bytes} B a host");
     }
     assert!(
         small.abs_diff(large) <= 8,
