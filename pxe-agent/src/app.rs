@@ -349,7 +349,7 @@ fn compile(
 /// slices), and what each reload leaves in use pins its arena's free memory
 /// around it, where [`trim_heap`] cannot take it back: at 100,000 hosts the
 /// agent's RSS wandered between 85 and 110 MiB over a dozen one-host
-/// reloads. With two it stays between 48 and 69 MiB, at the same reload
+/// reloads. With two it stays between 48 and 66 MiB, at the same reload
 /// time; the serving paths allocate little and glibc's per-thread caches
 /// take most of that without the arena's lock.
 const MALLOC_ARENAS: i32 = 2;

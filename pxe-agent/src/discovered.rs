@@ -101,12 +101,7 @@ impl Registry {
         }
     }
 
-    /// Forgets a MAC the inventory now lists.
-    pub fn adopt(&mut self, mac: MacAddr) {
-        self.hosts.remove(&mac);
-    }
-
-    /// Forgets every MAC `known` says the inventory now holds: a walk over
+    /// Forgets every MAC `known` says the inventory now lists: a walk over
     /// the registry, which is bounded, not over the inventory, which may
     /// be a fleet.
     pub fn adopt_known(&mut self, known: impl Fn(MacAddr) -> bool) {
@@ -187,7 +182,7 @@ mod tests {
     fn adopted_hosts_are_forgotten() {
         let mut r = Registry::new(2);
         r.record(mac(1), Sighting::default(), 1);
-        r.adopt(mac(1));
+        r.adopt_known(|m| m == mac(1));
         assert!(r.is_empty());
         r.record(mac(2), Sighting::default(), 1);
         r.record(mac(3), Sighting::default(), 1);

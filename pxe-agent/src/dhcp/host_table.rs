@@ -181,12 +181,12 @@ impl Records {
         self.packed.iter_mut().map(|p| &mut p.bodies)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
     /// `other`'s records after these.
     pub fn append(&mut self, other: Records) {
+        if self.keys.is_empty() {
+            *self = other;
+            return;
+        }
         let shift = u32::try_from(self.options.len()).expect("under 4 GiB of host options");
         self.options.extend_from_slice(&other.options);
         self.keys.extend_from_slice(&other.keys);

@@ -190,11 +190,7 @@ pub fn compile_reusing(
                 }
             }
         }
-        if hosts.is_empty() {
-            hosts = slice.hosts;
-        } else {
-            hosts.append(slice.hosts);
-        }
+        hosts.append(slice.hosts);
         problems.extend(slice.problems);
     }
     if problems.is_empty() {

@@ -591,12 +591,6 @@ impl Inventory {
             && *served == other.served
     }
 
-    /// Rebuilds the index behind [`Inventory::host_by_mac`] after `hosts`
-    /// changed. With duplicate MACs (which validation refuses) the first
-    /// host wins, as a scan would find it.
-    ///
-    /// # Panics
-    /// With more than `u32::MAX` hosts, which no map could hold.
     /// Whether `other` has the same hosts by MAC: the same ports, in hosts
     /// at the same places, with the same primary MACs.
     pub fn same_ports(&self, other: &Inventory) -> bool {
@@ -609,6 +603,12 @@ impl Inventory {
                 .all(|(a, b)| a.mac == b.mac)
     }
 
+    /// Rebuilds the index behind [`Inventory::host_by_mac`] after `hosts`
+    /// changed. With duplicate MACs (which validation refuses) the first
+    /// host wins, as a scan would find it.
+    ///
+    /// # Panics
+    /// With more than `u32::MAX` hosts, which no map could hold.
     pub fn reindex(&mut self) {
         let position = |at: usize| u32::try_from(at).expect("fewer than 2^32 hosts");
         let ports = self.hosts.iter().map(|h| h.ports().len()).sum();
