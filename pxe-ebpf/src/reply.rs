@@ -6,12 +6,7 @@
 //! and patches the per-request fields of RFC 2131 table 3 (xid, flags,
 //! ciaddr, giaddr, chaddr) plus the L2/L3/L4 headers.
 
-use aya_ebpf::{
-    helpers::generated::{bpf_xdp_adjust_tail, bpf_xdp_store_bytes},
-    macros::map,
-    maps::PerCpuArray,
-    programs::XdpContext,
-};
+use aya_ebpf::{helpers::generated::bpf_xdp_adjust_tail, programs::XdpContext};
 use network_types::{eth::EthHdr, ip::Ipv4Hdr, udp::UdpHdr};
 use pxe_ebpf_common::{
     BootClass, Counter, HostRecord, MacKey, ReplyBody, ReplyDestination, ServedEvent, boot_class,
@@ -223,30 +218,135 @@ fn mask(a: [u8; 4], m: [u8; 4]) -> [u8; 4] {
     [a[0] & m[0], a[1] & m[1], a[2] & m[2], a[3] & m[3]]
 }
 
-/// The end option and the zeros that pad a reply to the BOOTP minimum,
-/// copied from here: a buffer on the stack would be zeroed on every reply
-/// by a call to `memset`. Map memory starts zeroed; only byte 0 is written.
-#[map(name = "TAIL")]
-static TAIL: PerCpuArray<[u8; MAX_TAIL]> = PerCpuArray::with_max_entries(1, 0);
+/// Bytes the body is copied in: one packet bounds check each.
+const BLOCK: usize = 64;
 
-/// Stores `len` bytes of the body at `off` into the packet, both measured
-/// from the start of the BOOTP message.
+/// Copies the body's `payload[OFF_CHADDR + 6..body_len]` to the same place
+/// in the reply through packet pointers, in whole blocks from the start
+/// and one more block that ends at `body_len` (overlapping the one before
+/// it): no helper call, and a bounds check a block instead of a byte.
 #[inline(always)]
-fn store(ctx: &XdpContext, t: &ReplyBody, off: usize, len: usize) -> Result<(), Counter> {
-    // SAFETY: `off + len` is at most `t.len`, itself below MAX_REPLY, so the
-    // source stays inside `payload`.
-    store_from(ctx, off, unsafe { t.payload.as_ptr().add(off) }, len)
+fn copy_body(ctx: &XdpContext, t: &ReplyBody, body_len: usize) -> Result<(), Counter> {
+    const START: usize = OFF_CHADDR + 6;
+    // Verifier workaround: the compiler drops compares it can prove from
+    // the caller's; black_box keeps this one, which bounds the loop and
+    // the last block's offset for the verifier.
+    let body_len = core::hint::black_box(body_len);
+    if !(START + BLOCK..=MAX_REPLY).contains(&body_len) {
+        return Err(Counter::Error);
+    }
+    let mut off = START;
+    while off + BLOCK <= body_len {
+        copy_block(ctx, t, off)?;
+        off += BLOCK;
+    }
+    // Verifier workaround: as its own value, not body_len less a constant
+    // the compiler would fold into a negative offset from the packet check.
+    let last = core::hint::black_box(body_len - BLOCK);
+    if last > MAX_REPLY - BLOCK {
+        return Err(Counter::Error);
+    }
+    copy_block(ctx, t, last)
 }
 
-/// Stores `len` bytes from `from` at `off` from the start of the BOOTP
+/// Copies `payload[off..off + BLOCK]` to `off` from the start of the
+/// BOOTP message, eight bytes at a time.
+#[inline(always)]
+fn copy_block(ctx: &XdpContext, t: &ReplyBody, off: usize) -> Result<(), Counter> {
+    let to = ptr_at::<[u8; BLOCK]>(ctx, L2L3L4 + off).ok_or(Counter::Error)?;
+    let to = to.cast::<u64>();
+    // SAFETY: `off + BLOCK` is at most MAX_REPLY, inside `payload`.
+    let from = unsafe { t.payload.as_ptr().add(off) }.cast::<u64>();
+    let mut i = 0;
+    while i < BLOCK / 8 {
+        // SAFETY: both ranges were checked above; unaligned by design.
+        unsafe { to.add(i).write_unaligned(from.add(i).read_unaligned()) };
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Copies `n` bytes (at most `MAX`, a multiple of 8) from `from` to `off`
+/// from the start of the BOOTP message: whole words, then the bytes left
+/// over merged into the word that ends at `off + n`.
+#[inline(always)]
+fn copy_to_packet<const MAX: usize>(
+    ctx: &XdpContext,
+    off: usize,
+    from: *const u8,
+    n: usize,
+) -> Result<(), Counter> {
+    // Verifier workaround: black_box keeps the compares, which bound the
+    // offsets for the packet and the source.
+    let off = core::hint::black_box(off);
+    let n = core::hint::black_box(n);
+    if !(OFF_OPTIONS..MAX_REPLY).contains(&off) || n == 0 || n > MAX {
+        return Err(Counter::Error);
+    }
+    let mut i = 0;
+    while i + 8 <= MAX && i + 8 <= n {
+        // SAFETY: `i + 8 <= n <= MAX` bytes at `from` are readable.
+        let word = unsafe { from.add(i).cast::<u64>().read_unaligned() };
+        store_word(ctx, off + i, word)?;
+        i += 8;
+    }
+    if i < n {
+        // SAFETY: `i` is a multiple of 8 below `n <= MAX`, so `i + 8 <= MAX`.
+        let word = unsafe { from.add(i).cast::<u64>().read_unaligned() };
+        merge_last(ctx, off + n, word, n - i)?;
+    }
+    Ok(())
+}
+
+/// Writes the end option at `off` from the start of the BOOTP message and
+/// zeros after it, `n` bytes in all (at most `MAX_TAIL`).
+#[inline(always)]
+fn end_options(ctx: &XdpContext, off: usize, n: usize) -> Result<(), Counter> {
+    let off = core::hint::black_box(off);
+    let n = core::hint::black_box(n);
+    if !(OFF_OPTIONS..MAX_REPLY).contains(&off) || n == 0 || n > MAX_TAIL {
+        return Err(Counter::Error);
+    }
+    // The end option, then zeros, as little-endian words.
+    let word_at = |i: usize| if i == 0 { OPT_END as u64 } else { 0 };
+    let mut i = 0;
+    while i + 8 <= MAX_TAIL && i + 8 <= n {
+        store_word(ctx, off + i, word_at(i))?;
+        i += 8;
+    }
+    if i < n {
+        merge_last(ctx, off + n, word_at(i), n - i)?;
+    }
+    Ok(())
+}
+
+/// Stores `word` (little-endian) at `off` from the start of the BOOTP
 /// message.
 #[inline(always)]
-fn store_from(ctx: &XdpContext, off: usize, from: *const u8, len: usize) -> Result<(), Counter> {
-    // SAFETY: the helper bounds-checks the packet; the verifier checks that
-    // `from` has `len` readable bytes.
-    let rc =
-        unsafe { bpf_xdp_store_bytes(ctx.ctx, (L2L3L4 + off) as u32, from as *mut _, len as u32) };
-    if rc == 0 { Ok(()) } else { Err(Counter::Error) }
+fn store_word(ctx: &XdpContext, off: usize, word: u64) -> Result<(), Counter> {
+    let to = ptr_at::<[u8; 8]>(ctx, L2L3L4 + off).ok_or(Counter::Error)?;
+    // SAFETY: checked by `ptr_at`; unaligned by design.
+    unsafe { to.cast::<u64>().write_unaligned(word) };
+    Ok(())
+}
+
+/// Writes the first `r` (1..=7) bytes of `word` (little-endian) so they
+/// end at `end` from the start of the BOOTP message, keeping the 8 - r
+/// bytes before them: a copy's last bytes without a packet check for each,
+/// which the verifier cannot follow for single bytes at a variable offset.
+#[inline(always)]
+fn merge_last(ctx: &XdpContext, end: usize, word: u64, r: usize) -> Result<(), Counter> {
+    let at = ptr_at::<[u8; 8]>(ctx, L2L3L4 + end - 8).ok_or(Counter::Error)?;
+    let at = at.cast::<u64>();
+    // Bits of the bytes kept, 8..=56 for r in 1..=7 (the mask shows the
+    // compiler the shift stays below 64).
+    let kept = 8 * (8 - (r & 7)) as u64;
+    // SAFETY: checked by `ptr_at`; unaligned by design.
+    unsafe {
+        let old = at.read_unaligned();
+        at.write_unaligned((old & ((1u64 << kept) - 1)) | (word << kept));
+    }
+    Ok(())
 }
 
 #[inline(always)]
@@ -283,15 +383,10 @@ fn splice(
         }
     }
     // Packet pointers are stale after adjust_tail: every access below goes
-    // through `ptr_at` or the store helper, which re-read data/data_end.
+    // through `ptr_at`, which re-reads data/data_end.
     // The fixed fields before chaddr are written with the headers, below;
     // chaddr bytes 6..16 are zero in the reply; sname, file and options follow.
-    // Verifier workaround: the compiler drops both a compare and a mask it
-    // can prove redundant, and the verifier then sees no bound. black_box
-    // hides the range so the mask stays; with body_len in 241..MAX_REPLY
-    // this is exactly body_len - 34, at least 1 and never past `payload`.
-    let tail = (core::hint::black_box(body_len - (OFF_CHADDR + 7)) & 0x1ff) + 1;
-    store(ctx, t, OFF_CHADDR + 6, tail)?;
+    copy_body(ctx, t, body_len)?;
     let mut sum = if ack {
         t.csum_ack as u32
     } else {
@@ -312,24 +407,13 @@ fn splice(
     }
     if host_len != 0 && host_len + tail_len <= HOST_BYTES {
         // A record with room after its options holds the end option and
-        // zeros there: options, end and padding in one store. Exactly
-        // host_len + tail_len (2..=HOST_BYTES), bounded for the verifier.
-        let n = (core::hint::black_box(host_len + tail_len - 1) & (HOST_BYTES - 1)) + 1;
-        store_from(ctx, body_len, host.options.as_ptr(), n)?;
+        // zeros there: options, end and padding in one copy.
+        copy_to_packet::<HOST_BYTES>(ctx, body_len, host.options.as_ptr(), host_len + tail_len)?;
     } else {
         if host_len != 0 {
-            // Exactly host_len (1..=HOST_BYTES), bounded for the verifier.
-            let n = (core::hint::black_box(host_len - 1) & (HOST_BYTES - 1)) + 1;
-            store_from(ctx, body_len, host.options.as_ptr(), n)?;
+            copy_to_packet::<HOST_BYTES>(ctx, body_len, host.options.as_ptr(), host_len)?;
         }
-        let tail = TAIL.get_ptr_mut(0).ok_or(Counter::Error)?;
-        // SAFETY: a per-CPU slot is only touched by this CPU, with preemption
-        // off; its bytes past the first are never written, so stay zero.
-        let tail = unsafe { &mut *tail };
-        tail[0] = OPT_END;
-        // Exactly tail_len (1..=MAX_TAIL), bounded for the verifier.
-        let n = (core::hint::black_box(tail_len - 1) & (MAX_TAIL - 1)) + 1;
-        store_from(ctx, end, tail.as_ptr(), n)?;
+        end_options(ctx, end, tail_len)?;
     }
     sum = csum::add16(sum, if end % 2 == 0 { 0xff00 } else { 0x00ff });
     sum = csum::add4(sum, host.yiaddr);

@@ -60,9 +60,13 @@ hosts:
   - {mac: "52:54:00:00:00:03", ip: 10.66.1.12, profile: ruled, labels: {rack: r1}}
   - {mac: "52:54:00:00:00:04", ip: 10.77.1.13, profile: worker}
   - {mac: "52:54:00:00:00:05", ip: 10.88.1.14, profile: worker}
+  # Own options that fill the host's record (the end option follows it),
+  # and a short name with a long padding after it.
+  - {mac: "52:54:00:00:00:07", ip: 10.66.1.15, hostname: node-7, profile: worker, options: {17: "/rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr"}}
+  - {mac: "52:54:00:00:00:08", ip: 10.66.1.16, hostname: n, profile: bare}
 "#;
 
-const MACS: [[u8; 6]; 7] = [
+const MACS: [[u8; 6]; 9] = [
     [0x52, 0x54, 0, 0, 0, 1],
     [0x52, 0x54, 0, 0, 0, 2],
     // node-2's second port.
@@ -71,14 +75,18 @@ const MACS: [[u8; 6]; 7] = [
     [0x52, 0x54, 0, 0, 0, 4],
     // In the proxyDHCP subnet.
     [0x52, 0x54, 0, 0, 0, 5],
+    [0x52, 0x54, 0, 0, 0, 7],
+    [0x52, 0x54, 0, 0, 0, 8],
     [0x52, 0x54, 0, 0, 0, 0x7f],
 ];
-const ADDRESSES: [Ipv4Addr; 6] = [
+const ADDRESSES: [Ipv4Addr; 8] = [
     Ipv4Addr::new(10, 66, 1, 10),
     Ipv4Addr::new(10, 66, 1, 11),
     Ipv4Addr::new(10, 66, 1, 12),
     Ipv4Addr::new(10, 77, 1, 13),
     Ipv4Addr::new(10, 88, 1, 14),
+    Ipv4Addr::new(10, 66, 1, 15),
+    Ipv4Addr::new(10, 66, 1, 16),
     Ipv4Addr::new(10, 66, 1, 99),
 ];
 const GIADDRS: [Ipv4Addr; 4] = [

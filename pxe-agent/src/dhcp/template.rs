@@ -547,6 +547,24 @@ hosts:
     }
 
     #[test]
+    fn own_options_that_fill_the_record_stay_in_it() {
+        // node-1 (8 bytes) and a root path of 118 (120 bytes): exactly
+        // HOST_BYTES, so the record has no room for the end option and the
+        // kernel writes it after the record's options.
+        let inv = inventory(&format!("{{17: \"/{}\"}}", "r".repeat(117)));
+        let c = compile(&inv, &SERVER).expect("compiles");
+        let record = c.hosts.get(&MacKey::new(MAC)).expect("compiled");
+        assert_eq!(usize::from(record.len), bootp::HOST_BYTES);
+        assert!(
+            BootClass::ALL
+                .iter()
+                .filter_map(|class| c.body(&record, *class))
+                .all(|(_, with_host)| with_host)
+        );
+        assert_assembles_to_the_encoders(&inv, &c);
+    }
+
+    #[test]
     fn hosts_of_one_profile_share_one_body_per_class() {
         let mut yaml = String::from(
             "subnets:\n  - {cidr: 10.66.0.0/16, router: 10.66.0.1}\nprofiles:\n  - name: worker\n    \
