@@ -107,14 +107,15 @@ pub fn markdown(info: &RunInfo, rows: &[Row]) -> String {
     out
 }
 
-/// `95.0 ms (1 writes; read 30.0 ms, patched)`.
+/// `95.0 ms (1 write; read 30.0 ms, patched)`.
 fn reload(r: &Reload) -> String {
     let read = r
         .read
         .map_or_else(String::new, |d| format!("read {}, ", secs(d.as_secs_f64())));
     let how = if r.patched { "patched" } else { "whole file" };
+    let writes = if r.map_writes == 1 { "write" } else { "writes" };
     format!(
-        "{} ({} writes; {read}{how})",
+        "{} ({} {writes}; {read}{how})",
         secs(r.seconds),
         thousands(r.map_writes as f64)
     )
