@@ -320,6 +320,10 @@ fn end_options(ctx: &XdpContext, off: usize, n: usize) -> Result<(), Counter> {
     Ok(())
 }
 
+// The words below are put together and taken apart as little-endian: the
+// program is built for bpfel only.
+const _: () = assert!(cfg!(target_endian = "little"));
+
 /// Stores `word` (little-endian) at `off` from the start of the BOOTP
 /// message.
 #[inline(always)]
