@@ -266,15 +266,43 @@ fn copy_block(ctx: &XdpContext, t: &ReplyBody, off: usize) -> Result<(), Counter
     Ok(())
 }
 
+// The words below are put together and taken apart as little-endian: the
+// program is built for bpfel only.
+const _: () = assert!(cfg!(target_endian = "little"));
+
 /// Copies `n` bytes (at most `MAX`, a multiple of 8) from `from` to `off`
-/// from the start of the BOOTP message: whole words, then the bytes left
-/// over merged into the word that ends at `off + n`.
+/// from the start of the BOOTP message.
 #[inline(always)]
 fn copy_to_packet<const MAX: usize>(
     ctx: &XdpContext,
     off: usize,
     from: *const u8,
     n: usize,
+) -> Result<(), Counter> {
+    // SAFETY: `write_words` asks for words that start at a multiple of 8
+    // below `n <= MAX` and end at most at MAX, readable at `from`.
+    write_words::<MAX>(ctx, off, n, |i| unsafe {
+        from.add(i).cast::<u64>().read_unaligned()
+    })
+}
+
+/// Writes the end option at `off` from the start of the BOOTP message and
+/// zeros after it, `n` bytes in all (at most `MAX_TAIL`).
+#[inline(always)]
+fn end_options(ctx: &XdpContext, off: usize, n: usize) -> Result<(), Counter> {
+    write_words::<MAX_TAIL>(ctx, off, n, |i| if i == 0 { OPT_END as u64 } else { 0 })
+}
+
+/// Writes `n` bytes (1..=MAX, MAX a multiple of 8) at `off` from the
+/// start of the BOOTP message, the eight from byte `i` being `word_at(i)`
+/// (little-endian): whole words, then the bytes left over merged into the
+/// word that ends at `off + n`.
+#[inline(always)]
+fn write_words<const MAX: usize>(
+    ctx: &XdpContext,
+    off: usize,
+    n: usize,
+    word_at: impl Fn(usize) -> u64,
 ) -> Result<(), Counter> {
     // Verifier workaround: black_box keeps the compares, which bound the
     // offsets for the packet and the source.
@@ -285,32 +313,6 @@ fn copy_to_packet<const MAX: usize>(
     }
     let mut i = 0;
     while i + 8 <= MAX && i + 8 <= n {
-        // SAFETY: `i + 8 <= n <= MAX` bytes at `from` are readable.
-        let word = unsafe { from.add(i).cast::<u64>().read_unaligned() };
-        store_word(ctx, off + i, word)?;
-        i += 8;
-    }
-    if i < n {
-        // SAFETY: `i` is a multiple of 8 below `n <= MAX`, so `i + 8 <= MAX`.
-        let word = unsafe { from.add(i).cast::<u64>().read_unaligned() };
-        merge_last(ctx, off + n, word, n - i)?;
-    }
-    Ok(())
-}
-
-/// Writes the end option at `off` from the start of the BOOTP message and
-/// zeros after it, `n` bytes in all (at most `MAX_TAIL`).
-#[inline(always)]
-fn end_options(ctx: &XdpContext, off: usize, n: usize) -> Result<(), Counter> {
-    let off = core::hint::black_box(off);
-    let n = core::hint::black_box(n);
-    if !(OFF_OPTIONS..MAX_REPLY).contains(&off) || n == 0 || n > MAX_TAIL {
-        return Err(Counter::Error);
-    }
-    // The end option, then zeros, as little-endian words.
-    let word_at = |i: usize| if i == 0 { OPT_END as u64 } else { 0 };
-    let mut i = 0;
-    while i + 8 <= MAX_TAIL && i + 8 <= n {
         store_word(ctx, off + i, word_at(i))?;
         i += 8;
     }
@@ -319,10 +321,6 @@ fn end_options(ctx: &XdpContext, off: usize, n: usize) -> Result<(), Counter> {
     }
     Ok(())
 }
-
-// The words below are put together and taken apart as little-endian: the
-// program is built for bpfel only.
-const _: () = assert!(cfg!(target_endian = "little"));
 
 /// Stores `word` (little-endian) at `off` from the start of the BOOTP
 /// message.
