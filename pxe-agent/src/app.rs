@@ -21,7 +21,10 @@ use std::{
 
 use anyhow::Context as _;
 use axum::Router;
-use tokio::{net::TcpListener, sync::watch};
+use tokio::{
+    net::TcpListener,
+    sync::{mpsc, watch},
+};
 use tracing::{error, info, warn};
 
 use crate::{
@@ -49,7 +52,7 @@ use crate::{
     progress::Progress,
     rawsock::RawSocket,
     recovery::{self, Controller, RecoveryStore, SequencePolicy, Sequencer},
-    share::{Share, membership},
+    share::{Share, host_records, membership},
     state::State,
     tftp,
     trace::TracePath,
@@ -242,6 +245,10 @@ const TFTP_RCVBUF: usize = 8 << 20;
 
 /// Clients recorded by the slow path, kept for adoption.
 const DISCOVERED_CAPACITY: usize = 65_536;
+
+/// Boot steps shared with peers a second, at most (`share::host_records`):
+/// only steps of hosts with a BMC seen by an agent that does not own them.
+const PEER_STEP_QPS: u32 = 50;
 
 /// Loads and compiles an inventory; the error names file, host and field.
 /// `check`, `run` and every reload come through here, so a file `check`
@@ -518,8 +525,9 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
         )
         .with_netboot(netboot),
     );
-    // Shared pools: no unknown MAC is answered until a slot is claimed.
-    let peers = match &cfg.peers {
+    // Shared pools: no unknown MAC is answered, and no host's BMC acted
+    // on, until a slot is claimed.
+    let (peers, fleet) = match &cfg.peers {
         Some(p) => {
             state.set_share(Share::unclaimed(p.slots)?);
             let client = kube::Client::try_default()
@@ -531,14 +539,41 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
                 slots = p.slots,
                 "sharing the discovery pools through Leases"
             );
-            Some(tokio::spawn(membership::run(
+            let membership = tokio::spawn(membership::run(
                 p.clone(),
-                client,
+                client.clone(),
                 state.clone(),
                 shutdown.clone(),
-            )))
+            ));
+            let (netboot_tx, netboot_rx) = mpsc::unbounded_channel();
+            state.netboot.publish_to(netboot_tx);
+            let (publish, recovery_rx) = mpsc::unbounded_channel();
+            let (adopt_tx, adopt) = mpsc::unbounded_channel();
+            let records = tokio::spawn(host_records::run(
+                host_records::Config {
+                    namespace: p.namespace.clone(),
+                    node: p.node.clone(),
+                    step_qps: PEER_STEP_QPS,
+                },
+                client,
+                state.clone(),
+                host_records::Links {
+                    netboot: netboot_rx,
+                    recovery: recovery_rx,
+                    adopt: adopt_tx,
+                },
+                shutdown.clone(),
+            ));
+            let fleet = control::Fleet {
+                publish,
+                adopt,
+                // A previous owner still alive has this long to finish and
+                // share what it started.
+                hold: Duration::from_secs(u64::from(p.lease_secs)),
+            };
+            (vec![membership, records], Some(fleet))
         }
-        None => None,
+        None => (Vec::new(), None),
     };
     let stop = Arc::new(AtomicBool::new(false));
     let mut slow_threads = Vec::with_capacity(ifaces.len());
@@ -573,7 +608,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
             .context("failed to load the phone-home token key")?,
         refusal_log: Mutex::default(),
     });
-    let (oob, recovery_task) = start_recovery(&cfg, &state, shutdown.clone())?;
+    let (oob, recovery_task) = start_recovery(&cfg, &state, fleet, shutdown.clone())?;
     let recovery_task = watch_recovery(recovery_task, state.clone(), shutdown.clone());
     let admin = Arc::new(AdminState {
         counters: fasts.iter().map(FastPath::counters_handle).collect(),
@@ -665,8 +700,8 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
         .await
         .context("out-of-band control panicked")?;
     monitor.await.context("health monitor panicked")?;
-    if let Some(peers) = peers {
-        peers.await.context("pool membership panicked")?;
+    for peers in peers {
+        peers.await.context("pool membership or host records panicked")?;
     }
     for events in events {
         events.await.context("event reader panicked")?;
@@ -702,6 +737,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
 fn start_recovery(
     cfg: &RunConfig,
     state: &Arc<State>,
+    fleet: Option<control::Fleet>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<(Arc<admin::OobState>, tokio::task::JoinHandle<()>)> {
     let store =
@@ -723,6 +759,7 @@ fn start_recovery(
     let audit = Arc::new(AuditLog::open(&audit_path)?);
     let fallbacks = Arc::new(Fallbacks::new(Some(audit.clone())));
     let rx_of = state.clone();
+    let share_of = state.clone();
     let echo = cfg.oob.boot_flag_echo;
     let record = fallbacks.clone();
     let inputs = control::Inputs {
@@ -733,6 +770,8 @@ fn start_recovery(
         }),
         progress: state.progress.clone(),
         slow_path_rx: Box::new(move || rx_of.stats.rx.load(Ordering::Relaxed)),
+        share: Box::new(move || share_of.share()),
+        fleet,
     };
     let (handle, task) = control::start(inputs, state.inventory(), shutdown);
     info!(audit = %audit_path.display(), "out-of-band control running");

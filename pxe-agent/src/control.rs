@@ -9,6 +9,10 @@
 //! ([`Outcome`], [`View`]) and the last known power state of each host.
 //! It does not authenticate nor audit callers (that is `http::admin`), and
 //! does not decide recoveries (that is `recovery`).
+//!
+//! With peers it acts only on the hosts this agent owns (`Share`), divides
+//! the sequencing limits with the other live agents, shares the records
+//! of its own hosts and follows the others' ([`Fleet`]).
 
 use std::{
     collections::HashMap,
@@ -28,8 +32,10 @@ use crate::{
     inventory::{BmcSettings, Inventory, MacAddr},
     progress::{self, Progress},
     recovery::{
-        self, Action, ActionKind, Controller, Done, HostStatus, Load, Observation, Sequencer,
+        self, Action, ActionKind, Controller, Done, HostStatus, Load, Observation, Record,
+        Sequencer,
     },
+    share::Share,
 };
 
 /// How often boot progress and the slow path's request rate are read.
@@ -362,6 +368,22 @@ pub struct Inputs<B> {
     pub progress: Arc<Progress>,
     /// Requests the DHCP slow path received so far (a counter).
     pub slow_path_rx: Box<dyn Fn() -> u64 + Send>,
+    /// The share in force: which hosts this agent owns.
+    pub share: Box<dyn Fn() -> Arc<Share> + Send>,
+    /// With peers: the records shared with them.
+    pub fleet: Option<Fleet>,
+}
+
+/// The task's side of the records shared with peers
+/// (`share::host_records`).
+pub struct Fleet {
+    /// Changed records of the hosts this agent owns, to be shared.
+    pub publish: mpsc::UnboundedSender<(MacAddr, Record)>,
+    /// Records of the hosts other agents own, as they shared them.
+    pub adopt: mpsc::UnboundedReceiver<(MacAddr, Record)>,
+    /// How long a host gained from another owner waits before this agent
+    /// acts on it.
+    pub hold: Duration,
 }
 
 /// Starts the task serving `inv`; it ends when `shutdown` turns true.
@@ -387,6 +409,9 @@ pub fn start<B: Bmc + 'static>(
         inventory: Arc::new(Inventory::default()),
         progress: inputs.progress,
         slow_path_rx: inputs.slow_path_rx,
+        share: inputs.share,
+        owners_of: None,
+        fleet: inputs.fleet,
         seen: HashMap::new(),
         rx_last: None,
         slow_path_rate: 0.0,
@@ -430,6 +455,10 @@ struct Task<B> {
     inventory: Arc<Inventory>,
     progress: Arc<Progress>,
     slow_path_rx: Box<dyn Fn() -> u64 + Send>,
+    share: Box<dyn Fn() -> Arc<Share> + Send>,
+    /// The share the controller's owners were last set from.
+    owners_of: Option<Arc<Share>>,
+    fleet: Option<Fleet>,
     /// The progress step times already fed to the controller.
     seen: HashMap<MacAddr, [Option<u64>; 5]>,
     rx_last: Option<(u64, Instant)>,
@@ -469,6 +498,9 @@ impl<B: Bmc + 'static> Task<B> {
                 Ok(()) = inv_rx.changed() => {
                     let inv = inv_rx.borrow_and_update().clone();
                     self.apply(inv);
+                }
+                Some((mac, record)) = recv_adopt(&mut self.fleet) => {
+                    self.controller.adopt(mac, record, progress::now_ms());
                 }
                 Some(done) = self.executor.next(), if !self.executor.is_idle() => {
                     self.sequencer.finished(&done.action);
@@ -515,6 +547,8 @@ impl<B: Bmc + 'static> Task<B> {
         self.bmcs = bmcs;
         self.controller
             .set_hosts(recovery::plans(&inv), progress::now_ms());
+        // New hosts start owned: who owns them is settled before any tick.
+        self.owners_of = None;
         info!(
             managed = self.bmcs.len(),
             "out-of-band control has the inventory"
@@ -593,11 +627,38 @@ impl<B: Bmc + 'static> Task<B> {
         self.sequencer.push(ticket, progress::now_ms());
     }
 
+    /// Settles which hosts this agent acts on when the share changed, and
+    /// its part of the fleet's sequencing limits.
+    fn settle_owners(&mut self, now: u64) {
+        let share = (self.share)();
+        if self
+            .owners_of
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, &share))
+        {
+            return;
+        }
+        let hold = self.fleet.as_ref().map_or(0, |f| {
+            u64::try_from(f.hold.as_millis()).unwrap_or(u64::MAX)
+        });
+        self.controller
+            .set_owners(|mac| share.owns_host(mac), now, hold);
+        if let Some((rank, live)) = share.rank() {
+            self.sequencer.set_fleet(rank, live);
+        }
+        self.owners_of = Some(share);
+    }
+
     /// Ticks the controller, releases what may run and publishes the view.
     fn step(&mut self) {
         let now = progress::now_ms();
+        self.settle_owners(now);
         for action in self.controller.tick(now) {
             self.sequencer.push(action, now);
+        }
+        // Gained hosts: the steps seen while they were held are fed now.
+        for mac in self.controller.take_activated() {
+            self.seen.remove(&mac);
         }
         let load = Load {
             awaiting: self.controller.awaiting(),
@@ -676,6 +737,12 @@ impl<B: Bmc + 'static> Task<B> {
                 "recovery transition"
             );
         }
+        let changed = self.controller.take_changed();
+        if let Some(fleet) = &self.fleet {
+            for change in changed {
+                let _ = fleet.publish.send(change);
+            }
+        }
         self.publish();
     }
 
@@ -721,8 +788,10 @@ impl<B: Bmc + 'static> Task<B> {
                 Observation::PhoneHome,
             ];
             for ((time, before), kind) in times.iter().zip(seen.iter()).zip(kinds) {
-                if time.is_some() && time != before {
-                    self.controller.observe(*mac, kind, now);
+                if let Some(at) = time
+                    && time != before
+                {
+                    self.controller.observe_step(*mac, kind, *at, now);
                 }
             }
             *seen = times;
@@ -739,16 +808,31 @@ impl<B: Bmc + 'static> Task<B> {
     }
 
     fn publish(&self) {
+        let share = self.owners_of.clone().unwrap_or_else(|| (self.share)());
         let recovery = self
             .controller
             .snapshot()
             .into_iter()
-            .filter_map(|s| Some((s.mac.parse().ok()?, s)))
+            .filter_map(|mut s| {
+                let mac: MacAddr = s.mac.parse().ok()?;
+                if share.is_shared() {
+                    s.owner = share.host_owner_name(mac).map(str::to_owned);
+                }
+                Some((mac, s))
+            })
             .collect();
         let metrics = recovery::metrics::render(&self.controller, &self.sequencer);
         let mut view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
         view.recovery = recovery;
         view.metrics = metrics;
+    }
+}
+
+/// The next record a peer shared, when there are peers.
+async fn recv_adopt(fleet: &mut Option<Fleet>) -> Option<(MacAddr, Record)> {
+    match fleet {
+        Some(f) => f.adopt.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -784,27 +784,36 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     )
                 })
             };
+            // With peers, the agent that owns each host's recovery.
+            let owners = list.iter().any(|h| h.owner.is_some());
+            let owner_column = [("OWNER", 16, Align::Left)];
             let mut table = Table::new(&[
-                ("MAC", 17, Align::Left),
-                ("IP", 15, Align::Left),
-                ("HOSTNAME", 24, Align::Left),
-                ("STAGE", 9, Align::Left),
-                ("POWER", 7, Align::Left),
-                ("BMC", 20, Align::Left),
-                ("RECOVERY", 19, Align::Left),
-                ("ATTEMPTS", 8, Align::Right),
-                ("NETBOOT", 28, Align::Left),
-                ("LAST DHCP", 44, Align::Left),
-                ("LAST TFTP/SCRIPT", 44, Align::Left),
-                ("BOOTED", 44, Align::Left),
-                ("BOOT MAC", 17, Align::Left),
-                // Lowercase: not a boot stage (docs/boot.md).
-                ("declined", 32, Align::Left),
-            ]);
+                &[
+                    ("MAC", 17, Align::Left),
+                    ("IP", 15, Align::Left),
+                    ("HOSTNAME", 24, Align::Left),
+                    ("STAGE", 9, Align::Left),
+                    ("POWER", 7, Align::Left),
+                    ("BMC", 20, Align::Left),
+                    ("RECOVERY", 19, Align::Left),
+                    ("ATTEMPTS", 8, Align::Right),
+                ][..],
+                if owners { &owner_column[..] } else { &[] },
+                &[
+                    ("NETBOOT", 28, Align::Left),
+                    ("LAST DHCP", 44, Align::Left),
+                    ("LAST TFTP/SCRIPT", 44, Align::Left),
+                    ("BOOTED", 44, Align::Left),
+                    ("BOOT MAC", 17, Align::Left),
+                    // Lowercase: not a boot stage (docs/boot.md).
+                    ("declined", 32, Align::Left),
+                ],
+            ]
+            .concat());
             for h in list {
                 let p = &h.progress;
                 let middle = p.script.as_ref().or(p.tftp.as_ref()).cloned();
-                table.row(vec![
+                let mut row = vec![
                     h.mac.clone(),
                     h.ip.to_string(),
                     terminal::escape(h.hostname.as_deref().unwrap_or("-")).into_owned(),
@@ -814,6 +823,11 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     bmc_column(&h, now),
                     h.recovery.as_deref().unwrap_or("-").to_string(),
                     h.attempts.map_or("-".to_string(), |a| a.to_string()),
+                ];
+                if owners {
+                    row.push(terminal::escape(h.owner.as_deref().unwrap_or("-")).into_owned());
+                }
+                row.extend([
                     netboot_cell(&h.netboot, now),
                     step(&p.dhcp),
                     step(&middle),
@@ -821,6 +835,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     h.boot_mac.as_deref().unwrap_or("-").to_string(),
                     step(&p.declined),
                 ]);
+                table.row(row);
             }
             print!("{}", table.render());
             Ok(ExitCode::SUCCESS)

@@ -37,6 +37,9 @@ pub const SLOW_NOT_OURS: &str = "pxe_slow_not_ours_total";
 pub const SHARE_SLOT: &str = "pxe_share_slot";
 pub const SHARE_LIVE: &str = "pxe_share_live_slots";
 pub const SHARE_BUCKETS: &str = "pxe_share_buckets";
+pub const SHARE_RECORD_WRITES: &str = "pxe_share_host_record_writes_total";
+pub const SHARE_RECORDS_TAKEN: &str = "pxe_share_host_records_taken_total";
+pub const SHARE_OWNED: &str = "pxe_share_owned_hosts";
 pub const READY: &str = "pxe_ready";
 pub const NETBOOT_CHANGES: &str = "pxe_netboot_changes_total";
 pub const NETBOOT_REFUSED: &str = "pxe_netboot_refused_total";
@@ -395,6 +398,44 @@ pub fn render_share(share: &Share) -> String {
     o.0
 }
 
+/// The hosts' records shared with peer agents: writes by result, peers'
+/// records taken by kind, and how many managed hosts this agent owns.
+pub fn render_host_records(s: &crate::share::host_records::Stats, owned: usize) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut o = Out(String::new());
+    o.head(
+        SHARE_RECORD_WRITES,
+        "counter",
+        "Writes of this agent's changes to the hosts' shared records (Leases), by result.",
+    );
+    for (result, n) in [
+        ("ok", &s.writes_ok),
+        ("conflict", &s.write_conflicts),
+        ("failed", &s.writes_failed),
+    ] {
+        o.sample(SHARE_RECORD_WRITES, &format!("result=\"{result}\""), n.load(Relaxed));
+    }
+    o.head(
+        SHARE_RECORDS_TAKEN,
+        "counter",
+        "Peers' records this agent took: netboot records, recovery records of hosts it does not own, boot steps.",
+    );
+    for (kind, n) in [
+        ("netboot", &s.taken_netboot),
+        ("recovery", &s.taken_recovery),
+        ("step", &s.taken_steps),
+    ] {
+        o.sample(SHARE_RECORDS_TAKEN, &format!("kind=\"{kind}\""), n.load(Relaxed));
+    }
+    o.head(
+        SHARE_OWNED,
+        "gauge",
+        "Hosts with a BMC whose recovery this agent owns (all of them without peers).",
+    );
+    o.sample(SHARE_OWNED, "", owned);
+    o.0
+}
+
 /// The netboot counters: state changes by kind, boot files refused by
 /// route, and how many `once` hosts are done now.
 pub fn render_netboot(c: &crate::netboot::Counters, done: usize) -> String {
@@ -419,6 +460,17 @@ pub fn render_netboot(c: &crate::netboot::Counters, done: usize) -> String {
         NETBOOT_CHANGES,
         "to=\"armed\",by=\"operator\"",
         c.armed.load(Relaxed),
+    );
+    // Taken from a peer agent's record (`--peers kube`).
+    o.sample(
+        NETBOOT_CHANGES,
+        "to=\"done\",by=\"peer\"",
+        c.adopted_done.load(Relaxed),
+    );
+    o.sample(
+        NETBOOT_CHANGES,
+        "to=\"armed\",by=\"peer\"",
+        c.adopted_armed.load(Relaxed),
     );
     o.head(
         NETBOOT_REFUSED,

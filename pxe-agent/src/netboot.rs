@@ -9,6 +9,12 @@
 //! Records outlive the inventory: a host removed from it and listed again
 //! keeps its record, so a mistaken edit never makes an installed fleet
 //! install again; `reprovision` arms a host on purpose.
+//!
+//! With peers (`--peers kube`) the fleet's copy is the truth and this file
+//! its cache: each local change is handed to [`NetbootStore::publish_to`]'s
+//! channel for `share::host_records` to write to the cluster, and a peer's
+//! newer record comes back through [`NetbootStore::adopt`]. Records are
+//! last-writer-wins by [`Record::since_ms`] ([`Record::supersedes`]).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -43,6 +49,17 @@ pub enum Phase {
     Done,
 }
 
+impl Phase {
+    /// Breaks a tie of two records changed in the same millisecond: done
+    /// wins, so that a tie never makes an installed host install again.
+    fn rank(self) -> u8 {
+        match self {
+            Phase::Armed => 0,
+            Phase::Done => 1,
+        }
+    }
+}
+
 /// Who changed the record last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -71,6 +88,19 @@ pub struct Record {
     pub by: Actor,
 }
 
+impl Record {
+    /// Whether this record is newer than `other` (`None`: no record, an
+    /// armed host since forever): the later change wins, done on a tie.
+    pub fn supersedes(&self, other: Option<&Record>) -> bool {
+        match other {
+            None => self.phase == Phase::Done || self.since_ms > 0,
+            Some(o) => {
+                (self.since_ms, self.phase.rank()) > (o.since_ms, o.phase.rank())
+            }
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("netboot store {}: {source}", .path.display())]
@@ -93,6 +123,9 @@ pub struct Counters {
     pub done_phone_home: AtomicU64,
     pub done_operator: AtomicU64,
     pub armed: AtomicU64,
+    /// Changes taken from a peer's newer record, to done and to armed.
+    pub adopted_done: AtomicU64,
+    pub adopted_armed: AtomicU64,
     pub refused_tftp: AtomicU64,
     pub refused_http: AtomicU64,
     pub exit_scripts: AtomicU64,
@@ -109,6 +142,8 @@ pub struct NetbootStore {
     /// `None`: kept in memory only (tests, tools).
     db: Option<(PathBuf, Database)>,
     records: Mutex<BTreeMap<MacAddr, Record>>,
+    /// Where local changes go to be shared with peers.
+    publish: Mutex<Option<tokio::sync::mpsc::UnboundedSender<(MacAddr, Record)>>>,
     pub counters: Counters,
 }
 
@@ -118,6 +153,7 @@ impl NetbootStore {
         NetbootStore {
             db: None,
             records: Mutex::default(),
+            publish: Mutex::default(),
             counters: Counters::default(),
         }
     }
@@ -148,6 +184,7 @@ impl NetbootStore {
         Ok(NetbootStore {
             db: Some((path, db)),
             records: Mutex::new(records),
+            publish: Mutex::default(),
             counters: Counters::default(),
         })
     }
@@ -188,6 +225,38 @@ impl NetbootStore {
         Ok(changed)
     }
 
+    /// Sends every local change from now on to `tx` (the peers' writer).
+    pub fn publish_to(&self, tx: tokio::sync::mpsc::UnboundedSender<(MacAddr, Record)>) {
+        *self
+            .publish
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(tx);
+    }
+
+    /// Every record, for the peers' writer to share what it holds.
+    pub fn records(&self) -> Vec<(MacAddr, Record)> {
+        self.lock().iter().map(|(m, r)| (*m, *r)).collect()
+    }
+
+    /// Takes a peer's record of `mac` if it supersedes this store's;
+    /// `Ok(true)` when it did (and the routes must follow). Not published
+    /// again.
+    pub fn adopt(&self, mac: MacAddr, record: Record) -> Result<bool, StoreError> {
+        let mut records = self.lock();
+        if !record.supersedes(records.get(&mac)) {
+            return Ok(false);
+        }
+        let was = records.get(&mac).map_or(Phase::Armed, |r| r.phase);
+        self.write(&mut records, mac, record)?;
+        if was != record.phase {
+            Counters::bump(match record.phase {
+                Phase::Done => &self.counters.adopted_done,
+                Phase::Armed => &self.counters.adopted_armed,
+            });
+        }
+        Ok(was != record.phase)
+    }
+
     /// Writes the record durably, then in memory; a failed write changes
     /// neither.
     fn set(&self, mac: MacAddr, phase: Phase, by: Actor, now_ms: u64) -> Result<bool, StoreError> {
@@ -196,11 +265,28 @@ impl NetbootStore {
         if was == phase {
             return Ok(false);
         }
+        // Never behind a peer's record the clock of this node is behind.
+        let since_ms = records
+            .get(&mac)
+            .map_or(now_ms, |r| now_ms.max(r.since_ms + 1));
         let record = Record {
             phase,
-            since_ms: now_ms,
+            since_ms,
             by,
         };
+        self.write(&mut records, mac, record)?;
+        if let Some(tx) = &*self.publish.lock().unwrap_or_else(PoisonError::into_inner) {
+            let _ = tx.send((mac, record));
+        }
+        Ok(true)
+    }
+
+    fn write(
+        &self,
+        records: &mut BTreeMap<MacAddr, Record>,
+        mac: MacAddr,
+        record: Record,
+    ) -> Result<(), StoreError> {
         if let Some((path, db)) = &self.db {
             let db_error = |e: redb::Error| StoreError::Db {
                 path: path.clone(),
@@ -218,7 +304,7 @@ impl NetbootStore {
             txn.commit().map_err(|e| db_error(e.into()))?;
         }
         records.insert(mac, record);
-        Ok(true)
+        Ok(())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<MacAddr, Record>> {
@@ -270,5 +356,37 @@ mod tests {
         assert_eq!(store.record(MAC).map(|r| r.by), Some(Actor::Operator));
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_peers_newer_record_is_adopted_and_only_local_changes_are_published() {
+        let store = NetbootStore::in_memory();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        store.publish_to(tx);
+        assert!(store.mark_done(MAC, Actor::PhoneHome, 1_000).expect("writes"));
+        let (mac, published) = rx.try_recv().expect("published");
+        assert_eq!((mac, published.phase, published.since_ms), (MAC, Phase::Done, 1_000));
+        // An older peer record loses; a newer one wins and is not echoed.
+        let armed = |since_ms| Record {
+            phase: Phase::Armed,
+            since_ms,
+            by: Actor::Operator,
+        };
+        assert!(!store.adopt(MAC, armed(999)).expect("reads"));
+        assert!(store.adopt(MAC, armed(2_000)).expect("writes"));
+        assert!(store.done().is_empty());
+        assert!(rx.try_recv().is_err());
+        assert_eq!(store.counters.adopted_armed.load(Ordering::Relaxed), 1);
+        // A tie goes to done.
+        let done = Record {
+            phase: Phase::Done,
+            since_ms: 2_000,
+            by: Actor::PhoneHome,
+        };
+        assert!(done.supersedes(Some(&armed(2_000))));
+        assert!(!armed(2_000).supersedes(Some(&done)));
+        // A local change made on a clock behind the peer's still wins.
+        assert!(store.mark_done(MAC, Actor::Operator, 1_500).expect("writes"));
+        assert_eq!(store.record(MAC).map(|r| r.since_ms), Some(2_001));
     }
 }

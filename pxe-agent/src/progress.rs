@@ -110,6 +110,17 @@ pub struct HostProgress {
 }
 
 impl HostProgress {
+    /// The boot steps in boot-chain order.
+    pub fn steps(&self) -> [(Stage, Option<&Step>); 5] {
+        [
+            (Stage::Dhcp, self.dhcp.as_ref()),
+            (Stage::Tftp, self.tftp.as_ref()),
+            (Stage::Script, self.script.as_ref()),
+            (Stage::Artifacts, self.artifact.as_ref()),
+            (Stage::Booted, self.booted.as_ref()),
+        ]
+    }
+
     /// The furthest stage of the current boot: a DHCP answer after the last
     /// phone-home starts a new one.
     pub fn stage(&self) -> Option<Stage> {
@@ -318,6 +329,23 @@ impl Progress {
 
     pub fn booted(&self, mac: MacAddr, at_ms: u64, detail: String) {
         self.with(mac, |p| p.booted = Some(Step { at_ms, detail }));
+    }
+
+    /// A step a peer agent saw (`share::host_records`), kept unless this
+    /// agent saw a later one itself. No trace event: the peer traced it.
+    pub fn merge_remote(&self, mac: MacAddr, stage: Stage, step: Step) {
+        self.with(mac, |p| {
+            let slot = match stage {
+                Stage::Dhcp => &mut p.dhcp,
+                Stage::Tftp => &mut p.tftp,
+                Stage::Script => &mut p.script,
+                Stage::Artifacts => &mut p.artifact,
+                Stage::Booted => &mut p.booted,
+            };
+            if slot.as_ref().is_none_or(|s| s.at_ms < step.at_ms) {
+                *slot = Some(step);
+            }
+        });
     }
 
     pub fn declined(&self, mac: MacAddr, at_ms: u64, detail: String) {

@@ -1,14 +1,24 @@
 //! Several agents on one L2 segment sharing the discovery pools: which part
 //! of a pool this agent leases from (its slice) and which unknown MACs it
 //! answers (the RFC 3074 hash buckets its slot owns among the live slots).
-//! It owns only that arithmetic; who is live comes from the membership
-//! (`peer`, over Kubernetes Leases), and the DHCP policy that applies it is
-//! `dhcp::decide`. Reserved hosts never come here: every agent answers them.
-//! See docs/peers.md for the model and its failure behaviour.
+//! The same rendezvous hashing names the one agent that owns each
+//! inventory host's out-of-band recovery ([`Share::owns_host`]). It owns
+//! only that arithmetic; who is live comes from the membership
+//! (`membership`, over Kubernetes Leases), the host records the agents
+//! share are `host_records`', and the DHCP policy that applies it is
+//! `dhcp::decide`. Every agent answers reserved hosts' DHCP. See
+//! docs/peers.md for the model and its failure behaviour.
 
+pub mod host_records;
 pub mod membership;
 
-use std::{collections::BTreeSet, net::Ipv4Addr, ops::RangeInclusive};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+    ops::RangeInclusive,
+};
+
+use crate::inventory::MacAddr;
 
 /// RFC 3074 section 6: the "mixing table" of 256 distinct values in
 /// pseudo-random order that the load-balancing hash walks.
@@ -70,6 +80,8 @@ pub struct Share {
     slot: Option<u16>,
     slots: u16,
     live: BTreeSet<u16>,
+    /// The node holding each live slot, for display only.
+    names: BTreeMap<u16, String>,
 }
 
 impl Share {
@@ -79,6 +91,7 @@ impl Share {
             slot: Some(0),
             slots: 1,
             live: BTreeSet::from([0]),
+            names: BTreeMap::new(),
         }
     }
 
@@ -95,6 +108,7 @@ impl Share {
             slot: Some(slot),
             slots,
             live: BTreeSet::new(),
+            names: BTreeMap::new(),
         })
     }
 
@@ -112,6 +126,15 @@ impl Share {
     pub fn with_live(&self, live: impl IntoIterator<Item = u16>) -> Share {
         Share {
             live: live.into_iter().filter(|&s| s < self.slots).collect(),
+            ..self.clone()
+        }
+    }
+
+    /// The same share with `names`: the node holding each slot, shown as
+    /// the owner of the hosts that slot owns.
+    pub fn with_names(&self, names: BTreeMap<u16, String>) -> Share {
+        Share {
+            names,
             ..self.clone()
         }
     }
@@ -160,6 +183,35 @@ impl Share {
     /// Whether this agent answers the unknown MAC `chaddr`.
     pub fn answers(&self, chaddr: &[u8]) -> bool {
         self.slot.is_some() && self.owner(bucket(chaddr)) == self.slot
+    }
+
+    /// The live slot that owns inventory host `mac`'s out-of-band
+    /// recovery: the owner of its MAC's bucket, so that ownership moves
+    /// with membership exactly as buckets do (only a departed slot's hosts
+    /// move). `None` while no slot is live.
+    pub fn host_owner(&self, mac: MacAddr) -> Option<u16> {
+        self.owner(bucket(&mac.0))
+    }
+
+    /// Whether this agent owns `mac`'s recovery: alone it owns every host;
+    /// with peers, those of its buckets while its own slot is live, and
+    /// none while it holds no slot.
+    pub fn owns_host(&self, mac: MacAddr) -> bool {
+        self.slot.is_some() && self.host_owner(mac) == self.slot
+    }
+
+    /// The node that owns `mac`'s recovery, as the membership named it.
+    pub fn host_owner_name(&self, mac: MacAddr) -> Option<&str> {
+        self.names.get(&self.host_owner(mac)?).map(String::as_str)
+    }
+
+    /// This agent's place among the live slots, for dividing fleet-wide
+    /// limits: (its index in slot order, how many are live). `(0, 1)`
+    /// alone; `None` while its own slot is not live.
+    pub fn rank(&self) -> Option<(usize, usize)> {
+        let slot = self.slot?;
+        let index = self.live.iter().position(|&s| s == slot)?;
+        Some((index, self.live.len()))
     }
 
     /// How many of the 256 buckets this agent answers now.
@@ -354,6 +406,57 @@ mod tests {
         assert_eq!(share.slice(ip(10), ip(20)), Some(ip(10)..=ip(20)));
         assert!((0..=255u8).all(|b| share.answers(&[0, 0, 0, 0, 0, b])));
         assert_eq!(share.buckets_owned(), 256);
+    }
+
+    #[test]
+    fn every_host_has_one_owner_and_only_a_dead_slots_hosts_move() {
+        let macs: Vec<MacAddr> = (0..2000u32)
+            .map(|i| {
+                let b = i.to_be_bytes();
+                MacAddr([0x52, 0x54, b[0], b[1], b[2], b[3]])
+            })
+            .collect();
+        let before: Vec<Share> = (0..3)
+            .map(|s| Share::new(s, 3).unwrap().with_live([0, 1, 2]))
+            .collect();
+        let after: Vec<Share> = [0, 2]
+            .iter()
+            .map(|&s| Share::new(s, 3).unwrap().with_live([0, 2]))
+            .collect();
+        for &mac in &macs {
+            assert_eq!(before.iter().filter(|s| s.owns_host(mac)).count(), 1);
+            assert_eq!(after.iter().filter(|s| s.owns_host(mac)).count(), 1);
+            // Hosts of the surviving slots stay where they were.
+            let was = before[0].host_owner(mac).unwrap();
+            if was != 1 {
+                assert_eq!(after[0].host_owner(mac), Some(was), "{mac}");
+            }
+        }
+        // Spread: each of three owns roughly a third.
+        for s in &before {
+            let n = macs.iter().filter(|&&m| s.owns_host(m)).count();
+            assert!((500..850).contains(&n), "{n}");
+        }
+        let alone = Share::alone();
+        assert!(macs.iter().all(|&m| alone.owns_host(m)));
+        assert_eq!(alone.rank(), Some((0, 1)));
+        let unclaimed = Share::unclaimed(3).unwrap().with_live([0, 1]);
+        assert!(!macs.iter().any(|&m| unclaimed.owns_host(m)));
+        assert_eq!(unclaimed.rank(), None);
+        assert_eq!(after[1].rank(), Some((1, 2)));
+        // Our own slot lapsed: we own nothing, the live one owns all.
+        let lapsed = Share::new(1, 3).unwrap().with_live([0]);
+        assert!(!macs.iter().any(|&m| lapsed.owns_host(m)));
+        let named = before[0].with_names(BTreeMap::from([
+            (0, "node-a".to_string()),
+            (1, "node-b".to_string()),
+            (2, "node-c".to_string()),
+        ]));
+        let owner = named.host_owner(macs[0]).unwrap();
+        assert_eq!(
+            named.host_owner_name(macs[0]),
+            Some(["node-a", "node-b", "node-c"][usize::from(owner)])
+        );
     }
 
     #[test]

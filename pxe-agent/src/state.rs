@@ -42,6 +42,8 @@ pub struct State {
     /// recompiled inventory in force on both paths.
     pub netboot: Arc<NetbootStore>,
     pub netboot_changed: tokio::sync::Notify,
+    /// The counters of the records shared with peers (`share::host_records`).
+    pub host_records: crate::share::host_records::Stats,
 }
 
 impl State {
@@ -65,6 +67,7 @@ impl State {
             share: RwLock::new(Arc::new(Share::alone())),
             netboot: Arc::new(NetbootStore::in_memory()),
             netboot_changed: tokio::sync::Notify::new(),
+            host_records: crate::share::host_records::Stats::default(),
         }
     }
 

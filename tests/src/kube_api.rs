@@ -3,8 +3,8 @@
 //! installed on the machines these tests run on, so this one reproduces the
 //! parts of the protocol the agent depends on:
 //!
-//! - list (`GET .../resource`, `labelSelector` with `=`, `==`, `!=` and
-//!   existence terms; `limit` and `continue` are accepted and ignored, and no
+//! - list (`GET .../resource`, `labelSelector` with `=`, `==`, `!=`,
+//!   existence and `!` absence terms; `limit` and `continue` are accepted and ignored, and no
 //!   continue token is returned) with `metadata.resourceVersion` in the list;
 //! - watch (`?watch=true&resourceVersion=N`): a chunked stream of one JSON
 //!   event a line (`ADDED`, `MODIFIED`, `DELETED`), `BOOKMARK`s when
@@ -126,6 +126,8 @@ enum Term {
     Eq(String, String),
     Ne(String, String),
     Exists(String),
+    /// `!key`: the label is absent.
+    Absent(String),
 }
 
 fn parse_selector(text: &str) -> Vec<Term> {
@@ -137,6 +139,8 @@ fn parse_selector(text: &str) -> Vec<Term> {
                 Term::Ne(k.trim().into(), v.trim().into())
             } else if let Some((k, v)) = t.split_once("==").or_else(|| t.split_once('=')) {
                 Term::Eq(k.trim().into(), v.trim().into())
+            } else if let Some(k) = t.strip_prefix('!') {
+                Term::Absent(k.trim().into())
             } else {
                 Term::Exists(t.into())
             }
@@ -151,6 +155,7 @@ fn matches(selector: &[Term], object: &Value) -> bool {
         Term::Eq(k, v) => label(k) == Some(v.as_str()),
         Term::Ne(k, v) => label(k) != Some(v.as_str()),
         Term::Exists(k) => label(k).is_some(),
+        Term::Absent(k) => label(k).is_none(),
     })
 }
 

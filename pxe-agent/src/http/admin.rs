@@ -141,6 +141,18 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         http: s.boot.http_stats.snapshot(),
     });
     page.push_str(&metrics::render_share(&s.boot.state.share()));
+    let owned = s
+        .oob
+        .control
+        .view()
+        .recovery
+        .values()
+        .filter(|h| h.managed && h.owned)
+        .count();
+    page.push_str(&metrics::render_host_records(
+        &s.boot.state.host_records,
+        owned,
+    ));
     let netboot = &s.boot.state.netboot;
     page.push_str(&metrics::render_netboot(
         &netboot.counters,
@@ -363,6 +375,9 @@ pub struct HostView {
     /// The host's `netboot` policy and provisioning state.
     #[serde(default)]
     pub netboot: NetbootView,
+    /// With peers: the agent (node) that owns the host's recovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// Every inventory host, with how far its current boot got.
@@ -374,6 +389,7 @@ async fn hosts(State(s): State<Arc<AdminState>>) -> Json<Vec<HostView>> {
 /// what `/api/v1/hosts` shows and the Kubernetes source writes back.
 pub fn host_views(s: &AdminState) -> Vec<HostView> {
     let inv = s.boot.state.inventory();
+    let share = s.boot.state.share();
     let view = s.oob.control.view();
     inv.hosts
         .iter()
@@ -414,6 +430,10 @@ pub fn host_views(s: &AdminState) -> Vec<HostView> {
                 macs: h.ports().iter().map(ToString::to_string).collect(),
                 boot_mac,
                 netboot: netboot_view(&inv, &s.boot.state.netboot, h),
+                owner: share
+                    .is_shared()
+                    .then(|| share.host_owner_name(h.mac).map(str::to_owned))
+                    .flatten(),
             }
         })
         .collect()
@@ -951,6 +971,8 @@ mod tests {
             make_bmc: Box::new(move |_| Ok(given.clone())),
             progress: Arc::new(Progress::default()),
             slow_path_rx: Box::new(|| 0),
+            share: Box::new(|| Arc::new(crate::share::Share::alone())),
+            fleet: None,
         };
         let (stop, shutdown) = watch::channel(false);
         let (handle, _task) = control::start(inputs, inv, shutdown);

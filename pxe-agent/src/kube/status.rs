@@ -1,7 +1,7 @@
 //! What the agent writes back to its own objects' `status`: the Accepted
 //! condition, and for BootHosts a projection of what the agent observed
 //! (stage, last DHCP, boot file, last phone-home, power and recovery state,
-//! serving node). Owns composing that status, the per-object coalescing
+//! serving node) and, with peers, the agent that owns the host. Owns composing that status, the per-object coalescing
 //! (the latest wanted status wins; nothing is sent when it is already
 //! there) and the token bucket that bounds patches a second, so a boot
 //! storm does not flood the API server. The status is never read back as
@@ -190,7 +190,13 @@ pub fn status_of(
             || v.power.is_some()
             || v.recovery.as_deref().is_some_and(|r| r != "idle")
     });
-    if !host || !seen {
+    // With peers, every agent writes the same owner, and only the owner
+    // what it observed, so that agents never undo each other's writes.
+    let owner = view.and_then(|v| v.owner.as_deref());
+    if host && let Some(owner) = owner {
+        status["owner"] = owner.into();
+    }
+    if !host || !seen || owner.is_some_and(|o| o != node) {
         return status;
     }
     let p = view.map(|v| &v.progress);

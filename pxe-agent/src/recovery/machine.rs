@@ -5,6 +5,14 @@
 //! a BMC: time comes in as `now_ms`, BMC calls go out as [`Action`]s and
 //! their results come back through [`Controller::complete`].
 //!
+//! With peers, it acts only on the hosts this agent owns
+//! ([`Controller::set_owners`]); it follows every other host's record as
+//! its owner shares it ([`Controller::adopt`]), and hands its own hosts'
+//! changed records out to be shared ([`Controller::take_changed`]). A host
+//! it gains is held for a while before it acts on it, so that a previous
+//! owner still alive finishes and shares what it started; it then goes on
+//! from the recorded stage and deadline, as after a restart.
+//!
 //! ```text
 //! idle ──request / no phone-home──▶ recovering ──power up──▶ awaiting-dhcp
 //!   ▲                                  ▲   │                    │ dhcp
@@ -34,9 +42,9 @@ use crate::{
     inventory::{AfterBoot, MacAddr},
 };
 
-/// What a host's recovery record holds on disk.
+/// What a host's recovery record holds, on disk and as shared with peers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct Record {
+pub struct Record {
     pub state: State,
     /// The attempt of the current (or last) recovery, 1-based; 0 before one.
     pub attempt: u32,
@@ -61,7 +69,7 @@ pub(super) struct Record {
 
 /// The after-boot boot device still to be set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct AfterBootJob {
+pub struct AfterBootJob {
     /// Failed tries so far.
     pub tries: u32,
     /// Not before this time (back-off after a failed try).
@@ -92,6 +100,11 @@ pub struct HostStatus {
     /// In the inventory with a BMC (records of others wait for the next
     /// inventory to decide).
     pub managed: bool,
+    /// This agent acts on the host (always, without peers).
+    pub owned: bool,
+    /// The node that owns it, with peers (filled in by the control task).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 #[derive(Debug)]
@@ -104,6 +117,17 @@ struct Host {
     issued: bool,
     /// Loaded from disk and not yet given its plan.
     resumed: bool,
+    /// This agent acts on it (see [`Controller::set_owners`]).
+    owned: bool,
+    /// Gained from another owner: not acted on before this time.
+    held_until: Option<u64>,
+}
+
+impl Host {
+    /// Owned and not held at `now_ms`: the controller acts on it.
+    fn is_active(&self, now_ms: u64) -> bool {
+        self.plan.is_some() && self.owned && self.held_until.is_none_or(|t| t <= now_ms)
+    }
 }
 
 /// The recovery state machine of every managed host. See the module
@@ -119,6 +143,10 @@ pub struct Controller {
     removed: BTreeSet<MacAddr>,
     store_errors: u64,
     stale_results: u64,
+    /// Owned hosts whose record changed since [`Controller::take_changed`].
+    changed: BTreeSet<MacAddr>,
+    /// Hosts whose hold ended since [`Controller::take_activated`].
+    activated: Vec<MacAddr>,
 }
 
 impl Controller {
@@ -138,6 +166,8 @@ impl Controller {
                         record,
                         issued: false,
                         resumed: true,
+                        owned: true,
+                        held_until: None,
                     },
                 )
             })
@@ -152,7 +182,61 @@ impl Controller {
             removed: BTreeSet::new(),
             store_errors: 0,
             stale_results: 0,
+            changed: BTreeSet::new(),
+            activated: Vec::new(),
         })
+    }
+
+    /// Which hosts this agent acts on: those `owns` says yes to. A host
+    /// gained is held `hold_ms` from `now_ms` (a previous owner may still
+    /// be finishing a BMC call); a host lost is left alone, its running
+    /// action finishing and its record then following the new owner's.
+    /// Without peers every host is owned, and none is held.
+    pub fn set_owners(&mut self, owns: impl Fn(MacAddr) -> bool, now_ms: u64, hold_ms: u64) {
+        for (mac, host) in &mut self.hosts {
+            let owned = owns(*mac);
+            if owned && !host.owned {
+                host.held_until = Some(now_ms.saturating_add(hold_ms));
+            }
+            if !owned {
+                host.held_until = None;
+            }
+            host.owned = owned;
+        }
+    }
+
+    /// A peer's record of `mac`, as its owner shared it: taken unless this
+    /// agent acts on the host itself. Returns whether it was taken.
+    pub fn adopt(&mut self, mac: MacAddr, record: Record, now_ms: u64) -> bool {
+        let Some(host) = self.hosts.get_mut(&mac) else {
+            return false;
+        };
+        if host.is_active(now_ms) || host.record == record {
+            return false;
+        }
+        host.record = record;
+        host.issued = false;
+        // Cached on disk, not shared again.
+        if let Err(e) = self.store.write(&[(mac, Some(&host.record))]) {
+            self.store_errors += 1;
+            tracing::warn!(error = %e, "failed to persist a peer's recovery record");
+        }
+        true
+    }
+
+    /// The records of owned hosts that changed since the last call, to be
+    /// shared with peers.
+    pub fn take_changed(&mut self) -> Vec<(MacAddr, Record)> {
+        std::mem::take(&mut self.changed)
+            .into_iter()
+            .filter_map(|mac| Some((mac, self.hosts.get(&mac)?.record.clone())))
+            .collect()
+    }
+
+    /// The hosts whose hold ended since the last call: their boot steps
+    /// are to be fed again, since those seen while held were not taken.
+    pub fn take_activated(&mut self) -> Vec<MacAddr> {
+        std::mem::take(&mut self.activated)
     }
 
     pub fn policy(&self) -> &Policy {
@@ -194,6 +278,8 @@ impl Controller {
                 },
                 issued: false,
                 resumed: false,
+                owned: true,
+                held_until: None,
             });
             let old = host.plan.replace(plan);
             let watch = |plan: &Plan, state: State| match state {
@@ -234,6 +320,10 @@ impl Controller {
         let Some(host) = self.hosts.get_mut(&mac) else {
             return;
         };
+        // The owner follows the host; the others take its records.
+        if !host.is_active(now_ms) {
+            return;
+        }
         let Some(plan) = host.plan else { return };
         let state = host.record.state;
         if observation == Observation::PhoneHome {
@@ -293,6 +383,26 @@ impl Controller {
         self.flush();
     }
 
+    /// [`Controller::observe`] of a step seen at `at_ms`: a step older than
+    /// the host's last transition belongs to an earlier stage (a step fed
+    /// again after a host was gained) and is not taken.
+    pub fn observe_step(
+        &mut self,
+        mac: MacAddr,
+        observation: Observation,
+        at_ms: u64,
+        now_ms: u64,
+    ) {
+        let since = self
+            .hosts
+            .get(&mac)
+            .and_then(|h| h.record.last)
+            .map_or(0, |t| t.at_ms);
+        if at_ms >= since {
+            self.observe(mac, observation, now_ms);
+        }
+    }
+
     /// An operator asks for `mac` to be recovered now.
     pub fn request(&mut self, mac: MacAddr, now_ms: u64) -> Result<(), RequestError> {
         let state = self.managed_state(mac)?;
@@ -328,10 +438,18 @@ impl Controller {
     /// to run now. Call it on a timer (see [`Controller::next_deadline`])
     /// and after every input.
     pub fn tick(&mut self, now_ms: u64) -> Vec<Action> {
+        for (mac, host) in &mut self.hosts {
+            if host.held_until.is_some_and(|t| t <= now_ms) {
+                host.held_until = None;
+                self.activated.push(*mac);
+                // Shared again under this owner.
+                self.changed.insert(*mac);
+            }
+        }
         let due: Vec<(MacAddr, State)> = self
             .hosts
             .iter()
-            .filter(|(_, h)| h.plan.is_some())
+            .filter(|(_, h)| h.is_active(now_ms))
             .filter(|(_, h)| h.record.deadline_ms.is_some_and(|d| d <= now_ms))
             .map(|(mac, h)| (*mac, h.record.state))
             .collect();
@@ -354,7 +472,7 @@ impl Controller {
         let mut actions = Vec::new();
         for (mac, host) in &mut self.hosts {
             let Some(plan) = host.plan else { continue };
-            if host.issued {
+            if host.issued || !host.is_active(now_ms) {
                 continue;
             }
             let record = &host.record;
@@ -458,6 +576,9 @@ impl Controller {
             (State::Recovering, Err(_)) => self.fail_attempt(mac, Reason::BmcError, now_ms),
             _ => {}
         }
+        // Shared even when the host moved to another owner while the call
+        // ran: the new owner goes on from what it did.
+        self.changed.insert(mac);
         self.flush();
     }
 
@@ -555,6 +676,11 @@ impl Controller {
                     .filter_map(|mac| self.hosts.get(mac).map(|h| (*mac, Some(&h.record)))),
             )
             .collect();
+        for mac in &self.dirty {
+            if self.hosts.get(mac).is_some_and(|h| h.owned) {
+                self.changed.insert(*mac);
+            }
+        }
         match self.store.write(&changes) {
             Ok(()) => {
                 self.dirty.clear();
@@ -578,16 +704,18 @@ impl Controller {
         &self.counts
     }
 
-    /// Managed hosts per state, every state listed.
+    /// Managed hosts this agent owns per state, every state listed (with
+    /// peers, the fleet's figures are the sum over the agents).
     pub fn hosts_per_state(&self) -> BTreeMap<State, usize> {
         let mut out: BTreeMap<State, usize> = State::ALL.iter().map(|s| (*s, 0)).collect();
-        for host in self.hosts.values().filter(|h| h.plan.is_some()) {
+        for host in self.hosts.values().filter(|h| h.plan.is_some() && h.owned) {
             *out.entry(host.record.state).or_default() += 1;
         }
         out
     }
 
-    /// Hosts in an `awaiting-*` state: the input to storm control.
+    /// Hosts in an `awaiting-*` state: the input to storm control. With
+    /// peers, the fleet's: every host's record is here, owned or shared.
     pub fn awaiting(&self) -> usize {
         self.hosts
             .values()
@@ -610,8 +738,11 @@ impl Controller {
     pub fn next_deadline(&self) -> Option<u64> {
         self.hosts
             .values()
-            .filter(|h| h.plan.is_some())
+            .filter(|h| h.plan.is_some() && h.owned)
             .flat_map(|h| {
+                if h.held_until.is_some() {
+                    return [h.held_until, None];
+                }
                 let after_boot = h
                     .record
                     .after_boot
@@ -645,5 +776,7 @@ fn status(mac: MacAddr, host: &Host) -> HostStatus {
         last_error: host.record.last_error.clone(),
         after_boot_pending: host.record.after_boot.is_some(),
         managed: host.plan.is_some(),
+        owned: host.owned,
+        owner: None,
     }
 }

@@ -28,7 +28,7 @@ use std::{fmt, time::Duration};
 use serde::{Deserialize, Serialize};
 
 pub use executor::{Completion, Executor, execute};
-pub use machine::{Controller, HostStatus, LastTransition};
+pub use machine::{AfterBootJob, Controller, HostStatus, LastTransition, Record};
 pub use sequence::{Gate, Load, SequencePolicy, SequenceStats, Sequencer};
 pub use store::{RECOVERY_FILE, RecoveryStore, StoreError};
 

@@ -7,6 +7,17 @@
 //! TFTP and fetch its kernel in the same minute; sequencing keeps a
 //! recovery of hundreds of hosts from being the outage it repairs.
 //!
+//! Several agents (`--peers kube`) keep the limits for the fleet, not
+//! each for itself ([`Sequencer::set_fleet`]): the concurrency limit is
+//! divided among the live agents, and power-ups go in turns: time is cut
+//! into cells of `power_up_burst / power_ups_per_second`, cell `k` belongs
+//! to the agent of rank `k mod n`, and an agent starts at most
+//! `power_up_burst` power-ups in a cell of its own. Over the fleet that is
+//! the rate and burst of one agent, as long as the nodes' clocks agree to
+//! well within a cell (NTP). The awaiting gate counts the fleet's hosts
+//! already: the controller holds every host's record, its own and those
+//! the owners share.
+//!
 //! Like the controller it is pure: `now_ms` is passed in, nothing sleeps.
 //! It does not know what actions do beyond [`ActionKind::is_power`].
 
@@ -118,6 +129,11 @@ pub struct Sequencer {
     /// at which the next power-up conforms (RFC 2697's token bucket
     /// expressed as a schedule, exact with integers).
     tat_us: u64,
+    /// This agent's rank among the live agents and how many are live.
+    fleet: (usize, usize),
+    /// With peers: the power-up cell last used and the power-ups started
+    /// in it.
+    cell: (u64, u32),
     stats: SequenceStats,
 }
 
@@ -128,8 +144,61 @@ impl Sequencer {
             queue: VecDeque::new(),
             running: BTreeMap::new(),
             tat_us: 0,
+            fleet: (0, 1),
+            cell: (u64::MAX, 0),
             stats: SequenceStats::default(),
         }
+    }
+
+    /// This agent is `rank` of `live` agents sharing the limits (see the
+    /// module documentation); `(0, 1)` alone.
+    pub fn set_fleet(&mut self, rank: usize, live: usize) {
+        let live = live.max(1);
+        self.fleet = (rank.min(live - 1), live);
+    }
+
+    /// Actions this agent may run at once: its part of `max_in_flight`,
+    /// the remainder going to the lowest ranks, and at least one, so that
+    /// an agent never stops acting (with more agents than the limit, the
+    /// fleet runs one an agent).
+    pub fn max_in_flight(&self) -> usize {
+        let (rank, n) = self.fleet;
+        let max = self.policy.max_in_flight;
+        (max / n + usize::from(rank < max % n)).max(1)
+    }
+
+    /// Microseconds of one power-up cell with peers.
+    fn cell_us(&self) -> u64 {
+        self.interval_us()
+            .saturating_mul(u64::from(self.policy.power_up_burst.max(1)))
+    }
+
+    /// Whether a power-up may start at `now_us` as far as the rate goes.
+    fn rate_allows(&self, now_us: u64) -> bool {
+        let (rank, n) = self.fleet;
+        if n <= 1 {
+            let tolerance = self
+                .interval_us()
+                .saturating_mul(u64::from(self.policy.power_up_burst.max(1) - 1));
+            return self.tat_us <= now_us.saturating_add(tolerance);
+        }
+        let k = now_us / self.cell_us();
+        k % n as u64 == rank as u64
+            && (self.cell.0 != k || self.cell.1 < self.policy.power_up_burst.max(1))
+    }
+
+    /// Takes the rate's part of a power-up started at `now_us`.
+    fn rate_take(&mut self, now_us: u64) {
+        if self.fleet.1 <= 1 {
+            self.tat_us = self.tat_us.max(now_us).saturating_add(self.interval_us());
+            return;
+        }
+        let k = now_us / self.cell_us();
+        self.cell = if self.cell.0 == k {
+            (k, self.cell.1 + 1)
+        } else {
+            (k, 1)
+        };
     }
 
     pub fn policy(&self) -> &SequencePolicy {
@@ -170,8 +239,7 @@ impl Sequencer {
         self.queue.retain(|q| wanted(&q.action));
         let policy = self.policy;
         let now_us = now_ms.saturating_mul(1000);
-        let interval = self.interval_us();
-        let tolerance = interval.saturating_mul(u64::from(policy.power_up_burst.max(1) - 1));
+        let max_in_flight = self.max_in_flight();
         let mut power_running = self.running.values().filter(|k| k.is_power()).count();
         let mut out = Vec::new();
         // The gate holding the first held power-up: every later one waits
@@ -180,7 +248,7 @@ impl Sequencer {
         let mut keep = VecDeque::with_capacity(self.queue.len());
         while let Some(mut q) = self.queue.pop_front() {
             let is_power = q.action.kind.is_power();
-            let gate = if self.running.len() >= policy.max_in_flight {
+            let gate = if self.running.len() >= max_in_flight {
                 Some(Gate::Concurrency)
             } else if self.running.contains_key(&q.action.mac) {
                 // Not a limit, only one call at a time per BMC: not counted.
@@ -194,7 +262,7 @@ impl Sequencer {
                 Some(Gate::Awaiting)
             } else if load.slow_path_rate > policy.max_slow_path_rate {
                 Some(Gate::SlowPath)
-            } else if self.tat_us > now_us.saturating_add(tolerance) {
+            } else if !self.rate_allows(now_us) {
                 Some(Gate::Rate)
             } else {
                 None
@@ -211,7 +279,7 @@ impl Sequencer {
                 continue;
             }
             if q.action.kind.is_power() {
-                self.tat_us = self.tat_us.max(now_us).saturating_add(interval);
+                self.rate_take(now_us);
                 power_running += 1;
             }
             self.running.insert(q.action.mac, q.action.kind);
@@ -236,11 +304,27 @@ impl Sequencer {
     /// the slow path) wakes the loop; a time in the past would only make
     /// it spin.
     pub fn next_release_ms(&self, now_ms: u64) -> Option<u64> {
-        let tolerance = self
-            .interval_us()
-            .saturating_mul(u64::from(self.policy.power_up_burst.max(1) - 1));
-        let at = self.tat_us.saturating_sub(tolerance).div_ceil(1000);
-        (at > now_ms && self.queue.iter().any(|q| q.action.kind.is_power())).then_some(at)
+        if !self.queue.iter().any(|q| q.action.kind.is_power()) {
+            return None;
+        }
+        let (rank, n) = self.fleet;
+        let at = if n <= 1 {
+            let tolerance = self
+                .interval_us()
+                .saturating_mul(u64::from(self.policy.power_up_burst.max(1) - 1));
+            self.tat_us.saturating_sub(tolerance).div_ceil(1000)
+        } else {
+            let now_us = now_ms.saturating_mul(1000);
+            if self.rate_allows(now_us) {
+                return None;
+            }
+            // The start of our next cell after this one.
+            let (n, rank) = (n as u64, rank as u64);
+            let k = now_us / self.cell_us() + 1;
+            let ours = k + (rank + n - k % n) % n;
+            ours.saturating_mul(self.cell_us()).div_ceil(1000)
+        };
+        (at > now_ms).then_some(at)
     }
 
     pub fn queue_len(&self) -> usize {
@@ -519,5 +603,58 @@ mod tests {
         assert!(seq.release(1, Load::default(), |_| true).is_empty());
         seq.finished(&first[0]);
         assert_eq!(seq.release(2, Load::default(), |_| true).len(), 1);
+    }
+
+    #[test]
+    fn two_agents_keep_the_fleet_rate_and_concurrency() {
+        let policy = SequencePolicy {
+            max_in_flight: 3,
+            power_up_burst: 2,
+            ..policy()
+        };
+        let mut agents = [Sequencer::new(policy), Sequencer::new(policy)];
+        for (rank, seq) in agents.iter_mut().enumerate() {
+            seq.set_fleet(rank, 2);
+            for n in 0..20 {
+                seq.push(power(n + 100 * rank as u16), 0);
+            }
+        }
+        // Concurrency: 2 + 1, the remainder to rank 0.
+        assert_eq!(agents[0].max_in_flight(), 2);
+        assert_eq!(agents[1].max_in_flight(), 1);
+        // Both run on one clock, each finishing its actions at once.
+        let mut times = Vec::new();
+        let mut now = 0;
+        while now <= 12_000 {
+            for seq in &mut agents {
+                for action in seq.release(now, Load::default(), |_| true) {
+                    seq.finished(&action);
+                    times.push(now);
+                }
+                if let Some(at) = seq.next_release_ms(now) {
+                    assert!(at > now);
+                }
+            }
+            now += 10;
+        }
+        assert!(times.len() >= 20, "{times:?}");
+        // Fleet-wide, in any window of T ms: at most burst + T * rate.
+        for (i, &start) in times.iter().enumerate() {
+            for window in [1u64, 500, 1000, 3000] {
+                let n = times[i..].iter().take_while(|&&t| t < start + window).count();
+                let allowed = 2 + (window as f64 * 2.0 / 1000.0).floor() as usize;
+                assert!(n <= allowed, "{n} power-ups in {window} ms from {start}: {times:?}");
+            }
+        }
+        // Turns: rank 0 in cells 0, 2, ...; rank 1 in 1, 3, ... (cells of
+        // 1 s); rank 1 runs one at a time, so its second waits a step.
+        assert_eq!(&times[..4], &[0, 0, 1000, 1010]);
+        // Three agents with a limit of one run one each: never none.
+        let mut lone = Sequencer::new(SequencePolicy {
+            max_in_flight: 1,
+            ..policy
+        });
+        lone.set_fleet(2, 3);
+        assert_eq!(lone.max_in_flight(), 1);
     }
 }

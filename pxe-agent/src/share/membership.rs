@@ -15,7 +15,7 @@
 //! clients ever hold one address. See docs/peers.md.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -245,6 +245,7 @@ pub async fn run(
         renewed_at: None,
         acquired: 0,
         others: BTreeSet::new(),
+        names: BTreeMap::new(),
         disagree: false,
     };
     loop {
@@ -268,6 +269,8 @@ struct Member {
     acquired: i64,
     /// The other live slots as last read.
     others: BTreeSet<u16>,
+    /// The node holding each live slot, ours included.
+    names: BTreeMap<u16, String>,
     /// A live peer cuts the pools into another number of slots.
     disagree: bool,
 }
@@ -280,7 +283,8 @@ impl Member {
         let Some((slot, _)) = self.mine.as_ref().filter(|_| !self.disagree) else {
             return Share::unclaimed(slots)
                 .expect("slots validated at start")
-                .with_live(self.others.iter().copied());
+                .with_live(self.others.iter().copied())
+                .with_names(self.names.clone());
         };
         let base = Share::new(*slot, slots).expect("slots validated at start");
         let ours_live = self
@@ -291,13 +295,18 @@ impl Member {
         if ours_live {
             live.insert(*slot);
         }
-        base.with_live(live)
+        let mut names = self.names.clone();
+        names.insert(*slot, self.cfg.node.clone());
+        base.with_live(live).with_names(names)
     }
 
     /// One round: read every slot Lease, claim or renew ours, update the
     /// other live slots. On an unreachable API the last membership stays.
     async fn round(&mut self, state: &State) {
-        let seen = match self.api.list(&ListParams::default()).await {
+        // The hosts' shared records are Leases too (`host_records`): not
+        // read here.
+        let slots_only = ListParams::default().labels(&format!("!{}", super::host_records::LABEL));
+        let seen = match self.api.list(&slots_only).await {
             Ok(list) => list
                 .items
                 .iter()
@@ -338,6 +347,11 @@ impl Member {
         }
         let now = unix_now();
         self.others = live_others(&self.cfg.node, self.cfg.slots, &seen, now);
+        self.names = seen
+            .iter()
+            .filter(|s| self.others.contains(&s.slot))
+            .filter_map(|s| Some((s.slot, s.holder.clone()?)))
+            .collect();
         let odd = disagreeing(&self.cfg.node, self.cfg.slots, &seen, now);
         if !odd.is_empty() && !self.disagree {
             error!(
