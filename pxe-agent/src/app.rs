@@ -701,7 +701,9 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
         .context("out-of-band control panicked")?;
     monitor.await.context("health monitor panicked")?;
     for peers in peers {
-        peers.await.context("pool membership or host records panicked")?;
+        peers
+            .await
+            .context("pool membership or host records panicked")?;
     }
     for events in events {
         events.await.context("event reader panicked")?;

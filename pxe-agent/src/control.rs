@@ -638,9 +638,10 @@ impl<B: Bmc + 'static> Task<B> {
         {
             return;
         }
-        let hold = self.fleet.as_ref().map_or(0, |f| {
-            u64::try_from(f.hold.as_millis()).unwrap_or(u64::MAX)
-        });
+        let hold = self
+            .fleet
+            .as_ref()
+            .map_or(0, |f| u64::try_from(f.hold.as_millis()).unwrap_or(u64::MAX));
         self.controller
             .set_owners(|mac| share.owns_host(mac), now, hold);
         if let Some((rank, live)) = share.rank() {

@@ -787,29 +787,31 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             // With peers, the agent that owns each host's recovery.
             let owners = list.iter().any(|h| h.owner.is_some());
             let owner_column = [("OWNER", 16, Align::Left)];
-            let mut table = Table::new(&[
+            let mut table = Table::new(
                 &[
-                    ("MAC", 17, Align::Left),
-                    ("IP", 15, Align::Left),
-                    ("HOSTNAME", 24, Align::Left),
-                    ("STAGE", 9, Align::Left),
-                    ("POWER", 7, Align::Left),
-                    ("BMC", 20, Align::Left),
-                    ("RECOVERY", 19, Align::Left),
-                    ("ATTEMPTS", 8, Align::Right),
-                ][..],
-                if owners { &owner_column[..] } else { &[] },
-                &[
-                    ("NETBOOT", 28, Align::Left),
-                    ("LAST DHCP", 44, Align::Left),
-                    ("LAST TFTP/SCRIPT", 44, Align::Left),
-                    ("BOOTED", 44, Align::Left),
-                    ("BOOT MAC", 17, Align::Left),
-                    // Lowercase: not a boot stage (docs/boot.md).
-                    ("declined", 32, Align::Left),
-                ],
-            ]
-            .concat());
+                    &[
+                        ("MAC", 17, Align::Left),
+                        ("IP", 15, Align::Left),
+                        ("HOSTNAME", 24, Align::Left),
+                        ("STAGE", 9, Align::Left),
+                        ("POWER", 7, Align::Left),
+                        ("BMC", 20, Align::Left),
+                        ("RECOVERY", 19, Align::Left),
+                        ("ATTEMPTS", 8, Align::Right),
+                    ][..],
+                    if owners { &owner_column[..] } else { &[] },
+                    &[
+                        ("NETBOOT", 28, Align::Left),
+                        ("LAST DHCP", 44, Align::Left),
+                        ("LAST TFTP/SCRIPT", 44, Align::Left),
+                        ("BOOTED", 44, Align::Left),
+                        ("BOOT MAC", 17, Align::Left),
+                        // Lowercase: not a boot stage (docs/boot.md).
+                        ("declined", 32, Align::Left),
+                    ],
+                ]
+                .concat(),
+            );
             for h in list {
                 let p = &h.progress;
                 let middle = p.script.as_ref().or(p.tftp.as_ref()).cloned();

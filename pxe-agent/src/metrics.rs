@@ -413,7 +413,11 @@ pub fn render_host_records(s: &crate::share::host_records::Stats, owned: usize) 
         ("conflict", &s.write_conflicts),
         ("failed", &s.writes_failed),
     ] {
-        o.sample(SHARE_RECORD_WRITES, &format!("result=\"{result}\""), n.load(Relaxed));
+        o.sample(
+            SHARE_RECORD_WRITES,
+            &format!("result=\"{result}\""),
+            n.load(Relaxed),
+        );
     }
     o.head(
         SHARE_RECORDS_TAKEN,
@@ -425,7 +429,11 @@ pub fn render_host_records(s: &crate::share::host_records::Stats, owned: usize) 
         ("recovery", &s.taken_recovery),
         ("step", &s.taken_steps),
     ] {
-        o.sample(SHARE_RECORDS_TAKEN, &format!("kind=\"{kind}\""), n.load(Relaxed));
+        o.sample(
+            SHARE_RECORDS_TAKEN,
+            &format!("kind=\"{kind}\""),
+            n.load(Relaxed),
+        );
     }
     o.head(
         SHARE_OWNED,

@@ -94,9 +94,7 @@ impl Record {
     pub fn supersedes(&self, other: Option<&Record>) -> bool {
         match other {
             None => self.phase == Phase::Done || self.since_ms > 0,
-            Some(o) => {
-                (self.since_ms, self.phase.rank()) > (o.since_ms, o.phase.rank())
-            }
+            Some(o) => (self.since_ms, self.phase.rank()) > (o.since_ms, o.phase.rank()),
         }
     }
 }
@@ -227,10 +225,7 @@ impl NetbootStore {
 
     /// Sends every local change from now on to `tx` (the peers' writer).
     pub fn publish_to(&self, tx: tokio::sync::mpsc::UnboundedSender<(MacAddr, Record)>) {
-        *self
-            .publish
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(tx);
+        *self.publish.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx);
     }
 
     /// Every record, for the peers' writer to share what it holds.
@@ -363,9 +358,16 @@ mod tests {
         let store = NetbootStore::in_memory();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         store.publish_to(tx);
-        assert!(store.mark_done(MAC, Actor::PhoneHome, 1_000).expect("writes"));
+        assert!(
+            store
+                .mark_done(MAC, Actor::PhoneHome, 1_000)
+                .expect("writes")
+        );
         let (mac, published) = rx.try_recv().expect("published");
-        assert_eq!((mac, published.phase, published.since_ms), (MAC, Phase::Done, 1_000));
+        assert_eq!(
+            (mac, published.phase, published.since_ms),
+            (MAC, Phase::Done, 1_000)
+        );
         // An older peer record loses; a newer one wins and is not echoed.
         let armed = |since_ms| Record {
             phase: Phase::Armed,
@@ -386,7 +388,11 @@ mod tests {
         assert!(done.supersedes(Some(&armed(2_000))));
         assert!(!armed(2_000).supersedes(Some(&done)));
         // A local change made on a clock behind the peer's still wins.
-        assert!(store.mark_done(MAC, Actor::Operator, 1_500).expect("writes"));
+        assert!(
+            store
+                .mark_done(MAC, Actor::Operator, 1_500)
+                .expect("writes")
+        );
         assert_eq!(store.record(MAC).map(|r| r.since_ms), Some(2_001));
     }
 }

@@ -200,6 +200,8 @@ impl Controller {
             }
             if !owned {
                 host.held_until = None;
+                // Never shared by an agent that does not own it.
+                self.changed.remove(mac);
             }
             host.owned = owned;
         }

@@ -641,9 +641,15 @@ mod tests {
         // Fleet-wide, in any window of T ms: at most burst + T * rate.
         for (i, &start) in times.iter().enumerate() {
             for window in [1u64, 500, 1000, 3000] {
-                let n = times[i..].iter().take_while(|&&t| t < start + window).count();
+                let n = times[i..]
+                    .iter()
+                    .take_while(|&&t| t < start + window)
+                    .count();
                 let allowed = 2 + (window as f64 * 2.0 / 1000.0).floor() as usize;
-                assert!(n <= allowed, "{n} power-ups in {window} ms from {start}: {times:?}");
+                assert!(
+                    n <= allowed,
+                    "{n} power-ups in {window} ms from {start}: {times:?}"
+                );
             }
         }
         // Turns: rank 0 in cells 0, 2, ...; rank 1 in 1, 3, ... (cells of

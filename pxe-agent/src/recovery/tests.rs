@@ -824,3 +824,75 @@ fn stage_defaults() {
     let stages = StageDeadlines::default();
     assert_eq!(stages.dhcp, Duration::from_secs(180));
 }
+
+#[tokio::test(start_paused = true)]
+async fn two_agents_one_owner_the_other_follows_and_takes_over_from_the_recorded_stage() {
+    let host = mac(1);
+    let expect = RecoverySettings {
+        expect_boot: true,
+        ..settings()
+    };
+    let mut a = Lab::new("owner", &[(host, expect, PowerState::Off)]);
+    let mut b = Lab::new("follower", &[(host, expect, PowerState::Off)]);
+    a.ctl.set_owners(|_| true, a.now, 2 * SEC);
+    b.ctl.set_owners(|_| false, b.now, 2 * SEC);
+    // The expect_boot watch runs out on both; only the owner acts.
+    a.advance(10 * MIN).await;
+    b.advance(10 * MIN).await;
+    assert_eq!(a.state(host), State::AwaitingDhcp);
+    assert_eq!(b.state(host), State::Idle);
+    assert!(b.bmc(host).calls().is_empty(), "{:?}", b.bmc(host).calls());
+    assert!(b.ctl.take_changed().is_empty(), "a follower shares nothing");
+    // The owner shares its record; the follower takes it.
+    let shared = a.ctl.take_changed();
+    assert_eq!(shared.len(), 1);
+    let (_, record) = shared[0].clone();
+    assert!(b.ctl.adopt(host, record.clone(), b.now));
+    assert_eq!(b.state(host), State::AwaitingDhcp);
+    assert!(!a.ctl.adopt(host, record, a.now), "an owner keeps its own");
+    // The host takes its DHCP answer 30 s later; the owner records it.
+    a.advance(30 * SEC).await;
+    b.advance(30 * SEC).await;
+    a.ctl.observe(host, Observation::Dhcp, a.now);
+    let (_, record) = a.ctl.take_changed().pop().expect("changed");
+    assert!(b.ctl.adopt(host, record, b.now));
+    assert_eq!(b.state(host), State::AwaitingBootFile);
+    assert!(b.bmc(host).calls().is_empty());
+    // The owner dies; the follower gains the host, holds it, then goes on
+    // from the recorded stage with the steps seen since: no power-up.
+    b.advance(5 * SEC).await;
+    let boot_file_at = b.now - 2 * SEC;
+    b.ctl.set_owners(|_| true, b.now, 2 * SEC);
+    b.ctl
+        .observe_step(host, Observation::BootFile, boot_file_at, b.now);
+    assert_eq!(b.state(host), State::AwaitingBootFile, "held: not yet");
+    b.advance(2 * SEC).await;
+    assert_eq!(b.ctl.take_activated(), [host]);
+    // A step older than the stage it is in is not taken.
+    b.ctl.observe_step(host, Observation::PhoneHome, T0, b.now);
+    assert_eq!(b.state(host), State::AwaitingBootFile);
+    b.ctl
+        .observe_step(host, Observation::BootFile, boot_file_at, b.now);
+    assert_eq!(b.state(host), State::AwaitingScript);
+    b.ctl
+        .observe_step(host, Observation::PhoneHome, b.now, b.now);
+    b.settle().await;
+    assert_eq!(b.state(host), State::Booted);
+    assert!(
+        !b.bmc(host)
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Seen::Power(_))),
+        "{:?}",
+        b.bmc(host).calls()
+    );
+    // Now the owner, it shares what it did.
+    assert!(
+        b.ctl
+            .take_changed()
+            .iter()
+            .any(|(m, r)| *m == host && r.state == State::Booted)
+    );
+    assert_eq!(b.ctl.hosts_per_state()[&State::Booted], 1);
+    assert_eq!(a.ctl.hosts_per_state()[&State::AwaitingBootFile], 1);
+}

@@ -329,8 +329,7 @@ impl Keeper {
         match event {
             watcher::Event::Init => self.listing = Some(HashMap::new()),
             watcher::Event::InitApply(lease) => {
-                if let (Some(listing), Some((mac, rv, shared))) =
-                    (&mut self.listing, read(&lease))
+                if let (Some(listing), Some((mac, rv, shared))) = (&mut self.listing, read(&lease))
                 {
                     listing.insert(mac, (rv, shared));
                 }
@@ -560,7 +559,10 @@ fn new_lease(mac: MacAddr, key: &str, value: String) -> Lease {
             labels: Some(
                 [
                     (LABEL.to_string(), hex(mac)),
-                    ("app.kubernetes.io/name".to_string(), "pxe-agent".to_string()),
+                    (
+                        "app.kubernetes.io/name".to_string(),
+                        "pxe-agent".to_string(),
+                    ),
                 ]
                 .into(),
             ),
@@ -600,7 +602,10 @@ mod tests {
             .over(&Shared::default(), "node-0")
             .expect("new");
         let mut lease = new_lease(MAC, key, value);
-        assert_eq!(lease.metadata.name.as_deref(), Some("pxe-agent-host-525400ab0001"));
+        assert_eq!(
+            lease.metadata.name.as_deref(),
+            Some("pxe-agent-host-525400ab0001")
+        );
         let (key, value) = Change::Steps(Steps::from([(Stage::Tftp, step(7, "node-1"))]))
             .over(&Shared::default(), "node-1")
             .expect("new");
@@ -640,12 +645,18 @@ mod tests {
         };
         // An older netboot record is not written; a newer one is.
         assert_eq!(Change::Netboot(armed(9)).over(&current, "node-0"), None);
-        assert!(Change::Netboot(armed(11)).over(&current, "node-0").is_some());
+        assert!(
+            Change::Netboot(armed(11))
+                .over(&current, "node-0")
+                .is_some()
+        );
         // Steps: only later ones, merged with the rest.
         let older = Steps::from([(Stage::Dhcp, step(9, "node-0"))]);
         assert_eq!(Change::Steps(older).over(&current, "node-0"), None);
         let later = Steps::from([(Stage::Tftp, step(12, "node-0"))]);
-        let (key, value) = Change::Steps(later).over(&current, "node-0").expect("newer");
+        let (key, value) = Change::Steps(later)
+            .over(&current, "node-0")
+            .expect("newer");
         assert_eq!(key, STEPS);
         let merged: Steps = serde_json::from_str(&value).expect("json");
         assert_eq!(merged.len(), 2);
