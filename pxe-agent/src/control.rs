@@ -581,6 +581,25 @@ impl<B: Bmc + 'static> Task<B> {
             ));
             return;
         }
+        // With peers, one agent acts on each BMC: the host's owner.
+        let share = (self.share)();
+        if share.is_shared() && !share.owns_host(mac) {
+            let owner = share
+                .host_owner_name(mac)
+                .map_or("no live agent (try again shortly)".to_string(), |node| {
+                    format!("the agent on node {node}")
+                });
+            let _ = reply.send(Outcome::failed(
+                &host,
+                Some(mac),
+                Failure::Refused,
+                format!(
+                    "host {}'s BMC is acted on by its owner, {owner}; ask that agent",
+                    found.label()
+                ),
+            ));
+            return;
+        }
         if op == Op::Recover {
             let now = progress::now_ms();
             let mut out = match self.controller.request(mac, now) {

@@ -87,6 +87,9 @@ const LEASE_SECS: u64 = 2;
 const POOL_CLIENTS: u8 = 150;
 const BRIDGE_IP: &str = "10.66.0.254";
 const AGENT_IPS: [&str; 2] = ["10.66.0.1", "10.66.0.2"];
+const API_TOKEN: &str = "peers-operator-token-0123456789";
+/// The `netboot: once` host.
+const ONCE_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x77, 0x00, 0x04];
 
 fn inventory() -> String {
     r#"
@@ -100,10 +103,16 @@ profiles:
   - name: worker
     boot: {bios: undionly.kpxe}
   - name: inspector
+  - name: install
+    netboot: once
+    boot: {bios: undionly.kpxe}
+    kernel: "http://{server}:8080/artifacts/vmlinuz"
+    initrd: ["http://{server}:8080/artifacts/initrd.img"]
 hosts:
   - {mac: "52:54:00:77:00:01", ip: 10.66.1.10, profile: worker}
   - {mac: "52:54:00:77:00:02", ip: 10.66.1.11, profile: worker}
   - {mac: "52:54:00:77:00:03", ip: 10.66.1.12, profile: worker}
+  - {mac: "52:54:00:77:00:04", ip: 10.66.1.13, hostname: node-once, profile: install}
 "#
     .to_string()
 }
@@ -207,6 +216,13 @@ impl PeerLab {
         let api = Api::start(&bridge);
         let dir = Scratch::new("peers");
         fs::write(dir.path("inventory.yaml"), inventory()).expect("inventory");
+        for sub in ["root", "artifacts"] {
+            fs::create_dir_all(dir.path(sub)).expect("mkdir");
+        }
+        fs::write(dir.path("root/undionly.kpxe"), b"bios loader").expect("boot file");
+        fs::write(dir.path("artifacts/vmlinuz"), b"kernel").expect("kernel");
+        fs::write(dir.path("artifacts/initrd.img"), b"initrd").expect("initrd");
+        fs::write(dir.path("tokens"), format!("ops {API_TOKEN}\n")).expect("tokens");
         fs::write(
             dir.path("kubeconfig"),
             format!(
@@ -248,6 +264,12 @@ impl PeerLab {
                 .arg(self.dir.path("inventory.yaml"))
                 .arg("--state-dir")
                 .arg(&state)
+                .arg("--boot-root")
+                .arg(self.dir.path("root"))
+                .arg("--artifacts")
+                .arg(self.dir.path("artifacts"))
+                .arg("--api-token-file")
+                .arg(self.dir.path("tokens"))
                 .args(["--rate-unknown", "100000", "--peers", "kube"])
                 .args(["--pool-slots", "2", "--peer-lease-seconds"])
                 .arg(LEASE_SECS.to_string())
@@ -323,6 +345,74 @@ impl PeerLab {
             .collect()
     }
 
+    /// `POST path` on agent `i`'s API with the operator's token: the status
+    /// code and body.
+    fn act(&self, i: usize, path: &str) -> (String, String) {
+        let out = self.agent_ns[i]
+            .cmd("curl")
+            .args([
+                "-s",
+                "--max-time",
+                "10",
+                "-X",
+                "POST",
+                "-w",
+                "\n%{http_code}",
+            ])
+            .args(["-H", &format!("Authorization: Bearer {API_TOKEN}")])
+            .arg(format!("http://127.0.0.1:9464{path}"))
+            .output()
+            .expect("run curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (code.trim().to_owned(), body.to_owned())
+    }
+
+    /// `GET` (or with `post`, `POST`) of `path` on agent `i`'s boot HTTP
+    /// server, from the known-host namespace: the status code and body.
+    fn boot_http(&self, i: usize, path: &str, post: bool) -> (String, String) {
+        let mut cmd = self.known.cmd("curl");
+        cmd.args(["-s", "--max-time", "10", "-w", "\n%{http_code}"]);
+        if post {
+            cmd.args(["-X", "POST", "-d", "installed"]);
+        }
+        let out = cmd
+            .arg(format!("http://{}:8080{path}", AGENT_IPS[i]))
+            .output()
+            .expect("run curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (code.trim().to_owned(), body.to_owned())
+    }
+
+    /// A TFTP download of `file` from agent `i`: the bytes, or curl's error.
+    fn tftp(&self, i: usize, file: &str) -> Result<String, String> {
+        let out = self
+            .known
+            .cmd("curl")
+            .args(["-sS", "--max-time", "10"])
+            .arg(format!("tftp://{}/{file}", AGENT_IPS[i]))
+            .output()
+            .expect("run curl");
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// The `netboot` object agent `i` shows for the once host.
+    fn netboot(&self, i: usize) -> Value {
+        let hosts = self.get(i, "/api/v1/hosts").expect("hosts");
+        hosts
+            .as_array()
+            .expect("host list")
+            .iter()
+            .find(|h| h["mac"] == mac_text(ONCE_MAC))
+            .map(|h| h["netboot"].clone())
+            .expect("the once host")
+    }
+
     /// Runs udhcpc in the known-host namespace as `mac`.
     fn udhcpc(&self, mac: &str) -> BTreeMap<String, String> {
         self.known
@@ -372,6 +462,8 @@ struct Seen {
     mac: [u8; 6],
     yiaddr: Ipv4Addr,
     server: Ipv4Addr,
+    /// What it is told to boot: BOOTP `file`, else option 67.
+    file: String,
 }
 
 fn decode(frame: &[u8]) -> Option<Seen> {
@@ -388,11 +480,16 @@ fn decode(frame: &[u8]) -> Option<Seen> {
         Some(DhcpOption::ServerIdentifier(ip)) => *ip,
         _ => return None,
     };
+    let file = match msg.opts().get(OptionCode::BootfileName) {
+        Some(DhcpOption::BootfileName(name)) => String::from_utf8_lossy(name).into_owned(),
+        _ => String::from_utf8_lossy(msg.fname().unwrap_or_default()).into_owned(),
+    };
     Some(Seen {
         kind,
         mac: msg.chaddr()[..6].try_into().ok()?,
         yiaddr: msg.yiaddr(),
         server,
+        file: file.trim_end_matches('\0').to_owned(),
     })
 }
 
@@ -729,4 +826,174 @@ fn two_agents_share_a_pool_without_sharing_an_address_and_fail_over() {
     let lease = lab.udhcpc("52:54:00:77:00:02");
     assert_eq!(lease["ip"], "10.66.1.11");
     println!("API down: no pool client answered, reserved hosts still served");
+}
+
+/// The once host's OFFERs from both agents, to `req`.
+fn once_offers(clients: &Clients, req: &Req) -> Vec<Seen> {
+    clients.send(req);
+    clients
+        .collect(Duration::from_millis(300))
+        .into_iter()
+        .filter(|s| s.kind == MessageType::Offer && s.mac == ONCE_MAC)
+        .collect()
+}
+
+/// A BIOS PXE DISCOVER (answered by the XDP program) and an iPXE one
+/// (passed to the slow path) of the once host.
+fn once_discovers(xid: u32) -> [(&'static str, Req); 2] {
+    let fast = Req::discover(ONCE_MAC).pxe(0);
+    let mut slow = Req::discover(ONCE_MAC).pxe(0);
+    slow.user_class = Some(b"iPXE");
+    [("fast path", fast), ("slow path", slow)].map(|(what, mut r)| {
+        r.xid = xid;
+        r.broadcast = true;
+        (what, r)
+    })
+}
+
+/// Both agents offer the once host its address on both paths, with
+/// (`boots`) or without its boot file.
+fn assert_offers(lab: &PeerLab, clients: &Clients, boots: bool, when: &str) {
+    for (what, req) in once_discovers(0x5100_0000) {
+        let offers = once_offers(clients, &req);
+        let servers: BTreeSet<Ipv4Addr> = offers.iter().map(|o| o.server).collect();
+        assert_eq!(
+            servers.len(),
+            2,
+            "{when}, {what}: one OFFER from each agent: {offers:?}\n{}",
+            lab.logs()
+        );
+        for o in &offers {
+            assert_eq!(
+                o.yiaddr,
+                Ipv4Addr::new(10, 66, 1, 13),
+                "{when}, {what}: {o:?}"
+            );
+            assert_eq!(
+                !o.file.is_empty(),
+                boots,
+                "{when}, {what}: boot file from {}: {o:?}",
+                o.server
+            );
+        }
+    }
+}
+
+/// Every route of both agents withholds the once host's boot files (or,
+/// with `boots`, serves them).
+fn assert_routes(lab: &PeerLab, boots: bool, when: &str) {
+    let mac = mac_text(ONCE_MAC);
+    for i in 0..2 {
+        let (code, script) = lab.boot_http(i, &format!("/boot/{mac}.ipxe"), false);
+        assert_eq!(code, "200", "{when}, agent {i}: {script}");
+        assert_eq!(
+            script.contains("kernel "),
+            boots,
+            "{when}, agent {i}'s script: {script}"
+        );
+        let (code, _) = lab.boot_http(i, "/artifacts/vmlinuz", false);
+        assert_eq!(code, if boots { "200" } else { "403" }, "{when}, agent {i}");
+        let tftp = lab.tftp(i, "undionly.kpxe");
+        assert_eq!(tftp.is_ok(), boots, "{when}, agent {i}: TFTP {tftp:?}");
+    }
+}
+
+#[test]
+fn two_agents_hold_one_netboot_state_for_a_once_host() {
+    let lab = PeerLab::new();
+    for i in 0..2 {
+        lab.wait_peers(i, "both slots live", |v| {
+            v["serving"] == true && v["live"].as_array().is_some_and(|l| l.len() == 2)
+        });
+    }
+    // The routes are reached from the known hosts' namespace, at the
+    // once host's own address.
+    lab.known
+        .ip(&["addr", "add", "10.66.1.13/16", "dev", "pxkn0"]);
+    let clients = Clients::open(&lab.clients);
+    assert_offers(&lab, &clients, true, "armed");
+    assert_routes(&lab, true, "armed");
+
+    // (1) The host phones home through agent 0, as its installer would.
+    let mac = mac_text(ONCE_MAC);
+    let (_, script) = lab.boot_http(0, &format!("/boot/{mac}.ipxe"), false);
+    let token = script
+        .split_whitespace()
+        .find_map(|a| a.strip_prefix("pxe_agent.token="))
+        .unwrap_or_else(|| panic!("no token in agent 0's script:\n{script}"))
+        .to_owned();
+    let (code, _) = lab.boot_http(
+        0,
+        &format!("/api/v1/hosts/{mac}/booted?token={token}"),
+        true,
+    );
+    assert_eq!(code, "204", "phone-home refused\n{}", lab.logs());
+    let phoned = Instant::now();
+    // Agent 1 withholds the boot file too: `boots` turns false once the
+    // inventory in force, the fast path's maps included, withholds it.
+    while lab.netboot(1)["boots"] != false {
+        assert!(
+            phoned.elapsed() < Duration::from_secs(10),
+            "agent 1 still boots the host\n{}",
+            lab.logs()
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    let withheld = phoned.elapsed();
+    println!(
+        "phone-home on agent 0: agent 1 withholds the boot file {} ms later",
+        withheld.as_millis()
+    );
+    assert!(withheld < Duration::from_secs(2), "{withheld:?}");
+    assert_offers(&lab, &clients, false, "done by phone-home");
+    assert_routes(&lab, false, "done by phone-home");
+    for i in 0..2 {
+        let n = lab.netboot(i);
+        assert_eq!(n["state"], "done", "agent {i}: {n}");
+        assert_eq!(n["by"], "phone-home", "agent {i}: {n}");
+    }
+
+    // (2) `reprovision` through agent 1 arms it on both.
+    let (code, body) = lab.act(1, &format!("/api/v1/hosts/{mac}/reprovision"));
+    assert_eq!(code, "200", "reprovision on agent 1: {body}");
+    let armed = Instant::now();
+    // `boots`: the inventory in force, maps included, gives the boot file.
+    while lab.netboot(0)["boots"] != true {
+        assert!(armed.elapsed() < Duration::from_secs(10), "{}", lab.logs());
+        thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "reprovision on agent 1: agent 0 boots it again {} ms later",
+        armed.elapsed().as_millis()
+    );
+    assert_eq!(lab.netboot(0)["state"], "armed");
+    assert_offers(&lab, &clients, true, "reprovisioned");
+    assert_routes(&lab, true, "reprovisioned");
+
+    // (3) The operator marks it done through agent 0: withheld on both.
+    let (code, body) = lab.act(0, &format!("/api/v1/hosts/{mac}/netboot/done"));
+    assert_eq!(code, "200", "done on agent 0: {body}");
+    let done = Instant::now();
+    while lab.netboot(1)["boots"] != false {
+        assert!(done.elapsed() < Duration::from_secs(10), "{}", lab.logs());
+        thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "done on agent 0: agent 1 withholds it {} ms later",
+        done.elapsed().as_millis()
+    );
+    assert_offers(&lab, &clients, false, "done by the operator");
+    assert_routes(&lab, false, "done by the operator");
+    assert_eq!(lab.netboot(1)["by"], "operator");
+    // The shared record, as the API server holds it.
+    let metrics = lab.agent_ns[1]
+        .cmd("curl")
+        .args(["-s", "http://127.0.0.1:9464/metrics"])
+        .output()
+        .expect("metrics");
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert!(
+        metrics.contains("pxe_netboot_changes_total{to=\"done\",by=\"peer\"} 2"),
+        "{metrics}"
+    );
 }
