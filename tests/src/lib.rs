@@ -49,6 +49,8 @@ mod oob;
 #[cfg(test)]
 mod peers;
 #[cfg(test)]
+mod peers_oob;
+#[cfg(test)]
 mod persistence;
 #[cfg(test)]
 mod phone_home;

@@ -83,10 +83,10 @@ impl Drop for Api {
 }
 
 /// Lease duration of the agents' slot Leases, in seconds.
-const LEASE_SECS: u64 = 2;
+pub(crate) const LEASE_SECS: u64 = 2;
 const POOL_CLIENTS: u8 = 150;
 const BRIDGE_IP: &str = "10.66.0.254";
-const AGENT_IPS: [&str; 2] = ["10.66.0.1", "10.66.0.2"];
+pub(crate) const AGENT_IPS: [&str; 2] = ["10.66.0.1", "10.66.0.2"];
 const API_TOKEN: &str = "peers-operator-token-0123456789";
 /// The `netboot: once` host.
 const ONCE_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x77, 0x00, 0x04];
@@ -118,7 +118,7 @@ hosts:
 }
 
 /// A namespace of this test, deleted (with its resolver file) on drop.
-struct Ns(String);
+pub(crate) struct Ns(pub(crate) String);
 
 impl Ns {
     fn new(name: String) -> Ns {
@@ -131,11 +131,11 @@ impl Ns {
         ns
     }
 
-    fn ip(&self, args: &[&str]) -> String {
+    pub(crate) fn ip(&self, args: &[&str]) -> String {
         run(Command::new("ip").args(["-n", &self.0]).args(args))
     }
 
-    fn cmd(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    pub(crate) fn cmd(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.0]).arg(program);
         cmd
@@ -161,19 +161,27 @@ fn run(cmd: &mut Command) -> String {
 
 /// The lab. Field order matters: processes and the fake stop before the
 /// namespaces go.
-struct PeerLab {
+pub(crate) struct PeerLab {
     agents: Vec<Option<ChildGuard>>,
     _peers: Vec<ChildGuard>,
     api: Option<Api>,
-    dir: Scratch,
-    _bridge: Ns,
-    agent_ns: Vec<Ns>,
+    pub(crate) dir: Scratch,
+    /// Arguments both agents get besides the lab's own.
+    extra: Vec<String>,
+    pub(crate) bridge: Ns,
+    pub(crate) agent_ns: Vec<Ns>,
     clients: Ns,
-    known: Ns,
+    pub(crate) known: Ns,
 }
 
 impl PeerLab {
     fn new() -> PeerLab {
+        PeerLab::with(&inventory(), &[])
+    }
+
+    /// The lab with `inventory` (a file for both agents), both agents
+    /// started with `extra` besides the lab's arguments.
+    pub(crate) fn with(inventory: &str, extra: &[&str]) -> PeerLab {
         crate::fixture::assert_root();
         let base = format!("pxpeer-{}", std::process::id());
         // Leftovers of an earlier run of this PID are not ours to keep.
@@ -215,7 +223,7 @@ impl PeerLab {
             .collect();
         let api = Api::start(&bridge);
         let dir = Scratch::new("peers");
-        fs::write(dir.path("inventory.yaml"), inventory()).expect("inventory");
+        fs::write(dir.path("inventory.yaml"), inventory).expect("inventory");
         for sub in ["root", "artifacts"] {
             fs::create_dir_all(dir.path(sub)).expect("mkdir");
         }
@@ -236,7 +244,8 @@ impl PeerLab {
             _peers: peers,
             api: Some(api),
             dir,
-            _bridge: bridge,
+            extra: extra.iter().map(|a| (*a).to_owned()).collect(),
+            bridge,
             agent_ns,
             clients,
             known,
@@ -247,7 +256,7 @@ impl PeerLab {
         lab
     }
 
-    fn start_agent(&mut self, i: usize) {
+    pub(crate) fn start_agent(&mut self, i: usize) {
         let log = fs::File::options()
             .create(true)
             .append(true)
@@ -275,6 +284,7 @@ impl PeerLab {
                 .arg(LEASE_SECS.to_string())
                 .args(["--kube-namespace", "pxe", "--node-name"])
                 .arg(format!("node-{i}"))
+                .args(&self.extra)
                 .stderr(log.try_clone().expect("log fd"))
                 .stdout(log),
         )
@@ -286,7 +296,16 @@ impl PeerLab {
         fs::read_to_string(self.dir.path(&format!("agent{i}.log"))).unwrap_or_default()
     }
 
-    fn logs(&self) -> String {
+    /// `kill -9` of agent `i`, reaped.
+    pub(crate) fn kill(&mut self, i: usize) {
+        let child = self.agents[i].as_mut().expect("agent running");
+        let pid = libc::pid_t::try_from(child.id()).expect("pid");
+        // SAFETY: kill(2) on our own unreaped child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = child.0.wait();
+    }
+
+    pub(crate) fn logs(&self) -> String {
         format!(
             "agent 0 log:\n{}\nagent 1 log:\n{}",
             self.log(0),
@@ -295,7 +314,7 @@ impl PeerLab {
     }
 
     /// GET `path` on agent `i`'s admin listener, as JSON.
-    fn get(&self, i: usize, path: &str) -> Option<Value> {
+    pub(crate) fn get(&self, i: usize, path: &str) -> Option<Value> {
         let out = self.agent_ns[i]
             .cmd("curl")
             .args(["-sf", "--max-time", "2"])
@@ -309,7 +328,7 @@ impl PeerLab {
     }
 
     /// Waits until `ok` holds for agent `i`'s `/api/v1/peers`.
-    fn wait_peers(&self, i: usize, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) fn wait_peers(&self, i: usize, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(v) = self.get(i, "/api/v1/peers")
@@ -370,7 +389,7 @@ impl PeerLab {
 
     /// `GET` (or with `post`, `POST`) of `path` on agent `i`'s boot HTTP
     /// server, from the known-host namespace: the status code and body.
-    fn boot_http(&self, i: usize, path: &str, post: bool) -> (String, String) {
+    pub(crate) fn boot_http(&self, i: usize, path: &str, post: bool) -> (String, String) {
         let mut cmd = self.known.cmd("curl");
         cmd.args(["-s", "--max-time", "10", "-w", "\n%{http_code}"]);
         if post {
@@ -414,7 +433,7 @@ impl PeerLab {
     }
 
     /// Runs udhcpc in the known-host namespace as `mac`.
-    fn udhcpc(&self, mac: &str) -> BTreeMap<String, String> {
+    pub(crate) fn udhcpc(&self, mac: &str) -> BTreeMap<String, String> {
         self.known
             .ip(&["link", "set", "dev", "pxkn0", "address", mac]);
         let hook = script(
@@ -690,13 +709,7 @@ fn two_agents_share_a_pool_without_sharing_an_address_and_fail_over() {
         .filter(|m| owner_agent(m) == 0)
         .collect();
     let killed = Instant::now();
-    {
-        let child = lab.agents[0].as_mut().expect("agent 0");
-        let pid = libc::pid_t::try_from(child.id()).expect("pid");
-        // SAFETY: kill(2) on our own unreaped child.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        let _ = child.0.wait();
-    }
+    lab.kill(0);
     let probe = orphans[0];
     let mut xid = 0x7000_0000u32;
     let moved_after = loop {

@@ -154,7 +154,7 @@ impl Rig {
 }
 
 /// Seconds from `t0`.
-fn secs(t: SystemTime, t0: SystemTime) -> f64 {
+pub(crate) fn secs(t: SystemTime, t0: SystemTime) -> f64 {
     match t.duration_since(t0) {
         Ok(d) => d.as_secs_f64(),
         Err(e) => -e.duration().as_secs_f64(),
@@ -162,7 +162,7 @@ fn secs(t: SystemTime, t0: SystemTime) -> f64 {
 }
 
 /// The most times (sorted) in any half-open window `[t, t + window)`.
-fn most_in_window(times: &[SystemTime], window: Duration) -> usize {
+pub(crate) fn most_in_window(times: &[SystemTime], window: Duration) -> usize {
     (0..times.len())
         .map(|i| {
             times[i..]
@@ -176,7 +176,7 @@ fn most_in_window(times: &[SystemTime], window: Duration) -> usize {
 
 /// The most spans running at one instant (an end before a start at the
 /// same instant).
-fn most_overlapping(spans: &[Span]) -> usize {
+pub(crate) fn most_overlapping(spans: &[Span]) -> usize {
     let mut edges: Vec<(SystemTime, i32)> = spans
         .iter()
         .flat_map(|s| [(s.start, 1), (s.end, -1)])

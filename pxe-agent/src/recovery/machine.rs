@@ -62,6 +62,10 @@ pub struct Record {
     /// password).
     #[serde(default)]
     pub last_error: Option<String>,
+    /// When the current attempt's power action was made: boot steps seen
+    /// before it belong to an earlier boot (see [`Controller::observe_step`]).
+    #[serde(default)]
+    pub powered_ms: Option<u64>,
     /// Bumped with every change an action depends on: results of actions
     /// asked at an older epoch are stale.
     pub epoch: u64,
@@ -276,6 +280,7 @@ impl Controller {
                     after_boot: None,
                     last: None,
                     last_error: None,
+                    powered_ms: None,
                     epoch: 0,
                 },
                 issued: false,
@@ -385,9 +390,10 @@ impl Controller {
         self.flush();
     }
 
-    /// [`Controller::observe`] of a step seen at `at_ms`: a step older than
-    /// the host's last transition belongs to an earlier stage (a step fed
-    /// again after a host was gained) and is not taken.
+    /// [`Controller::observe`] of a step seen at `at_ms`: a step from
+    /// before the host's current boot (awaiting a stage: before the power
+    /// action; else before its last transition) is not taken. Steps are
+    /// fed again when a host is gained from another owner, however old.
     pub fn observe_step(
         &mut self,
         mac: MacAddr,
@@ -395,11 +401,13 @@ impl Controller {
         at_ms: u64,
         now_ms: u64,
     ) {
-        let since = self
-            .hosts
-            .get(&mac)
-            .and_then(|h| h.record.last)
-            .map_or(0, |t| t.at_ms);
+        let since = self.hosts.get(&mac).map_or(0, |h| {
+            let last = h.record.last.map_or(0, |t| t.at_ms);
+            match h.record.powered_ms {
+                Some(powered) if h.record.state.is_awaiting() => powered,
+                _ => last,
+            }
+        });
         if at_ms >= since {
             self.observe(mac, observation, now_ms);
         }
@@ -585,6 +593,9 @@ impl Controller {
     }
 
     fn power_done(&mut self, mac: MacAddr, plan: Plan, reason: Reason, now_ms: u64) {
+        if let Some(host) = self.hosts.get_mut(&mac) {
+            host.record.powered_ms = Some(now_ms);
+        }
         let deadline = now_ms.saturating_add(ms(plan.settings.stages.dhcp));
         self.transition(mac, State::AwaitingDhcp, reason, Some(deadline), now_ms);
     }

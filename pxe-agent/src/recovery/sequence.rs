@@ -12,9 +12,10 @@
 //! divided among the live agents, and power-ups go in turns: time is cut
 //! into cells of `power_up_burst / power_ups_per_second`, cell `k` belongs
 //! to the agent of rank `k mod n`, and an agent starts at most
-//! `power_up_burst` power-ups in a cell of its own. Over the fleet that is
-//! the rate and burst of one agent, as long as the nodes' clocks agree to
-//! well within a cell (NTP). The awaiting gate counts the fleet's hosts
+//! `power_up_burst` power-ups in the first tenth of a cell of its own.
+//! Over the fleet that is the rate and burst of one agent, with bursts at
+//! least nine tenths of a cell apart, as long as the nodes' clocks agree
+//! to well within a cell (NTP). The awaiting gate counts the fleet's hosts
 //! already: the controller holds every host's record, its own and those
 //! the owners share.
 //!
@@ -182,8 +183,10 @@ impl Sequencer {
                 .saturating_mul(u64::from(self.policy.power_up_burst.max(1) - 1));
             return self.tat_us <= now_us.saturating_add(tolerance);
         }
-        let k = now_us / self.cell_us();
+        let cell = self.cell_us();
+        let k = now_us / cell;
         k % n as u64 == rank as u64
+            && now_us % cell < cell / 10
             && (self.cell.0 != k || self.cell.1 < self.policy.power_up_burst.max(1))
     }
 

@@ -874,6 +874,11 @@ async fn two_agents_one_owner_the_other_follows_and_takes_over_from_the_recorded
     b.ctl
         .observe_step(host, Observation::BootFile, boot_file_at, b.now);
     assert_eq!(b.state(host), State::AwaitingScript);
+    // Steps fed in one batch: later ones are older than the transition the
+    // first made, yet of this boot (after the power-on).
+    b.ctl
+        .observe_step(host, Observation::Script, boot_file_at + 1, b.now);
+    assert_eq!(b.state(host), State::AwaitingPhoneHome);
     b.ctl
         .observe_step(host, Observation::PhoneHome, b.now, b.now);
     b.settle().await;
