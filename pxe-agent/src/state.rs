@@ -42,6 +42,8 @@ pub struct State {
     /// recompiled inventory in force on both paths.
     pub netboot: Arc<NetbootStore>,
     pub netboot_changed: tokio::sync::Notify,
+    /// Hosts another DHCP server answers while nothing is shared.
+    pub other_servers: crate::other_server::OtherServers,
 }
 
 impl State {
@@ -65,6 +67,7 @@ impl State {
             share: RwLock::new(Arc::new(Share::alone())),
             netboot: Arc::new(NetbootStore::in_memory()),
             netboot_changed: tokio::sync::Notify::new(),
+            other_servers: Default::default(),
         }
     }
 
@@ -159,6 +162,7 @@ impl State {
         if !self.inventory().same_ports(&inv) {
             self.progress.set_hosts(&inv.hosts);
         }
+        self.other_servers.retain(&inv);
         let old = std::mem::replace(
             &mut *self
                 .inventory

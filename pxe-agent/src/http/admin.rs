@@ -141,6 +141,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         http: s.boot.http_stats.snapshot(),
     });
     page.push_str(&metrics::render_share(&s.boot.state.share()));
+    page.push_str(&metrics::render_other_servers(&s.boot.state.other_servers));
     let netboot = &s.boot.state.netboot;
     page.push_str(&metrics::render_netboot(
         &netboot.counters,
