@@ -18,6 +18,8 @@
 //! Leases live in the fake API server of `kube_api`, run in the bridge
 //! namespace.
 
+mod file_mode;
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
@@ -156,6 +158,9 @@ struct PeerLab {
     agents: Vec<Option<ChildGuard>>,
     _peers: Vec<ChildGuard>,
     api: Option<Api>,
+    /// The agents share their pools through `api` (`--peers kube`); else
+    /// each runs alone, in file mode.
+    kube: bool,
     dir: Scratch,
     _bridge: Ns,
     agent_ns: Vec<Ns>,
@@ -165,6 +170,12 @@ struct PeerLab {
 
 impl PeerLab {
     fn new() -> PeerLab {
+        PeerLab::with(&inventory(), true)
+    }
+
+    /// The lab with `inventory`; without `kube`, no fake API, and the
+    /// agents run without `--peers`, each alone (file mode).
+    fn with(inventory: &str, kube: bool) -> PeerLab {
         crate::fixture::assert_root();
         let base = format!("pxpeer-{}", std::process::id());
         // Leftovers of an earlier run of this PID are not ours to keep.
@@ -204,21 +215,24 @@ impl PeerLab {
                 .expect("veth peer")
             })
             .collect();
-        let api = Api::start(&bridge);
+        let api = kube.then(|| Api::start(&bridge));
         let dir = Scratch::new("peers");
-        fs::write(dir.path("inventory.yaml"), inventory()).expect("inventory");
-        fs::write(
-            dir.path("kubeconfig"),
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake, namespace: pxe}}\ncurrent-context: fake\n",
-                api.addr
-            ),
-        )
-        .expect("kubeconfig");
+        fs::write(dir.path("inventory.yaml"), inventory).expect("inventory");
+        if let Some(api) = &api {
+            fs::write(
+                dir.path("kubeconfig"),
+                format!(
+                    "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake, namespace: pxe}}\ncurrent-context: fake\n",
+                    api.addr
+                ),
+            )
+            .expect("kubeconfig");
+        }
         let mut lab = PeerLab {
             agents: vec![None, None],
             _peers: peers,
-            api: Some(api),
+            api,
+            kube,
             dir,
             _bridge: bridge,
             agent_ns,
@@ -248,16 +262,35 @@ impl PeerLab {
                 .arg(self.dir.path("inventory.yaml"))
                 .arg("--state-dir")
                 .arg(&state)
-                .args(["--rate-unknown", "100000", "--peers", "kube"])
-                .args(["--pool-slots", "2", "--peer-lease-seconds"])
-                .arg(LEASE_SECS.to_string())
-                .args(["--kube-namespace", "pxe", "--node-name"])
-                .arg(format!("node-{i}"))
+                .args(["--rate-unknown", "100000"])
+                .args(self.peer_args(i))
                 .stderr(log.try_clone().expect("log fd"))
                 .stdout(log),
         )
         .expect("spawn agent");
         self.agents[i] = Some(child);
+    }
+
+    /// Agent `i`'s arguments for sharing the pools over the fake API; none
+    /// without it.
+    fn peer_args(&self, i: usize) -> Vec<String> {
+        if !self.kube {
+            return Vec::new();
+        }
+        let lease = LEASE_SECS.to_string();
+        let node = format!("node-{i}");
+        [
+            "--peers",
+            "kube",
+            "--pool-slots",
+            "2",
+            "--peer-lease-seconds",
+            &lease,
+        ]
+        .into_iter()
+        .chain(["--kube-namespace", "pxe", "--node-name", &node])
+        .map(str::to_owned)
+        .collect()
     }
 
     fn log(&self, i: usize) -> String {
