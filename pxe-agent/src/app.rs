@@ -583,7 +583,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
     let events: Vec<_> = fasts
         .iter_mut()
         .filter_map(FastPath::take_events)
-        .map(|ring| tokio::spawn(events::stream(ring, progress.clone(), shutdown.clone())))
+        .map(|ring| tokio::spawn(events::stream(ring, state.clone(), shutdown.clone())))
         .collect();
     // One trace filter for the agent: a traced MAC is traced on every
     // interface.

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod netboot;
 pub mod netdev;
 pub mod open_files;
+pub mod other_server;
 pub mod progress;
 pub mod ratelimit;
 pub mod rawsock;

@@ -34,6 +34,8 @@ pub const RESERVATION_DECLINES: &str = "pxe_reservation_declines_total";
 pub const SLOW_RX: &str = "pxe_slow_requests_total";
 pub const SLOW_RESTARTS: &str = "pxe_slow_path_restarts_total";
 pub const SLOW_NOT_OURS: &str = "pxe_slow_not_ours_total";
+pub const OTHER_SERVER_REQUESTS: &str = "pxe_dhcp_other_server_requests_total";
+pub const OTHER_SERVER_HOSTS: &str = "pxe_dhcp_other_server_hosts";
 pub const SHARE_SLOT: &str = "pxe_share_slot";
 pub const SHARE_LIVE: &str = "pxe_share_live_slots";
 pub const SHARE_BUCKETS: &str = "pxe_share_buckets";
@@ -444,6 +446,25 @@ pub fn render_host_records(s: &crate::share::host_records::Stats, owned: usize) 
     o.0
 }
 
+/// Another DHCP server answering hosts whose state this agent keeps, while
+/// agents share nothing ([`crate::other_server`]).
+pub fn render_other_servers(o: &crate::other_server::OtherServers) -> String {
+    let mut out = Out(String::new());
+    out.head(
+        OTHER_SERVER_REQUESTS,
+        "counter",
+        "DHCPREQUESTs naming another server for hosts with netboot once or a BMC, without --peers (that server shares neither state).",
+    );
+    out.sample(OTHER_SERVER_REQUESTS, "", o.requests());
+    out.head(
+        OTHER_SERVER_HOSTS,
+        "gauge",
+        "Hosts with netboot once or a BMC that another DHCP server answers, warned about once each.",
+    );
+    out.sample(OTHER_SERVER_HOSTS, "", o.hosts());
+    out.0
+}
+
 /// The netboot counters: state changes by kind, boot files refused by
 /// route, and how many `once` hosts are done now.
 pub fn render_netboot(c: &crate::netboot::Counters, done: usize) -> String {
@@ -548,5 +569,18 @@ mod tests {
             o.0
         );
         assert!(o.0.contains("\npxe_xdp_map_writes_total 12\n"), "{}", o.0);
+    }
+
+    #[test]
+    fn other_servers_are_a_counter_and_a_gauge() {
+        let page = render_other_servers(&crate::other_server::OtherServers::default());
+        for line in [
+            "# TYPE pxe_dhcp_other_server_requests_total counter\n",
+            "\npxe_dhcp_other_server_requests_total 0\n",
+            "# TYPE pxe_dhcp_other_server_hosts gauge\n",
+            "\npxe_dhcp_other_server_hosts 0\n",
+        ] {
+            assert!(page.contains(line), "{line:?} in {page}");
+        }
     }
 }

@@ -44,6 +44,8 @@ pub struct State {
     pub netboot_changed: tokio::sync::Notify,
     /// The counters of the records shared with peers (`share::host_records`).
     pub host_records: crate::share::host_records::Stats,
+    /// Hosts another DHCP server answers while nothing is shared.
+    pub other_servers: crate::other_server::OtherServers,
 }
 
 impl State {
@@ -68,6 +70,7 @@ impl State {
             netboot: Arc::new(NetbootStore::in_memory()),
             netboot_changed: tokio::sync::Notify::new(),
             host_records: crate::share::host_records::Stats::default(),
+            other_servers: Default::default(),
         }
     }
 
@@ -162,6 +165,7 @@ impl State {
         if !self.inventory().same_ports(&inv) {
             self.progress.set_hosts(&inv.hosts);
         }
+        self.other_servers.retain(&inv);
         let old = std::mem::replace(
             &mut *self
                 .inventory

@@ -406,11 +406,15 @@ impl ReplyBody {
     }
 }
 
-/// One reply the fast path sent, streamed to the agent for boot progress.
+/// One reply the fast path sent, streamed to the agent for boot progress;
+/// or one DHCPREQUEST it dropped because the client selected another
+/// server (`msg_type` [`bootp::DHCPREQUEST`]), streamed so the agent can
+/// tell when another DHCP server answers its hosts.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServedEvent {
-    /// When the reply was sent: `bpf_ktime_get_coarse_ns`, i.e.
+    /// When the reply was sent (or the REQUEST dropped):
+    /// `bpf_ktime_get_coarse_ns`, i.e.
     /// `CLOCK_MONOTONIC_COARSE`: `CLOCK_MONOTONIC`'s base at tick resolution
     /// (read once a tick on each CPU, so up to a tick early).
     /// The agent drains the ring on a timer, so it needs the send time to
@@ -418,11 +422,13 @@ pub struct ServedEvent {
     pub at_ns: u64,
     /// The client's MAC (chaddr).
     pub mac: [u8; 6],
-    /// `bootp::DHCPOFFER` or `bootp::DHCPACK`.
+    /// `bootp::DHCPOFFER` or `bootp::DHCPACK` for a reply;
+    /// `bootp::DHCPREQUEST` for a REQUEST naming another server, dropped.
     pub msg_type: u8,
     /// A [`BootClass`] discriminant.
     pub class: u8,
-    /// The address answered, network byte order.
+    /// The address answered, network byte order; for a dropped REQUEST,
+    /// the server identifier (option 54) it named.
     pub yiaddr: [u8; 4],
     /// The slot's sequence number: the writing CPU's event count with this
     /// event (so never 0 for a written event, but for a wrap every 2^32).

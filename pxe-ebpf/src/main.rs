@@ -44,7 +44,8 @@ static BODIES: Array<ReplyBody> = Array::with_max_entries(DEFAULT_BODIES, 0);
 #[map(name = "COUNTERS")]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::Count as u32, 0);
 
-/// Replies sent, for the agent's boot-progress view: `EVENT_SLOTS` a CPU;
+/// Replies sent, for the agent's boot-progress view, and REQUESTs dropped
+/// for naming another server (see `ServedEvent`): `EVENT_SLOTS` a CPU;
 /// the agent sizes it to the possible CPUs at load time (with room after
 /// them for its read marks) and maps it into its memory.
 ///
@@ -60,7 +61,7 @@ static EVENTS: Array<ServedEvent> = Array::with_max_entries(EVENT_SLOTS, BPF_F_M
 #[map(name = "EVENT_HEADS")]
 static EVENT_HEADS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-/// Streams a sent reply into this CPU's event slots.
+/// Streams a sent reply (or a dropped REQUEST) into this CPU's event slots.
 #[inline(always)]
 pub fn served(event: &ServedEvent) {
     let Some(head) = EVENT_HEADS.get_ptr_mut(0) else {

@@ -199,6 +199,17 @@ fn answer(ctx: &XdpContext, ip_len: usize) -> Result<Outcome, Counter> {
         // address; RENEWING/REBINDING fills ciaddr.
         let wanted = match (opts.server_id(), opts.requested_ip()) {
             (Some(sid), _) if sid != t.server_ip => {
+                // Not ours to answer. The agent is told which server the
+                // client chose: one that shares none of this agent's state
+                // is worth a warning (see `ServedEvent::msg_type`).
+                crate::served(&ServedEvent {
+                    at_ns: crate::coarse_ns(),
+                    mac: req.chaddr,
+                    msg_type: DHCPREQUEST,
+                    class: class as u8,
+                    yiaddr: sid,
+                    seq: 0,
+                });
                 return Ok(Outcome::Drop(Counter::DropOtherServer));
             }
             (Some(_), requested) => requested,

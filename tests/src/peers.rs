@@ -18,6 +18,8 @@
 //! Leases live in the fake API server of `kube_api`, run in the bridge
 //! namespace.
 
+mod file_mode;
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
@@ -165,6 +167,9 @@ pub(crate) struct PeerLab {
     agents: Vec<Option<ChildGuard>>,
     _peers: Vec<ChildGuard>,
     api: Option<Api>,
+    /// The agents share their pools through `api` (`--peers kube`); else
+    /// each runs alone, in file mode.
+    kube: bool,
     pub(crate) dir: Scratch,
     /// Arguments both agents get besides the lab's own.
     extra: Vec<String>,
@@ -176,12 +181,14 @@ pub(crate) struct PeerLab {
 
 impl PeerLab {
     fn new() -> PeerLab {
-        PeerLab::with(&inventory(), &[])
+        PeerLab::with(&inventory(), true, &[])
     }
 
     /// The lab with `inventory` (a file for both agents), both agents
-    /// started with `extra` besides the lab's arguments.
-    pub(crate) fn with(inventory: &str, extra: &[&str]) -> PeerLab {
+    /// started with `extra` besides the lab's arguments; without `kube`,
+    /// no fake API, and the agents run without `--peers`, each alone (file
+    /// mode).
+    pub(crate) fn with(inventory: &str, kube: bool, extra: &[&str]) -> PeerLab {
         crate::fixture::assert_root();
         let base = format!("pxpeer-{}", std::process::id());
         // Leftovers of an earlier run of this PID are not ours to keep.
@@ -221,7 +228,7 @@ impl PeerLab {
                 .expect("veth peer")
             })
             .collect();
-        let api = Api::start(&bridge);
+        let api = kube.then(|| Api::start(&bridge));
         let dir = Scratch::new("peers");
         fs::write(dir.path("inventory.yaml"), inventory).expect("inventory");
         for sub in ["root", "artifacts"] {
@@ -231,18 +238,21 @@ impl PeerLab {
         fs::write(dir.path("artifacts/vmlinuz"), b"kernel").expect("kernel");
         fs::write(dir.path("artifacts/initrd.img"), b"initrd").expect("initrd");
         fs::write(dir.path("tokens"), format!("ops {API_TOKEN}\n")).expect("tokens");
-        fs::write(
-            dir.path("kubeconfig"),
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake, namespace: pxe}}\ncurrent-context: fake\n",
-                api.addr
-            ),
-        )
-        .expect("kubeconfig");
+        if let Some(api) = &api {
+            fs::write(
+                dir.path("kubeconfig"),
+                format!(
+                    "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: fake, namespace: pxe}}\ncurrent-context: fake\n",
+                    api.addr
+                ),
+            )
+            .expect("kubeconfig");
+        }
         let mut lab = PeerLab {
             agents: vec![None, None],
             _peers: peers,
-            api: Some(api),
+            api,
+            kube,
             dir,
             extra: extra.iter().map(|a| (*a).to_owned()).collect(),
             bridge,
@@ -279,17 +289,36 @@ impl PeerLab {
                 .arg(self.dir.path("artifacts"))
                 .arg("--api-token-file")
                 .arg(self.dir.path("tokens"))
-                .args(["--rate-unknown", "100000", "--peers", "kube"])
-                .args(["--pool-slots", "2", "--peer-lease-seconds"])
-                .arg(LEASE_SECS.to_string())
-                .args(["--kube-namespace", "pxe", "--node-name"])
-                .arg(format!("node-{i}"))
+                .args(["--rate-unknown", "100000"])
+                .args(self.peer_args(i))
                 .args(&self.extra)
                 .stderr(log.try_clone().expect("log fd"))
                 .stdout(log),
         )
         .expect("spawn agent");
         self.agents[i] = Some(child);
+    }
+
+    /// Agent `i`'s arguments for sharing the pools over the fake API; none
+    /// without it.
+    fn peer_args(&self, i: usize) -> Vec<String> {
+        if !self.kube {
+            return Vec::new();
+        }
+        let lease = LEASE_SECS.to_string();
+        let node = format!("node-{i}");
+        [
+            "--peers",
+            "kube",
+            "--pool-slots",
+            "2",
+            "--peer-lease-seconds",
+            &lease,
+        ]
+        .into_iter()
+        .chain(["--kube-namespace", "pxe", "--node-name", &node])
+        .map(str::to_owned)
+        .collect()
     }
 
     fn log(&self, i: usize) -> String {

@@ -84,6 +84,7 @@ fn two_agents_recover_each_host_once_within_fleet_limits_and_fail_over_mid_recov
     fs::write(&password, PASSWORD).expect("password file");
     let mut lab = PeerLab::with(
         &inventory(password.to_str().expect("utf-8")),
+        true,
         &[
             "--bmc-concurrency",
             "4",

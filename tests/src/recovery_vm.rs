@@ -256,7 +256,7 @@ fn parse_recovery(json: &str) -> (String, u32) {
 
 /// `log` without its ANSI colour sequences (the agent colours its text
 /// log even into a file).
-fn plain(log: &str) -> String {
+pub(crate) fn plain(log: &str) -> String {
     let mut out = String::with_capacity(log.len());
     let mut chars = log.chars();
     while let Some(c) = chars.next() {

@@ -1,13 +1,16 @@
 //! The fast path's event slots, written by the XDP program in the kernel
 //! (`BPF_PROG_TEST_RUN`) and read through the agent's own reader: every
-//! reply is one event with what was answered, a reader that falls behind
+//! reply is one event with what was answered, a REQUEST dropped for naming
+//! another server one with the server it named, a reader that falls behind
 //! loses the oldest and counts them, and what was read is not read again.
 
+use std::net::Ipv4Addr;
+
 use pxe_agent::xdp::events::EventReader;
-use pxe_ebpf_common::{BootClass, EVENT_SLOTS, ServedEvent, bootp};
+use pxe_ebpf_common::{BootClass, Counter, EVENT_SLOTS, ServedEvent, bootp};
 
 use crate::{
-    fixture::{Fixture, WORKER_MAC, XDP_TX},
+    fixture::{Fixture, WORKER_MAC, XDP_DROP, XDP_TX},
     frame::{Req, SERVER_IP},
 };
 
@@ -93,6 +96,38 @@ fn every_reply_is_one_event_with_what_was_answered() {
     let (again, lost) = drain(&mut events);
     assert!(again.is_empty(), "events were read twice: {again:?}");
     assert_eq!(lost, 0);
+}
+
+#[test]
+fn a_request_naming_another_server_is_dropped_as_it_came_and_streamed() {
+    on_cpu0();
+    let mut fx = Fixture::new();
+    let mut events = reader(&mut fx);
+    let other = Ipv4Addr::new(10, 66, 0, 2);
+    let mut req = Req::discover(WORKER_MAC).pxe(7).request();
+    req.requested_ip = Some(fx.worker_ip());
+    req.server_id = Some(other);
+    let frame = req.frame();
+    let before = fx.stats().get(Counter::DropOtherServer);
+    let (action, out) = fx.run(&frame);
+    assert_eq!(action, XDP_DROP, "the verdict stays a drop");
+    assert_eq!(out, frame, "the frame is not touched");
+    assert_eq!(fx.stats().get(Counter::DropOtherServer), before + 1);
+
+    let (got, lost) = drain(&mut events);
+    assert_eq!(lost, 0);
+    assert_eq!(got.len(), 1, "one event: {got:?}");
+    let e = got[0];
+    assert_eq!(e.msg_type, bootp::DHCPREQUEST);
+    assert_eq!(e.mac, WORKER_MAC);
+    assert_eq!(e.class, BootClass::UefiX64 as u8);
+    assert_eq!(e.yiaddr, other.octets(), "the server the client named");
+    // A REQUEST naming this server is answered, as an ACK event.
+    req.server_id = Some(SERVER_IP);
+    answer(&fx, &req.frame());
+    let (got, _) = drain(&mut events);
+    let kinds: Vec<u8> = got.iter().map(|e| e.msg_type).collect();
+    assert_eq!(kinds, [bootp::DHCPACK]);
 }
 
 #[test]

@@ -328,6 +328,11 @@ impl SlowPath<'_> {
             Answer::Ignore(reason) => {
                 self.trace(&req, "ignore", || reason.name().to_string());
                 bump(&self.state.stats.ignored[reason as usize]);
+                if let (Counter::DropOtherServer, Some(other)) = (reason, req.server_id) {
+                    self.state
+                        .other_servers
+                        .seen(inv, &share, req.chaddr, other);
+                }
             }
             Answer::Pool(ask) => {
                 let pool = pool_of(inv, &ask);

@@ -153,6 +153,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         &s.boot.state.host_records,
         owned,
     ));
+    page.push_str(&metrics::render_other_servers(&s.boot.state.other_servers));
     let netboot = &s.boot.state.netboot;
     page.push_str(&metrics::render_netboot(
         &netboot.counters,

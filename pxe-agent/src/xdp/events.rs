@@ -1,8 +1,10 @@
 //! The fast path's stream of sent replies, read into the boot-progress
-//! view: per-CPU event slots in a memory-mapped array (`EVENTS`), the
-//! per-CPU count of events written (`EVENT_HEADS`), and how far the agent
-//! has read each CPU's slots, kept in the array itself so that an agent
-//! adopting pinned maps reads on from where the last one stopped.
+//! view, and of the REQUESTs it dropped for naming another server, handed
+//! to [`crate::other_server`]: per-CPU event slots in a memory-mapped array
+//! (`EVENTS`), the per-CPU count of events written (`EVENT_HEADS`), and how
+//! far the agent has read each CPU's slots, kept in the array itself so
+//! that an agent adopting pinned maps reads on from where the last one
+//! stopped.
 
 use std::{
     os::fd::AsFd as _,
@@ -19,11 +21,7 @@ use pxe_ebpf_common::{BootClass, EVENT_SLOTS, ServedEvent, bootp};
 use tokio::sync::watch;
 use tracing::warn;
 
-use crate::{
-    inventory::MacAddr,
-    logging::Every,
-    progress::{Clocks, Progress},
-};
+use crate::{inventory::MacAddr, logging::Every, progress::Clocks, state::State};
 
 /// How often the slots are drained. The XDP program writes without waking
 /// the reader (a wake-up per reply would cost more than the reply), so the
@@ -191,7 +189,7 @@ impl Drop for EventReader {
 /// Reads events until shutdown.
 pub async fn stream(
     mut reader: EventReader,
-    progress: Arc<Progress>,
+    state: Arc<State>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(DRAIN_EVERY);
@@ -202,9 +200,9 @@ pub async fn stream(
             _ = shutdown.wait_for(|stop| *stop) => return,
             _ = tick.tick() => {
                 let clocks = Clocks::now();
-                match reader.drain(|event| record(&progress, event, &clocks)) {
+                match reader.drain(|event| record(&state, event, &clocks)) {
                     Ok(d) if d.lost > 0 => {
-                        progress.missed_xdp_events(d.lost);
+                        state.progress.missed_xdp_events(d.lost);
                         if let Some(unlogged) = warn_lost.admit(Instant::now()) {
                             warn!(lost = d.lost, unlogged_drains = unlogged,
                                 "fast-path events were overwritten before they were read: \
@@ -219,19 +217,92 @@ pub async fn stream(
     }
 }
 
-fn record(progress: &Progress, e: &ServedEvent, clocks: &Clocks) {
-    let what = if e.msg_type == bootp::DHCPACK {
-        "ack"
-    } else {
-        "offer"
+/// An answer is a step of the host's boot; a REQUEST naming another server
+/// (`yiaddr` holds the server it named) is no step of this agent's.
+fn record(state: &State, e: &ServedEvent, clocks: &Clocks) {
+    let ip = std::net::Ipv4Addr::from(e.yiaddr);
+    let what = match e.msg_type {
+        bootp::DHCPACK => "ack",
+        bootp::DHCPOFFER => "offer",
+        bootp::DHCPREQUEST => {
+            state
+                .other_servers
+                .seen(&state.inventory(), &state.share(), MacAddr(e.mac), ip);
+            return;
+        }
+        _ => return,
     };
     let class = BootClass::ALL
         .get(usize::from(e.class))
         .map_or("?".to_string(), |c| format!("{c:?}").to_lowercase());
-    let ip = std::net::Ipv4Addr::from(e.yiaddr);
-    progress.dhcp(
+    state.progress.dhcp(
         MacAddr(e.mac),
         clocks.wall_ms_of(e.at_ns),
         format!("{what} {ip} ({class}, xdp)"),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::{inventory::Inventory, lease::LeaseStore, progress::Progress};
+
+    const INVENTORY: &str = r#"
+subnets: [{cidr: 10.66.0.0/16}]
+profiles: [{name: once, boot: {bios: undionly.kpxe}, netboot: once}]
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.1, hostname: node-1, profile: once}
+"#;
+    const MAC: [u8; 6] = [0x52, 0x54, 0, 0, 0, 1];
+
+    fn event(msg_type: u8, yiaddr: [u8; 4]) -> ServedEvent {
+        ServedEvent {
+            at_ns: Clocks::now().monotonic_ns(),
+            mac: MAC,
+            msg_type,
+            class: BootClass::Bios as u8,
+            yiaddr,
+            seq: 1,
+        }
+    }
+
+    #[test]
+    fn answers_are_progress_and_requests_naming_another_server_are_not() {
+        let dir = std::env::temp_dir().join(format!("pxe-events-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let inv = Inventory::parse(Path::new("t.yaml"), INVENTORY).expect("valid inventory");
+        let state = State::new(
+            Arc::new(inv),
+            LeaseStore::open(&dir.join("leases.redb")).expect("lease store"),
+            16,
+            Arc::new(Progress::default()),
+            Arc::default(),
+        );
+        let clocks = Clocks::now();
+        let dhcp = |state: &State| {
+            state
+                .progress
+                .get(MacAddr(MAC))
+                .and_then(|p| p.dhcp)
+                .map(|s| s.detail)
+        };
+
+        record(&state, &event(bootp::DHCPREQUEST, [10, 66, 0, 2]), &clocks);
+        assert_eq!(dhcp(&state), None, "no step of this agent's");
+        assert_eq!(state.other_servers.requests(), 1);
+        assert_eq!(state.other_servers.hosts(), 1);
+
+        record(&state, &event(bootp::DHCPOFFER, [10, 66, 1, 1]), &clocks);
+        assert_eq!(dhcp(&state).as_deref(), Some("offer 10.66.1.1 (bios, xdp)"));
+        record(&state, &event(bootp::DHCPACK, [10, 66, 1, 1]), &clocks);
+        assert_eq!(dhcp(&state).as_deref(), Some("ack 10.66.1.1 (bios, xdp)"));
+        // Nothing else is an answer.
+        record(&state, &event(bootp::DHCPDISCOVER, [10, 66, 1, 9]), &clocks);
+        assert_eq!(dhcp(&state).as_deref(), Some("ack 10.66.1.1 (bios, xdp)"));
+        assert_eq!(state.other_servers.requests(), 1);
+        drop(state);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
