@@ -912,7 +912,7 @@ pub fn main_with_args(args: impl Iterator<Item = String>) {
     });
 }
 
-pub use handle::FakeApi;
+pub use handle::{FakeApi, bin as fake_api_bin};
 
 mod handle {
     //! Starting the fake server in a namespace and driving it.

@@ -51,6 +51,8 @@ mod peers;
 #[cfg(test)]
 mod peers_oob;
 #[cfg(test)]
+mod peers_vm;
+#[cfg(test)]
 mod persistence;
 #[cfg(test)]
 mod phone_home;

@@ -89,6 +89,8 @@ pub struct BootLabConfig {
     pub xdp_mode: String,
     /// More arguments for `pxe-agent run`.
     pub extra_args: Vec<String>,
+    /// Environment variables for `pxe-agent run` (`KUBECONFIG`, ...).
+    pub env: Vec<(String, String)>,
     /// Run radvd on the server interface (see the module docs).
     pub radvd: bool,
 }
@@ -103,6 +105,7 @@ impl BootLabConfig {
             wiring: Wiring::Tap,
             xdp_mode: "auto".into(),
             extra_args: Vec::new(),
+            env: Vec::new(),
             radvd: true,
         }
     }
@@ -121,6 +124,11 @@ impl BootLabConfig {
 
     pub fn arg(mut self, arg: &str) -> Self {
         self.extra_args.push(arg.to_owned());
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
         self
     }
 }
@@ -426,6 +434,7 @@ impl BootLab {
             .arg(self.artifacts())
             .args(["--xdp-mode", &cfg.xdp_mode, "--metrics-addr", METRICS_ADDR])
             .args(&cfg.extra_args)
+            .envs(cfg.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
