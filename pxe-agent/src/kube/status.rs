@@ -305,6 +305,34 @@ mod tests {
     }
 
     #[test]
+    fn with_peers_every_agent_names_the_owner_and_only_the_owner_writes_the_rest() {
+        let view: HostView = serde_json::from_value(json!({
+            "mac": "52:54:00:00:00:01",
+            "ip": "10.66.1.10",
+            "hostname": "node-1",
+            "profile": "w",
+            "stage": "dhcp",
+            "progress": {"mac": "52:54:00:00:00:01", "dhcp": {"at_ms": 1000, "detail": "offer"},
+                         "artifacts_fetched": 0},
+            "recovery": "awaiting-boot-file",
+            "attempts": 1,
+            "owner": "node-b",
+        }))
+        .expect("a host view");
+        let condition = accepted(None, Some(1), None, 1_000);
+        let other = status_of(condition.clone(), Some(1), Some(&view), "node-a", true);
+        assert_eq!(other["owner"], "node-b");
+        assert!(other.get("stage").is_none() && other.get("servingNode").is_none());
+        let owner = status_of(condition, Some(1), Some(&view), "node-b", true);
+        assert_eq!(owner["owner"], "node-b");
+        assert_eq!(owner["stage"], "dhcp");
+        assert_eq!(owner["recovery"]["state"], "awaiting-boot-file");
+        assert_eq!(owner["servingNode"], "node-b");
+        // What the other writes leaves the owner's fields alone.
+        assert!(same(&other, Some(&owner)));
+    }
+
+    #[test]
     fn nulls_are_absent_keys() {
         let wanted = json!({"stage": null, "servingNode": "n1"});
         assert!(same(&wanted, Some(&json!({"servingNode": "n1"}))));
