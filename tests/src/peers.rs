@@ -344,16 +344,20 @@ impl PeerLab {
 
     /// GET `path` on agent `i`'s admin listener, as JSON.
     pub(crate) fn get(&self, i: usize, path: &str) -> Option<Value> {
+        serde_json::from_str(&self.text(i, path)?).ok()
+    }
+
+    /// Agent `i`'s `path` on its admin listener, as text.
+    pub(crate) fn text(&self, i: usize, path: &str) -> Option<String> {
         let out = self.agent_ns[i]
             .cmd("curl")
             .args(["-sf", "--max-time", "2"])
             .arg(format!("http://127.0.0.1:9464{path}"))
             .output()
             .ok()?;
-        if !out.status.success() {
-            return None;
-        }
-        serde_json::from_slice(&out.stdout).ok()
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// Waits until `ok` holds for agent `i`'s `/api/v1/peers`.
@@ -1058,12 +1062,7 @@ fn two_agents_hold_one_netboot_state_for_a_once_host() {
     assert!(owner_of(&tables[0]).starts_with("node-"), "{}", tables[0]);
     assert_eq!(owner_of(&tables[0]), owner_of(&tables[1]));
     // The shared record, as the API server holds it.
-    let metrics = lab.agent_ns[1]
-        .cmd("curl")
-        .args(["-s", "http://127.0.0.1:9464/metrics"])
-        .output()
-        .expect("metrics");
-    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    let metrics = lab.text(1, "/metrics").expect("metrics");
     assert!(
         metrics.contains("pxe_netboot_changes_total{to=\"done\",by=\"peer\"} 2"),
         "{metrics}"

@@ -256,11 +256,7 @@ pub async fn run(
     mut links: Links,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let namespace = cfg
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_string());
-    let api: Api<Lease> = Api::namespaced(client, &namespace);
+    let (api, namespace) = super::membership::leases_api(client, cfg.namespace.as_deref());
     let (tx, mut events) = mpsc::channel(1024);
     let watch_api = api.clone();
     let stats = state.clone();

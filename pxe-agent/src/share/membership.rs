@@ -221,6 +221,13 @@ fn longest_pool_lease(state: &State) -> Option<i64> {
     Some(longest * 1000)
 }
 
+/// The Leases of `namespace`, else of the client's default namespace (the
+/// service account's or the kubeconfig's), and that namespace.
+pub fn leases_api(client: Client, namespace: Option<&str>) -> (Api<Lease>, String) {
+    let namespace = namespace.map_or_else(|| client.default_namespace().to_string(), str::to_owned);
+    (Api::namespaced(client, &namespace), namespace)
+}
+
 /// Keeps this agent's slot and the live slots in `state.share` until
 /// `shutdown`. Never releases the slot: a departed agent's clients keep
 /// their addresses until they expire, and only then may its slice be
@@ -231,11 +238,7 @@ pub async fn run(
     state: Arc<State>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let namespace = cfg
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_string());
-    let api: Api<Lease> = Api::namespaced(client, &namespace);
+    let (api, _) = leases_api(client, cfg.namespace.as_deref());
     let period =
         Duration::from_millis(u64::from(cfg.lease_secs) * 1000 / 3).max(Duration::from_millis(200));
     let mut m = Member {

@@ -65,19 +65,6 @@ fn selecting(n: u8, host: &str, server: &str, xid: u32, ipxe: bool) -> Req {
 }
 
 impl PeerLab {
-    /// Agent `i`'s `path` on its admin listener, as text.
-    fn text(&self, i: usize, path: &str) -> Option<String> {
-        let out = self.agent_ns[i]
-            .cmd("curl")
-            .args(["-sf", "--max-time", "2"])
-            .arg(format!("http://127.0.0.1:9464{path}"))
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
     /// Agent `i`'s unlabelled samples and those named with labels, by the
     /// whole sample name.
     fn metrics(&self, i: usize) -> BTreeMap<String, f64> {
