@@ -39,7 +39,9 @@
 //! the last event the watch delivered.
 //!
 //! The server speaks plain HTTP/1.1 (kubeconfig `server: http://...`) with
-//! keep-alive; it is the binary `fake-kube-api`. [`FakeApi`] starts it in a
+//! keep-alive; it is the binary `fake-kube-api` (`--listen ADDR`, and
+//! `--objects NAMESPACE=FILE` to hold a YAML file's objects from the start,
+//! for an agent that lists them as it starts). [`FakeApi`] starts it in a
 //! network namespace and talks to it with curl run in that namespace.
 
 use std::{
@@ -236,6 +238,31 @@ fn parse_path(path: &str) -> Option<Target> {
 }
 
 impl Server {
+    /// Creates every YAML document of `text` in `namespace`; the resource
+    /// is the kind's plural, lowercase with an `s` (as
+    /// [`FakeApi::put_yaml`] names it).
+    pub fn preload(&self, namespace: &str, text: &str) {
+        for doc in text.split("\n---") {
+            if doc.trim().is_empty() {
+                continue;
+            }
+            let object: Value = serde_norway::from_str(doc).expect("object YAML");
+            let api_version = object["apiVersion"].as_str().expect("apiVersion");
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            let target = Target {
+                group: group.to_owned(),
+                version: version.to_owned(),
+                resource: format!("{}s", object["kind"].as_str().expect("kind").to_lowercase()),
+                namespace: Some(namespace.to_owned()),
+                name: None,
+                status: false,
+            };
+            if let Err(Reply::Json(code, body)) = self.create(&target, object) {
+                panic!("preload: {code} {body}");
+            }
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -886,6 +913,7 @@ pub async fn serve(listener: TcpListener, server: Arc<Server>) {
 /// prints `listening on PORT` once bound.
 pub fn main_with_args(args: impl Iterator<Item = String>) {
     let mut listen: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let server = Arc::new(Server::default());
     let mut args = args.skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -894,6 +922,14 @@ pub fn main_with_args(args: impl Iterator<Item = String>) {
                     .next()
                     .and_then(|a| a.parse().ok())
                     .expect("--listen ADDR:PORT");
+            }
+            // `--objects NAMESPACE=FILE`: the YAML documents of FILE exist
+            // in NAMESPACE from the start, as if created one by one.
+            "--objects" => {
+                let arg = args.next().expect("--objects NAMESPACE=FILE");
+                let (ns, file) = arg.split_once('=').expect("--objects NAMESPACE=FILE");
+                let text = std::fs::read_to_string(file).expect("read --objects");
+                server.preload(ns, &text);
             }
             other => panic!("unknown argument {other}"),
         }
@@ -908,7 +944,7 @@ pub fn main_with_args(args: impl Iterator<Item = String>) {
         println!("listening on {port}");
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
-        serve(listener, Arc::new(Server::default())).await;
+        serve(listener, server).await;
     });
 }
 

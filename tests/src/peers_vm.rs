@@ -1,14 +1,17 @@
-//! Two agents with `--peers kube` on one boot lab segment, and one host whose
-//! BMC is an `ipmi_sim` powering a real QEMU guest (SeaBIOS and iPXE): its
-//! `expect_boot` watch runs out, its owner alone sets PXE and powers it on,
-//! the guest boots through whichever agent's OFFER it takes, and the
-//! recovery reaches `booted` once, with no power cycle after the phone-home,
-//! however the boot chain and the ownership were split.
+//! Two agents as the DaemonSet runs them (`--kube --peers kube`) on one
+//! boot lab segment, and one BootHost whose BMC is an `ipmi_sim` powering a
+//! real QEMU guest (SeaBIOS and iPXE): its `expect_boot` watch runs out,
+//! its owner alone sets PXE and powers it on, the guest boots through
+//! whichever agent's OFFER it takes, and the recovery reaches `booted` once
+//! (the BootHost's status says so, and names the owner), with no power
+//! cycle after the phone-home, however the boot chain and the ownership
+//! were split.
 //!
 //! Agent A runs on the lab's bridge (the boot lab's own agent), agent B in
 //! a namespace on the same segment (10.66.0.2), reaching the BMC on A's
-//! namespace through A's address. The fake Kubernetes API (the Leases)
-//! listens on A's bridge address.
+//! namespace through A's address. The fake Kubernetes API (the objects,
+//! their status, the Leases) listens on A's bridge address, the objects
+//! loaded before the agents start.
 
 use std::{
     fs, thread,
@@ -21,7 +24,6 @@ use xtask::vm::{BootLab, BootLabConfig, Firmware, initramfs};
 use crate::{
     agent::{Scratch, agent_bin},
     bmc_lab::{GuestBmc, bmc_ip},
-    bmc_sim::PASSWORD,
     fixture::assert_root,
     kube_api,
     recovery_vm::plain,
@@ -35,32 +37,45 @@ const AGENT_B_CIDR: &str = "10.66.0.2/16";
 /// One boot takes 8–25 s under TCG; room for a busy machine.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The watch (and, after the script, the phone-home deadline) is long
-/// enough for a TCG boot: the power-on comes about 40 s after the start.
-const INVENTORY: &str = r#"
-subnets:
-  - cidr: 10.66.0.0/16
-    router: 10.66.0.1
-    lease_time: 3600
-profiles:
-  - name: installed
-    boot: {bios: undionly.kpxe}
-    kernel: "http://{server}:8080/artifacts/vmlinuz"
-    initrd: ["http://{server}:8080/artifacts/initrd.img"]
-    cmdline: "@CMDLINE@"
-hosts:
-  - mac: "52:54:00:12:37:01"
-    ip: 10.66.1.31
-    hostname: vm-node-2
-    profile: installed
-    bmc:
-      address: ipmi://@BMC@:623
-      username: admin
-      password_file: @PASSWORD_FILE@
-    recovery: {expect_boot: true, deadline: 40s, max_attempts: 1, after_boot: disk, stages: {dhcp: 90s}}
+/// The cluster's objects, shaped by the CRDs' schemas. The watch (and,
+/// after the script, the phone-home deadline) is long enough for a TCG
+/// boot: the power-on comes about 40 s after the start.
+const OBJECTS: &str = r#"
+apiVersion: pxe-agent.io/v1alpha1
+kind: BootNetwork
+metadata: {name: lab}
+spec:
+  subnets:
+    - {cidr: 10.66.0.0/16, router: 10.66.0.1, leaseTime: 3600}
+---
+apiVersion: pxe-agent.io/v1alpha1
+kind: BootProfile
+metadata: {name: installed}
+spec:
+  boot: {bios: undionly.kpxe}
+  kernel: "http://{server}:8080/artifacts/vmlinuz"
+  initrd: ["http://{server}:8080/artifacts/initrd.img"]
+  cmdline: "@CMDLINE@"
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: bmc-vm-node-2}
+type: Opaque
+data: {username: YWRtaW4=, password: cHhlLXNpbS1zZWNyZXQ=}
+---
+apiVersion: pxe-agent.io/v1alpha1
+kind: BootHost
+metadata: {name: vm-node-2}
+spec:
+  mac: "52:54:00:12:37:01"
+  ip: 10.66.1.31
+  hostname: vm-node-2
+  profile: installed
+  bmc: {address: "ipmi://@BMC@:623", credentialsName: bmc-vm-node-2, bootMode: legacy}
+  recovery: {expectBoot: true, deadline: 40s, maxAttempts: 1, afterBoot: disk, stages: {dhcp: 90s}}
 "#;
 
-/// The arguments both agents share besides their own.
+/// The arguments both agents share besides their own and `--kube`.
 fn peer_args(node: &str, tokens: &str) -> Vec<String> {
     [
         "--api-token-file",
@@ -102,7 +117,6 @@ fn host(lab: &BootLab, ns: Option<&str>) -> Value {
 fn two_agents_recover_a_guest_once_whichever_serves_its_boot() {
     assert_root();
     let dir = Scratch::new("pxpeervm-files");
-    fs::write(dir.path("bmc.password"), PASSWORD).expect("password");
     fs::write(dir.path("tokens"), "ops fedcba9876543210fedcba9876543210\n").expect("tokens");
     fs::write(
         dir.path("kubeconfig"),
@@ -114,27 +128,26 @@ fn two_agents_recover_a_guest_once_whichever_serves_its_boot() {
     )
     .expect("kubeconfig");
     let cmdline = format!("{} {}", initramfs::PROFILE_CMDLINE, initramfs::STAY_PARAM);
-    let inventory = INVENTORY
+    let objects = OBJECTS
         .replace("@CMDLINE@", &cmdline)
-        .replace("@BMC@", &bmc_ip(0))
-        .replace(
-            "@PASSWORD_FILE@",
-            &dir.path("bmc.password").display().to_string(),
-        );
-    let (kubeconfig, tokens) = (
+        .replace("@BMC@", &bmc_ip(0));
+    fs::write(dir.path("objects.yaml"), objects).expect("objects");
+    let (kubeconfig, tokens, preload) = (
         dir.path("kubeconfig").display().to_string(),
         dir.path("tokens").display().to_string(),
+        format!("pxe={}", dir.path("objects.yaml").display()),
     );
-    let mut cfg = BootLabConfig::new("pxpeervm", &agent_bin(), &inventory)
+    let api = kube_api::fake_api_bin().display().to_string();
+    // The file inventory is not read (`--kube`).
+    let mut cfg = BootLabConfig::new("pxpeervm", &agent_bin(), "")
         .bridge(1)
+        .kube()
+        .helper("kube-api", &[&api, "--listen", API, "--objects", &preload])
         .env("KUBECONFIG", &kubeconfig);
     for arg in peer_args("node-a", &tokens) {
         cfg = cfg.arg(&arg);
     }
     let mut lab = BootLab::start(&cfg).unwrap_or_else(|e| panic!("boot lab: {e:#}"));
-    let api = kube_api::fake_api_bin().display().to_string();
-    lab.spawn_helper("kube-api", &[&api, "--listen", API])
-        .expect("fake API");
     let b = lab
         .add_segment_ns("agentb", Some(AGENT_B_CIDR))
         .expect("agent B's namespace");
@@ -155,8 +168,7 @@ fn two_agents_recover_a_guest_once_whichever_serves_its_boot() {
         agent_bin().display().to_string(),
         lab.dir().join("state-b").display().to_string(),
     );
-    let (inventory_path, root, artifacts) = (
-        lab.inventory_path().display().to_string(),
+    let (root, artifacts) = (
         lab.boot_root().display().to_string(),
         lab.artifacts().display().to_string(),
     );
@@ -168,8 +180,7 @@ fn two_agents_recover_a_guest_once_whichever_serves_its_boot() {
         "run",
         "--interface",
         "pxcli0",
-        "--inventory",
-        &inventory_path,
+        "--kube",
         "--state-dir",
         &state_b,
         "--boot-root",
@@ -268,4 +279,31 @@ fn two_agents_recover_a_guest_once_whichever_serves_its_boot() {
     let logs = [plain(&lab.agent_log()), plain(&lab.helper_log("agent-b"))];
     let to_booted: usize = logs.iter().map(|l| l.matches("to=booted").count()).sum();
     assert_eq!(to_booted, 1, "one transition to booted\n{}", context(&lab));
+    // The BootHost, as the cluster holds it: booted at attempt 1, its owner
+    // named, written by the owner.
+    let status = loop {
+        let out = lab
+            .cmd("curl")
+            .args(["-s", "-m", "2"])
+            .arg(format!(
+                "http://{API}/apis/pxe-agent.io/v1alpha1/namespaces/pxe/boothosts/vm-node-2"
+            ))
+            .output()
+            .expect("curl");
+        let object: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let status = object["status"].clone();
+        if status["recovery"]["state"] == "booted" {
+            break status;
+        }
+        assert!(
+            booted.elapsed() < Duration::from_secs(30),
+            "the BootHost's status never said booted: {status}\n{}",
+            context(&lab)
+        );
+        thread::sleep(Duration::from_millis(200));
+    };
+    println!("BootHost status: {status}");
+    assert_eq!(status["recovery"]["attempts"], 1, "{status}");
+    assert_eq!(status["owner"], owner.as_str(), "{status}");
+    assert_eq!(status["servingNode"], owner.as_str(), "{status}");
 }

@@ -91,6 +91,13 @@ pub struct BootLabConfig {
     pub extra_args: Vec<String>,
     /// Environment variables for `pxe-agent run` (`KUBECONFIG`, ...).
     pub env: Vec<(String, String)>,
+    /// The agent reads its inventory from the Kubernetes API (`--kube`),
+    /// not from the inventory file.
+    pub kube: bool,
+    /// Programs (name, program and arguments) started in the server
+    /// namespace before the agent, for the lab's lifetime: what the agent
+    /// needs from the start, such as an API server.
+    pub helpers: Vec<(String, Vec<String>)>,
     /// Run radvd on the server interface (see the module docs).
     pub radvd: bool,
 }
@@ -106,6 +113,8 @@ impl BootLabConfig {
             xdp_mode: "auto".into(),
             extra_args: Vec::new(),
             env: Vec::new(),
+            kube: false,
+            helpers: Vec::new(),
             radvd: true,
         }
     }
@@ -129,6 +138,21 @@ impl BootLabConfig {
 
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// `--kube` instead of `--inventory`.
+    pub fn kube(mut self) -> Self {
+        self.kube = true;
+        self
+    }
+
+    /// Starts `args` (program first) as helper `name` before the agent.
+    pub fn helper(mut self, name: &str, args: &[&str]) -> Self {
+        self.helpers.push((
+            name.to_owned(),
+            args.iter().map(|a| (*a).to_owned()).collect(),
+        ));
         self
     }
 }
@@ -167,6 +191,10 @@ impl BootLab {
         }
         this.fill_roots()?;
         fs::write(this.inventory_path(), &cfg.inventory)?;
+        for (name, args) in &cfg.helpers {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            this.spawn_helper(name, &args)?;
+        }
         this.start_agent(cfg)?;
         Ok(this)
     }
@@ -424,9 +452,13 @@ impl BootLab {
     fn start_agent(&mut self, cfg: &BootLabConfig) -> anyhow::Result<()> {
         let log = fs::File::create(self.dir().join("agent.log"))?;
         let mut cmd = self.cmd(&cfg.agent);
-        cmd.args(["run", "--interface", &self.iface, "--inventory"])
-            .arg(self.inventory_path())
-            .arg("--state-dir")
+        cmd.args(["run", "--interface", &self.iface]);
+        if cfg.kube {
+            cmd.arg("--kube");
+        } else {
+            cmd.arg("--inventory").arg(self.inventory_path());
+        }
+        cmd.arg("--state-dir")
             .arg(self.dir().join("state"))
             .arg("--boot-root")
             .arg(self.boot_root())
