@@ -424,7 +424,7 @@ pub fn render_host_records(s: &crate::share::host_records::Stats, owned: usize) 
     o.head(
         SHARE_RECORDS_TAKEN,
         "counter",
-        "Peers' records this agent took: netboot records, recovery records of hosts it does not own, boot steps.",
+        "Peers' records this agent received: netboot records it took, recovery records of hosts it does not own (taken unless it acts on the host), boot steps it took.",
     );
     for (kind, n) in [
         ("netboot", &s.taken_netboot),

@@ -46,7 +46,7 @@ pub fn render(controller: &Controller, sequencer: &Sequencer) -> String {
         &mut out,
         HOSTS,
         "gauge",
-        "Hosts with a BMC, by recovery state.",
+        "Hosts with a BMC this agent owns (all, without peers), by recovery state.",
     );
     for (state, count) in controller.hosts_per_state() {
         let _ = writeln!(out, "{HOSTS}{{state=\"{}\"}} {count}", State::as_str(state));
