@@ -45,6 +45,11 @@ const QUEUE: usize = 256;
 /// Marks the epoch of an operator's call in the sequencer, so that the
 /// controller's epochs (small counters) never collide with it.
 const MANUAL: u64 = 1 << 63;
+/// The longest a BMC action may still run after its agent lost the host:
+/// a power-up's two calls (status, then power) at the IPMI driver's
+/// deadline and grace each. A host gained from an agent that may still be
+/// running one is held this long past that agent's next membership round.
+const ACTION_BOUND: Duration = Duration::from_secs(31);
 
 /// What an operator asks of one host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -400,8 +405,12 @@ pub fn start<B: Bmc + 'static>(
         view: view.clone(),
         inventory: Arc::new(inv_tx),
     };
+    let mut controller = inputs.controller;
+    if inputs.fleet.is_some() {
+        controller.set_peers();
+    }
     let task = Task {
-        controller: inputs.controller,
+        controller,
         sequencer: inputs.sequencer,
         executor: recovery::Executor::new(),
         make_bmc: inputs.make_bmc,
@@ -547,7 +556,7 @@ impl<B: Bmc + 'static> Task<B> {
         self.bmcs = bmcs;
         self.controller
             .set_hosts(recovery::plans(&inv), progress::now_ms());
-        // New hosts start owned: who owns them is settled before any tick.
+        // Who owns new hosts is settled before any tick.
         self.owners_of = None;
         info!(
             managed = self.bmcs.len(),
@@ -581,23 +590,29 @@ impl<B: Bmc + 'static> Task<B> {
             ));
             return;
         }
-        // With peers, one agent acts on each BMC: the host's owner.
+        // With peers, one agent acts on each BMC: the host's owner, once
+        // its hold of a host it gained is over.
         let share = (self.share)();
-        if share.is_shared() && !share.owns_host(mac) {
-            let owner = share
-                .host_owner_name(mac)
-                .map_or("no live agent (try again shortly)".to_string(), |node| {
-                    format!("the agent on node {node}")
-                });
-            let _ = reply.send(Outcome::failed(
-                &host,
-                Some(mac),
-                Failure::Refused,
-                format!(
-                    "host {}'s BMC is acted on by its owner, {owner}; ask that agent",
-                    found.label()
+        let now = progress::now_ms();
+        if !self.controller.acts_on(mac, now) {
+            let why = match self.controller.held_until(mac) {
+                Some(until) if share.owns_host(mac) => format!(
+                    "this agent took host {} over from another one and acts on it in {} s \
+                     (a call the other started may still be running)",
+                    found.label(),
+                    until.saturating_sub(now).div_ceil(1000)
                 ),
-            ));
+                _ => format!(
+                    "host {}'s BMC is acted on by its owner, {}; ask that agent",
+                    found.label(),
+                    share
+                        .host_owner_name(mac)
+                        .map_or("no live agent (try again shortly)".to_string(), |node| {
+                            format!("the agent on node {node}")
+                        })
+                ),
+            };
+            let _ = reply.send(Outcome::failed(&host, Some(mac), Failure::Refused, why));
             return;
         }
         if op == Op::Recover {
@@ -657,12 +672,19 @@ impl<B: Bmc + 'static> Task<B> {
         {
             return;
         }
-        let hold = self
-            .fleet
-            .as_ref()
-            .map_or(0, |f| u64::try_from(f.hold.as_millis()).unwrap_or(u64::MAX));
+        // A host whose previous owner is known to be gone is held one lease
+        // duration; one whose previous owner may still act on it (alive, or
+        // unknown as on start) until that owner has seen the change and
+        // finished what it started.
+        let lease = self.fleet.as_ref().map_or(Duration::ZERO, |f| f.hold);
+        let (short, long) = (millis(lease), millis(lease / 3 + ACTION_BOUND));
+        let before = self.owners_of.clone();
+        let hold = |mac: MacAddr| match before.as_ref().and_then(|s| s.host_owner(mac)) {
+            Some(previous) if !share.live().contains(&previous) => short,
+            _ => long,
+        };
         self.controller
-            .set_owners(|mac| share.owns_host(mac), now, hold);
+            .set_owners(|mac| share.owns_host(mac), hold, now);
         if let Some((rank, live)) = share.rank() {
             self.sequencer.set_fleet(rank, live);
         }
@@ -673,25 +695,47 @@ impl<B: Bmc + 'static> Task<B> {
     fn step(&mut self) {
         let now = progress::now_ms();
         self.settle_owners(now);
+        // Gained hosts: the steps seen while they were held are fed before
+        // their deadlines are judged.
+        for mac in self.controller.activate(now) {
+            self.seen.remove(&mac);
+            self.feed(mac, now);
+        }
         for action in self.controller.tick(now) {
             self.sequencer.push(action, now);
-        }
-        // Gained hosts: the steps seen while they were held are fed now.
-        for mac in self.controller.take_activated() {
-            self.seen.remove(&mac);
         }
         let load = Load {
             awaiting: self.controller.awaiting(),
             slow_path_rate: self.slow_path_rate,
         };
+        // Actions of hosts this agent no longer acts on are dropped, not run.
         let (controller, pending) = (&self.controller, &self.pending);
+        let mut dropped = Vec::new();
         let released = self.sequencer.release(now, load, |a| {
-            if a.epoch & MANUAL != 0 {
+            let wanted = if a.epoch & MANUAL != 0 {
                 pending.contains_key(&(a.mac, a.epoch))
             } else {
                 controller.is_current(a)
+            };
+            let acts = controller.acts_on(a.mac, now);
+            if wanted && !acts {
+                dropped.push(*a);
             }
+            wanted && acts
         });
+        for action in dropped {
+            match self.pending.remove(&(action.mac, action.epoch)) {
+                Some(p) => {
+                    let _ = p.reply.send(Outcome::failed(
+                        &p.host,
+                        Some(action.mac),
+                        Failure::Refused,
+                        "the host moved to another agent before the call ran; ask its owner".into(),
+                    ));
+                }
+                None => self.controller.dropped(&action),
+            }
+        }
         for action in released {
             if action.epoch & MANUAL == 0 {
                 self.executor.start(action);
@@ -788,33 +832,9 @@ impl<B: Bmc + 'static> Task<B> {
     /// and measures the slow path's request rate.
     fn poll(&mut self) {
         let now = progress::now_ms();
-        for mac in self.bmcs.keys() {
-            let Some(p) = self.progress.get(*mac) else {
-                continue;
-            };
-            let times = [
-                p.dhcp.as_ref().map(|s| s.at_ms),
-                p.tftp.as_ref().map(|s| s.at_ms),
-                p.script.as_ref().map(|s| s.at_ms),
-                p.artifact.as_ref().map(|s| s.at_ms),
-                p.booted.as_ref().map(|s| s.at_ms),
-            ];
-            let seen = self.seen.entry(*mac).or_default();
-            let kinds = [
-                Observation::Dhcp,
-                Observation::BootFile,
-                Observation::Script,
-                Observation::Artifacts,
-                Observation::PhoneHome,
-            ];
-            for ((time, before), kind) in times.iter().zip(seen.iter()).zip(kinds) {
-                if let Some(at) = time
-                    && time != before
-                {
-                    self.controller.observe_step(*mac, kind, *at, now);
-                }
-            }
-            *seen = times;
+        let macs: Vec<MacAddr> = self.bmcs.keys().copied().collect();
+        for mac in macs {
+            self.feed(mac, now);
         }
         let rx = (self.slow_path_rx)();
         let at = Instant::now();
@@ -825,6 +845,37 @@ impl<B: Bmc + 'static> Task<B> {
             }
         }
         self.rx_last = Some((rx, at));
+    }
+
+    /// Feeds the controller the boot steps of `mac` recorded since it was
+    /// last fed.
+    fn feed(&mut self, mac: MacAddr, now: u64) {
+        let Some(p) = self.progress.get(mac) else {
+            return;
+        };
+        let times = [
+            p.dhcp.as_ref().map(|s| s.at_ms),
+            p.tftp.as_ref().map(|s| s.at_ms),
+            p.script.as_ref().map(|s| s.at_ms),
+            p.artifact.as_ref().map(|s| s.at_ms),
+            p.booted.as_ref().map(|s| s.at_ms),
+        ];
+        let seen = self.seen.entry(mac).or_default();
+        let kinds = [
+            Observation::Dhcp,
+            Observation::BootFile,
+            Observation::Script,
+            Observation::Artifacts,
+            Observation::PhoneHome,
+        ];
+        for ((time, before), kind) in times.iter().zip(seen.iter()).zip(kinds) {
+            if let Some(at) = time
+                && time != before
+            {
+                self.controller.observe_step(mac, kind, *at, now);
+            }
+        }
+        *seen = times;
     }
 
     fn publish(&self) {
@@ -854,6 +905,10 @@ async fn recv_adopt(fleet: &mut Option<Fleet>) -> Option<(MacAddr, Record)> {
         Some(f) => f.adopt.recv().await,
         None => std::future::pending().await,
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn elapsed_ms(since: Instant) -> u64 {

@@ -19,7 +19,7 @@ use std::{
 use serde_json::Value;
 
 use crate::{
-    agent::Scratch,
+    agent::{Scratch, agent_bin},
     bmc_lab::{BmcFleet, bmc_ip},
     bmc_sim::PASSWORD,
     peers::{LEASE_SECS, PeerLab},
@@ -126,12 +126,36 @@ fn two_agents_recover_each_host_once_within_fleet_limits_and_fail_over_mid_recov
         owners[usize::from(seen[0] == "node-1")] += 1;
     }
     println!("owners: node-0 has {}, node-1 has {}", owners[0], owners[1]);
+    // `pxe-agent hosts` names the same owners.
+    for i in 0..2 {
+        let out = lab.agent_ns[i]
+            .cmd(agent_bin())
+            .arg("hosts")
+            .output()
+            .expect("pxe-agent hosts");
+        let table = String::from_utf8_lossy(&out.stdout);
+        let header = table.lines().next().unwrap_or_default();
+        let at = header
+            .find("OWNER")
+            .unwrap_or_else(|| panic!("no OWNER column:\n{table}"));
+        for n in 0..FLEET {
+            let mac = host_mac(n);
+            let row = table
+                .lines()
+                .find(|l| l.starts_with(&mac))
+                .unwrap_or_else(|| panic!("{mac} not listed:\n{table}"));
+            let shown = row[at..].split_whitespace().next().unwrap_or_default();
+            assert_eq!(shown, host(&lab, i, &mac)["owner"], "{table}");
+        }
+    }
     assert!(owners.iter().all(|&n| n > 0), "{owners:?}");
 
-    // (2) Every host's watch runs out; its owner alone recovers it.
+    // (2) Every host's watch runs out; its owner alone recovers it, once
+    // it has held the hosts it gained on start long enough for a call
+    // another agent might have started to end (about 32 s here).
     while fleet.sims().iter().any(|s| s.power_ons().is_empty()) {
         assert!(
-            started.elapsed() < Duration::from_secs(60),
+            started.elapsed() < Duration::from_secs(120),
             "not every BMC powered on: {:?}\n{}",
             fleet
                 .sims()

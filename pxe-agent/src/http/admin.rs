@@ -376,7 +376,8 @@ pub struct HostView {
     /// The host's `netboot` policy and provisioning state.
     #[serde(default)]
     pub netboot: NetbootView,
-    /// With peers: the agent (node) that owns the host's recovery.
+    /// With peers, for a host with a BMC: the agent (node) that owns its
+    /// BMC and recovery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
 }
@@ -431,8 +432,8 @@ pub fn host_views(s: &AdminState) -> Vec<HostView> {
                 macs: h.ports().iter().map(ToString::to_string).collect(),
                 boot_mac,
                 netboot: netboot_view(&inv, &s.boot.state.netboot, h),
-                owner: share
-                    .is_shared()
+                // Owners act on BMCs: hosts without one have none.
+                owner: (share.is_shared() && h.bmc.is_some())
                     .then(|| share.host_owner_name(h.mac).map(str::to_owned))
                     .flatten(),
             }

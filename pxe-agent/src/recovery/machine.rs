@@ -149,8 +149,9 @@ pub struct Controller {
     stale_results: u64,
     /// Owned hosts whose record changed since [`Controller::take_changed`].
     changed: BTreeSet<MacAddr>,
-    /// Hosts whose hold ended since [`Controller::take_activated`].
-    activated: Vec<MacAddr>,
+    /// With peers, hosts start unowned: [`Controller::set_owners`] gives
+    /// them (and holds them), since another agent may have acted on them.
+    peers: bool,
 }
 
 impl Controller {
@@ -187,20 +188,35 @@ impl Controller {
             store_errors: 0,
             stale_results: 0,
             changed: BTreeSet::new(),
-            activated: Vec::new(),
+            peers: false,
         })
     }
 
+    /// Makes this a controller among peers: every host, loaded or added
+    /// later, is unowned until [`Controller::set_owners`] says otherwise.
+    pub fn set_peers(&mut self) {
+        self.peers = true;
+        for host in self.hosts.values_mut() {
+            host.owned = false;
+        }
+    }
+
     /// Which hosts this agent acts on: those `owns` says yes to. A host
-    /// gained is held `hold_ms` from `now_ms` (a previous owner may still
-    /// be finishing a BMC call); a host lost is left alone, its running
-    /// action finishing and its record then following the new owner's.
+    /// gained is held for `hold_ms(mac)` from `now_ms` (a previous owner may
+    /// still be finishing a BMC call); a host lost is left alone, an action
+    /// already running finishing and its record then following the new
+    /// owner's (a queued one is dropped, see [`Controller::dropped`]).
     /// Without peers every host is owned, and none is held.
-    pub fn set_owners(&mut self, owns: impl Fn(MacAddr) -> bool, now_ms: u64, hold_ms: u64) {
+    pub fn set_owners(
+        &mut self,
+        owns: impl Fn(MacAddr) -> bool,
+        hold_ms: impl Fn(MacAddr) -> u64,
+        now_ms: u64,
+    ) {
         for (mac, host) in &mut self.hosts {
             let owned = owns(*mac);
             if owned && !host.owned {
-                host.held_until = Some(now_ms.saturating_add(hold_ms));
+                host.held_until = Some(now_ms.saturating_add(hold_ms(*mac)));
             }
             if !owned {
                 host.held_until = None;
@@ -239,10 +255,57 @@ impl Controller {
             .collect()
     }
 
-    /// The hosts whose hold ended since the last call: their boot steps
-    /// are to be fed again, since those seen while held were not taken.
-    pub fn take_activated(&mut self) -> Vec<MacAddr> {
-        std::mem::take(&mut self.activated)
+    /// Ends the holds due at `now_ms` and returns those hosts: the caller
+    /// feeds them the boot steps seen while they were held (which were not
+    /// taken) before the next [`Controller::tick`] judges their deadlines.
+    /// An `expect_boot` or heartbeat watch recorded by the previous owner
+    /// restarts from now if it would end sooner, as after a restart: the
+    /// heartbeats it saw last are not shared.
+    pub fn activate(&mut self, now_ms: u64) -> Vec<MacAddr> {
+        let mut activated = Vec::new();
+        for (mac, host) in &mut self.hosts {
+            if !host.held_until.is_some_and(|t| t <= now_ms) {
+                continue;
+            }
+            host.held_until = None;
+            activated.push(*mac);
+            let (Some(plan), record) = (host.plan, &mut host.record) else {
+                continue;
+            };
+            let window = match record.state {
+                State::Idle => plan.settings.expect_boot.then_some(plan.settings.deadline),
+                State::Booted => plan.settings.heartbeat,
+                _ => None,
+            };
+            if let Some(window) = window {
+                let fresh = now_ms.saturating_add(ms(window));
+                record.deadline_ms = Some(record.deadline_ms.map_or(fresh, |d| d.max(fresh)));
+            }
+            // Shared again under this owner.
+            self.changed.insert(*mac);
+        }
+        activated
+    }
+
+    /// Whether this agent acts on `mac` at `now_ms`: owned and not held.
+    pub fn acts_on(&self, mac: MacAddr, now_ms: u64) -> bool {
+        self.hosts.get(&mac).is_some_and(|h| h.is_active(now_ms))
+    }
+
+    /// Until when `mac` is held after it was gained, if it is.
+    pub fn held_until(&self, mac: MacAddr) -> Option<u64> {
+        self.hosts.get(&mac).and_then(|h| h.held_until)
+    }
+
+    /// `action` was dropped before it ran (its host moved to another
+    /// owner): the host may be given new actions again.
+    pub fn dropped(&mut self, action: &Action) {
+        if let Some(host) = self.hosts.get_mut(&action.mac)
+            && host.issued
+            && host.record.epoch == action.epoch
+        {
+            host.issued = false;
+        }
     }
 
     pub fn policy(&self) -> &Policy {
@@ -285,7 +348,7 @@ impl Controller {
                 },
                 issued: false,
                 resumed: false,
-                owned: true,
+                owned: !self.peers,
                 held_until: None,
             });
             let old = host.plan.replace(plan);
@@ -448,14 +511,6 @@ impl Controller {
     /// to run now. Call it on a timer (see [`Controller::next_deadline`])
     /// and after every input.
     pub fn tick(&mut self, now_ms: u64) -> Vec<Action> {
-        for (mac, host) in &mut self.hosts {
-            if host.held_until.is_some_and(|t| t <= now_ms) {
-                host.held_until = None;
-                self.activated.push(*mac);
-                // Shared again under this owner.
-                self.changed.insert(*mac);
-            }
-        }
         let due: Vec<(MacAddr, State)> = self
             .hosts
             .iter()

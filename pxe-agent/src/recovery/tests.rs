@@ -834,8 +834,8 @@ async fn two_agents_one_owner_the_other_follows_and_takes_over_from_the_recorded
     };
     let mut a = Lab::new("owner", &[(host, expect, PowerState::Off)]);
     let mut b = Lab::new("follower", &[(host, expect, PowerState::Off)]);
-    a.ctl.set_owners(|_| true, a.now, 2 * SEC);
-    b.ctl.set_owners(|_| false, b.now, 2 * SEC);
+    a.ctl.set_owners(|_| true, |_| 2 * SEC, a.now);
+    b.ctl.set_owners(|_| false, |_| 2 * SEC, b.now);
     // The expect_boot watch runs out on both; only the owner acts.
     a.advance(10 * MIN).await;
     b.advance(10 * MIN).await;
@@ -849,7 +849,9 @@ async fn two_agents_one_owner_the_other_follows_and_takes_over_from_the_recorded
     let (_, record) = shared[0].clone();
     assert!(b.ctl.adopt(host, record.clone(), b.now));
     assert_eq!(b.state(host), State::AwaitingDhcp);
-    assert!(!a.ctl.adopt(host, record, a.now), "an owner keeps its own");
+    let mut other = record.clone();
+    other.attempt += 1;
+    assert!(!a.ctl.adopt(host, other, a.now), "an owner keeps its own");
     // The host takes its DHCP answer 30 s later; the owner records it.
     a.advance(30 * SEC).await;
     b.advance(30 * SEC).await;
@@ -862,12 +864,13 @@ async fn two_agents_one_owner_the_other_follows_and_takes_over_from_the_recorded
     // from the recorded stage with the steps seen since: no power-up.
     b.advance(5 * SEC).await;
     let boot_file_at = b.now - 2 * SEC;
-    b.ctl.set_owners(|_| true, b.now, 2 * SEC);
+    b.ctl.set_owners(|_| true, |_| 2 * SEC, b.now);
     b.ctl
         .observe_step(host, Observation::BootFile, boot_file_at, b.now);
     assert_eq!(b.state(host), State::AwaitingBootFile, "held: not yet");
-    b.advance(2 * SEC).await;
-    assert_eq!(b.ctl.take_activated(), [host]);
+    b.now += 2 * SEC;
+    assert_eq!(b.ctl.activate(b.now), [host]);
+    b.settle().await;
     // A step older than the stage it is in is not taken.
     b.ctl.observe_step(host, Observation::PhoneHome, T0, b.now);
     assert_eq!(b.state(host), State::AwaitingBootFile);
@@ -900,4 +903,42 @@ async fn two_agents_one_owner_the_other_follows_and_takes_over_from_the_recorded
     );
     assert_eq!(b.ctl.hosts_per_state()[&State::Booted], 1);
     assert_eq!(a.ctl.hosts_per_state()[&State::AwaitingBootFile], 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_booted_host_gained_keeps_a_fresh_heartbeat_watch_and_a_queued_action_is_dropped() {
+    let host = mac(1);
+    let watched = RecoverySettings {
+        heartbeat: Some(Duration::from_secs(300)),
+        ..settings()
+    };
+    let mut a = Lab::new("hb-owner", &[(host, watched, PowerState::On)]);
+    let mut b = Lab::new("hb-follower", &[(host, watched, PowerState::On)]);
+    a.ctl.set_owners(|_| true, |_| 0, a.now);
+    b.ctl.set_owners(|_| false, |_| 0, b.now);
+    a.observe(host, Observation::PhoneHome).await;
+    let (_, record) = a.ctl.take_changed().pop().expect("booted");
+    assert!(b.ctl.adopt(host, record, b.now));
+    // The owner saw heartbeats for an hour; the follower's copy of the
+    // watch ran out long ago. Gained, it does not cycle a healthy host.
+    b.advance(60 * MIN).await;
+    b.ctl.set_owners(|_| true, |_| 2 * SEC, b.now);
+    b.now += 2 * SEC;
+    assert_eq!(b.ctl.activate(b.now), [host]);
+    b.settle().await;
+    assert_eq!(b.state(host), State::Booted);
+    assert!(b.bmc(host).calls().is_empty(), "{:?}", b.bmc(host).calls());
+    let deadline = b.ctl.status(host).unwrap().deadline_ms.unwrap();
+    assert_eq!(deadline, b.now + 300 * SEC);
+    // A recovery queued, then the host lost before it ran: dropped, and
+    // the host takes new actions once it is back.
+    b.ctl.request(host, b.now).expect("idle enough");
+    let queued = b.ctl.tick(b.now);
+    assert_eq!(queued.len(), 1);
+    b.ctl.set_owners(|_| false, |_| 0, b.now);
+    assert!(!b.ctl.acts_on(host, b.now));
+    b.ctl.dropped(&queued[0]);
+    b.ctl.set_owners(|_| true, |_| 0, b.now);
+    b.ctl.activate(b.now);
+    assert_eq!(b.ctl.tick(b.now).len(), 1, "a new action once owned again");
 }

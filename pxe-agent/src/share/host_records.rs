@@ -60,9 +60,14 @@ pub const STEPS: &str = "pxe-agent.io/steps";
 
 /// Tries of one write against 409s before it waits for the next round.
 const CONFLICT_RETRIES: u32 = 4;
-/// How often boot steps are compared with what is shared, and failed
-/// writes tried again.
+/// How often boot steps are compared with what is shared, and pending
+/// writes (new or failed) are written.
 const ROUND: Duration = Duration::from_millis(500);
+/// The longest one call to the API server may take: a hung call must not
+/// hold up the records (or the agent's shutdown).
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Warnings about failed writes, at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The Lease of `mac`'s record.
 pub fn lease_name(mac: MacAddr) -> String {
@@ -144,7 +149,13 @@ impl Shared {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
     Netboot(netboot::Record),
-    Recovery(recovery::Record),
+    /// `owner`: this agent owns the host now. A former owner only finishes
+    /// what it started: its record is written over its own, never over
+    /// the new owner's.
+    Recovery {
+        record: recovery::Record,
+        owner: bool,
+    },
     Steps(Steps),
 }
 
@@ -153,7 +164,8 @@ impl Change {
     /// now), or `None` when it holds this change already or a newer one:
     /// a netboot record only when it supersedes the shared one, steps
     /// only those later than the shared ones (merged with the rest), the
-    /// owner's recovery record whenever it differs.
+    /// owner's recovery record whenever it differs (a former owner's only
+    /// over its own).
     pub fn over(&self, current: &Shared, node: &str) -> Option<(&'static str, String)> {
         match self {
             Change::Netboot(record) => {
@@ -168,12 +180,11 @@ impl Change {
                     )
                 })
             }
-            Change::Recovery(record) => {
-                let same = current
-                    .recovery
-                    .as_ref()
-                    .is_some_and(|r| r.node == node && &r.record == record);
-                (!same).then(|| {
+            Change::Recovery { record, owner } => {
+                let (same, others) = current.recovery.as_ref().map_or((false, false), |r| {
+                    (r.node == node && &r.record == record, r.node != node)
+                });
+                (!same && (*owner || !others)).then(|| {
                     (
                         RECOVERY,
                         text(&SharedRecovery {
@@ -259,7 +270,6 @@ pub async fn run(
     let (api, namespace) = super::membership::leases_api(client, cfg.namespace.as_deref());
     let (tx, mut events) = mpsc::channel(1024);
     let watch_api = api.clone();
-    let stats = state.clone();
     let watching = tokio::spawn(async move {
         let config = watcher::Config::default().labels(LABEL);
         let mut stream = watcher(watch_api, config).default_backoff().boxed();
@@ -271,7 +281,6 @@ pub async fn run(
                     }
                 }
                 Err(e) => {
-                    bump(&stats.host_records.writes_failed);
                     warn!(error = %e, "watch of the hosts' shared records failed; retrying");
                 }
             }
@@ -286,23 +295,38 @@ pub async fn run(
         listing: None,
         pending: Pending::default(),
         bucket: TokenBucket::new(cfg.step_qps, Instant::now()),
+        warned: None,
     };
     info!(%namespace, node = %cfg.node, "sharing the hosts' netboot and recovery records through Leases");
     let mut round = tokio::time::interval(ROUND);
     round.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
+        let flush = tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => break,
-            Some(event) = events.recv() => keeper.event(event),
+            Some(event) = events.recv() => {
+                keeper.event(event);
+                false
+            }
+            // A local change goes out at once.
             Some((mac, record)) = links.netboot.recv() => {
                 keeper.pending.netboot.insert(mac, record);
+                true
             }
             Some((mac, record)) = links.recovery.recv() => {
                 keeper.pending.recovery.insert(mac, record);
+                true
             }
-            _ = round.tick() => keeper.scan_steps(),
+            _ = round.tick() => {
+                keeper.scan_steps();
+                true
+            }
+        };
+        if flush {
+            tokio::select! {
+                _ = shutdown.wait_for(|stop| *stop) => break,
+                () = keeper.flush() => {}
+            }
         }
-        keeper.flush().await;
     }
     watching.abort();
 }
@@ -318,6 +342,8 @@ struct Keeper {
     listing: Option<HashMap<MacAddr, (String, Shared)>>,
     pending: Pending,
     bucket: TokenBucket,
+    /// When a failed write was last warned about.
+    warned: Option<Instant>,
 }
 
 impl Keeper {
@@ -453,8 +479,13 @@ impl Keeper {
                 self.pending.netboot.entry(mac).or_insert(record);
             }
         }
+        let share = self.state.share();
         for (mac, record) in std::mem::take(&mut self.pending.recovery) {
-            if !self.write(mac, &Change::Recovery(record.clone())).await {
+            let change = Change::Recovery {
+                record: record.clone(),
+                owner: share.owns_host(mac),
+            };
+            if !self.write(mac, &change).await {
                 self.pending.recovery.entry(mac).or_insert(record);
             }
         }
@@ -481,9 +512,8 @@ impl Keeper {
                     let Some((key, value)) = change.over(&Shared::default(), &self.node) else {
                         return true;
                     };
-                    self.api
-                        .create(&PostParams::default(), &new_lease(mac, key, value))
-                        .await
+                    let lease = new_lease(mac, key, value);
+                    timed(self.api.create(&PostParams::default(), &lease)).await
                 }
                 Some((rv, shared)) => {
                     let Some((key, value)) = change.over(shared, &self.node) else {
@@ -492,13 +522,12 @@ impl Keeper {
                     let patch = json!({
                         "metadata": {"resourceVersion": rv, "annotations": {key: value}},
                     });
-                    self.api
-                        .patch(
-                            &lease_name(mac),
-                            &PatchParams::default(),
-                            &Patch::Merge(&patch),
-                        )
-                        .await
+                    timed(self.api.patch(
+                        &lease_name(mac),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    ))
+                    .await
                 }
             };
             match result {
@@ -514,7 +543,7 @@ impl Keeper {
                 {
                     bump(&stats.write_conflicts);
                     debug!(%mac, code = s.code, "host record changed meanwhile; reading it again");
-                    match self.api.get_opt(&lease_name(mac)).await {
+                    match timed(self.api.get_opt(&lease_name(mac))).await {
                         Ok(Some(lease)) => {
                             if let Some((mac, rv, shared)) = read(&lease) {
                                 self.take(mac, rv, shared);
@@ -525,20 +554,42 @@ impl Keeper {
                         }
                         Err(e) => {
                             bump(&stats.writes_failed);
-                            warn!(%mac, error = %e, "failed to read a host's shared record");
+                            self.warn(mac, &e);
                             return false;
                         }
                     }
                 }
                 Err(e) => {
                     bump(&stats.writes_failed);
-                    warn!(%mac, error = %e, "failed to write a host's shared record; trying again");
+                    self.warn(mac, &e);
                     return false;
                 }
             }
         }
         false
     }
+}
+
+impl Keeper {
+    /// A failed read or write, logged at most every [`WARN_EVERY`]; the
+    /// write stays pending for the next round.
+    fn warn(&mut self, mac: MacAddr, e: &kube::Error) {
+        if self.warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+            self.warned = Some(Instant::now());
+            warn!(%mac, error = %e, "failed to write a host's shared record; trying again every round");
+        }
+    }
+}
+
+/// `call`, failed after [`CALL_TIMEOUT`].
+async fn timed<T>(call: impl Future<Output = kube::Result<T>>) -> kube::Result<T> {
+    tokio::time::timeout(CALL_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(kube::Error::Service(
+                format!("no answer within {} s", CALL_TIMEOUT.as_secs()).into(),
+            ))
+        })
 }
 
 /// A host record Lease's host, resourceVersion and records.
