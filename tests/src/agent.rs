@@ -54,6 +54,105 @@ impl Drop for Scratch {
     }
 }
 
+/// How the agent process is started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Privileges {
+    /// Root with every capability, as the suite runs.
+    #[default]
+    Root,
+    /// As the DaemonSet runs it: root, `no_new_privs`, and only the
+    /// capabilities its container adds ([`daemonset_capabilities`]), in the
+    /// bounding, permitted and effective sets; none inheritable or ambient.
+    DaemonSet,
+}
+
+/// The capabilities `deploy/base/daemonset.yaml` adds to the agent's
+/// container (`BPF`, `NET_ADMIN`, ...), read from the manifest itself.
+pub fn daemonset_capabilities() -> Vec<String> {
+    let path = xtask::workspace_root().join("deploy/base/daemonset.yaml");
+    let text = fs::read_to_string(&path).expect("read the DaemonSet manifest");
+    let doc: serde_norway::Value = serde_norway::from_str(&text).expect("DaemonSet YAML");
+    let containers = doc["spec"]["template"]["spec"]["containers"]
+        .as_sequence()
+        .expect("containers");
+    let agent = containers
+        .iter()
+        .find(|c| c["name"].as_str() == Some("pxe-agent"))
+        .expect("the pxe-agent container");
+    agent["securityContext"]["capabilities"]["add"]
+        .as_sequence()
+        .expect("capabilities added")
+        .iter()
+        .map(|c| c.as_str().expect("a capability name").to_string())
+        .collect()
+}
+
+/// `setpriv` arguments that run the next program as [`Privileges::DaemonSet`]:
+/// root keeps in its permitted and effective sets exactly the bounding set
+/// when it execs, so `--bounding-set` alone decides them.
+fn daemonset_setpriv() -> Vec<String> {
+    let caps: Vec<String> = daemonset_capabilities()
+        .iter()
+        .map(|c| format!("+{}", c.to_lowercase()))
+        .collect();
+    vec![
+        "--no-new-privs".into(),
+        "--inh-caps".into(),
+        "-all".into(),
+        "--ambient-caps".into(),
+        "-all".into(),
+        "--bounding-set".into(),
+        format!("-all,{}", caps.join(",")),
+    ]
+}
+
+/// The capability numbers of linux/capability.h, for the names the
+/// DaemonSet uses.
+fn capability_bit(name: &str) -> u32 {
+    match name {
+        "NET_BIND_SERVICE" => 10,
+        "NET_ADMIN" => 12,
+        "NET_RAW" => 13,
+        "SYS_ADMIN" => 21,
+        "PERFMON" => 38,
+        "BPF" => 39,
+        other => panic!("capability {other} has no number here"),
+    }
+}
+
+/// Asserts that process `pid` runs as [`Privileges::DaemonSet`]: exactly the
+/// DaemonSet's capabilities effective, permitted and bounding, none
+/// inheritable or ambient, and `no_new_privs`.
+pub fn assert_daemonset_privileges(pid: u32) {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("read the status");
+    let field = |name: &str| {
+        let value = status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"));
+        // Capability sets are hex; NoNewPrivs is 0 or 1, the same in hex.
+        u64::from_str_radix(value.trim(), 16)
+            .unwrap_or_else(|_| panic!("{name} of the agent {pid}: {value}"))
+    };
+    let want = daemonset_capabilities()
+        .iter()
+        .fold(0u64, |set, c| set | 1 << capability_bit(c));
+    for (name, expected) in [
+        ("CapEff", want),
+        ("CapPrm", want),
+        ("CapBnd", want),
+        ("CapInh", 0),
+        ("CapAmb", 0),
+        ("NoNewPrivs", 1),
+    ] {
+        assert_eq!(
+            field(name),
+            expected,
+            "{name} of the agent {pid}:\n{status}"
+        );
+    }
+}
+
 /// Field order matters: processes stop before their namespaces go.
 pub struct Served {
     pub agent: ChildGuard,
@@ -64,6 +163,8 @@ pub struct Served {
     pub lab: Lab,
     pub dir: Scratch,
     pub inventory: PathBuf,
+    /// How the agent is started, and started again by [`Served::restart`].
+    pub privileges: Privileges,
 }
 
 impl Served {
@@ -224,24 +325,35 @@ pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
 /// Spawns `pxe-agent run` on the lab's server end with the inventory at
 /// `inventory`, the state directory `<dir>/state` and `extra` arguments,
 /// appending its output to `<dir>/agent.log`; with `nofile`, under that
-/// open-files limit (soft and hard, set by `prlimit`, which then execs the
-/// agent in place of itself).
+/// open-files limit (soft and hard, set by `prlimit`), and with
+/// `privileges` (by `setpriv`): each execs the next in place of itself, so
+/// the child's PID is the agent's.
 fn spawn_agent(
     lab: &Lab,
     dir: &Scratch,
     inventory: &Path,
     extra: &[&str],
     nofile: Option<u64>,
+    privileges: Privileges,
 ) -> ChildGuard {
     let log = fs::File::options()
         .create(true)
         .append(true)
         .open(dir.path("agent.log"))
         .expect("agent log");
-    let mut cmd = match nofile {
-        Some(n) => {
-            let mut cmd = lab.cmd_in(lab.server_ns(), "prlimit");
-            cmd.arg(format!("--nofile={n}")).arg(agent_bin());
+    let mut wrappers: Vec<Vec<String>> = Vec::new();
+    if let Some(n) = nofile {
+        wrappers.push(vec!["prlimit".into(), format!("--nofile={n}")]);
+    }
+    if privileges == Privileges::DaemonSet {
+        let mut setpriv = vec!["setpriv".to_string()];
+        setpriv.extend(daemonset_setpriv());
+        wrappers.push(setpriv);
+    }
+    let mut cmd = match wrappers.concat().split_first() {
+        Some((first, rest)) => {
+            let mut cmd = lab.cmd_in(lab.server_ns(), first);
+            cmd.args(rest).arg(agent_bin());
             cmd
         }
         None => lab.cmd_in(lab.server_ns(), agent_bin()),
@@ -290,6 +402,14 @@ impl Served {
         Served::start_prepared(name, inventory, extra, nofile, |_| {})
     }
 
+    /// Like [`Served::start_with`], the agent started with `privileges`,
+    /// and so again by [`Served::restart`].
+    pub fn start_as(name: &str, inventory: &str, extra: &[&str], privileges: Privileges) -> Served {
+        let served = Served::launch_as(name, inventory, extra, None, |_| {}, None, privileges);
+        served.wait_ready();
+        served
+    }
+
     /// Like [`Served::start_limited`], with `setup` run on the lab before
     /// the agent starts (to add the interfaces `extra` names).
     pub fn start_prepared(
@@ -327,6 +447,27 @@ impl Served {
         setup: impl FnOnce(&mut Lab),
         server_cidr: Option<&str>,
     ) -> Served {
+        Served::launch_as(
+            name,
+            inventory,
+            extra,
+            nofile,
+            setup,
+            server_cidr,
+            Privileges::Root,
+        )
+    }
+
+    /// [`Served::launch`] with the agent started with `privileges`.
+    fn launch_as(
+        name: &str,
+        inventory: &str,
+        extra: &[&str],
+        nofile: Option<u64>,
+        setup: impl FnOnce(&mut Lab),
+        server_cidr: Option<&str>,
+        privileges: Privileges,
+    ) -> Served {
         crate::fixture::assert_root();
         let cidr = server_cidr.unwrap_or(xtask::lab::DEFAULT_SERVER_CIDR);
         let mut lab = Lab::new_with(name, cidr).expect("lab");
@@ -334,7 +475,7 @@ impl Served {
         let dir = Scratch::new(name);
         let path = dir.path("inventory.yaml");
         fs::write(&path, inventory).expect("write inventory");
-        let agent = spawn_agent(&lab, &dir, &path, extra, nofile);
+        let agent = spawn_agent(&lab, &dir, &path, extra, nofile, privileges);
         let peer = ChildGuard::spawn(
             lab.cmd_in(lab.client_ns(), agent_bin())
                 .args(["veth-peer", "--interface", lab.client_if()])
@@ -348,6 +489,7 @@ impl Served {
             lab,
             dir,
             inventory: path,
+            privileges,
         }
     }
 
@@ -405,6 +547,7 @@ impl Served {
             lab,
             dir,
             inventory,
+            privileges: Privileges::Root,
         };
         served.wait_ready();
         served
@@ -441,14 +584,21 @@ impl Served {
     }
 
     /// Starts the agent again, after [`Served::signal_agent`] stopped it, on
-    /// the same interface, inventory and state directory, with `extra`
-    /// arguments, and waits until it serves.
+    /// the same interface, inventory and state directory and with the same
+    /// privileges, with `extra` arguments, and waits until it serves.
     pub fn restart(&mut self, extra: &[&str]) {
         assert!(
             self.agent.try_wait().expect("poll agent").is_some(),
             "restart: the previous agent is still running"
         );
-        self.agent = spawn_agent(&self.lab, &self.dir, &self.inventory, extra, None);
+        self.agent = spawn_agent(
+            &self.lab,
+            &self.dir,
+            &self.inventory,
+            extra,
+            None,
+            self.privileges,
+        );
         self.wait_ready();
     }
 

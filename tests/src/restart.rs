@@ -19,10 +19,11 @@ use aya::{
         links::{FdLink, PinnedLink},
     },
 };
+use pxe_agent::xdp::pin;
 use pxe_ebpf_common::{HOSTS_MAP, HostRecord, MacKey, PASS_PROGRAM_NAME};
 
 use crate::{
-    agent::{Served, agent_bin},
+    agent::{Privileges, Served, agent_bin, assert_daemonset_privileges},
     loadgen::{self, Options},
     mount::Mount,
     raw::in_netns,
@@ -69,6 +70,28 @@ fn pinned_link(served: &Served, pins: &Path) -> (u32, u32) {
         PinnedLink::from_pin(&path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     let info = FdLink::from(link).info().expect("link info");
     (info.id(), info.program_id())
+}
+
+/// The ids of the maps pinned for the server end, by name: the same ids
+/// after a restart mean the same maps, counters and rings included.
+fn pinned_map_ids(served: &Served, pins: &Path) -> Vec<(&'static str, u32)> {
+    let dir = pins.join(served.lab.server_if());
+    pin::MAPS
+        .iter()
+        .map(|name| {
+            let path = dir.join(name);
+            let map =
+                MapData::from_pin(&path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+            (*name, map.info().expect("map info").id())
+        })
+        .collect()
+}
+
+/// Checks that the agent runs with the `privileges` it was started with.
+fn assert_privileges(served: &Served) {
+    if served.privileges == Privileges::DaemonSet {
+        assert_daemonset_privileges(served.agent_pid());
+    }
 }
 
 /// The MACs the pinned hosts map holds records for.
@@ -129,11 +152,27 @@ fn pin_pass_program(ns: &str, iface: &str, mode: XdpMode, dir: &Path) -> (u32, u
 
 #[test]
 fn kill_9_under_load_leaves_no_known_host_unanswered() {
-    let bpffs = Bpffs::mount("kill9");
+    kill_9_under_load("pxkill9", Privileges::Root);
+}
+
+/// The DaemonSet's capabilities (no CAP_SYS_ADMIN) are enough to adopt the
+/// program unchanged, on its maps.
+#[test]
+fn kill_9_under_load_as_the_daemonset_runs_it_keeps_the_program_and_its_maps() {
+    kill_9_under_load("pxkill9ds", Privileges::DaemonSet);
+}
+
+/// Known hosts under load, `kill -9` of an agent started with `privileges`
+/// and a restart the same way: every request answered, the same program
+/// and the same maps after the restart.
+fn kill_9_under_load(name: &str, privileges: Privileges) {
+    let bpffs = Bpffs::mount(name);
     let (inventory, macs) = inventory_with(200);
     let pin = bpffs.pin_arg();
-    let mut served = Served::start_with("pxkill9", &inventory, &["--pin-dir", &pin]);
+    let mut served = Served::start_as(name, &inventory, &["--pin-dir", &pin], privileges);
+    assert_privileges(&served);
     let before = attached(&served).expect("a program attached");
+    let maps = pinned_map_ids(&served, &bpffs.pin_dir());
     let opts = Options {
         iface: served.lab.client_if().to_string(),
         send_iface: None,
@@ -157,6 +196,7 @@ fn kill_9_under_load_leaves_no_known_host_unanswered() {
     );
     served.restart(&["--pin-dir", &pin]);
     let gap = killed.elapsed();
+    assert_privileges(&served);
     let report = load
         .join()
         .expect("load thread")
@@ -187,7 +227,17 @@ fn kill_9_under_load_leaves_no_known_host_unanswered() {
         "requests went unanswered across the restart; agent log:\n{}",
         served.log()
     );
-    assert_eq!(attached(&served), Some(before), "the program was replaced");
+    assert_eq!(
+        attached(&served),
+        Some(before),
+        "the program was replaced; agent log:\n{}",
+        served.log()
+    );
+    assert_eq!(
+        pinned_map_ids(&served, &bpffs.pin_dir()),
+        maps,
+        "the maps were replaced"
+    );
     assert!(
         served
             .log()
@@ -199,11 +249,28 @@ fn kill_9_under_load_leaves_no_known_host_unanswered() {
 
 #[test]
 fn a_restarted_agent_adopts_the_program_and_applies_the_inventory_changed_meanwhile() {
-    let bpffs = Bpffs::mount("adopt");
+    adopts_and_applies_the_inventory_changed_meanwhile("pxadopt", Privileges::Root);
+}
+
+/// The same under the DaemonSet's capabilities: the program id, the link,
+/// the maps and the counters' count all survive the restart.
+#[test]
+fn as_the_daemonset_runs_it_a_restarted_agent_adopts_the_program_and_its_maps() {
+    adopts_and_applies_the_inventory_changed_meanwhile("pxadoptds", Privileges::DaemonSet);
+}
+
+/// An agent started with `privileges` serves and pins, is killed with
+/// `kill -9`, and the inventory changes; the pinned program answers
+/// meanwhile, and the next agent, started the same way, adopts it and its
+/// maps unchanged and applies the change.
+fn adopts_and_applies_the_inventory_changed_meanwhile(name: &str, privileges: Privileges) {
+    let bpffs = Bpffs::mount(name);
     let pin = bpffs.pin_arg();
     let (inventory, macs) = inventory_with(1);
-    let mut served = Served::start_with("pxadopt", &inventory, &["--pin-dir", &pin]);
+    let mut served = Served::start_as(name, &inventory, &["--pin-dir", &pin], privileges);
+    assert_privileges(&served);
     let program = attached(&served).expect("a program attached");
+    let maps = pinned_map_ids(&served, &bpffs.pin_dir());
     let (link, linked) = pinned_link(&served, &bpffs.pin_dir());
     assert_eq!(linked, program);
     served.set_client_mac(NODE1);
@@ -220,8 +287,19 @@ fn a_restarted_agent_adopts_the_program_and_applies_the_inventory_changed_meanwh
     // Meanwhile node-1 moves and the other host goes.
     served.replace_inventory(&INVENTORY.replace("ip: 10.66.1.10", "ip: 10.66.1.77"));
     served.restart(&["--pin-dir", &pin]);
-    assert_eq!(attached(&served), Some(program), "same program kept");
+    assert_privileges(&served);
+    assert_eq!(
+        attached(&served),
+        Some(program),
+        "same program kept; agent log:\n{}",
+        served.log()
+    );
     assert_eq!(pinned_link(&served, &bpffs.pin_dir()), (link, program));
+    assert_eq!(
+        pinned_map_ids(&served, &bpffs.pin_dir()),
+        maps,
+        "same maps kept"
+    );
     assert!(
         served
             .log()

@@ -23,6 +23,9 @@ use crate::process::{self, output, run_forwarded};
 /// Debian packages the tests, demo and benchmarks need.
 pub const PACKAGES: &[&str] = &[
     "iproute2",
+    // setpriv: the restart tests start the agent with the DaemonSet's
+    // capabilities only (Essential, listed so that it is checked).
+    "util-linux",
     "ethtool",
     "busybox",
     "udhcpc",

@@ -14,7 +14,7 @@ use aya::{
     },
     pin::PinError as AyaPinError,
     programs::{
-        ProgramError, ProgramInfo, Xdp, XdpMode,
+        ProgramError, Xdp, XdpMode,
         links::{FdLink, LinkError, LinkType, PinnedLink},
         xdp::{XdpLink, XdpLinkId},
     },
@@ -339,9 +339,13 @@ impl FastPath {
         // The running program's own pin, when it is the one the link runs;
         // without it (pinned by someone else, or removed) the pinned maps
         // cannot be told to be that program's, so new ones are made.
-        let running_info = ProgramInfo::from_pin(dir.join(pin::PROGRAM))
-            .ok()
-            .filter(|p| p.id() == running);
+        let running_info = match pin::read_program(&dir.join(pin::PROGRAM)) {
+            Ok(info) => Some(info).filter(|p| p.id == running),
+            Err(e) => {
+                info!(%iface, error = %e, "no pinned program to adopt the maps of");
+                None
+            }
+        };
         let fresh = load_object(None, capacity)?;
         let reuse = running_info
             .as_ref()
@@ -375,7 +379,7 @@ impl FastPath {
         if reuse
             && running_info
                 .as_ref()
-                .is_some_and(|info| ours.tag() == info.tag())
+                .is_some_and(|info| ours.tag() == info.tag)
         {
             fast.attached = Some(running);
             return Ok((fast, Adoption::Unchanged { program: running }, report));
@@ -560,11 +564,10 @@ fn adoptable(path: &Path, iface: &str) -> Result<Option<(FdLink, u32)>, XdpError
 
 /// Whether the maps pinned in `dir` are the ones `running` uses and have
 /// the layout the object `fresh` declares: then a program loaded from the
-/// object can share them.
-fn pins_fit(dir: &Path, fresh: &Ebpf, running: &aya::programs::ProgramInfo) -> bool {
-    let Ok(Some(used)) = running.map_ids() else {
-        return false;
-    };
+/// object can share them. Everything is read through pins and descriptors
+/// held, never by id, so CAP_BPF is enough.
+fn pins_fit(dir: &Path, fresh: &Ebpf, running: &pin::PinnedProgram) -> bool {
+    let used = &running.map_ids;
     pin::MAPS.iter().all(|name| {
         let Ok(pinned) = MapData::from_pin(dir.join(name)).and_then(|m| m.info()) else {
             return false;

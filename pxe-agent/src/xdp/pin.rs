@@ -5,8 +5,8 @@
 //! agent adopts them (see `loader::FastPath::start_pinned`), and
 //! `pxe-agent detach` removes them.
 //!
-//! Owns the layout, the bpffs check and the removal; what is loaded and
-//! attached is the loader's.
+//! Owns the layout, the bpffs check, reading the pinned program and the
+//! removal; what is loaded and attached is the loader's.
 
 use std::{
     ffi::CString,
@@ -18,6 +18,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use aya_obj::generated::bpf_prog_info;
 use pxe_ebpf_common::{
     BODIES_MAP, COUNTERS_MAP, EVENT_HEADS_MAP, EVENTS_MAP, HOSTS_MAP, TRACE_GATE_MAP, TRACE_MAP,
     TRACED_MAP,
@@ -30,9 +31,9 @@ const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 pub const LINK: &str = "link";
 
 /// The name of the pin of the program the link runs. The next agent reads
-/// the program's tag and maps from it: finding a program by its id
-/// (`BPF_PROG_GET_FD_BY_ID`) would need CAP_SYS_ADMIN, a pin needs only
-/// CAP_BPF and the file's permissions.
+/// the program's tag and maps from it ([`read_program`]): finding a program
+/// by its id (`BPF_PROG_GET_FD_BY_ID`) would need CAP_SYS_ADMIN, a pin
+/// needs only CAP_BPF and the file's permissions.
 pub const PROGRAM: &str = "program";
 
 /// The maps the program uses, pinned by their names: everything the next
@@ -71,6 +72,8 @@ pub enum PinError {
     Read { path: PathBuf, source: io::Error },
     #[error("failed to remove {}", path.display())]
     Remove { path: PathBuf, source: io::Error },
+    #[error("failed to read the pinned program {}", path.display())]
+    Program { path: PathBuf, source: io::Error },
 }
 
 /// The directory of `iface`'s pins under `dir`.
@@ -112,6 +115,42 @@ pub fn check_bpffs(path: &Path) -> Result<(), PinError> {
         return Err(PinError::NotBpffs(path.into()));
     }
     Ok(())
+}
+
+/// What the kernel says of a pinned program: enough to tell whether the
+/// pinned maps are its maps and whether it runs the same code as ours.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinnedProgram {
+    pub id: u32,
+    /// The kernel's hash of its instructions, as `aya`'s
+    /// `ProgramInfo::tag` gives it (big-endian).
+    pub tag: u64,
+    /// The ids of the maps it uses.
+    pub map_ids: Vec<u32>,
+}
+
+/// Reads the program pinned at `path` through the pin alone: `BPF_OBJ_GET`
+/// (file permissions) and `BPF_OBJ_GET_INFO_BY_FD` on the descriptor it
+/// gives, which fills in the map ids for a caller with CAP_BPF. Never
+/// `BPF_PROG_GET_FD_BY_ID`, which needs CAP_SYS_ADMIN, as
+/// `aya::programs::ProgramInfo::map_ids` does.
+pub fn read_program(path: &Path) -> Result<PinnedProgram, PinError> {
+    let failed = |source| PinError::Program {
+        path: path.into(),
+        source,
+    };
+    let fd = obj_get(path).map_err(failed)?;
+    // First the count, then the ids into a buffer that large; a program's
+    // maps never change once it is loaded.
+    let info = prog_info(&fd, &mut []).map_err(failed)?;
+    let mut map_ids = vec![0; info.nr_map_ids as usize];
+    let info = prog_info(&fd, &mut map_ids).map_err(failed)?;
+    map_ids.truncate(info.nr_map_ids as usize);
+    Ok(PinnedProgram {
+        id: info.id,
+        tag: u64::from_be_bytes(info.tag),
+        map_ids,
+    })
 }
 
 /// Removes the map pins (and their `-new` leftovers) of one interface's
@@ -223,8 +262,10 @@ pub fn detach(dir: &Path, ifaces: &[String]) -> Result<Vec<Removed>, PinError> {
     Ok(out)
 }
 
-/// `BPF_OBJ_GET` and `BPF_LINK_DETACH` (include/uapi/linux/bpf.h).
+/// `BPF_OBJ_GET`, `BPF_OBJ_GET_INFO_BY_FD` and `BPF_LINK_DETACH`
+/// (include/uapi/linux/bpf.h).
 const BPF_OBJ_GET: libc::c_long = 7;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_DETACH: libc::c_long = 34;
 
 /// `union bpf_attr`, large enough for the commands used here.
@@ -248,11 +289,8 @@ fn bpf(cmd: libc::c_long, attr: &mut Attr) -> io::Result<libc::c_long> {
     }
 }
 
-/// Detaches the link pinned at `path` from its interface, whoever holds it
-/// open (forced `BPF_LINK_DETACH`, kernel 5.9); the link object lives on,
-/// defunct, until its last reference goes. An already defunct link is
-/// fine.
-fn link_detach(path: &Path) -> io::Result<()> {
+/// Opens the object pinned at `path` (`BPF_OBJ_GET`).
+fn obj_get(path: &Path) -> io::Result<OwnedFd> {
     let c = CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
     let mut attr = Attr([0; 32]);
     let ptr = c.as_ptr() as u64;
@@ -260,7 +298,33 @@ fn link_detach(path: &Path) -> io::Result<()> {
     attr.0[1] = (ptr >> 32) as u32;
     let fd = bpf(BPF_OBJ_GET, &mut attr)?;
     // SAFETY: BPF_OBJ_GET returned a new file descriptor we now own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `BPF_OBJ_GET_INFO_BY_FD` on the program `fd`, the ids of up to
+/// `map_ids.len()` of its maps written into `map_ids`.
+fn prog_info(fd: &OwnedFd, map_ids: &mut [u32]) -> io::Result<bpf_prog_info> {
+    // SAFETY: bpf_prog_info is plain data; all zeroes is a valid value,
+    // and the one the kernel expects in the fields we do not ask for.
+    let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
+    info.nr_map_ids = u32::try_from(map_ids.len()).map_err(io::Error::other)?;
+    info.map_ids = map_ids.as_mut_ptr() as u64;
+    let mut attr = Attr([0; 32]);
+    let ptr = std::ptr::from_mut(&mut info) as u64;
+    attr.0[0] = std::os::fd::AsRawFd::as_raw_fd(fd) as u32;
+    attr.0[1] = size_of::<bpf_prog_info>() as u32;
+    attr.0[2] = ptr as u32;
+    attr.0[3] = (ptr >> 32) as u32;
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    Ok(info)
+}
+
+/// Detaches the link pinned at `path` from its interface, whoever holds it
+/// open (forced `BPF_LINK_DETACH`, kernel 5.9); the link object lives on,
+/// defunct, until its last reference goes. An already defunct link is
+/// fine.
+fn link_detach(path: &Path) -> io::Result<()> {
+    let fd = obj_get(path)?;
     let mut attr = Attr([0; 32]);
     attr.0[0] = std::os::fd::AsRawFd::as_raw_fd(&fd) as u32;
     match bpf(BPF_LINK_DETACH, &mut attr) {
