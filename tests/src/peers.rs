@@ -437,6 +437,20 @@ impl PeerLab {
         (code.trim().to_owned(), body.to_owned())
     }
 
+    /// The phone-home of host `mac` through agent `i`, with the token of
+    /// the iPXE script agent `i` serves it.
+    pub(crate) fn phone_home(&self, i: usize, mac: &str) {
+        let (code, script) = self.boot_http(i, &format!("/boot/{mac}.ipxe"), false);
+        assert_eq!(code, "200", "agent {i}'s script for {mac}: {script}");
+        let token = script
+            .split_whitespace()
+            .find_map(|a| a.strip_prefix("pxe_agent.token="))
+            .unwrap_or_else(|| panic!("no token in agent {i}'s script:\n{script}"));
+        let url = format!("/api/v1/hosts/{mac}/booted?token={token}");
+        let (code, _) = self.boot_http(i, &url, true);
+        assert_eq!(code, "204", "phone-home refused\n{}", self.logs());
+    }
+
     /// A TFTP download of `file` from agent `i`: the bytes, or curl's error.
     fn tftp(&self, i: usize, file: &str) -> Result<String, String> {
         let out = self
@@ -962,18 +976,7 @@ fn two_agents_hold_one_netboot_state_for_a_once_host() {
 
     // (1) The host phones home through agent 0, as its installer would.
     let mac = mac_text(ONCE_MAC);
-    let (_, script) = lab.boot_http(0, &format!("/boot/{mac}.ipxe"), false);
-    let token = script
-        .split_whitespace()
-        .find_map(|a| a.strip_prefix("pxe_agent.token="))
-        .unwrap_or_else(|| panic!("no token in agent 0's script:\n{script}"))
-        .to_owned();
-    let (code, _) = lab.boot_http(
-        0,
-        &format!("/api/v1/hosts/{mac}/booted?token={token}"),
-        true,
-    );
-    assert_eq!(code, "204", "phone-home refused\n{}", lab.logs());
+    lab.phone_home(0, &mac);
     let phoned = Instant::now();
     // Agent 1 withholds the boot file too: `boots` turns false once the
     // inventory in force, the fast path's maps included, withholds it.

@@ -222,19 +222,7 @@ fn two_agents_recover_each_host_once_within_fleet_limits_and_fail_over_mid_recov
         "pxkn0",
     ]);
     assert_eq!(lease["serverid"], "10.66.0.2", "{lease:?}");
-    let (code, script) = lab.boot_http(1, &format!("/boot/{mac}.ipxe"), false);
-    assert_eq!(code, "200", "{script}");
-    let token = script
-        .split_whitespace()
-        .find_map(|a| a.strip_prefix("pxe_agent.token="))
-        .unwrap_or_else(|| panic!("no token in the script:\n{script}"))
-        .to_owned();
-    let (code, _) = lab.boot_http(
-        1,
-        &format!("/api/v1/hosts/{mac}/booted?token={token}"),
-        true,
-    );
-    assert_eq!(code, "204", "phone-home refused");
+    lab.phone_home(1, &mac);
     loop {
         let now = host(&lab, 1, &mac);
         if now["owner"] == "node-1" && now["recovery"] == "booted" {
