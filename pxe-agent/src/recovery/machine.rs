@@ -264,7 +264,7 @@ impl Controller {
     pub fn activate(&mut self, now_ms: u64) -> Vec<MacAddr> {
         let mut activated = Vec::new();
         for (mac, host) in &mut self.hosts {
-            if !host.held_until.is_some_and(|t| t <= now_ms) {
+            if host.held_until.is_none_or(|t| t > now_ms) {
                 continue;
             }
             host.held_until = None;
