@@ -1,10 +1,54 @@
 //! Storm guard for the slow path: a token bucket per client MAC, and one
 //! shared by all MACs not in the inventory, so a flood of unknown or iPXE
-//! requests neither starves known hosts nor grows memory without bound.
+//! requests neither starves known hosts nor grows memory without bound;
+//! and [`TokenBucket`], one bucket on the monotonic clock, for what the
+//! agent writes to the Kubernetes API (statuses, shared host records).
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
 
 use crate::inventory::MacAddr;
+
+/// A token bucket: `rate` tokens a second, at most `burst` saved up.
+#[derive(Debug)]
+pub struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    pub fn new(rate: u32, now: Instant) -> TokenBucket {
+        let rate = f64::from(rate.max(1));
+        TokenBucket {
+            rate,
+            burst: rate,
+            tokens: rate,
+            last: now,
+        }
+    }
+
+    /// Takes a token if one is there.
+    pub fn try_take(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// How long until the next token.
+    pub fn wait(&self) -> Duration {
+        Duration::from_secs_f64(((1.0 - self.tokens) / self.rate).max(0.0))
+    }
+}
 
 /// Tokens per second and burst size of one bucket.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -114,6 +158,24 @@ impl Limiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bucket_allows_burst_then_rate() {
+        let t0 = Instant::now();
+        let mut bucket = TokenBucket::new(10, t0);
+        let burst = (0..100).filter(|_| bucket.try_take(t0)).count();
+        assert_eq!(burst, 10);
+        // Over the next second, ten more: never more than the rate.
+        let mut sent = 0;
+        for ms in (10..=1000).step_by(10) {
+            if bucket.try_take(t0 + Duration::from_millis(ms)) {
+                sent += 1;
+            }
+        }
+        assert!((9..=10).contains(&sent), "{sent}");
+        assert!(!bucket.try_take(t0 + Duration::from_millis(1000)));
+        assert!(bucket.wait() <= Duration::from_millis(100));
+    }
 
     const MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 

@@ -41,13 +41,14 @@ use tracing::{debug, info, warn};
 use self::{
     document::{Built, SecretKeys, Snapshot},
     objects::{Kind, ObjRef},
-    status::{Outbox, TokenBucket},
+    status::Outbox,
 };
 use crate::{
     app::Prepared,
     bmc::Password,
     http::admin::{AdminState, host_views},
     inventory::{Inventory, LoadError, MacAddr},
+    ratelimit::TokenBucket,
 };
 
 /// What `pxe-agent run --kube` needs.

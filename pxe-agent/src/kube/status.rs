@@ -1,61 +1,20 @@
 //! What the agent writes back to its own objects' `status`: the Accepted
 //! condition, and for BootHosts a projection of what the agent observed
 //! (stage, last DHCP, boot file, last phone-home, power and recovery state,
-//! serving node) and, with peers, the agent that owns the host. Owns composing that status, the per-object coalescing
-//! (the latest wanted status wins; nothing is sent when it is already
-//! there) and the token bucket that bounds patches a second, so a boot
-//! storm does not flood the API server. The status is never read back as
-//! the source of a decision. Sending is `mod.rs`'s, over merge patches
-//! guarded by the object's resourceVersion.
+//! serving node) and, with peers, the agent that owns the host. Owns
+//! composing that status and the per-object coalescing (the latest wanted
+//! status wins; nothing is sent when it is already there). The token bucket
+//! that bounds patches a second, so a boot storm does not flood the API
+//! server, is `ratelimit`'s. The status is never read back as the source
+//! of a decision. Sending is `mod.rs`'s, over merge patches guarded by the
+//! object's resourceVersion.
 
-use std::{
-    collections::{BTreeMap, VecDeque},
-    time::{Duration, Instant},
-};
+use std::collections::{BTreeMap, VecDeque};
 
 use serde_json::{Value, json};
 
 use super::objects::ObjRef;
 use crate::http::admin::HostView;
-
-/// A token bucket: `rate` tokens a second, at most `burst` saved up.
-#[derive(Debug)]
-pub struct TokenBucket {
-    rate: f64,
-    burst: f64,
-    tokens: f64,
-    last: Instant,
-}
-
-impl TokenBucket {
-    pub fn new(rate: u32, now: Instant) -> TokenBucket {
-        let rate = f64::from(rate.max(1));
-        TokenBucket {
-            rate,
-            burst: rate,
-            tokens: rate,
-            last: now,
-        }
-    }
-
-    /// Takes a token if one is there.
-    pub fn try_take(&mut self, now: Instant) -> bool {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.last = now;
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// How long until the next token.
-    pub fn wait(&self) -> Duration {
-        Duration::from_secs_f64(((1.0 - self.tokens) / self.rate).max(0.0))
-    }
-}
 
 /// The statuses waiting to be written, one per object, oldest first.
 #[derive(Debug, Default)]
@@ -246,24 +205,6 @@ pub fn same(wanted: &Value, observed: Option<&Value>) -> bool {
 mod tests {
     use super::*;
     use crate::kube::objects::Kind;
-
-    #[test]
-    fn bucket_allows_burst_then_rate() {
-        let t0 = Instant::now();
-        let mut bucket = TokenBucket::new(10, t0);
-        let burst = (0..100).filter(|_| bucket.try_take(t0)).count();
-        assert_eq!(burst, 10);
-        // Over the next second, ten more: never more than the rate.
-        let mut sent = 0;
-        for ms in (10..=1000).step_by(10) {
-            if bucket.try_take(t0 + Duration::from_millis(ms)) {
-                sent += 1;
-            }
-        }
-        assert!((9..=10).contains(&sent), "{sent}");
-        assert!(!bucket.try_take(t0 + Duration::from_millis(1000)));
-        assert!(bucket.wait() <= Duration::from_millis(100));
-    }
 
     #[test]
     fn outbox_coalesces_per_object_latest_wins() {

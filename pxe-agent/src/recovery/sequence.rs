@@ -168,6 +168,12 @@ impl Sequencer {
         (max / n + usize::from(rank < max % n)).max(1)
     }
 
+    /// How far ahead of the rate a burst may go, in microseconds.
+    fn tolerance_us(&self) -> u64 {
+        self.interval_us()
+            .saturating_mul(u64::from(self.policy.power_up_burst.max(1) - 1))
+    }
+
     /// Microseconds of one power-up cell with peers.
     fn cell_us(&self) -> u64 {
         self.interval_us()
@@ -178,10 +184,7 @@ impl Sequencer {
     fn rate_allows(&self, now_us: u64) -> bool {
         let (rank, n) = self.fleet;
         if n <= 1 {
-            let tolerance = self
-                .interval_us()
-                .saturating_mul(u64::from(self.policy.power_up_burst.max(1) - 1));
-            return self.tat_us <= now_us.saturating_add(tolerance);
+            return self.tat_us <= now_us.saturating_add(self.tolerance_us());
         }
         let cell = self.cell_us();
         let k = now_us / cell;
@@ -312,10 +315,9 @@ impl Sequencer {
         }
         let (rank, n) = self.fleet;
         let at = if n <= 1 {
-            let tolerance = self
-                .interval_us()
-                .saturating_mul(u64::from(self.policy.power_up_burst.max(1) - 1));
-            self.tat_us.saturating_sub(tolerance).div_ceil(1000)
+            self.tat_us
+                .saturating_sub(self.tolerance_us())
+                .div_ceil(1000)
         } else {
             let now_us = now_ms.saturating_mul(1000);
             if self.rate_allows(now_us) {

@@ -41,9 +41,9 @@ use tracing::{debug, info, warn};
 
 use crate::{
     inventory::MacAddr,
-    kube::status::TokenBucket,
     netboot,
     progress::{Stage, Step},
+    ratelimit::TokenBucket,
     recovery,
     state::State,
 };
@@ -416,7 +416,12 @@ impl Keeper {
                 );
             }
         }
-        if let Some(r) = shared.recovery.as_ref().filter(|r| r.node != self.node) {
+        // Only a record that changed goes to the control task: a Lease
+        // changes with every step written to it too.
+        let before = self.cache.get(&mac).and_then(|(_, s)| s.recovery.as_ref());
+        if let Some(r) = shared.recovery.as_ref().filter(|r| r.node != self.node)
+            && before != Some(r)
+        {
             bump(&stats.taken_recovery);
             let _ = self.adopt.send((mac, r.record.clone()));
         }
