@@ -37,12 +37,15 @@ use crate::{
         template,
     },
     health::Health,
-    http::auth::Tokens,
     http::{
         BootState,
         admin::{self, AdminState},
         boot, limit, sendfile,
         token::TokenKey,
+    },
+    http::{
+        auth::Tokens,
+        gate::{Gate, Identities},
     },
     inventory::{Host, Inventory, Layout, LoadError, Loaded},
     lease::LeaseStore,
@@ -186,7 +189,10 @@ pub struct RunConfig {
     pub inventory: PathBuf,
     /// Read the inventory from the Kubernetes API instead of the file.
     pub kube: Option<crate::kube::KubeSettings>,
+    /// `/metrics` and `/healthz`: open, no per-host identifier.
     pub metrics_addr: SocketAddr,
+    /// The JSON API: where it listens and who may call it.
+    pub api: ApiConfig,
     pub xdp_mode: AttachMode,
     /// How often the inventory file is checked for changes.
     pub reload_interval: Duration,
@@ -229,12 +235,30 @@ pub struct RunConfig {
 pub struct OobConfig {
     pub sequence: SequencePolicy,
     pub recovery: recovery::Policy,
-    /// `name token` lines; without it, acting endpoints refuse.
-    pub api_token_file: Option<PathBuf>,
     /// Defaults to `<state-dir>/audit.jsonl`.
     pub audit_log: Option<PathBuf>,
     /// What the BMCs echo of the boot flags (every BMC of the agent).
     pub boot_flag_echo: BootFlagEcho,
+}
+
+/// The JSON API of `pxe-agent run`.
+#[derive(Clone, Debug)]
+pub struct ApiConfig {
+    /// Loopback unless the operator says otherwise; beyond loopback the
+    /// API needs a way to identify callers.
+    pub addr: SocketAddr,
+    /// `name token` lines; without it, reads are open (on loopback) and
+    /// every other call is refused.
+    pub token_file: Option<PathBuf>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> ApiConfig {
+        ApiConfig {
+            addr: SocketAddr::from(([127, 0, 0, 1], 9465)),
+            token_file: None,
+        }
+    }
 }
 
 /// Receive buffer of the slow path's port-67 socket, in bytes.
@@ -410,6 +434,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
     for i in &ifaces {
         info!(iface = %i.name, server = %i.server.ip, "starting");
     }
+    let gate = Arc::new(api_gate(&cfg.api, &servers)?);
 
     let http_port = cfg.http_addr.port();
     std::fs::create_dir_all(&cfg.state_dir).with_context(|| {
@@ -623,6 +648,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
         oob,
         kube: OnceLock::new(),
         applying: Mutex::new(()),
+        gate,
     });
 
     let tftp = match &cfg.boot_root {
@@ -642,13 +668,22 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
         cfg.http_limits,
         shutdown.clone(),
     )));
-    let admin_listener = TcpListener::bind(cfg.metrics_addr)
+    let metrics_listener = TcpListener::bind(cfg.metrics_addr)
         .await
         .with_context(|| format!("failed to bind the metrics address {}", cfg.metrics_addr))?;
-    info!(addr = %cfg.metrics_addr, "serving /metrics, /healthz and /api/v1");
+    info!(addr = %cfg.metrics_addr, "serving /metrics and /healthz");
     servers.push(serve_http(
-        admin_listener,
-        admin::router(admin.clone()),
+        metrics_listener,
+        admin::metrics_router(admin.clone()),
+        shutdown.clone(),
+    ));
+    let api_listener = TcpListener::bind(cfg.api.addr)
+        .await
+        .with_context(|| format!("failed to bind the API address {}", cfg.api.addr))?;
+    info!(addr = %cfg.api.addr, "serving the JSON API /api/v1");
+    servers.push(serve_http(
+        api_listener,
+        admin::api_router(admin.clone()),
         shutdown.clone(),
     ));
 
@@ -746,13 +781,6 @@ fn start_recovery(
         RecoveryStore::open_in(&cfg.state_dir).context("failed to open the recovery store")?;
     let controller =
         Controller::new(store, cfg.oob.recovery).context("failed to load the recovery state")?;
-    let tokens = match &cfg.oob.api_token_file {
-        Some(path) => Some(Tokens::load(path)?),
-        None => {
-            warn!("no --api-token-file: the API refuses power, bootdev and recover calls");
-            None
-        }
-    };
     let audit_path = cfg
         .oob
         .audit_log
@@ -780,12 +808,28 @@ fn start_recovery(
     Ok((
         Arc::new(admin::OobState {
             control: handle,
-            tokens,
             audit,
             fallbacks,
         }),
         task,
     ))
+}
+
+/// The API's gate: how callers are identified, checked against where the
+/// API listens.
+fn api_gate(api: &ApiConfig, servers: &[Server]) -> anyhow::Result<Gate> {
+    let identities = match &api.token_file {
+        Some(path) => Identities::Tokens(Tokens::load(path)?),
+        None => {
+            warn!(
+                "no --api-token-file: API reads are open on loopback, and power, bootdev, \
+                 recover and netboot calls are refused"
+            );
+            Identities::None
+        }
+    };
+    let provisioning: Vec<std::net::IpAddr> = servers.iter().map(|s| s.ip.into()).collect();
+    Ok(Gate::for_listener(identities, api.addr, &provisioning)?)
 }
 
 /// Panics are contained where they happen (one DHCP request, one BMC

@@ -19,9 +19,13 @@ use serde::{Deserialize, Serialize};
 pub struct Entry {
     /// Unix milliseconds when the action started.
     pub at_ms: u64,
-    /// Name of the token the caller presented (`direct` for the CLI acting
-    /// without an agent).
+    /// Who called: the name of the token presented, or the Kubernetes
+    /// user (`direct` for the CLI acting without an agent, `anonymous` for
+    /// an open read).
     pub caller: String,
+    /// The caller's Kubernetes groups, when it is a Kubernetes user.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
     /// Host name or MAC the action was for.
     pub host: String,
     /// `power`, `bootdev`, `recover`, ...
@@ -139,6 +143,7 @@ mod tests {
         Entry {
             at_ms: n,
             caller: "ops".into(),
+            groups: Vec::new(),
             host: "node-1".into(),
             action: "power".into(),
             params: serde_json::json!({"action": "cycle"}),

@@ -4,6 +4,7 @@
 pub mod app;
 pub mod audit;
 pub mod bmc;
+pub mod client;
 pub mod control;
 pub mod dhcp;
 pub mod discovered;

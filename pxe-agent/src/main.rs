@@ -2,8 +2,8 @@
 //! `trace`, `bmc`, `recover`, `import`, `export`.
 
 use std::{
-    io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::{Ipv4Addr, SocketAddr, TcpStream},
+    io::BufRead as _,
+    net::{Ipv4Addr, SocketAddr},
     path::PathBuf,
     process::ExitCode,
     sync::Arc,
@@ -13,9 +13,10 @@ use std::{
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use pxe_agent::{
-    app::{self, OobConfig, RunConfig},
+    app::{self, ApiConfig, OobConfig, RunConfig},
     audit::{AuditLog, Entry},
     bmc::{BootFlagEcho, BootTarget, Driver, Fallbacks, RetryPolicy},
+    client::{self, DEFAULT_METRICS},
     control::{self, Op, Outcome},
     dhcp::{Server, server::Limits},
     discovered::Discovered,
@@ -35,8 +36,6 @@ use pxe_agent::{
     xdp::{AttachMode, Capacity, VethPeer},
 };
 use tokio::sync::watch;
-
-const DEFAULT_METRICS: &str = "127.0.0.1:9464";
 
 #[derive(Parser)]
 #[command(
@@ -106,9 +105,15 @@ enum Command {
         /// Defaults to the interface's IPv4 address.
         #[arg(long)]
         server_ip: Option<Ipv4Addr>,
-        /// Address of the HTTP endpoint serving /metrics and /healthz.
+        /// Address serving /metrics and /healthz, for Prometheus and the
+        /// kubelet: open, with no per-host identifier.
         #[arg(long, default_value = DEFAULT_METRICS)]
         metrics_addr: SocketAddr,
+        /// Address serving the JSON API (/api/v1). Beyond loopback, every
+        /// call needs an identity (--api-token-file), or the agent refuses
+        /// to start.
+        #[arg(long, default_value_t = ApiConfig::default().addr)]
+        api_addr: SocketAddr,
         /// XDP attach mode: auto tries native and falls back to generic.
         #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
         xdp_mode: AttachMode,
@@ -201,9 +206,9 @@ enum Command {
         /// per second than this.
         #[arg(long, default_value_t = SequencePolicy::default().max_slow_path_rate)]
         slow_path_rate_threshold: f64,
-        /// Bearer tokens of the acting API endpoints (power, bootdev,
-        /// recover), one `name token` a line; the name goes to the audit
-        /// log. Without it those endpoints refuse every call.
+        /// Bearer tokens of the API, one `name token` a line; the name goes
+        /// to the audit log. With it every API call needs a token; without
+        /// it reads are open (on loopback only) and acting calls refused.
         #[arg(long, value_name = "FILE")]
         api_token_file: Option<PathBuf>,
         /// Audit log of every BMC call (JSON lines); default
@@ -298,8 +303,8 @@ enum Command {
         discovered: bool,
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
-        #[arg(long, default_value = DEFAULT_METRICS)]
-        metrics_addr: SocketAddr,
+        #[command(flatten)]
+        api: ApiArgs,
         #[command(subcommand)]
         action: Option<HostsAction>,
     },
@@ -307,8 +312,8 @@ enum Command {
     Leases {
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
-        #[arg(long, default_value = DEFAULT_METRICS)]
-        metrics_addr: SocketAddr,
+        #[command(flatten)]
+        api: ApiArgs,
     },
     /// Follow one machine live through both paths, one line per event until
     /// Ctrl-C: the XDP verdict (tx_offer, pass_ipxe, ...), the slow path's
@@ -316,8 +321,8 @@ enum Command {
     /// phone-home. tcpdump does not see replies the XDP program sends.
     Trace {
         mac: MacAddr,
-        #[arg(long, default_value = DEFAULT_METRICS)]
-        metrics_addr: SocketAddr,
+        #[command(flatten)]
+        api: ApiArgs,
         /// Exit after this many events.
         #[arg(long, value_name = "N")]
         count: Option<u64>,
@@ -357,17 +362,35 @@ enum HostsAction {
     },
 }
 
-/// How to reach the running agent's acting API.
+/// How to reach the running agent's API.
 #[derive(clap::Args)]
-struct AgentCall {
+struct ApiArgs {
+    /// The agent's API: http://HOST:PORT (or HOST:PORT).
+    #[arg(long, env = "PXE_AGENT_API", default_value = client::DEFAULT_API)]
+    api: String,
     /// File holding the bearer token (a `name token` line of the agent's
     /// token file works too); default $PXE_AGENT_TOKEN_FILE.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+}
+
+impl ApiArgs {
+    fn client(&self) -> anyhow::Result<client::Api> {
+        client::Api::new(
+            &self.api,
+            client::token_file(self.token_file.as_deref()).as_deref(),
+        )
+    }
+}
+
+/// How to reach the running agent's acting API, and how to print its
+/// answers.
+#[derive(clap::Args)]
+struct AgentCall {
+    #[command(flatten)]
+    api: ApiArgs,
     #[arg(long, value_enum, default_value_t = Output::Table)]
     output: Output,
-    #[arg(long, default_value = DEFAULT_METRICS)]
-    metrics_addr: SocketAddr,
 }
 
 #[derive(Subcommand)]
@@ -545,6 +568,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             kube_status_qps,
             server_ip,
             metrics_addr,
+            api_addr,
             xdp_mode,
             reload_ms,
             state_dir,
@@ -602,6 +626,10 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 inventory: inventory.unwrap_or_default(),
                 kube,
                 metrics_addr,
+                api: ApiConfig {
+                    addr: api_addr,
+                    token_file: api_token_file,
+                },
                 xdp_mode,
                 reload_interval: Duration::from_millis(reload_ms.max(10)),
                 state_dir,
@@ -636,7 +664,6 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                         max_slow_path_rate: slow_path_rate_threshold,
                         ..SequencePolicy::default()
                     },
-                    api_token_file,
                     audit_log,
                     boot_flag_echo: bmc_boot_flag_echo.into(),
                     recovery: recovery::Policy {
@@ -734,7 +761,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Stats { metrics_addr } => {
-            print!("{}", stats(metrics_addr)?);
+            print!("{}", stats(&client::metrics(metrics_addr)?));
             Ok(ExitCode::SUCCESS)
         }
         Command::Hosts {
@@ -754,7 +781,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Hosts {
             discovered,
             output: Output::Json,
-            metrics_addr,
+            api,
             action: None,
         } => {
             let path = if discovered {
@@ -762,18 +789,17 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             } else {
                 "/api/v1/hosts"
             };
-            print_json(&http_get(metrics_addr, path)?)?;
+            print_json(&api.client()?.get(path)?)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Hosts {
             discovered: false,
             output: Output::Table,
-            metrics_addr,
+            api,
             action: None,
         } => {
-            let list: Vec<HostView> =
-                serde_json::from_str(&http_get(metrics_addr, "/api/v1/hosts")?)
-                    .context("malformed /api/v1/hosts answer")?;
+            let list: Vec<HostView> = serde_json::from_str(&api.client()?.get("/api/v1/hosts")?)
+                .context("malformed /api/v1/hosts answer")?;
             let now = progress::now_ms();
             let step = |s: &Option<Step>| {
                 s.as_ref().map_or("-".to_string(), |s| {
@@ -845,11 +871,11 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Hosts {
             discovered: true,
             output: Output::Table,
-            metrics_addr,
+            api,
             action: None,
         } => {
             let list: Vec<Discovered> =
-                serde_json::from_str(&http_get(metrics_addr, "/api/v1/discovered")?)
+                serde_json::from_str(&api.client()?.get("/api/v1/discovered")?)
                     .context("malformed /api/v1/discovered answer")?;
             let now = progress::now_ms();
             let mut table = Table::new(&[
@@ -881,12 +907,8 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             print!("{}", table.render());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Trace {
-            mac,
-            metrics_addr,
-            count,
-        } => {
-            trace(metrics_addr, mac, count)?;
+        Command::Trace { mac, api, count } => {
+            trace(&api.client()?, mac, count)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bmc { command } => {
@@ -944,18 +966,17 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Leases {
             output: Output::Json,
-            metrics_addr,
+            api,
         } => {
-            print_json(&http_get(metrics_addr, "/api/v1/leases")?)?;
+            print_json(&api.client()?.get("/api/v1/leases")?)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Leases {
             output: Output::Table,
-            metrics_addr,
+            api,
         } => {
-            let list: Vec<LeaseView> =
-                serde_json::from_str(&http_get(metrics_addr, "/api/v1/leases")?)
-                    .context("malformed /api/v1/leases answer")?;
+            let list: Vec<LeaseView> = serde_json::from_str(&api.client()?.get("/api/v1/leases")?)
+                .context("malformed /api/v1/leases answer")?;
             let now = progress::now_ms() / 1000;
             let mut table = Table::new(&[
                 ("MAC", 17, Align::Left),
@@ -1119,9 +1140,8 @@ async fn wait_for_signal() {
     }
 }
 
-/// Fetches /metrics from the running agent and prints its samples as a table.
-fn stats(addr: SocketAddr) -> anyhow::Result<String> {
-    let page = http_get(addr, "/metrics")?;
+/// The samples of a /metrics page as a table.
+fn stats(page: &str) -> String {
     let mut out = String::new();
     for line in page
         .lines()
@@ -1131,36 +1151,14 @@ fn stats(addr: SocketAddr) -> anyhow::Result<String> {
             out.push_str(&format!("{name:<60} {value:>12}\n"));
         }
     }
-    Ok(out)
+    out
 }
 
 /// Prints the running agent's trace of `mac`, one line per event, until the
 /// agent ends it, Ctrl-C, or `count` events.
-fn trace(addr: SocketAddr, mac: MacAddr, count: Option<u64>) -> anyhow::Result<()> {
-    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-        .with_context(|| format!("no agent answering on {addr} (is `pxe-agent run` up?)"))?;
-    // HTTP/1.0: the body runs until the agent closes, no chunks to decode.
-    write!(
-        conn,
-        "GET /api/v1/trace/{mac} HTTP/1.0\r\nHost: {addr}\r\n\r\n"
-    )?;
-    let mut reader = BufReader::new(conn);
-    let mut status = String::new();
-    reader.read_line(&mut status)?;
-    let mut line = String::new();
-    while reader.read_line(&mut line)? > 0 && !line.trim_end().is_empty() {
-        line.clear();
-    }
-    if !(status.starts_with("HTTP/1.") && status.contains(" 200 ")) {
-        let mut body = String::new();
-        let _ = reader.read_to_string(&mut body);
-        anyhow::bail!(
-            "agent refused the trace: {} {}",
-            status.trim_end(),
-            body.trim_end()
-        );
-    }
-    eprintln!("tracing {mac} on {addr}; Ctrl-C to stop");
+fn trace(api: &client::Api, mac: MacAddr, count: Option<u64>) -> anyhow::Result<()> {
+    let reader = api.stream(&format!("/api/v1/trace/{mac}"))?;
+    eprintln!("tracing {mac} on {}; Ctrl-C to stop", api.authority());
     let mut seen = 0;
     for line in reader.lines() {
         let line = line.context("failed to read the trace")?;
@@ -1183,49 +1181,6 @@ fn trace(addr: SocketAddr, mac: MacAddr, count: Option<u64>) -> anyhow::Result<(
         }
     }
     anyhow::bail!("the agent ended the trace (shutting down?)")
-}
-
-/// The body of `GET path` from the running agent's HTTP endpoint.
-fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
-    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-        .with_context(|| format!("no agent answering on {addr} (is `pxe-agent run` up?)"))?;
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(conn, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut body = String::new();
-    conn.read_to_string(&mut body)
-        .with_context(|| format!("failed to read {path}"))?;
-    let (head, page) = body
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP response")?;
-    anyhow::ensure!(
-        head.starts_with("HTTP/1.") && head.contains(" 200 "),
-        "agent answered {path} with: {}",
-        head.lines().next().unwrap_or("")
-    );
-    Ok(page.to_string())
-}
-
-/// The bearer token in `path`: the last field of its first line that is
-/// not blank nor a comment, so both a bare token and the agent's
-/// `name token` line work.
-/// The API token from `--token-file`, else from $PXE_AGENT_TOKEN_FILE;
-/// `None` when neither names a file.
-fn api_token(flag: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
-    let path = flag
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("PXE_AGENT_TOKEN_FILE").map(PathBuf::from));
-    path.map(|p| read_token(&p)).transpose()
-}
-
-fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("failed to read the token file {}", path.display()))?;
-    text.lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with('#'))
-        .and_then(|l| l.split_whitespace().last())
-        .map(str::to_string)
-        .with_context(|| format!("token file {} holds no token", path.display()))
 }
 
 /// `--label KEY=VALUE` pairs.
@@ -1293,10 +1248,9 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
         let echo = select.bmc_boot_flag_echo.into();
         runtime()?.block_on(direct(op, hosts, &inv, &audit, concurrency, echo))?
     } else {
-        let token = api_token(select.agent.token_file.as_deref())?;
-        let addr = select.agent.metrics_addr;
+        let api = select.agent.api.client()?;
         let hosts = if select.all || !select.label.is_empty() {
-            let list: Vec<HostView> = serde_json::from_str(&http_get(addr, "/api/v1/hosts")?)
+            let list: Vec<HostView> = serde_json::from_str(&api.get("/api/v1/hosts")?)
                 .context("malformed /api/v1/hosts answer")?;
             targets(
                 hosts,
@@ -1307,7 +1261,7 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
         } else {
             targets(hosts, select, std::iter::empty())?
         };
-        through_agent(op, hosts, addr, token, concurrency)
+        through_agent(op, hosts, &api, concurrency)
     };
     let failed = outcomes.iter().filter(|o| !o.is_ok()).count();
     match select.agent.output {
@@ -1371,8 +1325,7 @@ fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCode> 
 fn through_agent(
     op: Op,
     hosts: Vec<String>,
-    addr: SocketAddr,
-    token: Option<String>,
+    api: &client::Api,
     concurrency: usize,
 ) -> Vec<Outcome> {
     let (path, body) = match op {
@@ -1385,8 +1338,8 @@ fn through_agent(
         let started = std::time::Instant::now();
         let url = format!("/api/v1/hosts/{}/{path}", url_segment(host));
         let answer = match &body {
-            Some(body) => http_request(addr, "POST", &url, Some(body), token.as_deref()),
-            None => http_request(addr, "GET", &url, None, token.as_deref()),
+            Some(body) => api.request("POST", &url, Some(body)),
+            None => api.request("GET", &url, None),
         };
         let failed = |error: String| Outcome {
             host: host.clone(),
@@ -1512,6 +1465,7 @@ async fn direct(
         audit.record(&Entry {
             at_ms,
             caller: "direct".into(),
+            groups: Vec::new(),
             host: out.host.clone(),
             action: op.name().into(),
             params: op.params(),
@@ -1543,15 +1497,8 @@ fn netboot_call(
     action: &str,
     body: Option<serde_json::Value>,
 ) -> anyhow::Result<ExitCode> {
-    let token = api_token(agent.token_file.as_deref())?;
     let path = format!("/api/v1/hosts/{host}/{action}");
-    let (status, page) = http_request(
-        agent.metrics_addr,
-        "POST",
-        &path,
-        body.as_ref(),
-        token.as_deref(),
-    )?;
+    let (status, page) = agent.api.client()?.request("POST", &path, body.as_ref())?;
     if !(200..300).contains(&status) {
         let why = page.trim();
         anyhow::bail!("{path}: {status} {why}");
@@ -1593,43 +1540,6 @@ fn netboot_call(
         netboot_cell(&view, now)
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// `method path` to the running agent with an optional JSON body and
-/// bearer token: the status code and the body.
-fn http_request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<&serde_json::Value>,
-    token: Option<&str>,
-) -> anyhow::Result<(u16, String)> {
-    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-        .with_context(|| format!("no agent answering on {addr} (is `pxe-agent run` up?)"))?;
-    // BMC calls wait for the sequencer and their own deadlines.
-    conn.set_read_timeout(Some(Duration::from_secs(300)))?;
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        conn,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut answer = String::new();
-    conn.read_to_string(&mut answer)
-        .with_context(|| format!("failed to read the answer to {path}"))?;
-    let (head, page) = answer
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP response")?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .context("malformed HTTP status line")?;
-    Ok((status, page.to_string()))
 }
 
 /// `pxe-agent import`: the inventory to --output (or stdout), the report to

@@ -68,6 +68,7 @@ pub const HTTP_AT_LIMIT: &str = "pxe_http_at_limit_total";
 pub const HTTP_DROPPED: &str = "pxe_http_dropped_total";
 pub const HTTP_ACCEPT_ERRORS: &str = "pxe_http_accept_errors_total";
 pub const HTTP_PHONE_HOME_REJECTED: &str = "pxe_http_phone_home_rejected_total";
+pub const API_REFUSED: &str = "pxe_api_auth_failures_total";
 
 /// Everything one scrape shows.
 pub struct Page<'a> {
@@ -463,6 +464,21 @@ pub fn render_other_servers(o: &crate::other_server::OtherServers) -> String {
     );
     out.sample(OTHER_SERVER_HOSTS, "", o.hosts());
     out.0
+}
+
+/// The API gate's refusals by reason (`missing`, `invalid`, `forbidden`,
+/// `throttled`, ...): never the caller or its address.
+pub fn render_api_auth(refused: &[(&str, u64)]) -> String {
+    let mut o = Out(String::new());
+    o.head(
+        API_REFUSED,
+        "counter",
+        "JSON API calls refused before their handler: no or an unknown token, no right to the verb, too many failures from the address, no way to identify callers.",
+    );
+    for (reason, n) in refused {
+        o.sample(API_REFUSED, &format!("reason=\"{reason}\""), n);
+    }
+    o.0
 }
 
 /// The netboot counters: state changes by kind, boot files refused by

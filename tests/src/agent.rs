@@ -16,6 +16,22 @@ use xtask::{ChildGuard, Lab};
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// The agent's metrics listener (`/metrics`, `/healthz`) in its namespace:
+/// the default.
+pub const METRICS_ADDR: &str = "127.0.0.1:9464";
+/// The agent's JSON API in its namespace: the default.
+pub const API_ADDR: &str = "127.0.0.1:9465";
+
+/// The listener that serves `path`: the API for `/api/...`, else the
+/// metrics listener.
+pub fn listener_for(path: &str) -> &'static str {
+    if path.starts_with("/api/") {
+        API_ADDR
+    } else {
+        METRICS_ADDR
+    }
+}
+
 /// The agent binary `cargo xtask test` builds before the privileged suite.
 pub fn agent_bin() -> PathBuf {
     let bin = std::env::var_os("PXE_AGENT_BIN")
@@ -165,6 +181,15 @@ pub struct Served {
     pub inventory: PathBuf,
     /// How the agent is started, and started again by [`Served::restart`].
     pub privileges: Privileges,
+    /// The agent's `--api-token-file`, which [`Served::cli`] passes on.
+    pub token_file: Option<PathBuf>,
+}
+
+/// The `--api-token-file` among an agent's arguments.
+fn token_file_of(args: &[&str]) -> Option<PathBuf> {
+    args.windows(2)
+        .find(|w| w[0] == "--api-token-file")
+        .map(|w| PathBuf::from(w[1]))
 }
 
 impl Served {
@@ -490,6 +515,7 @@ impl Served {
             dir,
             inventory: path,
             privileges,
+            token_file: token_file_of(extra),
         }
     }
 
@@ -548,6 +574,7 @@ impl Served {
             dir,
             inventory,
             privileges: Privileges::Root,
+            token_file: token_file_of(&args),
         };
         served.wait_ready();
         served
@@ -603,14 +630,14 @@ impl Served {
     }
 
     /// Runs a `pxe-agent` subcommand against the running agent (inside the
-    /// server namespace) and returns its output.
+    /// server namespace), with the agent's token when it has a token file,
+    /// and returns its output.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = self
-            .lab
-            .cmd_in(self.lab.server_ns(), agent_bin())
-            .args(args)
-            .output()
-            .expect("run pxe-agent");
+        let mut cmd = self.lab.cmd_in(self.lab.server_ns(), agent_bin());
+        if let Some(tokens) = &self.token_file {
+            cmd.env("PXE_AGENT_TOKEN_FILE", tokens);
+        }
+        let out = cmd.args(args).output().expect("run pxe-agent");
         assert!(
             out.status.success(),
             "`pxe-agent {}` failed: {}\nagent log:\n{}",

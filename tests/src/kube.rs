@@ -36,7 +36,7 @@ fn hosts(served: &Served) -> Vec<Value> {
     let out = served
         .lab
         .cmd_in(served.lab.server_ns(), "curl")
-        .args(["-sS", "http://127.0.0.1:9464/api/v1/hosts"])
+        .args(["-sS", "http://127.0.0.1:9465/api/v1/hosts"])
         .output()
         .expect("curl hosts");
     serde_json::from_slice(&out.stdout).unwrap_or_default()

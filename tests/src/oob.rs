@@ -124,13 +124,19 @@ impl Rig {
 
     /// `pxe-agent ARGS` in the agent's namespace: success, stdout, stderr.
     pub(crate) fn cli(&self, args: &[&str]) -> (bool, String, String) {
-        let out = self
+        self.cli_as(args, None)
+    }
+
+    /// [`Rig::cli`] with `$PXE_AGENT_TOKEN_FILE` set to `token_file`.
+    fn cli_as(&self, args: &[&str], token_file: Option<&str>) -> (bool, String, String) {
+        let mut cmd = self
             .served
             .lab
-            .cmd_in(self.served.lab.server_ns(), agent_bin())
-            .args(args)
-            .output()
-            .expect("run pxe-agent");
+            .cmd_in(self.served.lab.server_ns(), agent_bin());
+        if let Some(file) = token_file {
+            cmd.env("PXE_AGENT_TOKEN_FILE", file);
+        }
+        let out = cmd.args(args).output().expect("run pxe-agent");
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -138,8 +144,10 @@ impl Rig {
         )
     }
 
+    /// `pxe-agent ARGS` as the operator (with the token), which must
+    /// succeed: its stdout.
     pub(crate) fn ok(&self, args: &[&str]) -> String {
-        let (ok, out, err) = self.cli(args);
+        let (ok, out, err) = self.cli_as(args, Some(&self.token()));
         assert!(
             ok,
             "`pxe-agent {}` failed:\n{out}\n{err}\nagent log:\n{}",
@@ -162,7 +170,7 @@ impl Rig {
                 "-s",
                 "-H",
                 &format!("Authorization: Bearer {TOKEN}"),
-                &format!("http://127.0.0.1:9464{path}"),
+                &format!("http://{}{path}", crate::agent::listener_for(path)),
             ])
             .output()
             .expect("curl");

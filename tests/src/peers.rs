@@ -347,12 +347,13 @@ impl PeerLab {
         serde_json::from_str(&self.text(i, path)?).ok()
     }
 
-    /// Agent `i`'s `path` on its admin listener, as text.
+    /// Agent `i`'s `path` on its API or metrics listener, as text.
     pub(crate) fn text(&self, i: usize, path: &str) -> Option<String> {
         let out = self.agent_ns[i]
             .cmd("curl")
             .args(["-sf", "--max-time", "2"])
-            .arg(format!("http://127.0.0.1:9464{path}"))
+            .args(["-H", &format!("Authorization: Bearer {API_TOKEN}")])
+            .arg(format!("http://{}{path}", crate::agent::listener_for(path)))
             .output()
             .ok()?;
         out.status
@@ -412,7 +413,7 @@ impl PeerLab {
                 "\n%{http_code}",
             ])
             .args(["-H", &format!("Authorization: Bearer {API_TOKEN}")])
-            .arg(format!("http://127.0.0.1:9464{path}"))
+            .arg(format!("http://{}{path}", crate::agent::API_ADDR))
             .output()
             .expect("run curl");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -131,6 +131,7 @@ fn two_agents_recover_each_host_once_within_fleet_limits_and_fail_over_mid_recov
         let out = lab.agent_ns[i]
             .cmd(agent_bin())
             .arg("hosts")
+            .env("PXE_AGENT_TOKEN_FILE", lab.dir.path("tokens"))
             .output()
             .expect("pxe-agent hosts");
         let table = String::from_utf8_lossy(&out.stdout);

@@ -76,6 +76,9 @@ spec:
 "#;
 
 /// The arguments both agents share besides their own and `--kube`.
+/// The operator's token in both agents' token file.
+const TOKEN: &str = "fedcba9876543210fedcba9876543210";
+
 fn peer_args(node: &str, tokens: &str) -> Vec<String> {
     [
         "--api-token-file",
@@ -99,11 +102,17 @@ fn peer_args(node: &str, tokens: &str) -> Vec<String> {
 
 /// The guest's host as agent `ns` shows it (`None`: the boot lab's agent).
 fn host(lab: &BootLab, ns: Option<&str>) -> Value {
-    let url = format!("http://{}/api/v1/hosts", xtask::vm::bootlab::METRICS_ADDR);
+    let url = format!("http://{}/api/v1/hosts", xtask::vm::bootlab::API_ADDR);
+    let auth = format!("Authorization: Bearer {TOKEN}");
     let out = match ns {
-        None => lab.cmd("curl").args(["-s", "-m", "2", &url]).output(),
+        None => lab
+            .cmd("curl")
+            .args(["-s", "-m", "2", "-H", &auth, &url])
+            .output(),
         Some(ns) => std::process::Command::new("ip")
-            .args(["netns", "exec", ns, "curl", "-s", "-m", "2", &url])
+            .args([
+                "netns", "exec", ns, "curl", "-s", "-m", "2", "-H", &auth, &url,
+            ])
             .output(),
     }
     .expect("curl");
@@ -117,7 +126,7 @@ fn host(lab: &BootLab, ns: Option<&str>) -> Value {
 fn two_agents_recover_a_guest_once_whichever_serves_its_boot() {
     assert_root();
     let dir = Scratch::new("pxpeervm-files");
-    fs::write(dir.path("tokens"), "ops fedcba9876543210fedcba9876543210\n").expect("tokens");
+    fs::write(dir.path("tokens"), format!("ops {TOKEN}\n")).expect("tokens");
     fs::write(
         dir.path("kubeconfig"),
         format!(

@@ -190,7 +190,9 @@ impl VmRig {
             .cmd("curl")
             .args([
                 "-s",
-                &format!("http://{}/api/v1/hosts", xtask::vm::bootlab::METRICS_ADDR),
+                "-H",
+                &format!("Authorization: Bearer {TOKEN}"),
+                &format!("http://{}/api/v1/hosts", xtask::vm::bootlab::API_ADDR),
             ])
             .output()
             .expect("curl");

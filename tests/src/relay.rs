@@ -404,7 +404,7 @@ fn relayed_unknown_mac_leases_from_the_pool_of_the_relay_subnet() {
         .lab
         .run_in(
             served.lab.server_ns(),
-            &["curl", "-sf", "http://127.0.0.1:9464/api/v1/discovered"],
+            &["curl", "-sf", "http://127.0.0.1:9465/api/v1/discovered"],
         )
         .expect("GET /api/v1/discovered");
     assert!(

@@ -337,6 +337,7 @@ impl FallbackBmc {
         let entry = Entry {
             at_ms: event.at_ms,
             caller: "agent".into(),
+            groups: Vec::new(),
             host: self.host.clone(),
             action: "bmc-fallback".into(),
             params: serde_json::json!({

@@ -1,12 +1,13 @@
-//! Routes of the admin listener: `/metrics`, `/healthz`, and the JSON API
-//! (`/api/v1/discovered`, `/api/v1/leases`, `/api/v1/hosts`), and the live
-//! trace of one machine (`/api/v1/trace/<mac>`), and the out-of-band
-//! endpoints (`/api/v1/hosts/<host>/{power,bootdev,bmc,recover}`,
-//! `/api/v1/audit`): acting ones need a bearer token, and every call on
-//! hardware is in the audit log before its answer goes out. The netboot
-//! endpoints (`/api/v1/hosts/<host>/netboot/done`, `/reprovision`) act
-//! under the same tokens and audit log, and answer once the change is in
-//! force on every route.
+//! Routes of the two admin listeners. The metrics listener serves
+//! `/metrics` and `/healthz`, open, with no per-host identifier. The API
+//! listener serves the JSON API behind the [`gate`](crate::http::gate):
+//! `/api/v1/discovered`, `/api/v1/leases`, `/api/v1/hosts`, the live trace
+//! of one machine (`/api/v1/trace/<mac>`), and the out-of-band endpoints
+//! (`/api/v1/hosts/<host>/{power,bootdev,bmc,recover}`, `/api/v1/audit`),
+//! where every call on hardware is in the audit log before its answer goes
+//! out. The netboot endpoints (`/api/v1/hosts/<host>/netboot/done`,
+//! `/reprovision`) act under the same gate and audit log, and answer once
+//! the change is in force on every route.
 
 use std::{
     collections::BTreeMap,
@@ -17,8 +18,8 @@ use std::{
 use axum::{
     Json, Router,
     body::Body,
-    extract::State,
-    http::{HeaderMap, StatusCode, header},
+    extract::{Extension, State},
+    http::{StatusCode, header},
     response::{IntoResponse, Response},
     routing::{get, post},
 };
@@ -30,7 +31,10 @@ use crate::{
     bmc::{BootTarget, Fallbacks, driver, fallback::FallbackEvent},
     control::{self, Failure, Op, Outcome},
     discovered::Discovered,
-    http::{BootState, auth::Tokens},
+    http::{
+        BootState,
+        gate::{self, Caller, Gate},
+    },
     inventory::{Host, Inventory, MacAddr, Netboot},
     lease::{Lease, LeaseState},
     metrics::{self, AgentGauges},
@@ -51,28 +55,29 @@ pub struct AdminState {
     pub gauges: Mutex<AgentGauges>,
     /// Inventory, leases, progress and the TFTP counters.
     pub boot: Arc<BootState>,
-    /// Out-of-band control: BMC calls, recovery, tokens, audit.
+    /// Out-of-band control: BMC calls, recovery, audit.
     pub oob: Arc<OobState>,
     /// The Kubernetes source's counters, when the inventory comes from it.
     pub kube: std::sync::OnceLock<Arc<crate::kube::KubeStats>>,
     /// Held while an inventory is compiled and put in force, so a reload
     /// and a netboot change never undo each other.
     pub applying: Mutex<()>,
+    /// Who may call the JSON API.
+    pub gate: Arc<Gate>,
 }
 
 /// What the out-of-band endpoints need.
 pub struct OobState {
     pub control: control::Handle,
-    /// `None` without `--api-token-file`: acting endpoints then refuse.
-    pub tokens: Option<Tokens>,
     pub audit: Arc<AuditLog>,
     /// Which driver each host with two starts with, and the fallbacks.
     pub fallbacks: Arc<Fallbacks>,
 }
 
-/// The out-of-band routes alone, on their own state (the admin router
-/// merges them), so that they are testable without a fast path.
-pub fn oob_router(state: Arc<OobState>) -> Router {
+/// The out-of-band routes alone, on their own state and without the gate
+/// (the API router merges them), so that they are testable without a fast
+/// path.
+pub fn oob_routes(state: Arc<OobState>) -> Router {
     Router::new()
         .route("/api/v1/hosts/{host}/power", post(power))
         .route("/api/v1/hosts/{host}/bootdev", post(bootdev))
@@ -82,11 +87,19 @@ pub fn oob_router(state: Arc<OobState>) -> Router {
         .with_state(state)
 }
 
-pub fn router(state: Arc<AdminState>) -> Router {
-    let oob = oob_router(state.oob.clone());
+/// The metrics listener's routes: for the kubelet's probes and Prometheus.
+pub fn metrics_router(state: Arc<AdminState>) -> Router {
     Router::new()
         .route("/metrics", get(metrics_page))
         .route("/healthz", get(healthz))
+        .with_state(state)
+}
+
+/// The JSON API, behind its gate.
+pub fn api_router(state: Arc<AdminState>) -> Router {
+    let oob = oob_routes(state.oob.clone());
+    let gate = state.gate.clone();
+    let routes = Router::new()
         .route("/api/v1/discovered", get(discovered))
         .route("/api/v1/leases", get(leases))
         .route("/api/v1/peers", get(peers))
@@ -95,7 +108,8 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/api/v1/hosts/{host}/netboot/done", post(netboot_done))
         .route("/api/v1/hosts/{host}/reprovision", post(reprovision))
         .with_state(state)
-        .merge(oob)
+        .merge(oob);
+    gate::protect(routes, gate)
 }
 
 type ApiError = (StatusCode, String);
@@ -161,6 +175,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
     ));
     page.push_str(&recovery);
     page.push_str(&s.oob.fallbacks.render());
+    page.push_str(&metrics::render_api_auth(&s.gate.stats.snapshot()));
     if let Some(kube) = s.kube.get() {
         page.push_str(&kube.render());
     }
@@ -459,71 +474,13 @@ struct BootdevBody {
     efi: bool,
 }
 
-/// Why an acting call was refused before it ran.
-enum Refusal {
-    /// The agent has no `--api-token-file`.
-    NoTokenFile,
-    /// No token, or not one of ours.
-    BadToken,
-}
-
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
-        match self {
-            Refusal::NoTokenFile => (
-                StatusCode::FORBIDDEN,
-                "acting on hardware needs an API token file: start the agent with \
-                 --api-token-file FILE\n",
-            )
-                .into_response(),
-            Refusal::BadToken => (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "Bearer")],
-                "a valid bearer token is required (Authorization: Bearer <token>)\n",
-            )
-                .into_response(),
-        }
-    }
-}
-
-/// The caller of a read-only endpoint that reaches the BMCs or the audit
-/// log: anyone when the agent has no token file (the metrics address is
-/// loopback by default), else only a token holder.
-fn authorize_read(s: &OobState, headers: &HeaderMap) -> Result<String, Refusal> {
-    match &s.tokens {
-        None => Ok("anonymous".to_string()),
-        Some(tokens) => tokens
-            .caller(headers)
-            .map(str::to_string)
-            .ok_or(Refusal::BadToken),
-    }
-}
-
-/// The caller's token name, or why they are refused.
-fn authorize(s: &OobState, headers: &HeaderMap) -> Result<String, Refusal> {
-    let tokens = s.tokens.as_ref().ok_or(Refusal::NoTokenFile)?;
-    tokens
-        .caller(headers)
-        .map(str::to_string)
-        .ok_or(Refusal::BadToken)
-}
-
-/// The caller of an acting endpoint and its JSON body, or the answer that
-/// refuses them.
+/// An acting endpoint's JSON body, or the answer that refuses it.
 #[expect(
     clippy::result_large_err,
     reason = "the error is the handler's answer, returned at once"
 )]
-fn authorized_body<T: serde::de::DeserializeOwned>(
-    s: &OobState,
-    headers: &HeaderMap,
-    body: &[u8],
-    what: &str,
-) -> Result<(String, T), Response> {
-    let caller = authorize(s, headers).map_err(IntoResponse::into_response)?;
-    let body = serde_json::from_slice(body)
-        .map_err(|e| bad_request(format!("malformed {what} request: {e}")))?;
-    Ok((caller, body))
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, Response> {
+    serde_json::from_slice(body).map_err(|e| bad_request(format!("malformed {what} request: {e}")))
 }
 
 fn bad_request(message: String) -> Response {
@@ -533,7 +490,7 @@ fn bad_request(message: String) -> Response {
 /// Runs `op` through the control task, records it in the audit log and
 /// answers with the outcome. An action that cannot be recorded is
 /// answered 500: it happened, but the log must say so first.
-async fn act(s: Arc<OobState>, caller: String, host: String, op: Op) -> Response {
+async fn act(s: Arc<OobState>, caller: Caller, host: String, op: Op) -> Response {
     // On a task of its own: a client that hangs up must not leave an action
     // that runs later without its audit entry.
     match tokio::spawn(act_and_record(s, caller, host, op)).await {
@@ -542,7 +499,7 @@ async fn act(s: Arc<OobState>, caller: String, host: String, op: Op) -> Response
     }
 }
 
-async fn act_and_record(s: Arc<OobState>, caller: String, host: String, op: Op) -> Response {
+async fn act_and_record(s: Arc<OobState>, caller: Caller, host: String, op: Op) -> Response {
     match call_and_record(s, caller, host, op).await {
         Ok(outcome) => outcome_response(outcome),
         Err(refused) => refused,
@@ -553,7 +510,7 @@ async fn act_and_record(s: Arc<OobState>, caller: String, host: String, op: Op) 
 /// cannot be written.
 async fn call_and_record(
     s: Arc<OobState>,
-    caller: String,
+    caller: Caller,
     host: String,
     op: Op,
 ) -> Result<Outcome, Response> {
@@ -561,7 +518,8 @@ async fn call_and_record(
     let outcome = s.control.call(&host, op).await;
     let entry = Entry {
         at_ms,
-        caller,
+        caller: caller.name,
+        groups: caller.groups,
         host: host.clone(),
         action: op.name().to_string(),
         params: op.params(),
@@ -710,14 +668,15 @@ fn netboot_host(inv: &Inventory, name: &str, done: bool) -> Result<Host, Respons
 /// force; the answer when either fails.
 async fn netboot_settle(
     s: &AdminState,
-    caller: String,
+    caller: Caller,
     name: &str,
     action: &str,
     changed: bool,
 ) -> Result<(), Response> {
     let entry = Entry {
         at_ms: progress::now_ms(),
-        caller,
+        caller: caller.name,
+        groups: caller.groups,
         host: name.to_string(),
         action: action.to_string(),
         params: serde_json::json!({ "changed": changed }),
@@ -748,12 +707,8 @@ fn store_failed(e: impl std::fmt::Display) -> Response {
 async fn netboot_done(
     State(s): State<Arc<AdminState>>,
     axum::extract::Path(name): axum::extract::Path<String>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
 ) -> Response {
-    let caller = match authorize(&s.oob, &headers) {
-        Ok(c) => c,
-        Err(refused) => return refused.into_response(),
-    };
     let inv = s.boot.state.inventory();
     let host = match netboot_host(&inv, &name, true) {
         Ok(host) => host,
@@ -776,13 +731,9 @@ async fn netboot_done(
 async fn reprovision(
     State(s): State<Arc<AdminState>>,
     axum::extract::Path(name): axum::extract::Path<String>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     body: axum::body::Bytes,
 ) -> Response {
-    let caller = match authorize(&s.oob, &headers) {
-        Ok(c) => c,
-        Err(refused) => return refused.into_response(),
-    };
     let body: ReprovisionBody = if body.iter().all(u8::is_ascii_whitespace) {
         ReprovisionBody { power: true }
     } else {
@@ -825,11 +776,11 @@ async fn reprovision(
 async fn power(
     State(s): State<Arc<OobState>>,
     axum::extract::Path(host): axum::extract::Path<String>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     body: axum::body::Bytes,
 ) -> Response {
-    let (caller, body): (_, PowerBody) = match authorized_body(&s, &headers, &body, "power") {
-        Ok(ok) => ok,
+    let body: PowerBody = match json_body(&body, "power") {
+        Ok(body) => body,
         Err(refused) => return refused,
     };
     let Some(op) = control::parse_power(&body.action) else {
@@ -844,11 +795,11 @@ async fn power(
 async fn bootdev(
     State(s): State<Arc<OobState>>,
     axum::extract::Path(host): axum::extract::Path<String>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     body: axum::body::Bytes,
 ) -> Response {
-    let (caller, body): (_, BootdevBody) = match authorized_body(&s, &headers, &body, "bootdev") {
-        Ok(ok) => ok,
+    let body: BootdevBody = match json_body(&body, "bootdev") {
+        Ok(body) => body,
         Err(refused) => return refused,
     };
     let Some(device) = control::parse_device(&body.device) else {
@@ -868,36 +819,26 @@ async fn bootdev(
 async fn recover(
     State(s): State<Arc<OobState>>,
     axum::extract::Path(host): axum::extract::Path<String>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
 ) -> Response {
-    let caller = match authorize(&s, &headers) {
-        Ok(c) => c,
-        Err(refused) => return refused.into_response(),
-    };
     act(s, caller, host, Op::Recover).await
 }
 
-/// Read only, so open; audited as the hardware call it is, under the
-/// presented token's name or `anonymous`.
+/// A read; audited as the hardware call it is, under the caller's name
+/// (`anonymous` for an open read).
 async fn bmc_info(
     State(s): State<Arc<OobState>>,
     axum::extract::Path(host): axum::extract::Path<String>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
 ) -> Response {
-    let caller = match authorize_read(&s, &headers) {
-        Ok(c) => c,
-        Err(refused) => return refused.into_response(),
-    };
     act(s, caller, host, Op::Info).await
 }
 
 /// `GET /api/v1/audit?limit=N`: the last N entries (default 100), oldest first.
 async fn audit(
     State(s): State<Arc<OobState>>,
-    headers: HeaderMap,
     axum::extract::Query(q): axum::extract::Query<AuditQuery>,
 ) -> Result<Json<Vec<Entry>>, Response> {
-    authorize_read(&s, &headers).map_err(IntoResponse::into_response)?;
     let limit = q.limit.unwrap_or(100);
     let entries = tokio::task::spawn_blocking(move || s.audit.tail(limit))
         .await
@@ -978,18 +919,21 @@ mod tests {
         };
         let (stop, shutdown) = watch::channel(false);
         let (handle, _task) = control::start(inputs, inv, shutdown);
-        let tokens = with_tokens.then(|| {
+        let identities = if with_tokens {
             std::fs::write(dir.join("tokens"), format!("ops {TOKEN}\n")).expect("tokens");
-            Tokens::load(&dir.join("tokens")).expect("tokens load")
-        });
+            gate::Identities::Tokens(
+                crate::http::auth::Tokens::load(&dir.join("tokens")).expect("tokens load"),
+            )
+        } else {
+            gate::Identities::None
+        };
         let state = Arc::new(OobState {
             control: handle,
-            tokens,
             audit: Arc::new(AuditLog::open(&dir.join("audit.jsonl")).expect("audit")),
             fallbacks: Arc::default(),
         });
         Fixture {
-            router: oob_router(state),
+            router: gate::protect(oob_routes(state), Arc::new(Gate::new(identities))),
             fake,
             dir,
             _stop: stop,

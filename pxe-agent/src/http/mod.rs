@@ -8,6 +8,7 @@ pub mod admin;
 pub mod artifacts;
 pub mod auth;
 pub mod boot;
+pub mod gate;
 pub mod grub;
 pub mod limit;
 pub mod plan;

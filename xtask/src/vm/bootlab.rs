@@ -49,8 +49,11 @@ pub const SERVER_IP: &str = "10.66.0.1";
 const SERVER_CIDR: &str = "10.66.0.1/16";
 /// Given to the lab's veth pair, which the boot lab does not use.
 const UNUSED_VETH_CIDR: &str = "192.0.2.1/30";
-/// The agent's admin endpoint inside the server namespace (the CLI default).
+/// The agent's metrics listener inside the server namespace (the CLI
+/// default).
 pub const METRICS_ADDR: &str = "127.0.0.1:9464";
+/// The agent's API listener inside the server namespace (the CLI default).
+pub const API_ADDR: &str = "127.0.0.1:9465";
 /// The bridge of the bridge wiring.
 const BRIDGE: &str = "pxbr0";
 /// The bridge's own MAC, fixed so it does not change as taps join.
@@ -168,6 +171,8 @@ pub struct BootLab {
     taps: Vec<String>,
     agent_bin: PathBuf,
     dir: ScratchDir,
+    /// The agent's `--api-token-file`, which [`BootLab::cli`] passes on.
+    token_file: Option<String>,
 }
 
 impl BootLab {
@@ -184,6 +189,11 @@ impl BootLab {
             taps: Vec::new(),
             agent_bin: cfg.agent.clone(),
             dir,
+            token_file: cfg
+                .extra_args
+                .windows(2)
+                .find(|w| w[0] == "--api-token-file")
+                .map(|w| w[1].clone()),
         };
         this.wire(cfg.wiring)?;
         if cfg.radvd {
@@ -265,7 +275,11 @@ impl BootLab {
 
     /// Runs `pxe-agent <args>` against the running agent and returns its output.
     pub fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
-        process::run(self.cmd(&self.agent_bin).args(args))
+        let mut cmd = self.cmd(&self.agent_bin);
+        if let Some(tokens) = &self.token_file {
+            cmd.env("PXE_AGENT_TOKEN_FILE", tokens);
+        }
+        process::run(cmd.args(args))
     }
 
     /// The agent's log so far (terminal escapes removed).
