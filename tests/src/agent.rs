@@ -435,6 +435,43 @@ impl Served {
         served
     }
 
+    /// Like [`Served::start_as`], with `setup` run on the lab before the
+    /// agent starts.
+    pub fn start_as_prepared(
+        name: &str,
+        inventory: &str,
+        extra: &[&str],
+        privileges: Privileges,
+        setup: impl FnOnce(&mut Lab),
+    ) -> Served {
+        let served = Served::launch_as(name, inventory, extra, None, setup, None, privileges);
+        served.wait_ready();
+        served
+    }
+
+    /// Starts the agent as [`Served::start_as`] does, for a start that must
+    /// fail: its exit status and log, once it exited (within 20 s).
+    pub fn start_refused(
+        name: &str,
+        inventory: &str,
+        extra: &[&str],
+        privileges: Privileges,
+    ) -> (std::process::ExitStatus, String) {
+        let mut served = Served::launch_as(name, inventory, extra, None, |_| {}, None, privileges);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = served.agent.try_wait().expect("poll agent") {
+                return (status, served.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the agent did not exit:\n{}",
+                served.log()
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Like [`Served::start_limited`], with `setup` run on the lab before
     /// the agent starts (to add the interfaces `extra` names).
     pub fn start_prepared(
