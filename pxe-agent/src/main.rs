@@ -1600,6 +1600,50 @@ mod tests {
         Cli::try_parse_from(args)
     }
 
+    /// The arguments the DaemonSet gives the agent's container, with the
+    /// `$(VAR)` references Kubernetes expands set to sample values.
+    fn daemonset_args() -> Vec<String> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base/daemonset.yaml");
+        let text = std::fs::read_to_string(path).expect("the DaemonSet manifest");
+        let doc: serde_norway::Value = serde_norway::from_str(&text).expect("YAML");
+        let containers = doc["spec"]["template"]["spec"]["containers"]
+            .as_sequence()
+            .expect("containers");
+        let agent = containers
+            .iter()
+            .find(|c| c["name"].as_str() == Some("pxe-agent"))
+            .expect("the pxe-agent container");
+        agent["args"]
+            .as_sequence()
+            .expect("args")
+            .iter()
+            .map(|a| {
+                a.as_str()
+                    .expect("an argument")
+                    .replace("$(POD_IP)", "192.0.2.10")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_daemonset_arguments_parse_and_keep_the_api_off_every_address() {
+        let args = daemonset_args();
+        let mut argv = vec!["pxe-agent".to_string()];
+        argv.extend(args.iter().cloned());
+        let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{e}"));
+        let Command::Run {
+            api_addr,
+            metrics_addr,
+            ..
+        } = cli.command
+        else {
+            panic!("the DaemonSet does not run `run`");
+        };
+        assert_eq!(api_addr, "192.0.2.10:9465".parse().expect("addr"));
+        assert!(!api_addr.ip().is_unspecified());
+        assert_eq!(metrics_addr.port(), 9464);
+    }
+
     #[test]
     fn run_takes_interfaces_or_an_interface_dir_not_both() {
         assert!(run_args(&["--interface", "eth1"]).is_ok());

@@ -103,6 +103,14 @@ pub fn daemonset_capabilities() -> Vec<String> {
         .collect()
 }
 
+/// `setpriv` and its arguments, to run the next program as
+/// [`Privileges::DaemonSet`] (it execs the program in its own place).
+pub fn daemonset_wrapper() -> Vec<String> {
+    let mut args = vec!["setpriv".to_string()];
+    args.extend(daemonset_setpriv());
+    args
+}
+
 /// `setpriv` arguments that run the next program as [`Privileges::DaemonSet`]:
 /// root keeps in its permitted and effective sets exactly the bounding set
 /// when it execs, so `--bounding-set` alone decides them.
@@ -371,9 +379,7 @@ fn spawn_agent(
         wrappers.push(vec!["prlimit".into(), format!("--nofile={n}")]);
     }
     if privileges == Privileges::DaemonSet {
-        let mut setpriv = vec!["setpriv".to_string()];
-        setpriv.extend(daemonset_setpriv());
-        wrappers.push(setpriv);
+        wrappers.push(daemonset_wrapper());
     }
     let mut cmd = match wrappers.concat().split_first() {
         Some((first, rest)) => {
@@ -559,7 +565,8 @@ impl Served {
     /// Starts a fake Kubernetes API server on the loopback of the server
     /// namespace, lets `seed` create objects in it (namespace `ns`), then
     /// the agent with `--kube` (a kubeconfig in the scratch directory
-    /// pointing at the fake) and `extra` arguments; waits until it serves.
+    /// pointing at the fake) and `extra` arguments, as the DaemonSet runs
+    /// it ([`Privileges::DaemonSet`], checked); waits until it serves.
     pub fn start_kube(
         name: &str,
         ns: &str,
@@ -580,21 +587,24 @@ impl Served {
             .append(true)
             .open(dir.path("agent.log"))
             .expect("agent log");
-        let mut cmd = lab.cmd_in(lab.server_ns(), agent_bin());
-        cmd.args([
-            "run",
-            "--interface",
-            lab.server_if(),
-            "--xdp-mode",
-            "native",
-        ])
-        .arg("--state-dir")
-        .arg(dir.path("state"))
-        .args(&args)
-        .env("KUBECONFIG", &kubeconfig)
-        .env("RUST_LOG", "info,pxe_agent=debug,kube=info")
-        .stderr(log.try_clone().expect("log fd"))
-        .stdout(log);
+        let wrapper = daemonset_wrapper();
+        let mut cmd = lab.cmd_in(lab.server_ns(), &wrapper[0]);
+        cmd.args(&wrapper[1..])
+            .arg(agent_bin())
+            .args([
+                "run",
+                "--interface",
+                lab.server_if(),
+                "--xdp-mode",
+                "native",
+            ])
+            .arg("--state-dir")
+            .arg(dir.path("state"))
+            .args(&args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "info,pxe_agent=debug,kube=info")
+            .stderr(log.try_clone().expect("log fd"))
+            .stdout(log);
         let agent = ChildGuard::spawn(&mut cmd).expect("spawn agent");
         let peer = ChildGuard::spawn(
             lab.cmd_in(lab.client_ns(), agent_bin())
@@ -610,10 +620,11 @@ impl Served {
             lab,
             dir,
             inventory,
-            privileges: Privileges::Root,
+            privileges: Privileges::DaemonSet,
             token_file: token_file_of(&args),
         };
         served.wait_ready();
+        assert_daemonset_privileges(served.agent_pid());
         served
     }
 

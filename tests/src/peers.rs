@@ -40,7 +40,7 @@ use serde_json::Value;
 use xtask::ChildGuard;
 
 use crate::{
-    agent::{Scratch, agent_bin, script, vars},
+    agent::{Scratch, agent_bin, assert_daemonset_privileges, daemonset_wrapper, script, vars},
     frame::{Req, parse_reply},
     kube_api,
     raw::{RawSocket, in_netns, is_dhcp_reply},
@@ -273,9 +273,13 @@ impl PeerLab {
             .open(self.dir.path(&format!("agent{i}.log")))
             .expect("agent log");
         let state = self.dir.path(&format!("state{i}"));
+        // As the DaemonSet runs it: its capabilities and no_new_privs.
+        let wrapper = daemonset_wrapper();
         let child = ChildGuard::spawn(
             self.agent_ns[i]
-                .cmd(agent_bin())
+                .cmd(&wrapper[0])
+                .args(&wrapper[1..])
+                .arg(agent_bin())
                 .env("KUBECONFIG", self.dir.path("kubeconfig"))
                 .env("RUST_LOG", "info,pxe_agent::share=debug")
                 .args(["run", "--interface", "pxag0", "--xdp-mode", "native"])
@@ -361,13 +365,21 @@ impl PeerLab {
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// Waits until `ok` holds for agent `i`'s `/api/v1/peers`.
+    /// Asserts that agent `i` runs as the DaemonSet runs it.
+    pub(crate) fn assert_as_daemonset(&self, i: usize) {
+        let agent = self.agents[i].as_ref().expect("agent running");
+        assert_daemonset_privileges(agent.id());
+    }
+
+    /// Waits until `ok` holds for agent `i`'s `/api/v1/peers`; checks on
+    /// the way that the agent runs as the DaemonSet runs it.
     pub(crate) fn wait_peers(&self, i: usize, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(v) = self.get(i, "/api/v1/peers")
                 && ok(&v)
             {
+                self.assert_as_daemonset(i);
                 return v;
             }
             assert!(

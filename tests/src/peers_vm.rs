@@ -22,7 +22,7 @@ use serde_json::Value;
 use xtask::vm::{BootLab, BootLabConfig, Firmware, initramfs};
 
 use crate::{
-    agent::{Scratch, agent_bin},
+    agent::{Scratch, agent_bin, daemonset_wrapper},
     bmc_lab::{GuestBmc, bmc_ip},
     fixture::assert_root,
     kube_api,
@@ -152,7 +152,8 @@ fn two_agents_recover_a_guest_once_whichever_serves_its_boot() {
         .bridge(1)
         .kube()
         .helper("kube-api", &[&api, "--listen", API, "--objects", &preload])
-        .env("KUBECONFIG", &kubeconfig);
+        .env("KUBECONFIG", &kubeconfig)
+        .wrapper(daemonset_wrapper());
     for arg in peer_args("node-a", &tokens) {
         cfg = cfg.arg(&arg);
     }
@@ -182,25 +183,26 @@ fn two_agents_recover_a_guest_once_whichever_serves_its_boot() {
         lab.artifacts().display().to_string(),
     );
     let env = format!("KUBECONFIG={kubeconfig}");
-    let mut b_args: Vec<String> = [
-        "env",
-        &env,
-        &agent,
-        "run",
-        "--interface",
-        "pxcli0",
-        "--kube",
-        "--state-dir",
-        &state_b,
-        "--boot-root",
-        &root,
-        "--artifacts",
-        &artifacts,
-        "--xdp-mode",
-        "skb",
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    let mut b_args: Vec<String> = vec!["env".to_owned(), env];
+    b_args.extend(daemonset_wrapper());
+    b_args.extend(
+        [
+            &agent,
+            "run",
+            "--interface",
+            "pxcli0",
+            "--kube",
+            "--state-dir",
+            &state_b,
+            "--boot-root",
+            &root,
+            "--artifacts",
+            &artifacts,
+            "--xdp-mode",
+            "skb",
+        ]
+        .map(str::to_owned),
+    );
     b_args.extend(peer_args("node-b", &tokens));
     let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
     lab.spawn_helper_in(&b, "agent-b", &b_args)

@@ -1,8 +1,7 @@
 //! The boot HTTP server (axum, with a sendfile(2) path for files):
 //! per-host iPXE scripts, boot files and artifacts, and the phone-home
-//! endpoint; plus the admin endpoints
-//! (metrics, health, discovered hosts, leases, boot progress) on their own
-//! listener.
+//! endpoint; plus the admin endpoints on two listeners of their own:
+//! metrics and health, and the JSON API behind its gate.
 
 pub mod admin;
 pub mod artifacts;

@@ -89,6 +89,7 @@ impl PeerLab {
             );
             thread::sleep(Duration::from_millis(100));
         }
+        self.assert_as_daemonset(i);
     }
 }
 

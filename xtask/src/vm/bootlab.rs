@@ -103,6 +103,9 @@ pub struct BootLabConfig {
     pub helpers: Vec<(String, Vec<String>)>,
     /// Run radvd on the server interface (see the module docs).
     pub radvd: bool,
+    /// A program (and its arguments) that runs the agent in its own place,
+    /// such as `setpriv` with the DaemonSet's capabilities.
+    pub wrapper: Vec<String>,
 }
 
 impl BootLabConfig {
@@ -119,7 +122,14 @@ impl BootLabConfig {
             kube: false,
             helpers: Vec::new(),
             radvd: true,
+            wrapper: Vec::new(),
         }
+    }
+
+    /// Runs the agent through `wrapper` (program first), which execs it.
+    pub fn wrapper(mut self, wrapper: Vec<String>) -> Self {
+        self.wrapper = wrapper;
+        self
     }
 
     /// `taps` taps on a bridge, the agent on the bridge in skb mode.
@@ -465,7 +475,14 @@ impl BootLab {
 
     fn start_agent(&mut self, cfg: &BootLabConfig) -> anyhow::Result<()> {
         let log = fs::File::create(self.dir().join("agent.log"))?;
-        let mut cmd = self.cmd(&cfg.agent);
+        let mut cmd = match cfg.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = self.cmd(program);
+                cmd.args(args).arg(&cfg.agent);
+                cmd
+            }
+            None => self.cmd(&cfg.agent),
+        };
         cmd.args(["run", "--interface", &self.iface]);
         if cfg.kube {
             cmd.arg("--kube");
