@@ -513,8 +513,12 @@ impl<B: Bmc + 'static> Task<B> {
                 }
                 Some(done) = self.executor.next(), if !self.executor.is_idle() => {
                     self.sequencer.finished(&done.action);
-                    if let Ok(Done::PoweredOn | Done::PowerCycled) = done.result {
-                        self.note_power(done.action.mac, PowerState::On);
+                    match done.result {
+                        Ok(Done::PoweredOn | Done::PowerCycled) => {
+                            self.note_power(done.action.mac, PowerState::On);
+                        }
+                        Ok(Done::Power(state)) => self.note_power(done.action.mac, state),
+                        _ => {}
                     }
                     self.controller.complete(&done.action, done.result, progress::now_ms());
                 }

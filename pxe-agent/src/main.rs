@@ -849,7 +849,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                         .map_or("-".to_string(), |s| format!("{s:?}").to_lowercase()),
                     h.power.as_deref().unwrap_or("-").to_string(),
                     bmc_column(&h, now),
-                    h.recovery.as_deref().unwrap_or("-").to_string(),
+                    recovery_cell(&h),
                     h.attempts.map_or("-".to_string(), |a| a.to_string()),
                 ];
                 if owners {
@@ -1486,6 +1486,17 @@ fn netboot_cell(n: &NetbootView, now: u64) -> String {
         }
         (Some(state), _, _) => format!("{} {state}", n.policy),
         _ => n.policy.clone(),
+    }
+}
+
+/// The RECOVERY cell: the state, and why an idle `expect_boot` host's
+/// deadline does not count.
+fn recovery_cell(h: &HostView) -> String {
+    let state = h.recovery.as_deref().unwrap_or("-");
+    match h.recovery_watch.as_deref() {
+        Some("checking-power") => format!("{state} (checking)"),
+        Some("until-boot-activity") => format!("{state} (running)"),
+        _ => state.to_string(),
     }
 }
 

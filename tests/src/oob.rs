@@ -307,3 +307,57 @@ fn recover_sets_pxe_and_powers_the_host_up_then_awaits_dhcp() {
     let audit = rig.get("/api/v1/audit");
     assert!(audit.contains(r#""action":"recover""#), "{audit}");
 }
+
+/// A host added with `expect_boot` while it runs is asked about, never
+/// power-cycled when its deadline passes; one that is off is recovered.
+#[test]
+fn a_running_host_added_with_expect_boot_is_left_alone_and_an_off_one_is_recovered() {
+    let rig = Rig::start("pxadded");
+    let power_file = rig.sim.chassis_dir().join(crate::bmc_sim::POWER_FILE);
+    // The host runs an installed system, with no phone-home of ours.
+    fs::write(&power_file, "1\n").expect("power on");
+    let base = fs::read_to_string(&rig.served.inventory).expect("inventory");
+    let with = |deadline: &str| {
+        format!(
+            "{base}    recovery: {{expect_boot: true, deadline: {deadline}, max_attempts: 1}}\n"
+        )
+    };
+    rig.served.replace_inventory(&with("3s"));
+    let wait_for = |what: &str, within: Duration| {
+        let deadline = Instant::now() + within;
+        loop {
+            let hosts = rig.get("/api/v1/hosts");
+            if hosts.contains(what) {
+                return hosts;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} in {within:?}: {hosts}\nlog:\n{}",
+                rig.served.log()
+            );
+            thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_for(
+        r#""recovery_watch":"until-boot-activity""#,
+        Duration::from_secs(15),
+    );
+    // Well past its deadline: asked whether it runs, nothing else.
+    thread::sleep(Duration::from_secs(6));
+    let calls = rig.sim_state("calls.log");
+    assert!(
+        !calls.contains("set power") && calls.contains("get power"),
+        "a running host added to the inventory was acted on: {calls}"
+    );
+    let hosts = rig.get("/api/v1/hosts");
+    assert!(hosts.contains(r#""recovery":"idle""#), "{hosts}");
+    let table = rig.ok(&["hosts"]);
+    assert!(table.contains("idle (running)"), "{table}");
+
+    // Off, and the watch armed again (a new deadline): recovered as always.
+    fs::write(&power_file, "0\n").expect("power off");
+    rig.served.replace_inventory(&with("4s"));
+    wait_for(r#""recovery":"awaiting-dhcp""#, Duration::from_secs(30));
+    let calls = rig.sim_state("calls.log");
+    assert!(calls.contains("set power 1"), "not powered up: {calls}");
+}

@@ -370,6 +370,11 @@ pub struct HostView {
     /// Recovery attempts made in the current recovery.
     #[serde(default)]
     pub attempts: Option<u32>,
+    /// An idle `expect_boot` host whose deadline does not count:
+    /// `checking-power` (asking its BMC whether it runs) or
+    /// `until-boot-activity` (it ran when added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_watch: Option<String>,
     /// The BMC driver the host's next call starts with (`redfish`,
     /// `ipmi`).
     #[serde(default)]
@@ -441,6 +446,11 @@ pub fn host_views(s: &AdminState) -> Vec<HostView> {
                 power_at_ms: view.power.get(&h.mac).map(|(_, at)| *at),
                 recovery: view.recovery.get(&h.mac).map(|r| r.state.to_string()),
                 attempts: view.recovery.get(&h.mac).map(|r| r.attempt),
+                recovery_watch: view
+                    .recovery
+                    .get(&h.mac)
+                    .filter(|r| r.watch != crate::recovery::Watch::Counting)
+                    .map(|r| r.watch.as_str().to_string()),
                 bmc_driver: driver_status.as_ref().map(|d| d.driver.clone()),
                 bmc_fallback_until_ms: driver_status.as_ref().and_then(|d| d.held_until_ms),
                 bmc_last_fallback: driver_status.and_then(|d| d.last_fallback),

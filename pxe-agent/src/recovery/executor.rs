@@ -36,6 +36,7 @@ pub async fn execute<B: Bmc>(bmc: &B, kind: ActionKind) -> Result<Done, ActionEr
             bmc.set_boot_device(target).await?;
             Ok(Done::BootDeviceSet)
         }
+        ActionKind::PowerStatus => Ok(Done::Power(bmc.power_status().await?)),
         ActionKind::PowerUp => match bmc.power_status().await? {
             PowerState::Off => {
                 bmc.power(PowerAction::On).await?;

@@ -28,6 +28,12 @@
 //!   └──────── (any state) ───────phone-home──────────────▶ booted
 //!                                   heartbeat lost: booted ──▶ recovering
 //! ```
+//!
+//! No host is power-cycled for having been added: the `expect_boot` watch
+//! of a host new to the inventory starts by asking its BMC whether it is
+//! on ([`Watch`]). A host that is off is watched as always; one that runs
+//! (or whose BMC cannot say) is left alone until it shows boot activity or
+//! an operator asks for its recovery.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -69,6 +75,36 @@ pub struct Record {
     /// Bumped with every change an action depends on: results of actions
     /// asked at an older epoch are stale.
     pub epoch: u64,
+    /// Where an idle host's `expect_boot` watch stands.
+    #[serde(default)]
+    pub watch: Watch,
+}
+
+/// An idle `expect_boot` host's watch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Watch {
+    /// The deadline counts (or the host has no watch).
+    #[default]
+    Counting,
+    /// Added with `expect_boot`: its BMC is asked whether it is on before
+    /// a deadline counts.
+    CheckingPower,
+    /// It was on when added (or its BMC could not say): no deadline until
+    /// it shows boot activity (a DHCP answer, a boot file, a script), which
+    /// starts the watch; an operator's `recover` acts at once.
+    UntilBootActivity,
+}
+
+impl Watch {
+    /// The API and CLI text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Watch::Counting => "counting",
+            Watch::CheckingPower => "checking-power",
+            Watch::UntilBootActivity => "until-boot-activity",
+        }
+    }
 }
 
 /// The after-boot boot device still to be set.
@@ -109,6 +145,8 @@ pub struct HostStatus {
     /// The node that owns it, with peers (filled in by the control task).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// Where an idle host's `expect_boot` watch stands.
+    pub watch: Watch,
 }
 
 #[derive(Debug)]
@@ -273,6 +311,7 @@ impl Controller {
                 continue;
             };
             let window = match record.state {
+                State::Idle if record.watch != Watch::Counting => None,
                 State::Idle => plan.settings.expect_boot.then_some(plan.settings.deadline),
                 State::Booted => plan.settings.heartbeat,
                 _ => None,
@@ -313,8 +352,9 @@ impl Controller {
     }
 
     /// The hosts the inventory manages (those with a BMC), with their
-    /// plans. New hosts start idle (an `expect_boot` one must phone home
-    /// within its deadline from now); hosts no longer listed are forgotten,
+    /// plans. New hosts start idle; an `expect_boot` watch armed by this
+    /// inventory first asks the BMC whether the host runs
+    /// ([`Watch::CheckingPower`]); hosts no longer listed are forgotten,
     /// on disk too. A host loaded from disk keeps its state; its
     /// `expect_boot` and heartbeat watches restart from `now_ms` if they
     /// would end sooner, since its phone-homes could not reach a stopped
@@ -345,6 +385,7 @@ impl Controller {
                     last_error: None,
                     powered_ms: None,
                     epoch: 0,
+                    watch: Watch::Counting,
                 },
                 issued: false,
                 resumed: false,
@@ -363,15 +404,26 @@ impl Controller {
             }
             let window = watch(&plan, record.state);
             let fresh = window.map(|w| now_ms.saturating_add(ms(w)));
+            // An idle watch armed now asks first whether the host runs.
+            let check = record.state == State::Idle && window.is_some();
             record.deadline_ms = match old {
-                // Loaded from disk: never sooner than a fresh watch.
+                // Loaded from disk: never sooner than a fresh watch; a
+                // check or a wait for boot activity goes on.
+                None if host.resumed && record.watch != Watch::Counting => None,
                 None if host.resumed => match (record.deadline_ms, fresh) {
                     (Some(stored), Some(fresh)) => Some(stored.max(fresh)),
                     (_, fresh) => fresh,
                 },
-                None => fresh,
                 Some(old) if watch(&old, record.state) == window => continue,
-                Some(_) => fresh,
+                None | Some(_) if check => {
+                    record.watch = Watch::CheckingPower;
+                    record.epoch += 1;
+                    None
+                }
+                None | Some(_) => {
+                    record.watch = Watch::Counting;
+                    fresh
+                }
             };
             host.resumed = false;
             self.dirty.insert(mac);
@@ -422,6 +474,20 @@ impl Controller {
                 });
             }
             self.flush();
+            return;
+        }
+        if state == State::Idle && host.record.watch != Watch::Counting {
+            // Boot activity of a host that ran when it was added: now it
+            // is expected to phone home.
+            if plan.settings.expect_boot {
+                let record = &mut host.record;
+                record.watch = Watch::Counting;
+                record.deadline_ms = Some(now_ms.saturating_add(ms(plan.settings.deadline)));
+                record.epoch += 1;
+                host.issued = false;
+                self.dirty.insert(mac);
+                self.flush();
+            }
             return;
         }
         if !state.is_awaiting() {
@@ -542,6 +608,7 @@ impl Controller {
             }
             let record = &host.record;
             let kind = match record.state {
+                State::Idle if record.watch == Watch::CheckingPower => ActionKind::PowerStatus,
                 State::Recovering if record.boot_device_set => ActionKind::PowerUp,
                 State::Recovering => ActionKind::SetBootDevice(BootTarget {
                     device: plan.network,
@@ -599,6 +666,22 @@ impl Controller {
             self.dirty.insert(mac);
         }
         match (record.state, result) {
+            (State::Idle, result) if record.watch == Watch::CheckingPower => {
+                // Off: watched as always. On, or not known: left alone
+                // until it shows boot activity.
+                if let Ok(Done::Power(crate::bmc::PowerState::Off)) = result {
+                    record.watch = Watch::Counting;
+                    record.deadline_ms = Some(now_ms.saturating_add(ms(plan.settings.deadline)));
+                } else {
+                    record.watch = Watch::UntilBootActivity;
+                    record.deadline_ms = None;
+                }
+                if result.is_ok() {
+                    record.last_error = None;
+                }
+                record.epoch += 1;
+                self.dirty.insert(mac);
+            }
             (State::Booted, Ok(_)) => {
                 record.after_boot = None;
                 record.last_error = None;
@@ -707,6 +790,7 @@ impl Controller {
         record.deadline_ms = deadline_ms;
         record.boot_device_set = false;
         record.after_boot = None;
+        record.watch = Watch::Counting;
         record.epoch += 1;
         record.last = Some(LastTransition {
             from,
@@ -846,5 +930,6 @@ fn status(mac: MacAddr, host: &Host) -> HostStatus {
         managed: host.plan.is_some(),
         owned: host.owned,
         owner: None,
+        watch: host.record.watch,
     }
 }

@@ -28,7 +28,7 @@ use std::{fmt, time::Duration};
 use serde::{Deserialize, Serialize};
 
 pub use executor::{Completion, Executor, execute};
-pub use machine::{AfterBootJob, Controller, HostStatus, LastTransition, Record};
+pub use machine::{AfterBootJob, Controller, HostStatus, LastTransition, Record, Watch};
 pub use sequence::{Gate, Load, SequencePolicy, SequenceStats, Sequencer};
 pub use store::{RECOVERY_FILE, RecoveryStore, StoreError};
 
@@ -224,6 +224,9 @@ pub enum ActionKind {
     /// Power the host up: a cycle when it is on, power on when it is off.
     /// This is what storm control limits.
     PowerUp,
+    /// Read the power state: whether a host added with `expect_boot` is
+    /// already running (see [`Watch`]).
+    PowerStatus,
 }
 
 impl ActionKind {
@@ -238,6 +241,8 @@ pub enum Done {
     BootDeviceSet,
     PoweredOn,
     PowerCycled,
+    /// The power state, as read.
+    Power(crate::bmc::PowerState),
 }
 
 /// Why an action failed.

@@ -419,6 +419,8 @@ async fn an_expect_boot_host_that_does_not_phone_home_in_time_is_recovered() {
             (unwatched, settings(), PowerState::Off),
         ],
     );
+    // Added now: the BMCs say whether the hosts run.
+    lab.settle().await;
     lab.advance(9 * MIN).await;
     lab.observe(punctual, Observation::PhoneHome).await;
     lab.advance(MIN - 1).await;
@@ -434,13 +436,105 @@ async fn an_expect_boot_host_that_does_not_phone_home_in_time_is_recovered() {
         ]
     );
     assert_eq!(lab.state(punctual), State::Booted);
-    assert!(lab.bmc(punctual).calls().is_empty());
+    // Asked whether it ran when added, and never acted on.
+    assert_eq!(lab.bmc(punctual).calls(), [Seen::PowerStatus]);
     lab.advance(60 * MIN).await;
     assert_eq!(
         lab.state(unwatched),
         State::Idle,
         "no expect_boot, no watch"
     );
+    assert!(lab.bmc(unwatched).calls().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_host_running_when_added_is_never_power_cycled_for_it() {
+    let (running, requested, mute) = (mac(1), mac(2), mac(3));
+    let expect = RecoverySettings {
+        expect_boot: true,
+        ..settings()
+    };
+    let mut lab = Lab::new(
+        "running-when-added",
+        &[
+            (running, expect, PowerState::On),
+            (requested, expect, PowerState::On),
+            (mute, expect, PowerState::Off),
+        ],
+    );
+    lab.bmc(mute)
+        .fail_next(Call::PowerStatus, lab.bmc(mute).timeout());
+    lab.settle().await;
+    let watch = |lab: &Lab, mac| lab.ctl.status(mac).expect("known").watch;
+    assert_eq!(watch(&lab, running), Watch::UntilBootActivity);
+    // A BMC that cannot say is taken as running: nothing is cycled on a
+    // guess.
+    assert_eq!(watch(&lab, mute), Watch::UntilBootActivity);
+    assert!(lab.ctl.status(mute).expect("known").last_error.is_some());
+
+    // Hours later, no deadline has run: none was power-cycled.
+    lab.advance(5 * 60 * MIN).await;
+    for host in [running, requested, mute] {
+        assert_eq!(lab.state(host), State::Idle);
+        assert!(
+            lab.bmc(host)
+                .calls()
+                .iter()
+                .all(|c| *c == Seen::PowerStatus),
+            "{:?}",
+            lab.bmc(host).calls()
+        );
+    }
+    // An operator's request acts at once, as for any host.
+    lab.ctl.request(requested, lab.now).expect("idle");
+    lab.settle().await;
+    assert_eq!(lab.state(requested), State::AwaitingDhcp);
+
+    // Boot activity starts the watch: the host rebooted into the network
+    // boot, so it is expected to phone home within its deadline.
+    lab.observe(running, Observation::Dhcp).await;
+    assert_eq!(watch(&lab, running), Watch::Counting);
+    lab.advance(10 * MIN - 1).await;
+    assert_eq!(lab.state(running), State::Idle);
+    lab.advance(1).await;
+    assert_eq!(lab.state(running), State::AwaitingDhcp);
+    assert_eq!(
+        lab.ctl
+            .status(running)
+            .expect("known")
+            .last_transition
+            .map(|t| t.reason),
+        Some(Reason::PowerCycled)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_keeps_a_running_host_unwatched() {
+    let host = mac(1);
+    let expect = RecoverySettings {
+        expect_boot: true,
+        ..settings()
+    };
+    let mut lab = Lab::new("running-restart", &[(host, expect, PowerState::On)]);
+    lab.settle().await;
+    assert_eq!(
+        lab.ctl.status(host).expect("known").watch,
+        Watch::UntilBootActivity
+    );
+    // The agent restarts: the record says the host ran when added.
+    let Lab {
+        dir, ctl, plans, ..
+    } = lab;
+    let now = T0;
+    drop(ctl);
+    let mut again = open(&dir);
+    again.set_hosts(plans, now + 5 * MIN);
+    let status = again.status(host).expect("known");
+    assert_eq!(
+        (status.watch, status.deadline_ms),
+        (Watch::UntilBootActivity, None)
+    );
+    assert!(again.tick(now + 60 * MIN).is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -739,6 +833,13 @@ fn watches_restart_after_a_restart_and_removed_hosts_are_forgotten() {
     });
     let mut ctl = open(&dir);
     ctl.set_hosts([(watched, expect), (removed, expect)], T0);
+    // Both are asked whether they run; both are off, so their watches
+    // count.
+    let checks = ctl.tick(T0);
+    assert!(checks.iter().all(|a| a.kind == ActionKind::PowerStatus));
+    for check in &checks {
+        ctl.complete(check, Ok(Done::Power(PowerState::Off)), T0);
+    }
     assert_eq!(
         ctl.status(watched).unwrap().deadline_ms,
         Some(T0 + 10 * MIN)
@@ -836,6 +937,10 @@ async fn two_agents_one_owner_the_other_follows_and_takes_over_from_the_recorded
     let mut b = Lab::new("follower", &[(host, expect, PowerState::Off)]);
     a.ctl.set_owners(|_| true, |_| 2 * SEC, a.now);
     b.ctl.set_owners(|_| false, |_| 2 * SEC, b.now);
+    // After its hold the owner asks whether the host runs: it is off.
+    a.advance(2 * SEC).await;
+    b.advance(2 * SEC).await;
+    assert_eq!(a.bmc(host).calls(), [Seen::PowerStatus]);
     // The expect_boot watch runs out on both; only the owner acts.
     a.advance(10 * MIN).await;
     b.advance(10 * MIN).await;
