@@ -200,36 +200,19 @@ fn from_the_provisioning_side_the_api_answers_only_a_token_holder() {
     }
     // Ten failures from one address: then even the right token is refused
     // from there for a while.
+    let get = |url: &str, token| curl(&served, &client, "GET", url, "", token);
+    let hosts = format!("{api}/api/v1/hosts");
     for _ in 0..10 {
-        let (code, _) = curl(
-            &served,
-            &client,
-            "GET",
-            &format!("{api}/api/v1/hosts"),
-            "",
-            None,
-        );
-        assert_eq!(code, "401");
+        assert_eq!(get(&hosts, None).0, "401");
     }
-    let (code, _) = curl(
-        &served,
-        &client,
-        "GET",
-        &format!("{api}/api/v1/hosts"),
-        "",
-        Some(TOKEN),
+    assert_eq!(
+        get(&hosts, Some(TOKEN)).0,
+        "429",
+        "ten failures did not throttle the address"
     );
-    assert_eq!(code, "429", "ten failures did not throttle the address");
 
     // The metrics listener: open, and names no host.
-    let (code, metrics) = curl(
-        &served,
-        &client,
-        "GET",
-        &format!("http://{SERVER}:9464/metrics"),
-        "",
-        None,
-    );
+    let (code, metrics) = get(&format!("http://{SERVER}:9464/metrics"), None);
     assert_eq!(code, "200");
     for private in ["52:54:00", "node-1", "10.66.1.10", "r1"] {
         assert!(
@@ -240,23 +223,8 @@ fn from_the_provisioning_side_the_api_answers_only_a_token_holder() {
             "/metrics names {private}"
         );
     }
-    let (code, _) = curl(
-        &served,
-        &client,
-        "GET",
-        &format!("http://{SERVER}:9464/healthz"),
-        "",
-        None,
-    );
-    assert_eq!(code, "200");
-    let (code, _) = curl(
-        &served,
-        &client,
-        "GET",
-        &format!("http://{SERVER}:9464/api/v1/hosts"),
-        "",
-        None,
-    );
+    assert_eq!(get(&format!("http://{SERVER}:9464/healthz"), None).0, "200");
+    let (code, _) = get(&format!("http://{SERVER}:9464/api/v1/hosts"), None);
     assert_eq!(code, "404", "the metrics listener serves the API");
     let refused = |reason: &str| {
         served
