@@ -17,6 +17,8 @@ pub mod rng;
 pub mod storm;
 
 #[cfg(test)]
+mod api_tls;
+#[cfg(test)]
 mod bmc;
 #[cfg(test)]
 mod boot_vm;

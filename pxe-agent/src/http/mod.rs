@@ -2,7 +2,7 @@
 //! per-host iPXE scripts, boot files and artifacts, and the phone-home
 //! endpoint; plus the admin endpoints
 //! (metrics, health, discovered hosts, leases, boot progress) on their own
-//! listener.
+//! listener; the JSON API's TLS.
 
 pub mod admin;
 pub mod artifacts;
@@ -14,6 +14,8 @@ pub mod limit;
 pub mod plan;
 pub mod script;
 pub mod sendfile;
+pub mod tls;
+pub mod tls_listener;
 pub mod token;
 
 use std::{
