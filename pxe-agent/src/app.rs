@@ -704,12 +704,19 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
             stats,
         }) => {
             info!(addr = %cfg.api.addr, "serving the JSON API /api/v1 over TLS");
-            let listener =
-                TlsListener::new(api_listener, tls::server_config(serving.clone()), stats.clone())
-                    .context("failed to start the API's TLS listener")?;
+            let listener = TlsListener::new(
+                api_listener,
+                tls::server_config(serving.clone()),
+                stats.clone(),
+            )
+            .context("failed to start the API's TLS listener")?;
             // axum hands a custom listener's peer address to the gate (as
             // `ConnectInfo`) only through `tap_io`.
-            servers.push(serve_http(listener.tap_io(|_| ()), api_router, shutdown.clone()));
+            servers.push(serve_http(
+                listener.tap_io(|_| ()),
+                api_router,
+                shutdown.clone(),
+            ));
             let reload = tls::reload(
                 reloader,
                 serving,

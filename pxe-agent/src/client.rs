@@ -253,7 +253,9 @@ impl Tls {
                 format!("the agent's certificate has expired: {detail}")
             }
             CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
-                format!("the agent's certificate is not valid yet (are the clocks right?): {detail}")
+                format!(
+                    "the agent's certificate is not valid yet (are the clocks right?): {detail}"
+                )
             }
             _ => format!("the agent's certificate is refused: {detail}"),
         }

@@ -487,7 +487,11 @@ pub fn render_api_auth(refused: &[(&str, u64)]) -> String {
 /// The API's TLS: certificate reloads by result (`ok`, `error`), failed
 /// handshakes by reason (`error`, `timeout`) and when the certificate
 /// served expires.
-pub fn render_api_tls(reloads: [(&str, u64); 2], failures: [(&str, u64); 2], not_after: i64) -> String {
+pub fn render_api_tls(
+    reloads: [(&str, u64); 2],
+    failures: [(&str, u64); 2],
+    not_after: i64,
+) -> String {
     let mut o = Out(String::new());
     o.head(
         API_TLS_RELOADS,

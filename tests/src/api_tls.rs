@@ -216,9 +216,11 @@ impl Rig {
 
     /// One TLS metric sample.
     fn metric(&self, sample: &str) -> u64 {
-        *self.served.stats().get(sample).unwrap_or_else(|| {
-            panic!("no {sample} in the metrics; log:\n{}", self.served.log())
-        })
+        *self
+            .served
+            .stats()
+            .get(sample)
+            .unwrap_or_else(|| panic!("no {sample} in the metrics; log:\n{}", self.served.log()))
     }
 }
 
@@ -233,7 +235,11 @@ fn the_cli_trusts_the_api_only_through_its_ca_and_tls_below_1_2_is_refused() {
     let ca = rig.path("ca-a.pem");
 
     let (ok, out, err) = rig.hosts(&["--api", &api, "--ca-file", &ca]);
-    assert!(ok, "hosts with --ca-file failed: {err}\nlog:\n{}", rig.served.log());
+    assert!(
+        ok,
+        "hosts with --ca-file failed: {err}\nlog:\n{}",
+        rig.served.log()
+    );
     assert!(out.contains("node-1"), "{out}");
 
     // Without the CA: the system's roots do not know it.
@@ -310,7 +316,8 @@ fn the_cli_trusts_the_api_only_through_its_ca_and_tls_below_1_2_is_refused() {
     let text = String::from_utf8_lossy(&old.stdout);
     assert!(
         !old.status.success()
-            && (text.contains("alert handshake failure") || text.contains("alert protocol version")),
+            && (text.contains("alert handshake failure")
+                || text.contains("alert protocol version")),
         "TLS 1.1 was not refused by the agent:\n{text}"
     );
 

@@ -241,7 +241,12 @@ impl ServingCert {
 
 impl ResolvesServerCert for ServingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.0.read().unwrap_or_else(PoisonError::into_inner).clone())
+        Some(
+            self.0
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        )
     }
 }
 
@@ -412,8 +417,7 @@ mod tests {
 
     impl Dir {
         fn new(name: &str) -> Dir {
-            let dir =
-                std::env::temp_dir().join(format!("pxe-tls-{name}-{}", std::process::id()));
+            let dir = std::env::temp_dir().join(format!("pxe-tls-{name}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).expect("scratch dir");
             Dir(dir)
@@ -512,8 +516,11 @@ mod tests {
         ));
         // A key whose base64 is broken: the parser's message would quote it.
         let broken = dir.path("broken.key");
-        std::fs::write(&broken, key_text.replacen('A', "!", 3).replacen('M', "*", 3))
-            .expect("write");
+        std::fs::write(
+            &broken,
+            key_text.replacen('A', "!", 3).replacen('M', "*", 3),
+        )
+        .expect("write");
         let files = TlsFiles {
             cert: a.cert.clone(),
             key: broken,
