@@ -2,9 +2,9 @@
 //! certificate from files (made by the `openssl` CLI, signed by a test CA,
 //! for the IP 127.0.0.1); the CLI verifies it against `--ca-file`, refuses
 //! it without, and skips the check only with `--insecure`; TLS below 1.2
-//! and plain HTTP are refused; and a new certificate written into the
-//! files serves new connections while a bad one leaves the previous
-//! serving.
+//! and plain HTTP are refused; clients that never handshake delay nobody;
+//! and a new certificate published in the files serves new connections
+//! while a bad one leaves the previous serving.
 
 use std::{
     fs,
@@ -320,6 +320,39 @@ fn the_cli_trusts_the_api_only_through_its_ca_and_tls_below_1_2_is_refused() {
                 || text.contains("alert protocol version")),
         "TLS 1.1 was not refused by the agent:\n{text}"
     );
+
+    // Clients that connect and never handshake delay nobody, and are
+    // dropped at the handshake deadline (10 s).
+    let idle: Vec<xtask::ChildGuard> = (0..3)
+        .map(|_| {
+            xtask::ChildGuard::spawn(
+                rig.served
+                    .lab
+                    .cmd_in(rig.served.lab.server_ns(), "bash")
+                    .args([
+                        "-c",
+                        &format!(
+                            "exec 3<>/dev/tcp/127.0.0.1/{}; sleep 30",
+                            API_ADDR.rsplit_once(':').expect("port").1
+                        ),
+                    ]),
+            )
+            .expect("spawn an idle client")
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let (ok, _, err) = rig.hosts(&["--api", &api, "--ca-file", &ca]);
+    assert!(
+        ok && started.elapsed() < Duration::from_secs(5),
+        "behind idle clients: {err}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rig.metric("pxe_api_tls_handshake_failures_total{reason=\"timeout\"}") < 3 {
+        assert!(Instant::now() < deadline, "idle handshakes not timed out");
+        thread::sleep(Duration::from_millis(500));
+    }
+    drop(idle);
 
     // The failed handshakes are counted, and the agent still serves.
     assert!(
