@@ -282,6 +282,11 @@ def daemonset_problems(docs):
         if hit.get("hostPath", {}).get("path") != "/sys/fs/bpf":
             out.append("--pin-dir is not on the node's /sys/fs/bpf")
     mounted("state-dir", "hostPath")
+    tls = [flag for flag in ("api-tls-cert", "api-tls-key") if flag in flags]
+    if len(tls) == 1:
+        out.append(f"--{tls[0]} is given without its pair")
+    for flag in tls:
+        mounted(flag, "secret")
     interface_volumes = mounted("interface-dir", "configMap")
     port = flags.get("metrics-addr", ":").rpartition(":")[2]
     for probe in ("livenessProbe", "readinessProbe"):

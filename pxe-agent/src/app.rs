@@ -20,7 +20,11 @@ use std::{
 };
 
 use anyhow::Context as _;
-use axum::Router;
+use axum::{
+    Router,
+    extract::connect_info::Connected,
+    serve::{IncomingStream, Listener, ListenerExt as _},
+};
 use tokio::{
     net::TcpListener,
     sync::{mpsc, watch},
@@ -41,6 +45,8 @@ use crate::{
         BootState,
         admin::{self, AdminState},
         boot, limit, sendfile,
+        tls::{self, Reloader, ServingCert, TlsFiles, TlsStats},
+        tls_listener::TlsListener,
         token::TokenKey,
     },
     http::{
@@ -247,6 +253,9 @@ pub struct ApiConfig {
     /// Loopback unless the operator says otherwise; beyond loopback the
     /// API needs a way to identify callers.
     pub addr: SocketAddr,
+    /// Serve it over TLS with this certificate and key, reloaded when
+    /// they change.
+    pub tls: Option<TlsFiles>,
     /// `name token` lines; without it, reads are open (on loopback) and
     /// every other call is refused.
     pub token_file: Option<PathBuf>,
@@ -256,6 +265,7 @@ impl Default for ApiConfig {
     fn default() -> ApiConfig {
         ApiConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 9465)),
+            tls: None,
             token_file: None,
         }
     }
@@ -435,6 +445,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
         info!(iface = %i.name, server = %i.server.ip, "starting");
     }
     let gate = Arc::new(api_gate(&cfg.api, &servers)?);
+    let api_tls = api_tls(&cfg.api)?;
 
     let http_port = cfg.http_addr.port();
     std::fs::create_dir_all(&cfg.state_dir).with_context(|| {
@@ -649,6 +660,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
         kube: OnceLock::new(),
         applying: Mutex::new(()),
         gate,
+        api_tls: api_tls.as_ref().map(|t| t.stats.clone()),
     });
 
     let tftp = match &cfg.boot_root {
@@ -680,12 +692,44 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
     let api_listener = TcpListener::bind(cfg.api.addr)
         .await
         .with_context(|| format!("failed to bind the API address {}", cfg.api.addr))?;
-    info!(addr = %cfg.api.addr, "serving the JSON API /api/v1");
-    servers.push(serve_http(
-        api_listener,
-        admin::api_router(admin.clone()),
-        shutdown.clone(),
-    ));
+    let api_router = admin::api_router(admin.clone());
+    match api_tls {
+        None => {
+            info!(addr = %cfg.api.addr, "serving the JSON API /api/v1");
+            servers.push(serve_http(api_listener, api_router, shutdown.clone()));
+        }
+        Some(ApiTls {
+            reloader,
+            serving,
+            stats,
+        }) => {
+            info!(addr = %cfg.api.addr, "serving the JSON API /api/v1 over TLS");
+            let listener = TlsListener::new(
+                api_listener,
+                tls::server_config(serving.clone()),
+                stats.clone(),
+            )
+            .context("failed to start the API's TLS listener")?;
+            // axum hands a custom listener's peer address to the gate (as
+            // `ConnectInfo`) only through `tap_io`.
+            servers.push(serve_http(
+                listener.tap_io(|_| ()),
+                api_router,
+                shutdown.clone(),
+            ));
+            let reload = tls::reload(
+                reloader,
+                serving,
+                stats,
+                tls::RELOAD_INTERVAL,
+                shutdown.clone(),
+            );
+            servers.push(tokio::spawn(async move {
+                reload.await;
+                Ok(())
+            }));
+        }
+    }
 
     let monitor = tokio::spawn(monitor_health(programs, state.clone(), shutdown.clone()));
     let watcher = match kube_source {
@@ -830,6 +874,42 @@ fn api_gate(api: &ApiConfig, servers: &[Server]) -> anyhow::Result<Gate> {
     };
     let provisioning: Vec<std::net::IpAddr> = servers.iter().map(|s| s.ip.into()).collect();
     Ok(Gate::for_listener(identities, api.addr, &provisioning)?)
+}
+
+/// The API's serving certificate, loaded at start, and what reloads it.
+struct ApiTls {
+    reloader: Reloader,
+    serving: Arc<ServingCert>,
+    stats: Arc<TlsStats>,
+}
+
+/// The API's TLS, when configured: a pair that does not load stops the
+/// start. Without it, an API beyond loopback is warned about.
+fn api_tls(api: &ApiConfig) -> anyhow::Result<Option<ApiTls>> {
+    let Some(files) = &api.tls else {
+        if !api.addr.ip().is_loopback() {
+            warn!(
+                addr = %api.addr,
+                "the API listens beyond loopback without TLS: bearer tokens cross the network \
+                 in clear; serve it over TLS with --api-tls-cert and --api-tls-key"
+            );
+        }
+        return Ok(None);
+    };
+    let (reloader, loaded) =
+        Reloader::start(files.clone()).context("failed to load the API's TLS certificate")?;
+    let stats = Arc::new(TlsStats::default());
+    stats.not_after.store(loaded.not_after, Ordering::Relaxed);
+    info!(
+        cert = %files.cert.display(),
+        not_after = loaded.not_after,
+        "loaded the API's TLS certificate"
+    );
+    Ok(Some(ApiTls {
+        reloader,
+        serving: Arc::new(ServingCert::new(loaded.certified)),
+        stats,
+    }))
 }
 
 /// Panics are contained where they happen (one DHCP request, one BMC
@@ -1057,11 +1137,15 @@ fn set_int_option(
 }
 
 /// Serves `router` on `listener` until shutdown, with peer addresses.
-fn serve_http(
-    listener: TcpListener,
+fn serve_http<L>(
+    listener: L,
     router: Router,
     mut shutdown: watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<std::io::Result<()>> {
+) -> tokio::task::JoinHandle<std::io::Result<()>>
+where
+    L: Listener<Addr = SocketAddr>,
+    for<'a> SocketAddr: Connected<IncomingStream<'a, L>>,
+{
     tokio::spawn(async move {
         axum::serve(
             listener,

@@ -32,6 +32,7 @@ pub mod state;
 pub mod terminal;
 pub mod tftp;
 pub mod trace;
+pub mod trust;
 pub mod when;
 pub mod wire;
 pub mod xdp;

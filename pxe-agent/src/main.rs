@@ -23,6 +23,7 @@ use pxe_agent::{
     http::{
         admin::{HostView, LeaseView, NetbootView, ReprovisionView},
         limit,
+        tls::TlsFiles,
     },
     inventory::{self, LoadError, MacAddr},
     logging::{self, LogFormat},
@@ -32,6 +33,7 @@ use pxe_agent::{
     terminal::{self, Align, Table},
     tftp,
     trace::TraceEvent,
+    trust::Trust,
     when,
     xdp::{AttachMode, Capacity, VethPeer},
 };
@@ -114,6 +116,14 @@ enum Command {
         /// to start.
         #[arg(long, default_value_t = ApiConfig::default().addr)]
         api_addr: SocketAddr,
+        /// Serve the JSON API over TLS (1.2 and 1.3) with this certificate
+        /// (PEM, its chain after it); both files are reloaded when they
+        /// change. Needs --api-tls-key.
+        #[arg(long, value_name = "FILE", requires = "api_tls_key")]
+        api_tls_cert: Option<PathBuf>,
+        /// The private key of --api-tls-cert (PEM).
+        #[arg(long, value_name = "FILE", requires = "api_tls_cert")]
+        api_tls_key: Option<PathBuf>,
         /// XDP attach mode: auto tries native and falls back to generic.
         #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
         xdp_mode: AttachMode,
@@ -365,20 +375,35 @@ enum HostsAction {
 /// How to reach the running agent's API.
 #[derive(clap::Args)]
 struct ApiArgs {
-    /// The agent's API: http://HOST:PORT (or HOST:PORT).
+    /// The agent's API: https://HOST:PORT, http://HOST:PORT (or
+    /// HOST:PORT).
     #[arg(long, env = "PXE_AGENT_API", default_value = client::DEFAULT_API)]
     api: String,
     /// File holding the bearer token (a `name token` line of the agent's
     /// token file works too); default $PXE_AGENT_TOKEN_FILE.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// The CA certificates (PEM) an https:// API's certificate must be
+    /// signed by; default the system's.
+    #[arg(long, value_name = "FILE", env = "PXE_AGENT_CA_FILE")]
+    ca_file: Option<PathBuf>,
+    /// Do not verify an https:// API's certificate: whoever answers gets
+    /// the token. For a test bench only.
+    #[arg(long)]
+    insecure: bool,
 }
 
 impl ApiArgs {
     fn client(&self) -> anyhow::Result<client::Api> {
+        let trust = match (&self.ca_file, self.insecure) {
+            (_, true) => Trust::Insecure,
+            (Some(ca), false) => Trust::CaFile(ca.clone()),
+            (None, false) => Trust::System,
+        };
         client::Api::new(
             &self.api,
             client::token_file(self.token_file.as_deref()).as_deref(),
+            trust,
         )
     }
 }
@@ -569,6 +594,8 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             server_ip,
             metrics_addr,
             api_addr,
+            api_tls_cert,
+            api_tls_key,
             xdp_mode,
             reload_ms,
             state_dir,
@@ -628,6 +655,9 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 metrics_addr,
                 api: ApiConfig {
                     addr: api_addr,
+                    tls: api_tls_cert
+                        .zip(api_tls_key)
+                        .map(|(cert, key)| TlsFiles { cert, key }),
                     token_file: api_token_file,
                 },
                 xdp_mode,

@@ -69,6 +69,9 @@ pub const HTTP_DROPPED: &str = "pxe_http_dropped_total";
 pub const HTTP_ACCEPT_ERRORS: &str = "pxe_http_accept_errors_total";
 pub const HTTP_PHONE_HOME_REJECTED: &str = "pxe_http_phone_home_rejected_total";
 pub const API_REFUSED: &str = "pxe_api_auth_failures_total";
+pub const API_TLS_RELOADS: &str = "pxe_api_tls_reloads_total";
+pub const API_TLS_HANDSHAKE_FAILURES: &str = "pxe_api_tls_handshake_failures_total";
+pub const API_TLS_NOT_AFTER: &str = "pxe_api_tls_cert_not_after_seconds";
 
 /// Everything one scrape shows.
 pub struct Page<'a> {
@@ -478,6 +481,44 @@ pub fn render_api_auth(refused: &[(&str, u64)]) -> String {
     for (reason, n) in refused {
         o.sample(API_REFUSED, &format!("reason=\"{reason}\""), n);
     }
+    o.0
+}
+
+/// The API's TLS: certificate reloads by result (`ok`, `error`), failed
+/// handshakes by reason (`error`, `timeout`) and when the certificate
+/// served expires.
+pub fn render_api_tls(
+    reloads: [(&str, u64); 2],
+    failures: [(&str, u64); 2],
+    not_after: i64,
+) -> String {
+    let mut o = Out(String::new());
+    o.head(
+        API_TLS_RELOADS,
+        "counter",
+        "Changes of the API's certificate files: put in force (ok) or refused, the previous certificate serving on (error).",
+    );
+    for (result, n) in reloads {
+        o.sample(API_TLS_RELOADS, &format!("result=\"{result}\""), n);
+    }
+    o.head(
+        API_TLS_HANDSHAKE_FAILURES,
+        "counter",
+        "TLS handshakes on the API listener that failed or did not finish in time.",
+    );
+    for (reason, n) in failures {
+        o.sample(
+            API_TLS_HANDSHAKE_FAILURES,
+            &format!("reason=\"{reason}\""),
+            n,
+        );
+    }
+    o.head(
+        API_TLS_NOT_AFTER,
+        "gauge",
+        "When the API's serving certificate expires (notAfter), in unix seconds.",
+    );
+    o.sample(API_TLS_NOT_AFTER, "", not_after);
     o.0
 }
 

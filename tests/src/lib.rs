@@ -19,6 +19,8 @@ pub mod storm;
 #[cfg(test)]
 mod api_access;
 #[cfg(test)]
+mod api_tls;
+#[cfg(test)]
 mod bmc;
 #[cfg(test)]
 mod boot_vm;

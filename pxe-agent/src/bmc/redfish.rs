@@ -35,10 +35,11 @@ use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
     rt::TokioExecutor,
 };
-use rustls::pki_types::{CertificateDer, pem::PemObject as _};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tracing::{debug, warn};
+
+use crate::trust::{self, Trust, TrustError};
 
 use super::{
     Bmc, BmcAddress, BmcError, BmcInfo, BootDevice, BootFlags, BootTarget, Credentials,
@@ -176,18 +177,9 @@ fn connector(
     tls: &TlsOptions,
     http: HttpConnector,
 ) -> Result<HttpsConnector<HttpConnector>, BmcError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls_error = |reason: String| BmcError::TlsConfig {
-        bmc: bmc.to_owned(),
-        reason,
-    };
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls_error(e.to_string()))?;
-    let config = if !https {
-        builder
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth()
+    let trust = if !https {
+        // Never used for TLS; nothing to read.
+        None
     } else if tls.insecure {
         let mut warned = WARNED_INSECURE
             .lock()
@@ -198,115 +190,32 @@ fn connector(
                 "bmc.insecure is set: the BMC's TLS certificate is not verified"
             );
         }
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
-            .with_no_client_auth()
-    } else if let Some(path) = &tls.ca_file {
-        let mut roots = rustls::RootCertStore::empty();
-        let certs = CertificateDer::pem_file_iter(path)
-            .map_err(|e| tls_error(format!("failed to read CA file {}: {e}", path.display())))?;
-        for cert in certs {
-            let cert = cert.map_err(|e| {
-                tls_error(format!("failed to read CA file {}: {e}", path.display()))
-            })?;
-            roots.add(cert).map_err(|e| {
-                tls_error(format!(
-                    "bad certificate in CA file {}: {e}",
-                    path.display()
-                ))
-            })?;
-        }
-        if roots.is_empty() {
-            return Err(tls_error(format!(
-                "CA file {} holds no PEM certificate",
-                path.display()
-            )));
-        }
-        builder.with_root_certificates(roots).with_no_client_auth()
+        Some(Trust::Insecure)
     } else {
-        let found = rustls_native_certs();
-        if found.is_empty() {
-            return Err(tls_error(
-                "no bmc.ca_file and no system CA certificates: set bmc.ca_file to the CA that \
-                 signed the BMC's certificate, or bmc.insecure: true"
+        Some(tls.ca_file.clone().map_or(Trust::System, Trust::CaFile))
+    };
+    let config = match trust {
+        None => rustls::ClientConfig::builder_with_provider(trust::provider())
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default protocol versions")
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth(),
+        Some(trust) => trust::client_config(&trust).map_err(|e| BmcError::TlsConfig {
+            bmc: bmc.to_owned(),
+            reason: match e {
+                TrustError::NoSystemRoots => "no bmc.ca_file and no system CA certificates: set \
+                                              bmc.ca_file to the CA that signed the BMC's \
+                                              certificate, or bmc.insecure: true"
                     .to_owned(),
-            ));
-        }
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add_parsable_certificates(found);
-        builder.with_root_certificates(roots).with_no_client_auth()
+                e => e.to_string(),
+            },
+        })?,
     };
     Ok(hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config)
         .https_or_http()
         .enable_http1()
         .wrap_connector(http))
-}
-
-/// The system's CA certificates, from the usual PEM bundles.
-fn rustls_native_certs() -> Vec<CertificateDer<'static>> {
-    const BUNDLES: &[&str] = &[
-        "/etc/ssl/certs/ca-certificates.crt",
-        "/etc/pki/tls/certs/ca-bundle.crt",
-        "/etc/ssl/cert.pem",
-    ];
-    BUNDLES
-        .iter()
-        .filter_map(|p| CertificateDer::pem_file_iter(p).ok())
-        .next()
-        .map(|certs| certs.filter_map(Result::ok).collect())
-        .unwrap_or_default()
-}
-
-/// Accepts any server certificate (`insecure: true`); signatures are still
-/// checked so that the handshake itself is sound.
-#[derive(Debug)]
-struct NoVerification(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 /// Whether a request may be sent again after its answer was lost.

@@ -64,6 +64,8 @@ pub struct AdminState {
     pub applying: Mutex<()>,
     /// Who may call the JSON API.
     pub gate: Arc<Gate>,
+    /// The API's TLS counters, when it serves TLS.
+    pub api_tls: Option<Arc<super::tls::TlsStats>>,
 }
 
 /// What the out-of-band endpoints need.
@@ -176,6 +178,9 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
     page.push_str(&recovery);
     page.push_str(&s.oob.fallbacks.render());
     page.push_str(&metrics::render_api_auth(&s.gate.stats.snapshot()));
+    if let Some(tls) = &s.api_tls {
+        page.push_str(&tls.render());
+    }
     if let Some(kube) = s.kube.get() {
         page.push_str(&kube.render());
     }

@@ -1,7 +1,8 @@
 //! The boot HTTP server (axum, with a sendfile(2) path for files):
 //! per-host iPXE scripts, boot files and artifacts, and the phone-home
 //! endpoint; plus the admin endpoints on two listeners of their own:
-//! metrics and health, and the JSON API behind its gate.
+//! metrics and health, and the JSON API behind its gate, over TLS when
+//! configured.
 
 pub mod admin;
 pub mod artifacts;
@@ -13,6 +14,8 @@ pub mod limit;
 pub mod plan;
 pub mod script;
 pub mod sendfile;
+pub mod tls;
+pub mod tls_listener;
 pub mod token;
 
 use std::{
