@@ -17,6 +17,8 @@ pub mod rng;
 pub mod storm;
 
 #[cfg(test)]
+mod api_kube_auth;
+#[cfg(test)]
 mod bmc;
 #[cfg(test)]
 mod boot_vm;
