@@ -848,7 +848,7 @@ async fn api_gate(api: &ApiConfig, servers: &[Server]) -> anyhow::Result<Gate> {
             );
             let reviewer = Reviewer::new(client, namespace)
                 .context("failed to read random bytes for the review cache's key")?;
-            Identities::Kubernetes(reviewer)
+            Identities::Kubernetes(Box::new(reviewer))
         }
         (ApiAuth::Tokens, Some(path)) => {
             info!("API callers are identified by the bearer tokens of --api-token-file");

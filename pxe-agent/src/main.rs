@@ -1638,8 +1638,6 @@ fn import(from: ImportFrom) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser as _;
-
     use super::*;
 
     fn run_args(extra: &[&str]) -> Result<Cli, clap::Error> {
@@ -1667,9 +1665,26 @@ mod tests {
     #[test]
     fn kubernetes_api_auth_and_a_token_file_exclude_each_other() {
         assert!(run_args(&["-i", "eth1", "--api-auth", "kubernetes"]).is_ok());
-        assert!(run_args(&["-i", "eth1", "--api-auth", "tokens", "--api-token-file", "t"]).is_ok());
+        assert!(
+            run_args(&[
+                "-i",
+                "eth1",
+                "--api-auth",
+                "tokens",
+                "--api-token-file",
+                "t"
+            ])
+            .is_ok()
+        );
         assert!(run_args(&["-i", "eth1", "--api-token-file", "t"]).is_ok());
-        let both = run_args(&["-i", "eth1", "--api-auth", "kubernetes", "--api-token-file", "t"]);
+        let both = run_args(&[
+            "-i",
+            "eth1",
+            "--api-auth",
+            "kubernetes",
+            "--api-token-file",
+            "t",
+        ]);
         assert_eq!(
             both.err().map(|e| e.kind()),
             Some(clap::error::ErrorKind::ArgumentConflict)

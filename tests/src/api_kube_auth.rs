@@ -80,7 +80,9 @@ fn posts(server: &Server, resource: &str) -> usize {
     server
         .requests()
         .iter()
-        .filter(|r| r["method"] == "POST" && r["path"].as_str().is_some_and(|p| p.ends_with(resource)))
+        .filter(|r| {
+            r["method"] == "POST" && r["path"].as_str().is_some_and(|p| p.ends_with(resource))
+        })
         .count()
 }
 
@@ -90,12 +92,15 @@ fn posts(server: &Server, resource: &str) -> usize {
 async fn the_gate_asks_the_api_server_and_keeps_its_answers_briefly() {
     let (addr, server) = fake().await;
     let reviewer = Reviewer::new(fake_client(addr), NS.into()).expect("reviewer");
-    let gate = Gate::new(Identities::Kubernetes(reviewer));
+    let gate = Gate::new(Identities::Kubernetes(Box::new(reviewer)));
     let peer: IpAddr = "10.66.0.9".parse().expect("ip");
     let recover = Access::of(&Method::POST, "/api/v1/hosts/node-1/recover");
     let read = Access::of(&Method::GET, "/api/v1/hosts");
 
-    let alice = gate.admit(peer, &bearer(ALICE), &recover).await.expect("alice");
+    let alice = gate
+        .admit(peer, &bearer(ALICE), &recover)
+        .await
+        .expect("alice");
     assert_eq!(alice.name, "alice");
     assert_eq!(alice.groups, ["lab-ops", "system:authenticated"]);
     assert!(gate.admit(peer, &bearer(ALICE), &read).await.is_ok());
@@ -114,12 +119,12 @@ async fn the_gate_asks_the_api_server_and_keeps_its_answers_briefly() {
         Err(Refusal::Forbidden)
     );
     assert_eq!(
-        gate.admit(peer, &bearer("no-such-token-anywhere"), &read).await,
+        gate.admit(peer, &bearer("no-such-token-anywhere"), &read)
+            .await,
         Err(Refusal::Invalid)
     );
     assert_eq!(
-        gate.admit(peer, &HeaderMap::new(), &read)
-            .await,
+        gate.admit(peer, &HeaderMap::new(), &read).await,
         Err(Refusal::Missing)
     );
     let counts: std::collections::HashMap<_, _> = gate.stats.snapshot().into_iter().collect();
@@ -157,7 +162,10 @@ async fn the_fakes_reviews_validate_against_kubernetes_1_33() {
     };
     let mut answers = Vec::new();
     for (path, body) in [
-        ("/apis/authentication.k8s.io/v1/tokenreviews", token_review.clone()),
+        (
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            token_review.clone(),
+        ),
         (
             "/apis/authentication.k8s.io/v1/tokenreviews",
             json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
@@ -181,7 +189,10 @@ async fn the_fakes_reviews_validate_against_kubernetes_1_33() {
     assert_eq!(answers[5]["status"]["allowed"], true);
     assert_eq!(answers[7]["status"]["allowed"], false);
     let (code, status) = client
-        .post("/apis/authorization.k8s.io/v1/subjectaccessreviews", &token_review)
+        .post(
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            &token_review,
+        )
         .await;
     assert_eq!((code, status["kind"].as_str()), (400, Some("Status")));
 
@@ -195,7 +206,11 @@ async fn the_fakes_reviews_validate_against_kubernetes_1_33() {
         object["metadata"]["name"] = format!("review-{n}").into();
         serde_norway::to_string(&object).expect("yaml")
     };
-    let docs: Vec<String> = answers.iter().enumerate().map(|(n, a)| named(n, a)).collect();
+    let docs: Vec<String> = answers
+        .iter()
+        .enumerate()
+        .map(|(n, a)| named(n, a))
+        .collect();
     std::fs::write(&file, docs.join("---\n")).expect("write");
     let (problems, passed) = crate::manifests::validate(&file);
     assert!(problems.is_empty(), "{problems:?}");
@@ -223,7 +238,9 @@ mod reqwestless {
     impl Client {
         pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
             let body = body.to_string();
-            let mut conn = tokio::net::TcpStream::connect(self.0).await.expect("connect");
+            let mut conn = tokio::net::TcpStream::connect(self.0)
+                .await
+                .expect("connect");
             let req = format!(
                 "POST {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: \
                  application/json\r\ncontent-length: {}\r\n\r\n{body}",
@@ -245,7 +262,15 @@ fn call(served: &Served, method: &str, path: &str, token: &str) -> (u16, String)
     let out = served
         .lab
         .cmd_in(served.lab.server_ns(), "curl")
-        .args(["-sS", "--max-time", "60", "-X", method, "-w", "\n%{http_code}"])
+        .args([
+            "-sS",
+            "--max-time",
+            "60",
+            "-X",
+            method,
+            "-w",
+            "\n%{http_code}",
+        ])
         .args(["-H", &format!("Authorization: Bearer {token}")])
         .arg(format!("http://{}{path}", crate::agent::API_ADDR))
         .output()
@@ -260,7 +285,9 @@ fn review_posts(served: &Served, resource: &str) -> usize {
         .api()
         .log()
         .iter()
-        .filter(|r| r["method"] == "POST" && r["path"].as_str().is_some_and(|p| p.ends_with(resource)))
+        .filter(|r| {
+            r["method"] == "POST" && r["path"].as_str().is_some_and(|p| p.ends_with(resource))
+        })
         .count()
 }
 
@@ -269,7 +296,12 @@ fn a_user_bound_to_the_example_operator_role_may_recover_others_get_403() {
     let mut served = Served::start_kube(
         "pxkauth",
         NS,
-        &["--api-auth", "kubernetes", "--bmc-boot-flag-echo", "device-only"],
+        &[
+            "--api-auth",
+            "kubernetes",
+            "--bmc-boot-flag-echo",
+            "device-only",
+        ],
         |api| {
             api.put_yaml(NS, FIXTURES);
             api.put_yaml(NS, &operator_roles());
@@ -308,7 +340,13 @@ fn a_user_bound_to_the_example_operator_role_may_recover_others_get_403() {
     assert_eq!(call(&served, "GET", "/api/v1/hosts", BOB).0, 403);
     // A token no one has: 401.
     assert_eq!(
-        call(&served, "GET", "/api/v1/hosts", "garbage-token-garbage-token").0,
+        call(
+            &served,
+            "GET",
+            "/api/v1/hosts",
+            "garbage-token-garbage-token"
+        )
+        .0,
         401
     );
 
@@ -330,17 +368,29 @@ fn a_user_bound_to_the_example_operator_role_may_recover_others_get_403() {
     let stats = served.stats();
     let failures = |reason: &str| {
         stats
-            .get(&format!("pxe_api_auth_failures_total{{reason=\"{reason}\"}}"))
+            .get(&format!(
+                "pxe_api_auth_failures_total{{reason=\"{reason}\"}}"
+            ))
             .copied()
             .unwrap_or(0)
     };
-    assert_eq!((failures("forbidden"), failures("invalid")), (2, 1), "{stats:?}");
+    assert_eq!(
+        (failures("forbidden"), failures("invalid")),
+        (2, 1),
+        "{stats:?}"
+    );
 
     // The API server gone: a caller not seen yet cannot be checked (503),
     // and that is charged to no one.
     served.api.take();
     assert_eq!(
-        call(&served, "GET", "/api/v1/hosts", "carol-token-never-seen-before").0,
+        call(
+            &served,
+            "GET",
+            "/api/v1/hosts",
+            "carol-token-never-seen-before"
+        )
+        .0,
         503
     );
     let log = served.log();

@@ -106,9 +106,7 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
     // The scheme is case-insensitive (RFC 9110 section 11.1).
     let value = headers.get(AUTHORIZATION)?.as_bytes();
     let (scheme, presented) = value.split_at_checked(7)?;
-    scheme
-        .eq_ignore_ascii_case(b"bearer ")
-        .then_some(presented)
+    scheme.eq_ignore_ascii_case(b"bearer ").then_some(presented)
 }
 
 /// Equality of two byte strings in time independent of where they differ.

@@ -118,7 +118,7 @@ pub enum Identities {
     Tokens(Tokens),
     /// `--api-auth kubernetes`: the API server reviews the bearer token
     /// and whether its user may do the call.
-    Kubernetes(Reviewer),
+    Kubernetes(Box<Reviewer>),
 }
 
 impl Identities {

@@ -20,8 +20,7 @@ use hmac::{Hmac, Mac as _};
 use k8s_openapi::api::{
     authentication::v1::{TokenReview, TokenReviewSpec, TokenReviewStatus},
     authorization::v1::{
-        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-        SubjectAccessReviewStatus,
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
     },
 };
 use kube::{Api, Client, api::PostParams};

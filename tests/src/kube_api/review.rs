@@ -18,8 +18,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::{
     authentication::v1::{TokenReview, TokenReviewStatus, UserInfo},
     authorization::v1::{
-        NonResourceAttributes, ResourceAttributes, SubjectAccessReview,
-        SubjectAccessReviewStatus,
+        NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewStatus,
     },
     rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject},
 };
@@ -233,7 +232,9 @@ impl Rbac {
             let object = object.clone();
             let parsed = match resource.as_str() {
                 "roles" => serde_json::from_value(object).map(|o| rbac.roles.push(o)),
-                "clusterroles" => serde_json::from_value(object).map(|o| rbac.cluster_roles.push(o)),
+                "clusterroles" => {
+                    serde_json::from_value(object).map(|o| rbac.cluster_roles.push(o))
+                }
                 "rolebindings" => serde_json::from_value(object).map(|o| rbac.bindings.push(o)),
                 "clusterrolebindings" => {
                     serde_json::from_value(object).map(|o| rbac.cluster_bindings.push(o))
@@ -322,15 +323,22 @@ fn applies<'s>(
     who: &Requester,
     namespace: &str,
 ) -> Option<&'s Subject> {
-    subjects.unwrap_or_default().iter().find(|s| match s.kind.as_str() {
-        "User" => s.name == who.user,
-        "Group" => who.groups.contains(&s.name),
-        "ServiceAccount" => {
-            let ns = s.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or(namespace);
-            who.user == format!("system:serviceaccount:{ns}:{}", s.name)
-        }
-        _ => false,
-    })
+    subjects
+        .unwrap_or_default()
+        .iter()
+        .find(|s| match s.kind.as_str() {
+            "User" => s.name == who.user,
+            "Group" => who.groups.contains(&s.name),
+            "ServiceAccount" => {
+                let ns = s
+                    .namespace
+                    .as_deref()
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or(namespace);
+                who.user == format!("system:serviceaccount:{ns}:{}", s.name)
+            }
+            _ => false,
+        })
 }
 
 /// Whether one rule allows `request`, as the RBAC authorizer's
@@ -354,11 +362,16 @@ fn rule_allows(rule: &PolicyRule, request: &Request) -> bool {
             } else {
                 format!("{resource}/{subresource}")
             };
-            let resource_matches = rule.resources.as_deref().unwrap_or_default().iter().any(|rr| {
-                rr == "*"
-                    || *rr == combined
-                    || (!subresource.is_empty() && *rr == format!("*/{subresource}"))
-            });
+            let resource_matches = rule
+                .resources
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .any(|rr| {
+                    rr == "*"
+                        || *rr == combined
+                        || (!subresource.is_empty() && *rr == format!("*/{subresource}"))
+                });
             let names = rule.resource_names.as_deref().unwrap_or_default();
             let name = r.name.as_deref().unwrap_or_default();
             any(Some(&rule.verbs), verb)
@@ -552,8 +565,8 @@ subjects: [{kind: ServiceAccount, name: robot, namespace: infra}]
 
     #[test]
     fn a_static_token_authenticates_its_user_with_the_authenticated_group() {
-        let tokens =
-            parse_token_file("# users\ntok-a,alice,u-1,\"ops,lab\"\ntok-b,bob,u-2\n").expect("file");
+        let tokens = parse_token_file("# users\ntok-a,alice,u-1,\"ops,lab\"\ntok-b,bob,u-2\n")
+            .expect("file");
         let review = |token: &str, audiences: Option<&[&str]>| {
             let mut body = json!({
                 "apiVersion": "authentication.k8s.io/v1",
