@@ -52,6 +52,7 @@ use crate::{
     http::{
         auth::Tokens,
         gate::{Gate, Identities},
+        kube_auth::Reviewer,
     },
     inventory::{Host, Inventory, Layout, LoadError, Loaded},
     lease::LeaseStore,
@@ -259,6 +260,8 @@ pub struct ApiConfig {
     /// `name token` lines; without it, reads are open (on loopback) and
     /// every other call is refused.
     pub token_file: Option<PathBuf>,
+    /// How callers are identified.
+    pub auth: ApiAuth,
 }
 
 impl Default for ApiConfig {
@@ -267,8 +270,20 @@ impl Default for ApiConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 9465)),
             tls: None,
             token_file: None,
+            auth: ApiAuth::Tokens,
         }
     }
+}
+
+/// How the JSON API identifies its callers (`--api-auth`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApiAuth {
+    /// The tokens of `token_file`, if any.
+    Tokens,
+    /// TokenReviews and SubjectAccessReviews, in `namespace`
+    /// (`--kube-namespace`; `None`: the service account's or the
+    /// kubeconfig's).
+    Kubernetes { namespace: Option<String> },
 }
 
 /// Receive buffer of the slow path's port-67 socket, in bytes.
@@ -444,7 +459,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
     for i in &ifaces {
         info!(iface = %i.name, server = %i.server.ip, "starting");
     }
-    let gate = Arc::new(api_gate(&cfg.api, &servers)?);
+    let gate = Arc::new(api_gate(&cfg.api, &servers).await?);
     let api_tls = api_tls(&cfg.api)?;
 
     let http_port = cfg.http_addr.port();
@@ -861,10 +876,29 @@ fn start_recovery(
 
 /// The API's gate: how callers are identified, checked against where the
 /// API listens.
-fn api_gate(api: &ApiConfig, servers: &[Server]) -> anyhow::Result<Gate> {
-    let identities = match &api.token_file {
-        Some(path) => Identities::Tokens(Tokens::load(path)?),
-        None => {
+async fn api_gate(api: &ApiConfig, servers: &[Server]) -> anyhow::Result<Gate> {
+    let identities = match (&api.auth, &api.token_file) {
+        (ApiAuth::Kubernetes { .. }, Some(_)) => {
+            anyhow::bail!("--api-auth kubernetes and --api-token-file exclude each other")
+        }
+        (ApiAuth::Kubernetes { namespace }, None) => {
+            let (client, namespace) = crate::kube::connect(namespace.clone())
+                .await
+                .context("--api-auth kubernetes needs the Kubernetes API")?;
+            info!(
+                %namespace,
+                "API callers are checked by the Kubernetes API server: their bearer token with a \
+                 TokenReview, each call with a SubjectAccessReview of its verb on boothosts/api"
+            );
+            let reviewer = Reviewer::new(client, namespace)
+                .context("failed to read random bytes for the review cache's key")?;
+            Identities::Kubernetes(Box::new(reviewer))
+        }
+        (ApiAuth::Tokens, Some(path)) => {
+            info!("API callers are identified by the bearer tokens of --api-token-file");
+            Identities::Tokens(Tokens::load(path)?)
+        }
+        (ApiAuth::Tokens, None) => {
             warn!(
                 "no --api-token-file: API reads are open on loopback, and power, bootdev, \
                  recover and netboot calls are refused"

@@ -13,7 +13,7 @@ use std::{
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use pxe_agent::{
-    app::{self, ApiConfig, OobConfig, RunConfig},
+    app::{self, ApiAuth, ApiConfig, OobConfig, RunConfig},
     audit::{AuditLog, Entry},
     bmc::{BootFlagEcho, BootTarget, Driver, Fallbacks, RetryPolicy},
     client::{self, DEFAULT_METRICS},
@@ -112,8 +112,8 @@ enum Command {
         #[arg(long, default_value = DEFAULT_METRICS)]
         metrics_addr: SocketAddr,
         /// Address serving the JSON API (/api/v1). Beyond loopback, every
-        /// call needs an identity (--api-token-file), or the agent refuses
-        /// to start.
+        /// call needs an identity (--api-token-file or --api-auth
+        /// kubernetes), or the agent refuses to start.
         #[arg(long, default_value_t = ApiConfig::default().addr)]
         api_addr: SocketAddr,
         /// Serve the JSON API over TLS (1.2 and 1.3) with this certificate
@@ -221,6 +221,15 @@ enum Command {
         /// it reads are open (on loopback only) and acting calls refused.
         #[arg(long, value_name = "FILE")]
         api_token_file: Option<PathBuf>,
+        /// How API callers are identified: `tokens`, by --api-token-file;
+        /// `kubernetes`, by the Kubernetes API server (in-cluster
+        /// configuration, else KUBECONFIG, with or without --kube): the
+        /// bearer token with a TokenReview, each call with a
+        /// SubjectAccessReview of its verb (read, power, bootdev, recover,
+        /// reprovision, netboot-done) on boothosts/api in group
+        /// pxe-agent.io, in --kube-namespace. Not with --api-token-file.
+        #[arg(long, value_enum, default_value_t = ApiAuthArg::Tokens)]
+        api_auth: ApiAuthArg,
         /// Audit log of every BMC call (JSON lines); default
         /// <state-dir>/audit.jsonl.
         #[arg(long, value_name = "FILE")]
@@ -505,6 +514,12 @@ enum DeviceArg {
     Http,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ApiAuthArg {
+    Tokens,
+    Kubernetes,
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum EchoArg {
     Full,
@@ -558,9 +573,34 @@ struct Select {
     bmc_boot_flag_echo: EchoArg,
 }
 
+impl Cli {
+    /// Parses `args`, refusing as clap does what its attributes cannot
+    /// say: `--api-auth kubernetes` with `--api-token-file`.
+    fn try_parse_checked<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let cli = Cli::try_parse_from(args)?;
+        if let Command::Run {
+            api_auth: ApiAuthArg::Kubernetes,
+            api_token_file: Some(_),
+            ..
+        } = &cli.command
+        {
+            return Err(<Cli as clap::CommandFactory>::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "the argument '--api-auth kubernetes' cannot be used with '--api-token-file \
+                 <FILE>'",
+            ));
+        }
+        Ok(cli)
+    }
+}
+
 fn main() -> ExitCode {
     app::limit_heap_arenas();
-    let cli = Cli::parse();
+    let cli = Cli::try_parse_checked(std::env::args_os()).unwrap_or_else(|e| e.exit());
     let format = match &cli.command {
         Command::Run { log_format, .. } => *log_format,
         _ => LogFormat::Text,
@@ -617,6 +657,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             max_awaiting,
             slow_path_rate_threshold,
             api_token_file,
+            api_auth,
             audit_log,
             bmc_boot_flag_echo,
             recovery_backoff_ms,
@@ -638,6 +679,12 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 None => host_name()?,
             };
             let peers = peers.config(kube_namespace.clone(), &node_name)?;
+            let auth = match api_auth {
+                ApiAuthArg::Tokens => ApiAuth::Tokens,
+                ApiAuthArg::Kubernetes => ApiAuth::Kubernetes {
+                    namespace: kube_namespace.clone(),
+                },
+            };
             let kube = kube.then(|| pxe_agent::kube::KubeSettings {
                 namespace: kube_namespace,
                 node_name: node_name.clone(),
@@ -659,6 +706,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                         .zip(api_tls_key)
                         .map(|(cert, key)| TlsFiles { cert, key }),
                     token_file: api_token_file,
+                    auth,
                 },
                 xdp_mode,
                 reload_interval: Duration::from_millis(reload_ms.max(10)),
@@ -1631,14 +1679,12 @@ fn import(from: ImportFrom) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser as _;
-
     use super::*;
 
     fn run_args(extra: &[&str]) -> Result<Cli, clap::Error> {
         let mut args = vec!["pxe-agent", "run", "--inventory", "hosts.yaml"];
         args.extend_from_slice(extra);
-        Cli::try_parse_from(args)
+        Cli::try_parse_checked(args)
     }
 
     /// The arguments the DaemonSet gives the agent's container, with the
@@ -1698,6 +1744,35 @@ mod tests {
         assert_eq!(
             neither.err().map(|e| e.kind()),
             Some(clap::error::ErrorKind::MissingRequiredArgument)
+        );
+    }
+
+    #[test]
+    fn kubernetes_api_auth_and_a_token_file_exclude_each_other() {
+        assert!(run_args(&["-i", "eth1", "--api-auth", "kubernetes"]).is_ok());
+        assert!(
+            run_args(&[
+                "-i",
+                "eth1",
+                "--api-auth",
+                "tokens",
+                "--api-token-file",
+                "t"
+            ])
+            .is_ok()
+        );
+        assert!(run_args(&["-i", "eth1", "--api-token-file", "t"]).is_ok());
+        let both = run_args(&[
+            "-i",
+            "eth1",
+            "--api-auth",
+            "kubernetes",
+            "--api-token-file",
+            "t",
+        ]);
+        assert_eq!(
+            both.err().map(|e| e.kind()),
+            Some(clap::error::ErrorKind::ArgumentConflict)
         );
     }
 }

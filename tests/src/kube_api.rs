@@ -22,7 +22,9 @@
 //!   writes to the main resource leave `status` alone; `metadata.generation`
 //!   is bumped when `spec` changes;
 //! - errors as `Status` bodies (`kind: Status`, `code`, `reason`), which is
-//!   how kube-rs parses them.
+//!   how kube-rs parses them;
+//! - TokenReviews against static tokens and SubjectAccessReviews judged by
+//!   the stored RBAC objects ([`review`]).
 //!
 //! One generic store holds every kind, keyed by API group, version,
 //! resource, namespace and name, so it serves the agent's CRDs, Metal3
@@ -33,15 +35,18 @@
 //! open watch, `POST /fake/compact` moves the compaction point to the
 //! current resourceVersion (the next watch from an older one gets 410),
 //! `POST /fake/fail-status?count=N` makes the next N writes to a `/status`
-//! subresource fail with 409, `GET /fake/log` returns the requests seen so
+//! subresource fail with 409, `POST /fake/tokens` replaces the static
+//! tokens with its body (kube-apiserver's `--token-auth-file` format:
+//! `token,user,uid,"group1,group2"` lines), `GET /fake/log` returns the requests seen so
 //! far, one JSON object a line (`method`, `path`, `query`, `content_type`,
 //! `user_agent`, `code`, `at_ms`). Bookmarks carry the resourceVersion of
 //! the last event the watch delivered.
 //!
 //! The server speaks plain HTTP/1.1 (kubeconfig `server: http://...`) with
-//! keep-alive; it is the binary `fake-kube-api` (`--listen ADDR`, and
+//! keep-alive; it is the binary `fake-kube-api` (`--listen ADDR`,
 //! `--objects NAMESPACE=FILE` to hold a YAML file's objects from the start,
-//! for an agent that lists them as it starts). [`FakeApi`] starts it in a
+//! for an agent that lists them as it starts, and `--token-auth-file FILE`
+//! for the static tokens). [`FakeApi`] starts it in a
 //! network namespace and talks to it with curl run in that namespace.
 
 use std::{
@@ -52,6 +57,8 @@ use std::{
 };
 
 use serde_json::{Map, Value, json};
+
+mod review;
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::{TcpListener, TcpStream},
@@ -83,6 +90,8 @@ struct Store {
     fail_status: u32,
     log: Vec<Value>,
     uid: u64,
+    /// Whom each static token authenticates.
+    tokens: Vec<review::StaticToken>,
 }
 
 /// The server's state, shared by its connections.
@@ -263,6 +272,17 @@ impl Server {
         }
     }
 
+    /// Replaces the static tokens (`token,user,uid,"group1,group2"`
+    /// lines, as kube-apiserver's `--token-auth-file`).
+    pub fn set_tokens(&self, csv: &str) {
+        self.lock().tokens = review::parse_token_file(csv).expect("a token file");
+    }
+
+    /// The requests seen so far, as `GET /fake/log` lists them.
+    pub fn requests(&self) -> Vec<Value> {
+        self.lock().log.clone()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -292,6 +312,17 @@ impl Server {
     fn route(&self, req: &Request) -> Reply {
         if let Some(control) = req.path.strip_prefix("/fake/") {
             return self.control(control, req);
+        }
+        if req.method == "POST" {
+            match req.path.as_str() {
+                "/apis/authentication.k8s.io/v1/tokenreviews" => {
+                    return review::token_review(&self.lock().tokens, &req.body);
+                }
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews" => {
+                    return review::access_review(&self.lock().objects, &req.body);
+                }
+                _ => {}
+            }
         }
         let Some(target) = parse_path(&req.path) else {
             return status(404, "NotFound", format!("no route {}", req.path));
@@ -352,6 +383,13 @@ impl Server {
                     .unwrap_or(1);
                 Reply::Json(200, json!({"fail_status": store.fail_status}))
             }
+            "tokens" => match review::parse_token_file(&String::from_utf8_lossy(&req.body)) {
+                Ok(tokens) => {
+                    store.tokens = tokens;
+                    Reply::Json(200, json!({"tokens": store.tokens.len()}))
+                }
+                Err(e) => status(400, "BadRequest", e),
+            },
             "log" => Reply::Json(200, Value::Array(store.log.clone())),
             _ => status(404, "NotFound", format!("no control {what}")),
         }
@@ -931,6 +969,12 @@ pub fn main_with_args(args: impl Iterator<Item = String>) {
                 let text = std::fs::read_to_string(file).expect("read --objects");
                 server.preload(ns, &text);
             }
+            // `--token-auth-file FILE`: kube-apiserver's static tokens.
+            "--token-auth-file" => {
+                let file = args.next().expect("--token-auth-file FILE");
+                let text = std::fs::read_to_string(file).expect("read --token-auth-file");
+                server.set_tokens(&text);
+            }
             other => panic!("unknown argument {other}"),
         }
     }
@@ -1159,6 +1203,21 @@ mod handle {
                 &format!("/fake/fail-status?count={count}"),
                 "",
                 None,
+            );
+        }
+
+        /// Replaces the static tokens: `token,user,uid,"group1,group2"`
+        /// lines, as kube-apiserver's `--token-auth-file`.
+        pub fn set_tokens(&self, csv: &str) {
+            let mut cmd = (self.lab_cmd)("curl");
+            cmd.args(["-sS", "-X", "POST", "--data-binary", csv])
+                .arg(format!("{}/fake/tokens", self.url()));
+            let out = cmd.output().expect("run curl");
+            assert!(
+                out.status.success() && String::from_utf8_lossy(&out.stdout).contains("tokens"),
+                "POST /fake/tokens: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
             );
         }
 

@@ -19,6 +19,8 @@ pub mod storm;
 #[cfg(test)]
 mod api_access;
 #[cfg(test)]
+mod api_kube_auth;
+#[cfg(test)]
 mod api_tls;
 #[cfg(test)]
 mod bmc;

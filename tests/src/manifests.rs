@@ -102,7 +102,7 @@ fn built_name(dir: &Path) -> String {
 /// Runs kubernetes-validate on `file`; returns its problems (errors, and
 /// warnings other than "no schema" for the kinds `check_crds.py` checks)
 /// and the number of resources it passed.
-fn validate(file: &Path) -> (Vec<String>, usize) {
+pub(crate) fn validate(file: &Path) -> (Vec<String>, usize) {
     let out = run(Command::new(python_bin("kubernetes-validate"))
         .args(["--strict", "-k", KUBERNETES])
         .arg(file));

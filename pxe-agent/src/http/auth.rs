@@ -90,12 +90,7 @@ impl Tokens {
     /// on the lengths, so the answer's timing says nothing of which prefix
     /// matched.
     pub fn caller(&self, headers: &HeaderMap) -> Option<&str> {
-        // The scheme is case-insensitive (RFC 9110 section 11.1).
-        let value = headers.get(AUTHORIZATION)?.as_bytes();
-        let (scheme, presented) = value.split_at_checked(7)?;
-        if !scheme.eq_ignore_ascii_case(b"bearer ") {
-            return None;
-        }
+        let presented = bearer(headers)?;
         let mut found = None;
         for (name, secret) in &self.0 {
             if constant_time_eq(&secret.0, presented) && found.is_none() {
@@ -104,6 +99,14 @@ impl Tokens {
         }
         found
     }
+}
+
+/// The token of `Authorization: Bearer <token>`, if that is the header.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
+    // The scheme is case-insensitive (RFC 9110 section 11.1).
+    let value = headers.get(AUTHORIZATION)?.as_bytes();
+    let (scheme, presented) = value.split_at_checked(7)?;
+    scheme.eq_ignore_ascii_case(b"bearer ").then_some(presented)
 }
 
 /// Equality of two byte strings in time independent of where they differ.

@@ -24,10 +24,13 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use crate::http::auth::Tokens;
+use crate::http::{
+    auth::{Tokens, bearer},
+    kube_auth::Reviewer,
+};
 
 /// What a call does, as authorization sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Verb {
     /// Any `GET`: hosts, leases, discovered clients, peers, the audit log,
     /// a host's BMC information, a live trace.
@@ -54,7 +57,7 @@ impl Verb {
 }
 
 /// A call's verb and the host it is about, if one.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Access {
     pub verb: Verb,
     pub host: Option<String>,
@@ -113,6 +116,9 @@ pub enum Identities {
     None,
     /// Bearer tokens from `--api-token-file`; a token may do everything.
     Tokens(Tokens),
+    /// `--api-auth kubernetes`: the API server reviews the bearer token
+    /// and whether its user may do the call.
+    Kubernetes(Box<Reviewer>),
 }
 
 impl Identities {
@@ -121,7 +127,7 @@ impl Identities {
     }
 
     /// The caller presenting `headers`, allowed to do `access`.
-    async fn check(&self, headers: &HeaderMap, _access: &Access) -> Result<Caller, Refusal> {
+    async fn check(&self, headers: &HeaderMap, access: &Access) -> Result<Caller, Refusal> {
         match self {
             Identities::None => Err(Refusal::NoIdentities),
             Identities::Tokens(tokens) => {
@@ -134,6 +140,14 @@ impl Identities {
                     name: name.to_string(),
                     groups: Vec::new(),
                 })
+            }
+            Identities::Kubernetes(reviewer) => {
+                let token = bearer(headers).ok_or(if bearer_present(headers) {
+                    Refusal::Invalid
+                } else {
+                    Refusal::Missing
+                })?;
+                reviewer.check(token, access).await
             }
         }
     }
@@ -199,7 +213,7 @@ impl IntoResponse for Refusal {
             Refusal::NoIdentities => (
                 StatusCode::FORBIDDEN,
                 "this call needs an identity, and the agent has no way to check one: start it \
-                 with --api-token-file FILE\n",
+                 with --api-token-file FILE or --api-auth kubernetes\n",
             )
                 .into_response(),
             Refusal::Missing | Refusal::Invalid => (
@@ -388,7 +402,7 @@ pub enum GateError {
     #[error(
         "the API would listen on {addr}, beyond loopback, with no way to identify callers: \
          anyone who reaches it could read every host and act on them. Start the agent with \
-         --api-token-file FILE, or keep the API on loopback (--api-addr 127.0.0.1:9465)"
+         --api-token-file FILE or --api-auth kubernetes, or keep the API on loopback (--api-addr 127.0.0.1:9465)"
     )]
     OpenBeyondLoopback { addr: SocketAddr },
 }

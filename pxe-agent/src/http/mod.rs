@@ -10,6 +10,7 @@ pub mod auth;
 pub mod boot;
 pub mod gate;
 pub mod grub;
+pub mod kube_auth;
 pub mod limit;
 pub mod plan;
 pub mod script;

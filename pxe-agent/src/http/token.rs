@@ -195,7 +195,7 @@ impl TokenKey {
 }
 
 /// `getrandom(2)`, looping over short reads.
-fn fill_random(buf: &mut [u8]) -> std::io::Result<()> {
+pub(crate) fn fill_random(buf: &mut [u8]) -> std::io::Result<()> {
     let mut at = 0;
     while at < buf.len() {
         let rest = &mut buf[at..];

@@ -207,6 +207,19 @@ pub struct Source {
     label: PathBuf,
 }
 
+/// A client of the in-cluster configuration, else `KUBECONFIG`'s, and the
+/// agent's namespace: `namespace` (`--kube-namespace`) when given, else
+/// the service account's or the kubeconfig context's.
+pub async fn connect(namespace: Option<String>) -> anyhow::Result<(Client, String)> {
+    let config = kube::Config::infer().await.map_err(|e| {
+        anyhow::anyhow!("no Kubernetes configuration (in-cluster or KUBECONFIG): {e}")
+    })?;
+    let namespace = namespace.unwrap_or_else(|| config.default_namespace.clone());
+    let client = Client::try_from(config)
+        .map_err(|e| anyhow::anyhow!("failed to build the Kubernetes client: {e}"))?;
+    Ok((client, namespace))
+}
+
 impl Source {
     /// Connects (in-cluster config, else `KUBECONFIG`), starts the watches
     /// and waits for the first list of every kind; the inventory they make.
@@ -214,15 +227,7 @@ impl Source {
         settings: KubeSettings,
         prepare: Prepare,
     ) -> anyhow::Result<(Source, Prepared)> {
-        let config = kube::Config::infer().await.map_err(|e| {
-            anyhow::anyhow!("no Kubernetes configuration (in-cluster or KUBECONFIG): {e}")
-        })?;
-        let namespace = settings
-            .namespace
-            .clone()
-            .unwrap_or_else(|| config.default_namespace.clone());
-        let client = Client::try_from(config)
-            .map_err(|e| anyhow::anyhow!("failed to build the Kubernetes client: {e}"))?;
+        let (client, namespace) = connect(settings.namespace.clone()).await?;
         let mut kinds = vec![Kind::BootNetwork, Kind::BootProfile, Kind::BootHost];
         if settings.metal3_selector.is_some() {
             kinds.push(Kind::BareMetalHost);
