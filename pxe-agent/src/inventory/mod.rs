@@ -18,6 +18,7 @@ mod option;
 mod patch;
 mod raw;
 mod rule;
+mod stream;
 mod validate;
 
 use std::{
@@ -548,6 +549,9 @@ impl Inventory {
         text: &str,
         secrets: &dyn oob::SecretSource,
     ) -> Result<Inventory, LoadError> {
+        if let Some(parsed) = stream::parse(path, text, secrets) {
+            return parsed;
+        }
         let raw: raw::RawInventory = serde_norway::from_str(text).map_err(|e| {
             let mut message = e.to_string();
             // Inside [...] and {...} YAML reads an unquoted `{server}` as a
