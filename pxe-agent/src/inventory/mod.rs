@@ -524,7 +524,7 @@ impl Inventory {
     /// Whether `document` has the file format's shape (keys and types),
     /// without validating values: the parser's message when it has not.
     pub fn check_shape(document: &serde_norway::Value) -> Result<(), String> {
-        serde_norway::from_value::<raw::RawInventory>(document.clone())
+        <raw::RawInventory as serde::Deserialize>::deserialize(document)
             .map(drop)
             .map_err(|e| e.to_string())
     }
