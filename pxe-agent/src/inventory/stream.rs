@@ -29,7 +29,10 @@ pub(super) fn parse(
     let cut = patch::cut(text)?;
     let frame: RawInventory = serde_norway::from_str(&cut.with_entries(&[])).ok()?;
     let batches = cut.entries.chunks(BATCH).map(|entries| {
-        let (start, end) = (entries.first().map_or(0, |e| e.0), entries.last().map_or(0, |e| e.1));
+        let (start, end) = (
+            entries.first().map_or(0, |e| e.0),
+            entries.last().map_or(0, |e| e.1),
+        );
         serde_norway::from_str::<Vec<RawHost>>(&text[start..end])
             .ok()
             // Each entry is one host: anything else is not what was cut.

@@ -158,8 +158,14 @@ impl Agent {
                 let api = FakeApi::start(api, lab, &objects_file)?;
                 let kubeconfig = dir.join("kubeconfig");
                 write(&kubeconfig, &api.kubeconfig())?;
-                cmd.args(["--kube", "--kube-namespace", KUBE_NS, "--node-name", "bench"])
-                    .env("KUBECONFIG", &kubeconfig);
+                cmd.args([
+                    "--kube",
+                    "--kube-namespace",
+                    KUBE_NS,
+                    "--node-name",
+                    "bench",
+                ])
+                .env("KUBECONFIG", &kubeconfig);
                 Some(api)
             }
         };
@@ -427,7 +433,11 @@ impl FakeApi {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit()),
         )?;
-        let stdout = guard.0.stdout.take().context("no stdout of fake-kube-api")?;
+        let stdout = guard
+            .0
+            .stdout
+            .take()
+            .context("no stdout of fake-kube-api")?;
         let mut line = String::new();
         std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
             .context("failed to read the port of fake-kube-api")?;

@@ -7,7 +7,7 @@
 
 use std::{fmt::Write as _, time::Duration};
 
-use super::{Inventory, super::dhcp::report::thousands, agent::Reload};
+use super::{super::dhcp::report::thousands, Inventory, agent::Reload};
 
 /// One inventory source and size's numbers.
 #[derive(Clone, Debug)]
@@ -111,7 +111,9 @@ pub fn markdown(info: &RunInfo, rows: &[Row]) -> String {
                     mib(n.whole.peak_kib * 1024),
                     mib(n.memlock),
                     reload(&n.one_host),
-                    n.add_hosts.as_ref().map_or_else(|| "n/a".to_owned(), reload),
+                    n.add_hosts
+                        .as_ref()
+                        .map_or_else(|| "n/a".to_owned(), reload),
                     reload(&n.whole),
                 );
             }
