@@ -2,7 +2,8 @@
 //! reload test at fleet scale: one subnet, one profile with every boot
 //! class, and hosts whose MAC, address, host name and one extra option
 //! derive from their index, so any two inventories of the same size agree
-//! host for host.
+//! host for host; as an inventory file, or as the BootNetwork, BootProfile
+//! and BootHost objects the Kubernetes source reads.
 //!
 //! Owns the fleet's address plan; starting agents on it belongs to the bench
 //! and the tests.
@@ -18,6 +19,8 @@ pub const FLEET_SUBNET: &str = "10.64.0.0/12";
 const FIRST_HOST: Ipv4Addr = Ipv4Addr::new(10, 68, 0, 1);
 /// Hosts the address plan holds: up to 10.79.255.254.
 pub const MAX_FLEET: usize = (0x0a4f_fffe - 0x0a44_0001) + 1;
+/// The subnet's lease time, seconds; [`fleet_inventory_leasing`] changes it.
+pub const FLEET_LEASE_TIME: u32 = 3600;
 /// The site-specific option every host carries (RFC 2132 section 2: 224 to
 /// 254 are for local use), with a short text of its own.
 pub const FLEET_OPTION: u8 = 224;
@@ -41,7 +44,17 @@ pub fn fleet_ip(index: usize) -> Ipv4Addr {
 /// # Panics
 /// If `hosts + extra` exceeds [`MAX_FLEET`].
 pub fn fleet_inventory(hosts: usize, extra: usize) -> String {
-    render(hosts + extra, None)
+    render(hosts + extra, None, FLEET_LEASE_TIME)
+}
+
+/// `fleet_inventory(hosts, 0)` with the subnet's lease time set to
+/// `lease_time`: every host's replies change, and the text outside the
+/// host list with them, so a reload to it parses the whole file.
+///
+/// # Panics
+/// If `hosts` exceeds [`MAX_FLEET`].
+pub fn fleet_inventory_leasing(hosts: usize, lease_time: u32) -> String {
+    render(hosts, None, lease_time)
 }
 
 /// `fleet_inventory(hosts, 0)` with host `changed`'s extra option given
@@ -54,17 +67,17 @@ pub fn fleet_inventory_changed(hosts: usize, changed: usize) -> String {
         changed < hosts,
         "host {changed} is not in a fleet of {hosts}"
     );
-    render(hosts, Some(changed))
+    render(hosts, Some(changed), FLEET_LEASE_TIME)
 }
 
-fn render(count: usize, changed: Option<usize>) -> String {
+fn render(count: usize, changed: Option<usize>, lease_time: u32) -> String {
     assert!(
         count <= MAX_FLEET,
         "{count} hosts exceed the fleet's address plan ({MAX_FLEET})"
     );
     let mut yaml = format!(
         "subnets:\n  - cidr: {FLEET_SUBNET}\n    router: 10.66.0.1\n    dns: [10.66.0.1]\n    \
-         domain: fleet.example\n    lease_time: 3600\n\
+         domain: fleet.example\n    lease_time: {lease_time}\n\
          profiles:\n  - name: fleet\n    boot:\n      bios: undionly.kpxe\n      uefi: ipxe.efi\n      \
          uefi_arm64: ipxe-arm64.efi\n      http: \"http://{{server}}:8080/ipxe.efi\"\n\
          hosts:\n"
@@ -73,16 +86,71 @@ fn render(count: usize, changed: Option<usize>) -> String {
     yaml.reserve(count * 112);
     for i in 0..count {
         let [_, _, a, b, c, d] = fleet_mac(i);
-        let tag = if changed == Some(i) { "moved" } else { "rack" };
         let _ = writeln!(
             yaml,
             "  - {{mac: \"02:fe:{a:02x}:{b:02x}:{c:02x}:{d:02x}\", ip: {ip}, hostname: node-{i}, \
-             profile: fleet, options: {{{FLEET_OPTION}: \"{tag}-{rack}/{i}\"}}}}",
+             profile: fleet, options: {{{FLEET_OPTION}: \"{tag}\"}}}}",
             ip = fleet_ip(i),
-            rack = i / 40,
+            tag = fleet_option_text(i, changed == Some(i)),
         );
     }
     yaml
+}
+
+/// The BootHost named after fleet host `index`.
+pub fn fleet_host_name(index: usize) -> String {
+    format!("node-{index}")
+}
+
+/// [`fleet_inventory`]`(hosts, 0)` as Kubernetes objects, YAML documents
+/// separated by `---`: a BootNetwork `fleet` (the subnet), a BootProfile
+/// `fleet` and a BootHost per host named [`fleet_host_name`].
+///
+/// # Panics
+/// If `hosts` exceeds [`MAX_FLEET`].
+pub fn fleet_objects(hosts: usize) -> String {
+    assert!(
+        hosts <= MAX_FLEET,
+        "{hosts} hosts exceed the fleet's address plan ({MAX_FLEET})"
+    );
+    let mut yaml = format!(
+        "apiVersion: pxe-agent.io/v1alpha1\nkind: BootNetwork\nmetadata: {{name: fleet}}\n\
+         spec:\n  subnets:\n    - {}\n\
+         ---\napiVersion: pxe-agent.io/v1alpha1\nkind: BootProfile\nmetadata: {{name: fleet}}\n\
+         spec:\n  boot: {{bios: undionly.kpxe, uefi: ipxe.efi, uefiArm64: ipxe-arm64.efi, \
+         http: \"http://{{server}}:8080/ipxe.efi\"}}\n",
+        fleet_subnet_object(FLEET_LEASE_TIME)
+    );
+    // About 260 bytes a host.
+    yaml.reserve(hosts * 264);
+    for i in 0..hosts {
+        let [_, _, a, b, c, d] = fleet_mac(i);
+        let _ = writeln!(
+            yaml,
+            "---\napiVersion: pxe-agent.io/v1alpha1\nkind: BootHost\nmetadata: {{name: {name}}}\n\
+             spec: {{mac: \"02:fe:{a:02x}:{b:02x}:{c:02x}:{d:02x}\", ip: {ip}, hostname: {name}, \
+             profile: fleet, options: {{\"{FLEET_OPTION}\": \"{tag}\"}}}}",
+            name = fleet_host_name(i),
+            ip = fleet_ip(i),
+            tag = fleet_option_text(i, false),
+        );
+    }
+    yaml
+}
+
+/// The BootNetwork's one subnet with `lease_time`, as JSON (which YAML
+/// reads as a flow mapping): the objects' text and a patch's.
+pub fn fleet_subnet_object(lease_time: u32) -> String {
+    format!(
+        r#"{{"cidr":"{FLEET_SUBNET}","router":"10.66.0.1","dns":["10.66.0.1"],"domain":"fleet.example","leaseTime":{lease_time}}}"#
+    )
+}
+
+/// Host `index`'s option 224 text; `changed`: the value
+/// [`fleet_inventory_changed`] gives it.
+pub fn fleet_option_text(index: usize, changed: bool) -> String {
+    let tag = if changed { "moved" } else { "rack" };
+    format!("{tag}-{}/{index}", index / 40)
 }
 
 #[cfg(test)]
@@ -110,6 +178,20 @@ mod tests {
         assert_eq!(diff.len(), 1, "{diff:?}");
         assert!(diff[0].0.contains("224: \"rack-0/1\""));
         assert!(diff[0].1.contains("224: \"moved-0/1\""));
+    }
+
+    #[test]
+    fn objects_hold_the_same_hosts_as_the_file() {
+        let objects = fleet_objects(3);
+        assert_eq!(objects.matches("kind: BootHost\n").count(), 3);
+        assert!(objects.contains(
+            "spec: {mac: \"02:fe:00:00:00:02\", ip: 10.68.0.3, hostname: node-2, profile: fleet, \
+             options: {\"224\": \"rack-0/2\"}}"
+        ));
+        assert!(objects.contains(r#""leaseTime":3600}"#), "{objects}");
+        let leasing = fleet_inventory_leasing(3, 600);
+        assert!(leasing.contains("lease_time: 600\n"), "{leasing}");
+        assert_eq!(leasing.replace("600", "3600"), fleet_inventory(3, 0));
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod option;
 mod patch;
 mod raw;
 mod rule;
+mod stream;
 mod validate;
 
 use std::{
@@ -523,7 +524,7 @@ impl Inventory {
     /// Whether `document` has the file format's shape (keys and types),
     /// without validating values: the parser's message when it has not.
     pub fn check_shape(document: &serde_norway::Value) -> Result<(), String> {
-        serde_norway::from_value::<raw::RawInventory>(document.clone())
+        <raw::RawInventory as serde::Deserialize>::deserialize(document)
             .map(drop)
             .map_err(|e| e.to_string())
     }
@@ -548,6 +549,9 @@ impl Inventory {
         text: &str,
         secrets: &dyn oob::SecretSource,
     ) -> Result<Inventory, LoadError> {
+        if let Some(parsed) = stream::parse(path, text, secrets) {
+            return parsed;
+        }
         let raw: raw::RawInventory = serde_norway::from_str(text).map_err(|e| {
             let mut message = e.to_string();
             // Inside [...] and {...} YAML reads an unquoted `{server}` as a

@@ -29,12 +29,12 @@ pub struct Layout {
 }
 
 /// The byte ranges of a file's host list and of its entries.
-struct Cut<'a> {
+pub(super) struct Cut<'a> {
     text: &'a str,
     /// Where the entries start and end (the lines after `hosts:`).
     list: (usize, usize),
     /// Each entry's range, in order, covering `list`.
-    entries: Vec<(usize, usize)>,
+    pub entries: Vec<(usize, usize)>,
 }
 
 impl Cut<'_> {
@@ -57,7 +57,7 @@ impl Cut<'_> {
     }
 
     /// The file with only the entries `which` (ascending) in its host list.
-    fn with_entries(&self, which: &[usize]) -> String {
+    pub fn with_entries(&self, which: &[usize]) -> String {
         let (head, tail) = (&self.text[..self.list.0], &self.text[self.list.1..]);
         let body: usize = which
             .iter()
@@ -81,7 +81,7 @@ impl Cut<'_> {
 /// Cuts `text` into its host entries, or `None` when the host list is not a
 /// plain block sequence under a top-level `hosts:` whose entries the cut can
 /// tell apart by their lines alone.
-fn cut(text: &str) -> Option<Cut<'_>> {
+pub(super) fn cut(text: &str) -> Option<Cut<'_>> {
     let bytes = text.as_bytes();
     if memchr::memchr(b'\t', bytes).is_some()
         || memchr::memmem::find(bytes, b"\n---").is_some()

@@ -41,36 +41,56 @@ const MAX_CLASS_LEN: usize = 255;
 /// Checks `raw` and builds the inventory, or returns every problem found.
 /// Passwords named by `bmc` blocks are read through `secrets`.
 pub(super) fn validate(
-    raw: RawInventory,
+    mut raw: RawInventory,
     secrets: &mut Secrets<'_>,
 ) -> Result<Inventory, Vec<Problem>> {
+    let hosts = std::mem::take(&mut raw.hosts);
+    let expected = hosts.len();
+    let batches = std::iter::once(Ok::<_, std::convert::Infallible>(hosts));
+    match validate_in_batches(&raw, batches, expected, secrets) {
+        Ok(checked) => checked,
+        Err(never) => match never {},
+    }
+}
+
+/// [`validate`] of a file whose host list comes in batches, in file order,
+/// after the rest of it (`frame`, whose own `hosts` are not read): each
+/// batch is checked and dropped before the next is asked for, so the
+/// entries as written never all exist at once. The problems are those of
+/// [`validate`] on the whole file, in the same order. `expected` sizes the
+/// tables of the hosts' MACs and addresses. A batch that cannot be read
+/// ends the check with its error.
+pub(super) fn validate_in_batches<E>(
+    frame: &RawInventory,
+    batches: impl IntoIterator<Item = Result<Vec<RawHost>, E>>,
+    expected: usize,
+    secrets: &mut Secrets<'_>,
+) -> Result<Result<Inventory, Vec<Problem>>, E> {
     let mut problems = Vec::new();
-    let subnets = subnets(&raw.subnets, &mut problems);
-    let profiles = profiles(&raw.profiles, &mut problems);
-    let hosts = hosts(
-        &raw.hosts,
-        &subnets,
-        (&raw.profiles, &profiles),
-        secrets,
-        &mut problems,
-    );
+    let subnets = subnets(&frame.subnets, &mut problems);
+    let profiles = profiles(&frame.profiles, &mut problems);
+    let mut check = HostCheck::new(&subnets, (&frame.profiles, &profiles), expected);
+    for batch in batches {
+        check.batch(batch?, secrets, &mut problems);
+    }
+    let hosts = check.finish();
     let discovery = discovery(
-        raw.discovery.as_ref(),
-        &raw.subnets,
+        frame.discovery.as_ref(),
+        &frame.subnets,
         &profiles,
         &mut problems,
     );
-    let ipxe = ipxe(raw.ipxe.as_ref(), &mut problems);
+    let ipxe = ipxe(frame.ipxe.as_ref(), &mut problems);
     if !problems.is_empty() {
-        return Err(problems);
+        return Ok(Err(problems));
     }
     // Every `None` below was recorded as a problem, so none is left here and
     // the host indices into `subnets` stay valid after flattening. The hosts
     // go into a vector of exactly their number: collected from a flatten,
     // which cannot tell its length, they would get up to twice that.
     let mut kept = Vec::with_capacity(hosts.len());
-    kept.extend(hosts.into_iter().flatten().map(Arc::new));
-    Ok(Inventory {
+    kept.extend(hosts.into_iter().flatten());
+    Ok(Ok(Inventory {
         subnets: subnets.into_iter().flatten().collect(),
         profiles,
         hosts: kept,
@@ -79,7 +99,7 @@ pub(super) fn validate(
         served: Vec::new(),
         provisioned: Default::default(),
         index: Default::default(),
-    })
+    }))
 }
 
 /// One entry per raw subnet, `None` where the CIDR is unusable. A subnet
@@ -651,60 +671,107 @@ fn too_long(text: &str, limit: usize, container: &str) -> Option<String> {
     ))
 }
 
-/// One entry per raw host, `None` where the host has any problem.
-/// `profiles` as written (for their `bmc` and `recovery` defaults) and as
-/// checked, one entry each.
-fn hosts(
-    raw: &[RawHost],
-    subnets: &[Option<Subnet>],
-    (raw_profiles, profiles): (&[RawProfile], &[Profile]),
-    secrets: &mut Secrets<'_>,
-    problems: &mut Vec<Problem>,
-) -> Vec<Option<Host>> {
-    let macs: Vec<Option<MacAddr>> = raw
-        .iter()
-        .map(|h| written_macs(h).first()?.parse().ok())
-        .collect();
-    // Made when a problem names the host, not ahead for every host.
-    let label = |index: usize| match (macs[index], raw[index].hostname.as_deref()) {
-        (Some(mac), Some(name)) => format!("{} ({mac})", name.escape_debug()),
-        (Some(mac), None) => mac.to_string(),
-        (None, Some(name)) => format!("{} (hosts[{index}])", name.escape_debug()),
-        (None, None) => format!("hosts[{index}]"),
-    };
-    // For duplicate MACs, where the label cannot tell the hosts apart.
-    let by_position = |index: usize| match raw[index].hostname.as_deref().map(str::escape_debug) {
-        Some(name) => format!("hosts[{index}] ({name})"),
-        None => format!("hosts[{index}]"),
-    };
+/// The host entries' check, fed in file order one batch at a time: each
+/// entry is checked against the MACs and addresses of the entries before
+/// it, and becomes a host (`None` where it has any problem). Only what a
+/// later entry's message may name of an earlier one is kept per entry: its
+/// first MAC and its hostname as written.
+struct HostCheck<'a> {
+    subnets: &'a [Option<Subnet>],
+    /// The profiles as written (for their `bmc` and `recovery` defaults)
+    /// and as checked, one entry each.
+    raw_profiles: &'a [RawProfile],
+    profiles: &'a [Profile],
+    /// Per entry so far: its first MAC, if it parses, and its hostname.
+    names: Vec<(Option<MacAddr>, Option<Box<str>>)>,
+    mac_owner: HashMap<MacAddr, usize>,
+    ip_owner: HashMap<Ipv4Addr, usize>,
+    hosts: Vec<Option<Arc<Host>>>,
+}
 
-    let mut mac_owner: HashMap<MacAddr, usize> = HashMap::with_capacity(raw.len());
-    let mut ip_owner: HashMap<Ipv4Addr, usize> = HashMap::with_capacity(raw.len());
-    let mut out = Vec::with_capacity(raw.len());
-    for (index, entry) in raw.iter().enumerate() {
+impl<'a> HostCheck<'a> {
+    fn new(
+        subnets: &'a [Option<Subnet>],
+        (raw_profiles, profiles): (&'a [RawProfile], &'a [Profile]),
+        expected: usize,
+    ) -> HostCheck<'a> {
+        HostCheck {
+            subnets,
+            raw_profiles,
+            profiles,
+            names: Vec::with_capacity(expected),
+            mac_owner: HashMap::with_capacity(expected),
+            ip_owner: HashMap::with_capacity(expected),
+            hosts: Vec::with_capacity(expected),
+        }
+    }
+
+    /// How messages name entry `index`. Made when a problem names the
+    /// host, not ahead for every host.
+    fn label(&self, index: usize) -> String {
+        match &self.names[index] {
+            (Some(mac), Some(name)) => format!("{} ({mac})", name.escape_debug()),
+            (Some(mac), None) => mac.to_string(),
+            (None, Some(name)) => format!("{} (hosts[{index}])", name.escape_debug()),
+            (None, None) => format!("hosts[{index}]"),
+        }
+    }
+
+    /// For duplicate MACs, where the label cannot tell the hosts apart.
+    fn by_position(&self, index: usize) -> String {
+        match self.names[index].1.as_deref().map(str::escape_debug) {
+            Some(name) => format!("hosts[{index}] ({name})"),
+            None => format!("hosts[{index}]"),
+        }
+    }
+
+    /// Checks the next entries of the list.
+    fn batch(
+        &mut self,
+        entries: Vec<RawHost>,
+        secrets: &mut Secrets<'_>,
+        problems: &mut Vec<Problem>,
+    ) {
+        for entry in entries {
+            let host = self.entry(&entry, secrets, problems);
+            self.hosts.push(host.map(Arc::new));
+        }
+    }
+
+    fn entry(
+        &mut self,
+        entry: &RawHost,
+        secrets: &mut Secrets<'_>,
+        problems: &mut Vec<Problem>,
+    ) -> Option<Host> {
+        let index = self.names.len();
+        self.names.push((
+            written_macs(entry).first().and_then(|m| m.parse().ok()),
+            entry.hostname.as_deref().map(Box::from),
+        ));
+        let this = &*self;
         let before = problems.len();
+        let mut found = Vec::new();
         let mut report = |field: &str, message: String| {
-            problems.push(Problem::new(Some(label(index)), field, message))
+            problems.push(Problem::new(Some(this.label(index)), field, message));
         };
 
         let ports = host_macs(entry, &mut report);
         for (at, &mac) in ports.iter().enumerate() {
             let field = port_field(entry, at);
-            match mac_owner.get(&mac) {
-                Some(&first) if first == index => {
-                    report(&field, format!("{mac} is listed twice in this host's macs"));
-                }
+            match this.mac_owner.get(&mac) {
                 Some(&first) => report(
                     &field,
                     format!(
                         "{mac} is used by both {} and {}",
-                        by_position(first),
-                        by_position(index)
+                        this.by_position(first),
+                        this.by_position(index)
                     ),
                 ),
-                None => {
-                    mac_owner.insert(mac, index);
+                None if found.contains(&mac) => {
+                    report(&field, format!("{mac} is listed twice in this host's macs"));
                 }
+                None => found.push(mac),
             }
         }
         let mac = ports.first().copied();
@@ -729,7 +796,8 @@ fn hosts(
             }
         };
         let subnet = ip.and_then(|ip| {
-            let found = subnets
+            let found = this
+                .subnets
                 .iter()
                 .enumerate()
                 .find_map(|(at, s)| s.as_ref().filter(|s| s.contains(ip)).map(|s| (at, s)));
@@ -753,27 +821,28 @@ fn hosts(
             }
             Some(at)
         });
+        let mut owns_ip = false;
         if let Some(ip) = ip {
-            if let Some(&first) = ip_owner.get(&ip) {
+            if let Some(&first) = this.ip_owner.get(&ip) {
                 report(
                     "ip",
-                    format!("{ip} is already assigned to {}", label(first)),
+                    format!("{ip} is already assigned to {}", this.label(first)),
                 );
             } else {
-                ip_owner.insert(ip, index);
+                owns_ip = true;
             }
         }
 
-        let profile = profiles.iter().position(|p| p.name == entry.profile);
+        let profile = this.profiles.iter().position(|p| p.name == entry.profile);
         if profile.is_none() {
-            report("profile", unknown_profile(&entry.profile, profiles));
+            report("profile", unknown_profile(&entry.profile, this.profiles));
         }
 
         let options = options(&entry.options, &mut |key, message| {
             report(&format!("options.{key}"), message)
         });
 
-        let defaults = profile.and_then(|at| raw_profiles.get(at));
+        let defaults = profile.and_then(|at| this.raw_profiles.get(at));
         let bmc = oob::bmc(
             defaults.and_then(|p| p.bmc.as_ref()),
             entry.bmc.as_deref(),
@@ -803,7 +872,15 @@ fn hosts(
             );
         }
 
-        let host = match (mac, ip, subnet, profile) {
+        // Taken once this entry's messages are made (they borrow the
+        // tables); a MAC it lists twice was caught in `found`.
+        for mac in found {
+            self.mac_owner.insert(mac, index);
+        }
+        if let (Some(ip), true) = (ip, owns_ip) {
+            self.ip_owner.insert(ip, index);
+        }
+        match (mac, ip, subnet, profile) {
             (Some(mac), Some(ip), Some(subnet), Some(profile)) if problems.len() == before => {
                 Some(Host {
                     mac,
@@ -821,10 +898,13 @@ fn hosts(
                 })
             }
             _ => None,
-        };
-        out.push(host);
+        }
     }
-    out
+
+    /// One entry per entry checked, `None` where it has any problem.
+    fn finish(self) -> Vec<Option<Arc<Host>>> {
+        self.hosts
+    }
 }
 
 /// The MACs a host entry writes, `mac` or `macs`, as text.

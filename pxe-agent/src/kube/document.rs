@@ -52,18 +52,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// The `credentialsName`s the objects refer to.
     pub fn secret_names(&self) -> BTreeSet<String> {
-        let bmc_name =
-            |o: &Value, path: &str| o.pointer(path).and_then(Value::as_str).map(str::to_owned);
-        self.hosts
-            .values()
-            .chain(self.profiles.values())
-            .filter_map(|o| bmc_name(o, "/spec/bmc/credentialsName"))
-            .chain(
-                self.bare_metal
-                    .values()
-                    .filter_map(|o| bmc_name(o, "/spec/bmc/credentialsName")),
-            )
-            .collect()
+        secret_names(&self.hosts, &self.profiles, &self.bare_metal)
     }
 
     /// Networks first, then profiles, BootHosts and BareMetalHosts, each
@@ -80,6 +69,26 @@ impl Snapshot {
         }
         out
     }
+}
+
+/// The `credentialsName`s of these BootHosts, BootProfiles and
+/// BareMetalHosts.
+pub fn secret_names(
+    hosts: &BTreeMap<String, Value>,
+    profiles: &BTreeMap<String, Value>,
+    bare_metal: &BTreeMap<String, Value>,
+) -> BTreeSet<String> {
+    let bmc_name = |o: &Value| {
+        o.pointer("/spec/bmc/credentialsName")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    hosts
+        .values()
+        .chain(profiles.values())
+        .chain(bare_metal.values())
+        .filter_map(bmc_name)
+        .collect()
 }
 
 /// What a rebuild found.

@@ -319,7 +319,16 @@ impl Source {
         let Some(store) = self.stores.get_mut(&kind) else {
             return false;
         };
-        let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
+        let value = |o: &DynamicObject| {
+            let mut value = serde_json::to_value(o).unwrap_or(Value::Null);
+            // The field managers' record is most of a real object's size
+            // and nothing here reads it: 100,000 BootHosts would hold it
+            // in memory for nothing.
+            if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("managedFields");
+            }
+            value
+        };
         match event {
             watcher::Event::Init => {
                 store.listing = Some(BTreeMap::new());
@@ -354,6 +363,17 @@ impl Source {
                 .and_then(|name| store.objects.remove(&name))
                 .is_some(),
         }
+    }
+
+    /// The Secrets the objects name (`Snapshot::secret_names`).
+    fn snapshot_names(&self) -> BTreeSet<String> {
+        let of = |kind| self.stores.get(&kind).map(|s| &s.objects);
+        let empty = BTreeMap::new();
+        document::secret_names(
+            of(Kind::BootHost).unwrap_or(&empty),
+            of(Kind::BootProfile).unwrap_or(&empty),
+            of(Kind::BareMetalHost).unwrap_or(&empty),
+        )
     }
 
     /// Reads the Secrets the objects name (again after [`SECRET_TTL`], and
@@ -396,19 +416,22 @@ impl Source {
         }
     }
 
-    fn snapshot(&self) -> Snapshot {
-        let of = |kind| {
+    /// Everything a rebuild reads, the objects taken out of the stores
+    /// (not copied: at fleet size they are most of the source's memory);
+    /// [`Source::restore`] puts them back.
+    fn snapshot(&mut self) -> Snapshot {
+        let mut take = |kind| {
             self.stores
-                .get(&kind)
-                .map(|s| s.objects.clone())
+                .get_mut(&kind)
+                .map(|s| std::mem::take(&mut s.objects))
                 .unwrap_or_default()
         };
         Snapshot {
             namespace: self.namespace.clone(),
-            hosts: of(Kind::BootHost),
-            profiles: of(Kind::BootProfile),
-            networks: of(Kind::BootNetwork),
-            bare_metal: of(Kind::BareMetalHost),
+            hosts: take(Kind::BootHost),
+            profiles: take(Kind::BootProfile),
+            networks: take(Kind::BootNetwork),
+            bare_metal: take(Kind::BareMetalHost),
             secrets: self
                 .secrets
                 .iter()
@@ -417,23 +440,44 @@ impl Source {
         }
     }
 
+    /// Puts the objects a [`Source::snapshot`] took back in their stores.
+    fn restore(&mut self, snapshot: Snapshot) {
+        for (kind, objects) in [
+            (Kind::BootHost, snapshot.hosts),
+            (Kind::BootProfile, snapshot.profiles),
+            (Kind::BootNetwork, snapshot.networks),
+            (Kind::BareMetalHost, snapshot.bare_metal),
+        ] {
+            if let Some(store) = self.stores.get_mut(&kind) {
+                store.objects = objects;
+            }
+        }
+    }
+
     /// Builds the inventory of the objects as they are now.
     async fn rebuild(&mut self) -> Built<Prepared> {
-        let names = self.snapshot().secret_names();
+        let names = self.snapshot_names();
         self.read_secrets(&names).await;
         let snapshot = self.snapshot();
         let (prepare, label) = (self.prepare.clone(), self.label.clone());
-        let built = tokio::task::spawn_blocking(move || {
-            document::build(&snapshot, &label, &|inv, label| prepare(inv, label))
+        // The objects come back however the build ends, a panic included:
+        // stores left empty would make the next rebuild an empty inventory.
+        let (built, snapshot) = tokio::task::spawn_blocking(move || {
+            let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                document::build(&snapshot, &label, &|inv, label| prepare(inv, label))
+            }));
+            (built, snapshot)
         })
         .await
-        .unwrap_or_else(|e| Built {
+        .expect("the rebuild task catches its panics");
+        self.restore(snapshot);
+        let built = built.unwrap_or_else(|e| Built {
             result: Err(LoadError::Invalid {
                 path: PathBuf::from("kubernetes"),
                 problems: vec![crate::inventory::Problem::new(
                     None,
                     "inventory",
-                    format!("the rebuild panicked: {e}"),
+                    format!("the rebuild panicked: {}", panic_message(&*e)),
                 )],
             }),
             refused: BTreeMap::new(),
@@ -646,6 +690,15 @@ impl Source {
         });
         Outgoing { statuses, events }
     }
+}
+
+/// What a caught panic says, when it says it as text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 /// Resolves once shutdown is asked for (no guard held across awaits).

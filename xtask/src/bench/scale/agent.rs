@@ -1,12 +1,15 @@
 //! One pxe-agent under measurement: started on the lab's server end with a
-//! fleet inventory and its program pinned under a bpffs directory of its
-//! own, and read from the outside while it runs: `/healthz` and `/metrics`
-//! over its metrics address (from a thread inside the server namespace),
-//! `/proc/<pid>/status`, and bpftool for the maps of the program attached
-//! to the interface, whatever their layout.
+//! fleet inventory, from a file or as BootHost objects served by the fake
+//! Kubernetes API server (`fake-kube-api`, started beside it in the server
+//! namespace), with its program pinned under a bpffs directory of its own,
+//! and read from the outside while it runs: `/healthz` and `/metrics` over
+//! its metrics address (from a thread inside the server namespace),
+//! `/proc/<pid>/status` (its peak memory reset between phases through
+//! `/proc/<pid>/clear_refs`), and bpftool for the maps of the program
+//! attached to the interface, whatever their layout.
 //!
-//! Owns the agent's command line, its readiness wait, the reload it is
-//! asked to make and the removal of its pins; what the numbers mean is
+//! Owns the agent's command line, its readiness wait, the changes it is
+//! asked to apply and the removal of its pins; what the numbers mean is
 //! [`super::report`]'s.
 
 use std::{
@@ -27,6 +30,8 @@ use super::super::boot::netns;
 /// Where the agent serves `/metrics` and `/healthz`, inside the server
 /// namespace.
 const METRICS_ADDR: &str = "127.0.0.1:9464";
+/// The Kubernetes namespace of the fleet's objects.
+const KUBE_NS: &str = "fleet";
 /// Start-up allowance: reading, compiling and writing 250,000 hosts.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 /// A reload's allowance, from the rename to its counter moving.
@@ -34,6 +39,10 @@ const RELOAD_TIMEOUT: Duration = Duration::from_secs(120);
 /// How often readiness and reloads are polled: each poll is one HTTP
 /// request on loopback, well below a millisecond.
 const POLL: Duration = Duration::from_millis(2);
+/// Time after a phase before memory is read: the agent gives memory back
+/// after a change is in force, and the Kubernetes source's status writer
+/// starts on its objects.
+pub const SETTLE: Duration = Duration::from_secs(2);
 
 /// What the agent reported once ready.
 #[derive(Clone, Copy, Debug)]
@@ -56,8 +65,11 @@ pub struct Reload {
     /// The part of `seconds` the agent logs for reading and checking the
     /// file (`read_ms` of its `inventory reload timing` line).
     pub read: Option<Duration>,
-    /// Whether the agent parsed only the changed host entries (`patched`).
-    pub patched: bool,
+    /// Whether the agent parsed only the changed host entries (`patched`);
+    /// `None` for the Kubernetes source, which rebuilds from its objects.
+    pub patched: Option<bool>,
+    /// `VmHWM` over the reload (reset before it), KiB.
+    pub peak_kib: u64,
 }
 
 impl Reload {
@@ -66,19 +78,40 @@ impl Reload {
         let read = self
             .read
             .map_or_else(String::new, |r| format!("read {:.4} s, ", r.as_secs_f64()));
-        let how = if self.patched {
-            "patched"
-        } else {
-            "whole file"
-        };
-        format!("{:.4} s ({read}{how})", self.seconds)
+        format!("{:.4} s ({read}{})", self.seconds, self.how())
+    }
+
+    /// `patched`, `whole file` or `objects`.
+    pub fn how(&self) -> &'static str {
+        match self.patched {
+            Some(true) => "patched",
+            Some(false) => "whole file",
+            None => "objects",
+        }
     }
 }
 
-/// A running agent. Field order matters: the agent stops before its pins
-/// are removed, and both before the caller's lab goes.
+/// Where the agent reads its inventory from.
+pub enum Source<'a> {
+    /// A file with this text.
+    File(&'a str),
+    /// These objects (YAML documents), held by a `fake-kube-api` (this
+    /// binary) from its start.
+    Kube { objects: &'a str, api: &'a Path },
+}
+
+/// A running `fake-kube-api`: the port it listens on in the server
+/// namespace.
+struct FakeApi {
+    guard: ChildGuard,
+    port: u16,
+}
+
+/// A running agent. Field order matters: the agent stops before its API
+/// server and its pins are removed, and all before the caller's lab goes.
 pub struct Agent {
     guard: ChildGuard,
+    api: Option<FakeApi>,
     pins: Pins,
     ns: String,
     iface: String,
@@ -87,22 +120,21 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Writes `yaml` as the inventory in `dir` and starts `bin` on the
-    /// lab's server end with it; waits until `/healthz` answers 200, or
-    /// fails with the agent's own error line if it exits first.
+    /// Starts `bin` on the lab's server end with the inventory of
+    /// `source` (a file in `dir`, or the objects of a `fake-kube-api`
+    /// started first); waits until `/healthz` answers 200, or fails with
+    /// the agent's own error line if it exits first.
     pub fn start(
         bin: &Path,
         lab: &Lab,
         dir: &Path,
-        yaml: &str,
+        source: &Source,
     ) -> anyhow::Result<(Agent, Started)> {
         fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
         let inventory = dir.join("inventory.yaml");
-        write(&inventory, yaml)?;
         let log = dir.join("agent.log");
         let out = fs::File::create(&log)
             .with_context(|| format!("failed to create {}", log.display()))?;
-        let pins = Pins::new(bin, lab, dir)?;
         let mut cmd = lab.cmd_in(lab.server_ns(), bin);
         cmd.args([
             "run",
@@ -113,18 +145,41 @@ impl Agent {
         ])
         .args(["--metrics-addr", METRICS_ADDR, "--log-format", "json"])
         .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--inventory")
-        .arg(&inventory)
-        .arg("--pin-dir")
-        .arg(&pins.dir)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().context("failed to clone the log handle")?)
-        .stderr(out);
+        .arg(dir.join("state"));
+        let api = match source {
+            Source::File(yaml) => {
+                write(&inventory, yaml)?;
+                cmd.arg("--inventory").arg(&inventory);
+                None
+            }
+            Source::Kube { objects, api } => {
+                let objects_file = dir.join("objects.yaml");
+                write(&objects_file, objects)?;
+                let api = FakeApi::start(api, lab, &objects_file)?;
+                let kubeconfig = dir.join("kubeconfig");
+                write(&kubeconfig, &api.kubeconfig())?;
+                cmd.args([
+                    "--kube",
+                    "--kube-namespace",
+                    KUBE_NS,
+                    "--node-name",
+                    "bench",
+                ])
+                .env("KUBECONFIG", &kubeconfig);
+                Some(api)
+            }
+        };
+        let pins = Pins::new(bin, lab, dir)?;
+        cmd.arg("--pin-dir")
+            .arg(&pins.dir)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().context("failed to clone the log handle")?)
+            .stderr(out);
         let started = Instant::now();
         let guard = ChildGuard::spawn(&mut cmd)?;
         let mut agent = Agent {
             guard,
+            api,
             pins,
             ns: lab.server_ns().to_owned(),
             iface: lab.server_if().to_owned(),
@@ -182,13 +237,60 @@ impl Agent {
     /// Replaces the inventory with `yaml` (a new file renamed over it, as
     /// deployment tooling does) and waits until the agent has applied it.
     pub fn reload(&mut self, yaml: &str) -> anyhow::Result<Reload> {
+        let tmp = self.inventory.with_extension("yaml.new");
+        write(&tmp, yaml)?;
+        self.apply(|agent| {
+            fs::rename(&tmp, &agent.inventory)
+                .with_context(|| format!("failed to rename over {}", agent.inventory.display()))
+        })
+    }
+
+    /// Merges `patch` (JSON) into the object at `path` (below
+    /// `/apis/pxe-agent.io/v1alpha1/namespaces/NS/`, e.g. `boothosts/node-7`)
+    /// of the agent's API server, and waits until the agent has applied
+    /// the inventory it makes.
+    pub fn patch_object(&mut self, path: &str, patch: &str) -> anyhow::Result<Reload> {
+        let port = self
+            .api
+            .as_ref()
+            .context("the agent reads no Kubernetes objects")?
+            .port;
+        let url = format!(
+            "http://127.0.0.1:{port}/apis/pxe-agent.io/v1alpha1/namespaces/{KUBE_NS}/{path}"
+        );
+        let ns = self.ns.clone();
+        self.apply(|_| {
+            process::run(Command::new("ip").args([
+                "netns",
+                "exec",
+                &ns,
+                "curl",
+                "-sS",
+                "--fail-with-body",
+                "-X",
+                "PATCH",
+                "-H",
+                "Content-Type: application/merge-patch+json",
+                "--data",
+                patch,
+                &url,
+            ]))
+            .map(drop)
+            .with_context(|| format!("failed to patch {path}"))
+        })
+    }
+
+    /// Makes a change with `change`, with the peak memory reset first, and
+    /// waits until the agent counts a reload applied (or refused).
+    fn apply(
+        &mut self,
+        change: impl FnOnce(&Agent) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Reload> {
         const OK: &str = "pxe_inventory_reloads_total{result=\"ok\"}";
         const REJECTED: &str = "pxe_inventory_reloads_total{result=\"rejected\"}";
         let before = self.metrics()?;
-        let tmp = self.inventory.with_extension("yaml.new");
-        write(&tmp, yaml)?;
-        fs::rename(&tmp, &self.inventory)
-            .with_context(|| format!("failed to rename over {}", self.inventory.display()))?;
+        self.reset_peak()?;
+        change(self)?;
         let started = Instant::now();
         loop {
             if let Some(status) = self.guard.try_wait()? {
@@ -210,11 +312,15 @@ impl Agent {
                     .lines()
                     .rfind(|l| l.contains("inventory reload timing"))
                     .unwrap_or_default();
+                let patched = line.contains("\"patched\":true") || line.contains("patched=true");
+                // Given back memory shows in RSS, not in the peak.
+                std::thread::sleep(SETTLE);
                 return Ok(Reload {
                     seconds: get(&now, "pxe_inventory_reload_seconds"),
                     map_writes: writes as u64,
                     read: field_ms(line, "read_ms"),
-                    patched: line.contains("\"patched\":true") || line.contains("patched=true"),
+                    patched: self.api.is_none().then_some(patched),
+                    peak_kib: self.rss_kib()?.1,
                 });
             }
             if started.elapsed() > RELOAD_TIMEOUT {
@@ -222,6 +328,13 @@ impl Agent {
             }
             std::thread::sleep(POLL);
         }
+    }
+
+    /// Resets the agent's `VmHWM` to its `VmRSS` (`clear_refs` 5), so the
+    /// next reading is the peak of what happens in between.
+    pub fn reset_peak(&self) -> anyhow::Result<()> {
+        let path = format!("/proc/{}/clear_refs", self.pid());
+        fs::write(&path, "5").with_context(|| format!("failed to write {path}"))
     }
 
     /// VmRSS and VmHWM of the agent, in KiB.
@@ -296,11 +409,56 @@ impl Agent {
         }
     }
 
-    /// SIGTERM, then SIGKILL after a grace period; then the pins go.
+    /// SIGTERM, then SIGKILL after a grace period; then its API server
+    /// and the pins go.
     pub fn stop(self) -> anyhow::Result<()> {
         self.guard.stop().context("failed to stop pxe-agent")?;
+        if let Some(api) = self.api {
+            api.guard.stop().context("failed to stop fake-kube-api")?;
+        }
         drop(self.pins);
         Ok(())
+    }
+}
+
+impl FakeApi {
+    /// Starts `bin` in the lab's server namespace holding the objects of
+    /// `objects` in [`KUBE_NS`]; waits for the port it prints.
+    fn start(bin: &Path, lab: &Lab, objects: &Path) -> anyhow::Result<FakeApi> {
+        let mut guard = ChildGuard::spawn(
+            lab.cmd_in(lab.server_ns(), bin)
+                .args(["--listen", "127.0.0.1:0", "--objects"])
+                .arg(format!("{KUBE_NS}={}", objects.display()))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit()),
+        )?;
+        let stdout = guard
+            .0
+            .stdout
+            .take()
+            .context("no stdout of fake-kube-api")?;
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+            .context("failed to read the port of fake-kube-api")?;
+        let port = line
+            .trim()
+            .strip_prefix("listening on ")
+            .and_then(|p| p.parse().ok())
+            .with_context(|| format!("fake-kube-api printed {line:?}"))?;
+        Ok(FakeApi { guard, port })
+    }
+
+    /// A kubeconfig pointing at it, in [`KUBE_NS`] (a token user: it checks
+    /// no credentials).
+    fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    \
+             server: http://127.0.0.1:{}\nusers:\n- name: fake\n  user:\n    token: fake\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    \
+             namespace: {KUBE_NS}\ncurrent-context: fake\n",
+            self.port
+        )
     }
 }
 

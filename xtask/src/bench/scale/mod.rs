@@ -1,12 +1,15 @@
 //! `cargo xtask bench scale`: what a fleet-sized inventory costs pxe-agent.
-//! For each size it generates a fleet inventory ([`xtask::fleet`]: every
-//! boot class, host names, one extra option each), starts the agent on the
-//! server end of a lab with its program pinned, and measures the time to
-//! ready, the agent's memory, the locked memory of the attached program's
-//! maps, two reloads (one host changed, then 1,000 hosts added) and the
-//! program's kernel time per reply for a random host, on the agent's own
-//! maps. A size the agent cannot load is a row with its error, and the run
-//! goes on.
+//! For each source (an inventory file, or BootHost objects from the fake
+//! Kubernetes API server) and size it generates a fleet inventory
+//! ([`xtask::fleet`]: every boot class, host names, one extra option each),
+//! starts the agent on the server end of a lab with its program pinned,
+//! and measures the time to ready, the agent's steady memory and its peak
+//! in each phase (the load, then each reload on its own), the locked memory
+//! of the attached program's maps, the reloads (one host changed; for the
+//! file 1,000 hosts added; then every host's replies changed, which the
+//! file reads whole) and the program's kernel time per reply for a random
+//! host, on the agent's own maps. A size the agent cannot load is a row
+//! with its error, and the run goes on.
 //!
 //! Owns the run's order and its command-line options; prints the table and
 //! writes it to target/bench/scale.md. Method: docs/benchmarks.md, "Fleet
@@ -27,7 +30,7 @@ use anyhow::{Context as _, ensure};
 use xtask::{Lab, ensure_root, fleet, process, target_dir};
 
 use self::{
-    agent::Agent,
+    agent::{Agent, SETTLE, Source},
     report::{Numbers, PerReply, Row, RunInfo},
 };
 
@@ -38,6 +41,17 @@ const PROG_TEST_RUNS: u32 = 100_000;
 const PROG_TEST_REPEATS: usize = 5;
 /// Hosts the second reload adds.
 const ADDED: usize = 1_000;
+/// The lease time of the reload that changes every host's replies.
+const RELEASED: u32 = 1800;
+
+/// Where the measured agent reads its inventory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Inventory {
+    /// `--inventory FILE`.
+    File,
+    /// `--kube`: BootNetwork, BootProfile and BootHost objects.
+    Kube,
+}
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -48,15 +62,21 @@ pub struct Args {
         default_value = "1000,10000,100000,250000"
     )]
     sizes: Vec<usize>,
-    /// Build and measure the release binaries (else the debug ones).
+    /// Inventory sources, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "file,kube")]
+    sources: Vec<Inventory>,
+    /// Build and measure the debug binaries (else the release ones, which
+    /// are what is deployed and what the figures are for).
     #[arg(long)]
-    release: bool,
+    debug: bool,
 }
 
-/// The agent and the load generator (whose `prog-test-run` times replies).
+/// The agent, the load generator (whose `prog-test-run` times replies) and
+/// the fake Kubernetes API server.
 struct Bins {
     agent: PathBuf,
     loadgen: PathBuf,
+    api: PathBuf,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -70,20 +90,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     run_text(Command::new("bpftool").arg("version")).context("bpftool is needed")?;
-    let bins = build(args.release)?;
+    let release = !args.debug;
+    let bins = build(release)?;
     let scratch = Scratch::new("scale")?;
     let lab = Lab::new(LAB_PREFIX).context("failed to set up the lab")?;
     let mut rows = Vec::new();
-    for &hosts in &args.sizes {
-        println!("bench: {hosts} hosts");
-        let dir = scratch.0.join(format!("hosts-{hosts}"));
-        let outcome = measure(&bins, &lab, &dir, hosts).map_err(|err| format!("{err:#}"));
-        if let Err(err) = &outcome {
-            eprintln!("bench: {hosts} hosts: {err}");
+    for &source in &args.sources {
+        for &hosts in &args.sizes {
+            println!("bench: {hosts} hosts, {}", report::source_name(source));
+            let dir = scratch.0.join(format!("hosts-{hosts}"));
+            let outcome =
+                measure(&bins, &lab, &dir, source, hosts).map_err(|err| format!("{err:#}"));
+            if let Err(err) = &outcome {
+                eprintln!("bench: {hosts} hosts: {err}");
+            }
+            rows.push(Row {
+                source,
+                hosts,
+                outcome,
+            });
+            // The inventories of the larger sizes take tens of MB each.
+            let _ = fs::remove_dir_all(&dir);
         }
-        rows.push(Row { hosts, outcome });
-        // The inventories of the larger sizes take tens of MB each.
-        let _ = fs::remove_dir_all(&dir);
     }
     drop(lab);
     warn_leftover_namespaces(LAB_PREFIX);
@@ -92,7 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         kernel: run_text(Command::new("uname").arg("-r"))?,
         cpu_model: cpu_model(),
         cpus: std::thread::available_parallelism().map_or(0, usize::from),
-        profile: if args.release { "release" } else { "debug" },
+        profile: if release { "release" } else { "debug" },
         runs: PROG_TEST_RUNS,
     };
     let table = report::markdown(&info, &rows);
@@ -107,36 +135,90 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One size: start, read the numbers once ready, two reloads, the kernel
-/// time; the agent is stopped and its pins removed on every way out.
-fn measure(bins: &Bins, lab: &Lab, dir: &Path, hosts: usize) -> anyhow::Result<Numbers> {
-    let (mut agent, started) =
-        Agent::start(&bins.agent, lab, dir, &fleet::fleet_inventory(hosts, 0))?;
-    let rss_kib = agent.rss_kib()?;
+/// One source and size: start, read the numbers once ready, the reloads
+/// (the peak reset before each), the kernel time; the agent is stopped and
+/// its pins removed on every way out.
+fn measure(
+    bins: &Bins,
+    lab: &Lab,
+    dir: &Path,
+    source: Inventory,
+    hosts: usize,
+) -> anyhow::Result<Numbers> {
+    let (file, objects);
+    let from = match source {
+        Inventory::File => {
+            file = fleet::fleet_inventory(hosts, 0);
+            Source::File(&file)
+        }
+        Inventory::Kube => {
+            objects = fleet::fleet_objects(hosts);
+            Source::Kube {
+                objects: &objects,
+                api: &bins.api,
+            }
+        }
+    };
+    let (mut agent, started) = Agent::start(&bins.agent, lab, dir, &from)?;
+    let load_peak_kib = agent.rss_kib()?.1;
+    std::thread::sleep(SETTLE);
+    let rss_kib = agent.rss_kib()?.0;
     let memlock = agent.map_memlock()?;
     println!(
-        "bench: ready in {:.3} s (inventory read in {}), RSS {} KiB, HWM {} KiB, maps {} bytes",
+        "bench: ready in {:.3} s (inventory read in {}), RSS {rss_kib} KiB, peak {load_peak_kib} KiB, \
+         maps {memlock} bytes",
         started.ready.as_secs_f64(),
         started
             .read
             .map_or_else(|| "?".to_owned(), |r| format!("{:.3} s", r.as_secs_f64())),
-        rss_kib.0,
-        rss_kib.1,
-        memlock
     );
     let changed = random_index(hosts);
-    let one = agent.reload(&fleet::fleet_inventory_changed(hosts, changed))?;
+    let one = match source {
+        Inventory::File => agent.reload(&fleet::fleet_inventory_changed(hosts, changed))?,
+        Inventory::Kube => agent.patch_object(
+            &format!("boothosts/{}", fleet::fleet_host_name(changed)),
+            &format!(
+                r#"{{"spec":{{"options":{{"{}":"{}"}}}}}}"#,
+                fleet::FLEET_OPTION,
+                fleet::fleet_option_text(changed, true)
+            ),
+        )?,
+    };
     println!(
-        "bench: host {changed} changed: {}, {} map writes",
+        "bench: host {changed} changed: {}, {} map writes, peak {} KiB",
         one.timing(),
-        one.map_writes
+        one.map_writes,
+        one.peak_kib
     );
-    // The changed host stays changed: this reload only adds.
-    let added = agent.reload(&fleet::fleet_inventory_changed(hosts + ADDED, changed))?;
+    let added = match source {
+        // The changed host stays changed: this reload only adds.
+        Inventory::File => {
+            let added = agent.reload(&fleet::fleet_inventory_changed(hosts + ADDED, changed))?;
+            println!(
+                "bench: {ADDED} hosts added: {}, {} map writes, peak {} KiB",
+                added.timing(),
+                added.map_writes,
+                added.peak_kib
+            );
+            Some(added)
+        }
+        Inventory::Kube => None,
+    };
+    let whole = match source {
+        Inventory::File => agent.reload(&fleet::fleet_inventory_leasing(hosts, RELEASED))?,
+        Inventory::Kube => agent.patch_object(
+            "bootnetworks/fleet",
+            &format!(
+                r#"{{"spec":{{"subnets":[{}]}}}}"#,
+                fleet::fleet_subnet_object(RELEASED)
+            ),
+        )?,
+    };
     println!(
-        "bench: {ADDED} hosts added: {}, {} map writes",
-        added.timing(),
-        added.map_writes
+        "bench: every host's replies changed: {}, {} map writes, peak {} KiB",
+        whole.timing(),
+        whole.map_writes,
+        whole.peak_kib
     );
     let timed = random_index(hosts);
     let per_reply_ns = prog_test_run(&bins.loadgen, &agent.pin_dir(), fleet::fleet_mac(timed));
@@ -152,9 +234,11 @@ fn measure(bins: &Bins, lab: &Lab, dir: &Path, hosts: usize) -> anyhow::Result<N
         ready: started.ready,
         read: started.read,
         rss_kib,
+        load_peak_kib,
         memlock,
         one_host: one,
         add_hosts: added,
+        whole,
         per_reply_ns,
     })
 }
@@ -213,17 +297,22 @@ fn random_index(n: usize) -> usize {
     nanos.wrapping_mul(0x9e37_79b9_7f4a_7c15) % n
 }
 
-/// Builds the agent and dhcp-loadgen, in release mode with `release`.
+/// Builds the agent, dhcp-loadgen and fake-kube-api, in release mode with
+/// `release`.
 fn build(release: bool) -> anyhow::Result<Bins> {
-    let names = ["pxe-agent", "dhcp-loadgen"];
+    let names = ["pxe-agent", "dhcp-loadgen", "fake-kube-api"];
+    let profile = if release { "release" } else { "debug" };
+    println!("bench: building {} ({profile})", names.join(", "));
     let built = if release {
-        println!("bench: building pxe-agent and dhcp-loadgen (release)");
         build_release(&["pxe-agent", "pxe-tests"], &["--bins"], &names)?
     } else {
-        println!("bench: building pxe-agent and dhcp-loadgen (debug)");
         super::build(false, &["pxe-agent", "pxe-tests"], &["--bins"], &names)?
     };
-    let [agent, loadgen] = <[PathBuf; 2]>::try_from(built)
-        .map_err(|_| anyhow::anyhow!("expected two built binaries"))?;
-    Ok(Bins { agent, loadgen })
+    let [agent, loadgen, api] = <[PathBuf; 3]>::try_from(built)
+        .map_err(|_| anyhow::anyhow!("expected three built binaries"))?;
+    Ok(Bins {
+        agent,
+        loadgen,
+        api,
+    })
 }

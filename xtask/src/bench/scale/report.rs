@@ -1,16 +1,18 @@
-//! The fleet-scale results as one markdown table, a row per inventory size;
-//! a size the agent could not load is a row naming what failed.
+//! The fleet-scale results as one markdown table, a row per inventory
+//! source and size; a size the agent could not load is a row naming what
+//! failed.
 //!
 //! Owns presentation only; the numbers come from [`super::agent`] and
 //! `dhcp-loadgen prog-test-run --pinned`.
 
 use std::{fmt::Write as _, time::Duration};
 
-use super::{super::dhcp::report::thousands, agent::Reload};
+use super::{super::dhcp::report::thousands, Inventory, agent::Reload};
 
-/// One inventory size's numbers.
+/// One inventory source and size's numbers.
 #[derive(Clone, Debug)]
 pub struct Row {
+    pub source: Inventory,
     pub hosts: usize,
     pub outcome: Result<Numbers, String>,
 }
@@ -19,13 +21,17 @@ pub struct Row {
 pub struct Numbers {
     pub ready: Duration,
     pub read: Option<Duration>,
-    /// VmRSS and VmHWM, KiB.
-    pub rss_kib: (u64, u64),
+    /// VmRSS once ready and settled, KiB.
+    pub rss_kib: u64,
+    /// VmHWM once ready: the load's peak, KiB.
+    pub load_peak_kib: u64,
     pub memlock: u64,
     /// The reload that changes one host.
     pub one_host: Reload,
-    /// The reload that adds 1,000 hosts.
-    pub add_hosts: Reload,
+    /// The reload that adds 1,000 hosts (the file only).
+    pub add_hosts: Option<Reload>,
+    /// The reload that changes every host's replies.
+    pub whole: Reload,
     /// Nanoseconds per reply (mean of OFFER and ACK), or why it failed.
     pub per_reply_ns: Result<PerReply, String>,
 }
@@ -48,6 +54,14 @@ pub struct RunInfo {
     pub runs: u32,
 }
 
+/// How the table names `source`.
+pub fn source_name(source: Inventory) -> &'static str {
+    match source {
+        Inventory::File => "file",
+        Inventory::Kube => "BootHosts",
+    }
+}
+
 /// The heading line and the table.
 pub fn markdown(info: &RunInfo, rows: &[Row]) -> String {
     let mut out = String::new();
@@ -65,13 +79,15 @@ pub fn markdown(info: &RunInfo, rows: &[Row]) -> String {
         thousands(f64::from(info.runs)),
     );
     out.push_str(
-        "| hosts | ready | ready after read | RSS / HWM | map memory | one-host reload | \
-         +1,000-host reload | ns per reply (less harness) |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| source | hosts | ready | ready after read | steady RSS | peak: load / one host / \
+         all hosts | map memory | one-host reload | +1,000-host reload | all-hosts reload | \
+         ns per reply (less harness) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let mut failures = Vec::new();
     for row in rows {
         let hosts = thousands(row.hosts as f64);
+        let source = source_name(row.source);
         match &row.outcome {
             Ok(n) => {
                 let after_read = n.read.map_or_else(
@@ -87,17 +103,26 @@ pub fn markdown(info: &RunInfo, rows: &[Row]) -> String {
                 };
                 let _ = writeln!(
                     out,
-                    "| {hosts} | {} | {after_read} | {} / {} MiB | {} MiB | {} | {} | {per_reply} |",
+                    "| {source} | {hosts} | {} | {after_read} | {} MiB | {} / {} / {} MiB | {} MiB | {} | {} | {} | {per_reply} |",
                     secs(n.ready.as_secs_f64()),
-                    mib(n.rss_kib.0 * 1024),
-                    mib(n.rss_kib.1 * 1024),
+                    mib(n.rss_kib * 1024),
+                    mib(n.load_peak_kib * 1024),
+                    mib(n.one_host.peak_kib * 1024),
+                    mib(n.whole.peak_kib * 1024),
                     mib(n.memlock),
                     reload(&n.one_host),
-                    reload(&n.add_hosts),
+                    n.add_hosts
+                        .as_ref()
+                        .map_or_else(|| "n/a".to_owned(), reload),
+                    reload(&n.whole),
                 );
             }
             Err(err) => {
-                let _ = writeln!(out, "| {hosts} | failed: {} | | | | | | |", cell(err));
+                let _ = writeln!(
+                    out,
+                    "| {source} | {hosts} | failed: {} | | | | | | | | | |",
+                    cell(err)
+                );
             }
         }
     }
@@ -112,7 +137,7 @@ fn reload(r: &Reload) -> String {
     let read = r
         .read
         .map_or_else(String::new, |d| format!("read {}, ", secs(d.as_secs_f64())));
-    let how = if r.patched { "patched" } else { "whole file" };
+    let how = r.how();
     let writes = if r.map_writes == 1 { "write" } else { "writes" };
     format!(
         "{} ({} {writes}; {read}{how})",
@@ -153,26 +178,26 @@ mod tests {
             profile: "release",
             runs: 100_000,
         };
+        let reload = |seconds, map_writes, read, patched, peak_kib| Reload {
+            seconds,
+            map_writes,
+            read,
+            patched,
+            peak_kib,
+        };
         let rows = [
             Row {
+                source: Inventory::File,
                 hosts: 1_000,
                 outcome: Ok(Numbers {
                     ready: Duration::from_millis(350),
                     read: Some(Duration::from_millis(50)),
-                    rss_kib: (20_480, 30_720),
+                    rss_kib: 20_480,
+                    load_peak_kib: 30_720,
                     memlock: 3 << 20,
-                    one_host: Reload {
-                        seconds: 0.004,
-                        map_writes: 5,
-                        read: Some(Duration::from_millis(1)),
-                        patched: true,
-                    },
-                    add_hosts: Reload {
-                        seconds: 0.05,
-                        map_writes: 5_000,
-                        read: None,
-                        patched: false,
-                    },
+                    one_host: reload(0.004, 5, Some(Duration::from_millis(1)), Some(true), 21_504),
+                    add_hosts: Some(reload(0.05, 5_000, None, Some(false), 25_600)),
+                    whole: reload(0.1, 1_000, None, Some(false), 28_672),
                     per_reply_ns: Ok(PerReply {
                         raw: 240,
                         program: 180,
@@ -180,16 +205,17 @@ mod tests {
                 }),
             },
             Row {
+                source: Inventory::Kube,
                 hosts: 100_000,
                 outcome: Err("error: hosts: too many | replies".into()),
             },
         ];
         let text = markdown(&info, &rows);
         assert!(text.contains(
-            "| 1,000 | 350.0 ms | 300.0 ms | 20.0 / 30.0 MiB | 3.0 MiB | 4.0 ms (5 writes; read 1.0 ms, patched) | 50.0 ms (5,000 writes; whole file) | 240 (180) |"
+            "| file | 1,000 | 350.0 ms | 300.0 ms | 20.0 MiB | 30.0 / 21.0 / 28.0 MiB | 3.0 MiB | 4.0 ms (5 writes; read 1.0 ms, patched) | 50.0 ms (5,000 writes; whole file) | 100.0 ms (1,000 writes; whole file) | 240 (180) |"
         ), "{text}");
         assert!(
-            text.contains("| 100,000 | failed: error: hosts: too many \\| replies |"),
+            text.contains("| BootHosts | 100,000 | failed: error: hosts: too many \\| replies |"),
             "{text}"
         );
     }
