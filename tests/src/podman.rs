@@ -164,10 +164,10 @@ impl Podman {
         }
         for root in roots {
             let dir = root.join(relative);
-            if dir.is_dir() {
-                if let Err(err) = remove_cgroup_tree(&dir) {
-                    eprintln!("warning: cgroup {} stays: {err}", dir.display());
-                }
+            if dir.is_dir()
+                && let Err(err) = remove_cgroup_tree(&dir)
+            {
+                eprintln!("warning: cgroup {} stays: {err}", dir.display());
             }
         }
     }
