@@ -27,7 +27,7 @@ use xtask::vm::{
 use crate::{agent::agent_bin, fixture::assert_root};
 
 /// One boot takes 8–25 s under TCG here; this leaves room for a busy machine.
-pub(crate) const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 /// VMs booting at once in the storm (on 2 cores all 8 phoned home after
 /// 26–37 s here, the CPU being the bound).
 const STORM_VMS: usize = 8;

@@ -3,13 +3,15 @@
 //! the agent under test), imported into a scratch podman, and run with the
 //! pod spec of `deploy/base/daemonset.yaml` translated to podman: its
 //! arguments, volume mounts, capabilities, read-only root, no privilege
-//! escalation and host network, the "host" being the boot lab's server
-//! namespace. Only the inventory source differs: a file mounted read-only
-//! instead of `--kube` (and no `--peers=kube`).
+//! escalation, seccomp profile and host network, the "host" being the boot
+//! lab's server namespace. Only the inventory source differs: a file
+//! mounted read-only instead of `--kube` (and no `--peers=kube`).
 //!
-//! A UEFI guest then network-boots through the containerised agent: DHCP
-//! from the fast path, ipxe.efi over TFTP from the image's own boot root,
-//! the iPXE script, kernel and initrd over HTTP, and the phone-home.
+//! From outside, the test checks the agent's capabilities, `no_new_privs`,
+//! read-only root and pins; then a UEFI guest network-boots through the
+//! containerised agent: DHCP from the fast path, ipxe.efi over TFTP from
+//! the image's own boot root, the iPXE script, kernel and initrd over HTTP,
+//! and the phone-home. The agent must log JSON and exit 0 on SIGTERM.
 
 use std::{
     fs,
@@ -25,7 +27,7 @@ use xtask::{
 };
 
 use crate::{
-    agent::{agent_bin, assert_daemonset_privileges},
+    agent::{agent_bin, assert_daemonset_privileges, daemonset_capabilities},
     boot_vm::{
         WORKER_IP, WORKER_MAC, assert_fast_path_answered_twice,
         assert_worker_booted_through_script, boot, inventory, require_tftp, stats, uefi_pxe_steps,
@@ -50,7 +52,6 @@ struct PodSpec {
     /// (volume name, mount path, read-only, propagation).
     mounts: Vec<(String, String, bool, Option<String>)>,
     env: Vec<String>,
-    caps: Vec<String>,
     host_network: bool,
     read_only_root: bool,
     no_new_privileges: bool,
@@ -103,7 +104,6 @@ fn daemonset() -> PodSpec {
                     .collect()
             })
             .unwrap_or_default(),
-        caps: strings(&security["capabilities"]["add"]),
         host_network: pod["hostNetwork"].as_bool() == Some(true),
         read_only_root: security["readOnlyRootFilesystem"].as_bool() == Some(true),
         no_new_privileges: security["allowPrivilegeEscalation"].as_bool() == Some(false),
@@ -191,7 +191,7 @@ fn podman_run(podman: &Podman, lab: &BootLab, name: &str, bpffs: &Path) -> Comma
         .arg(format!("--cgroup-parent={}", podman.cgroup_parent()))
         .arg(format!("--user={}", spec.user))
         .arg("--cap-drop=all");
-    for cap in &spec.caps {
+    for cap in daemonset_capabilities() {
         cmd.arg(format!("--cap-add={cap}"));
     }
     if spec.no_new_privileges {

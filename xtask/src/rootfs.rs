@@ -165,8 +165,8 @@ fn debian_root(dir: &Path) -> anyhow::Result<PathBuf> {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    // The chroot on a tmpfs: unpacking and removing it on the disk took
-    // twice as long as the whole build on a tmpfs.
+    // The chroot on a tmpfs: on the disk, unpacking and removing it made
+    // the build take twice as long.
     let scratch = Tmpfs::mount(&dir.join("build-tmp"))?;
     let mut cmd = Command::new("mmdebstrap");
     cmd.env("TMPDIR", &scratch.0)

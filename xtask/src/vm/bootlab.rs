@@ -179,7 +179,9 @@ impl BootLab {
     /// once the lab's network and files are in place (such as a container
     /// engine running the agent's image). Its output goes to the agent log,
     /// and the lab waits for `/healthz` at [`METRICS_ADDR`] in the server
-    /// namespace, as for its own agent.
+    /// namespace, as for its own agent. `cfg`'s agent settings (`xdp_mode`,
+    /// `extra_args`, `env`, `kube`) are left to `launch`; [`BootLab::cli`]
+    /// still runs `cfg.agent`.
     pub fn start_launched(
         cfg: &BootLabConfig,
         launch: impl FnOnce(&BootLab) -> anyhow::Result<Command>,
