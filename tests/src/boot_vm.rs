@@ -33,8 +33,8 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 const STORM_VMS: usize = 8;
 const STORM_TIMEOUT: Duration = Duration::from_secs(240);
 
-const WORKER_MAC: &str = "52:54:00:12:34:56";
-const WORKER_IP: &str = "10.66.1.10";
+pub(crate) const WORKER_MAC: &str = "52:54:00:12:34:56";
+pub(crate) const WORKER_IP: &str = "10.66.1.10";
 const CHAINED_MAC: &str = "52:54:00:12:34:57";
 const CHAINED_IP: &str = "10.66.1.11";
 const UNKNOWN_MAC: &str = "52:54:00:aa:bb:01";
@@ -103,7 +103,7 @@ fn storm_ip(i: usize) -> String {
 }
 
 /// The test inventory; `worker_options` is an `options:` line for node-1.
-fn inventory(worker_options: &str) -> String {
+pub(crate) fn inventory(worker_options: &str) -> String {
     let storm: String = (0..STORM_VMS)
         .map(|i| {
             format!(
@@ -149,7 +149,13 @@ fn context(lab: &BootLab, vm: &Vm, report: &BootReport) -> String {
 }
 
 /// Boots one VM to the end and requires that it phoned home with `ip`.
-fn boot(lab: &BootLab, name: &str, mac: &str, firmware: Firmware, ip: &str) -> (Vm, BootReport) {
+pub(crate) fn boot(
+    lab: &BootLab,
+    name: &str,
+    mac: &str,
+    firmware: Firmware,
+    ip: &str,
+) -> (Vm, BootReport) {
     let spec = lab.vm_spec(name, mac, firmware, 0);
     let mut vm = lab
         .start_vm(&spec)
@@ -201,7 +207,7 @@ fn script_steps(mac: &str) -> Vec<String> {
 
 /// The worker's console shows `firmware_steps` and then its own script's
 /// steps in order, and `pxe-agent hosts` shows its phone-home.
-fn assert_worker_booted_through_script(
+pub(crate) fn assert_worker_booted_through_script(
     lab: &BootLab,
     vm: &Vm,
     report: &BootReport,
@@ -219,7 +225,7 @@ fn assert_worker_booted_through_script(
 }
 
 /// XDP sent at least two OFFERs and two ACKs: the firmware's and the guest's.
-fn assert_fast_path_answered_twice(lab: &BootLab) {
+pub(crate) fn assert_fast_path_answered_twice(lab: &BootLab) {
     assert!(xdp_counter(lab, "tx_offer") >= 2, "{:?}", stats(lab));
     assert!(xdp_counter(lab, "tx_ack") >= 2, "{:?}", stats(lab));
 }
@@ -242,7 +248,7 @@ pub(crate) fn assert_host_booted(lab: &BootLab, mac: &str) -> String {
 }
 
 /// The agent's counters by sample name.
-fn stats(lab: &BootLab) -> BTreeMap<String, u64> {
+pub(crate) fn stats(lab: &BootLab) -> BTreeMap<String, u64> {
     lab.cli(&["stats"])
         .unwrap_or_else(|e| panic!("pxe-agent stats: {e:#}"))
         .lines()
@@ -260,8 +266,20 @@ pub(crate) fn xdp_counter(lab: &BootLab, outcome: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The console steps of OVMF's PXE loading ipxe.efi over TFTP for the
+/// worker, up to iPXE.
+pub(crate) fn uefi_pxe_steps() -> Vec<String> {
+    vec![
+        ">>Start PXE over IPv4".to_owned(),
+        format!("Station IP address is {WORKER_IP}"),
+        "NBP filename is ipxe.efi".to_owned(),
+        "NBP file downloaded successfully".to_owned(),
+        "iPXE".to_owned(),
+    ]
+}
+
 /// TFTP boots need the agent's TFTP server; say so plainly when it is missing.
-fn require_tftp(lab: &BootLab) {
+pub(crate) fn require_tftp(lab: &BootLab) {
     assert!(
         lab.udp_listening(69),
         "pxe-agent serves no TFTP: nothing listens on UDP port 69 in the lab although \
@@ -341,14 +359,7 @@ fn uefi_pxe_loads_ipxe_efi_over_tftp_then_the_script() {
     let lab = lab("pxvmpxe", |c| c.xdp_mode("native"));
     require_tftp(&lab);
     let (vm, report) = boot(&lab, "uefipxe", WORKER_MAC, Firmware::UefiPxe, WORKER_IP);
-    let steps = vec![
-        ">>Start PXE over IPv4".to_owned(),
-        format!("Station IP address is {WORKER_IP}"),
-        "NBP filename is ipxe.efi".to_owned(),
-        "NBP file downloaded successfully".to_owned(),
-        "iPXE".to_owned(),
-    ];
-    assert_worker_booted_through_script(&lab, &vm, &report, steps);
+    assert_worker_booted_through_script(&lab, &vm, &report, uefi_pxe_steps());
     // OVMF's PXE requests (arch 7) and the guest's own DHCP are answered by
     // the fast path; only iPXE's go to the slow path.
     assert_fast_path_answered_twice(&lab);

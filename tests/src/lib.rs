@@ -10,6 +10,7 @@ pub mod frame;
 pub mod kube_api;
 pub mod loadgen;
 pub mod mount;
+pub mod podman;
 pub mod raw;
 pub mod redfish_fixture;
 pub mod redfish_lab;
@@ -40,6 +41,8 @@ mod fuzz_seeds;
 mod hostile;
 #[cfg(test)]
 mod http_boot;
+#[cfg(test)]
+mod image;
 #[cfg(test)]
 mod import;
 #[cfg(test)]

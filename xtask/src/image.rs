@@ -3,7 +3,13 @@
 //! (docker, podman or buildah), and says so clearly when there is none: the
 //! Containerfile then builds anywhere one is.
 //!
-//! It does not push, and it installs no builder.
+//! `cargo xtask image --rootfs` needs no registry: it builds the agent here
+//! (release), puts it on a Debian root made by mmdebstrap from the
+//! machine's apt mirror ([`xtask::rootfs`]) and imports that with podman,
+//! configured as the Containerfile configures its image.
+//!
+//! It does not push, and it installs no builder (`cargo xtask setup`
+//! installs mmdebstrap and podman).
 
 use std::{
     env,
@@ -15,7 +21,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use xtask::{
     process::{self, run_forwarded},
-    workspace_root,
+    rootfs, setup, target_dir, workspace_root,
 };
 
 /// The builders tried, in this order.
@@ -27,6 +33,10 @@ pub struct Options {
     /// the tag deploy/base sets.
     #[arg(long)]
     pub tag: Option<String>,
+    /// Without a registry or a builder: the agent built here on a Debian
+    /// root from mmdebstrap, imported into podman's storage (root).
+    #[arg(long)]
+    pub rootfs: bool,
 }
 
 pub fn run(opts: Options) -> anyhow::Result<()> {
@@ -35,6 +45,9 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
         Some(tag) => tag,
         None => format!("pxe-agent:{}", crate_version(&root)?),
     };
+    if opts.rootfs {
+        return import_rootfs(&root, &tag);
+    }
     let mut unusable = Vec::new();
     for name in BUILDERS {
         let Some(path) = find_on_path(name, env::var_os("PATH").as_deref()) else {
@@ -56,6 +69,33 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
         return Ok(());
     }
     bail!("{}", no_builder_message(&unusable))
+}
+
+/// Builds the release agent and the image root around it, and imports the
+/// root into podman's storage as `tag`.
+fn import_rootfs(root: &Path, tag: &str) -> anyhow::Result<()> {
+    process::ensure_root().context("`image --rootfs` runs mmdebstrap and podman as root")?;
+    run_forwarded(setup::command("cargo").current_dir(root).args([
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        "pxe-agent",
+    ]))
+    .context("failed to build pxe-agent")?;
+    let tarball = rootfs::build(&target_dir().join("release").join("pxe-agent"))?;
+    let mut import = Command::new("podman");
+    import.arg("import");
+    for change in rootfs::image_changes() {
+        import.arg("--change").arg(change);
+    }
+    run_forwarded(import.arg(&tarball).arg(tag))
+        .with_context(|| format!("podman failed to import {}", tarball.display()))?;
+    println!(
+        "image: imported {tag} into podman's storage; for a cluster's runtime: \
+         podman save --format oci-archive -o pxe-agent.tar {tag}"
+    );
+    Ok(())
 }
 
 /// `docker build`, `podman build` and `buildah build` take the same
@@ -179,6 +219,56 @@ mod tests {
             containerfile.contains(&format!("install -d {boot_root}"))
                 && containerfile.contains(&format!("{boot_root}/")),
             "the Containerfile does not fill the DaemonSet's boot root {boot_root}"
+        );
+    }
+
+    /// The runtime stage installs, copies and configures what
+    /// `image --rootfs` assembles (xtask::rootfs).
+    #[test]
+    fn the_containerfile_runtime_stage_is_the_rootfs_recipe() {
+        let containerfile = fs::read_to_string(workspace_root().join("Containerfile")).unwrap();
+        let runtime = containerfile
+            .split("# --- runtime")
+            .nth(1)
+            .expect("a runtime stage");
+        let mut expected = vec![
+            format!("FROM docker.io/library/debian:{}-slim", rootfs::SUITE),
+            format!(
+                "apt-get install -y --no-install-recommends {}",
+                rootfs::PACKAGES.join(" ")
+            ),
+            format!("install -d {}", rootfs::BOOT_ROOT),
+            format!("COPY --from=build /out/pxe-agent {}", rootfs::AGENT_PATH),
+            format!("ENTRYPOINT {}", rootfs::ENTRYPOINT),
+            format!("CMD {}", rootfs::CMD),
+            format!("USER {}", rootfs::USER),
+            format!("{}/\n", rootfs::BOOT_ROOT),
+        ];
+        expected.extend(
+            rootfs::LABELS
+                .iter()
+                .map(|(key, value)| format!("{key}=\"{value}\"")),
+        );
+        expected.extend(
+            rootfs::IPXE_FILES
+                .iter()
+                .map(|f| format!("{}/{f} ", rootfs::IPXE_DIR)),
+        );
+        for line in &expected {
+            assert!(
+                runtime.contains(line.as_str()),
+                "runtime stage lacks {line:?}"
+            );
+        }
+        assert_eq!(
+            runtime.matches(&format!("{}/", rootfs::IPXE_DIR)).count(),
+            rootfs::IPXE_FILES.len(),
+            "the runtime stage copies other iPXE binaries than rootfs::IPXE_FILES"
+        );
+        assert_eq!(
+            runtime.matches("org.opencontainers.image.").count(),
+            rootfs::LABELS.len(),
+            "the runtime stage has other labels than rootfs::LABELS"
         );
     }
 

@@ -1,14 +1,16 @@
 //! Helpers behind `cargo xtask`, shared with the privileged tests (`pxe-tests`)
 //! and benchmarks: machine bootstrap ([`setup`]), throw-away network
 //! namespaces ([`lab`]), child-process guards ([`process`]), QEMU
-//! network boots with real firmware ([`vm`]) and fleet-sized inventories
-//! ([`fleet`]).
+//! network boots with real firmware ([`vm`]), fleet-sized inventories
+//! ([`fleet`]) and the runtime image's root built without a registry
+//! ([`rootfs`]).
 //!
 //! The eBPF object is not built here: `pxe-agent/build.rs` builds and embeds it.
 
 pub mod fleet;
 pub mod lab;
 pub mod process;
+pub mod rootfs;
 pub mod setup;
 pub mod vm;
 

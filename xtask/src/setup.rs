@@ -63,6 +63,17 @@ pub const PACKAGES: &[&str] = &[
     // Manifest tests: a venv for kubernetes-validate and jsonschema
     // (Debian's pip refuses to install outside one).
     "python3-venv",
+    // The runtime image without a registry (`image --rootfs`, the image
+    // test): mmdebstrap builds its Debian root, podman imports it, and the
+    // test runs it with runc, which also copes with hybrid cgroup v1/v2
+    // hierarchies; nsenter (util-linux, above) puts podman in the lab's
+    // namespace. As root with vfs storage, neither uidmap nor
+    // fuse-overlayfs is needed.
+    "mmdebstrap",
+    "podman",
+    "runc",
+    // strip: the image's agent goes without its debug info.
+    "binutils",
 ];
 
 /// PyPI packages of the tests, installed into [`python_tools_dir`]:

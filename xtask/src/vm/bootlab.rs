@@ -42,6 +42,7 @@ use super::{
 use crate::{
     Lab,
     process::{self, ChildGuard},
+    rootfs::{IPXE_DIR, IPXE_FILES},
 };
 
 /// The agent's address on the taps' link.
@@ -58,9 +59,6 @@ pub const API_ADDR: &str = "127.0.0.1:9465";
 const BRIDGE: &str = "pxbr0";
 /// The bridge's own MAC, fixed so it does not change as taps join.
 const BRIDGE_MAC: &str = "02:00:0a:42:00:01";
-/// iPXE binaries copied into the boot root (Debian package `ipxe`).
-const IPXE_DIR: &str = "/usr/lib/ipxe";
-const IPXE_FILES: &[&str] = &["undionly.kpxe", "ipxe.efi", "snponly.efi"];
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Set (to anything) to keep each lab's scratch directory (consoles, agent
@@ -189,6 +187,20 @@ impl BootLab {
     /// Builds the network, fills the boot root and artifacts, starts radvd
     /// and the agent, and waits until the agent reports healthy.
     pub fn start(cfg: &BootLabConfig) -> anyhow::Result<BootLab> {
+        Self::start_launched(cfg, |lab| Ok(lab.agent_command(cfg)))
+    }
+
+    /// Like [`BootLab::start`], but the agent is whatever `launch` returns
+    /// once the lab's network and files are in place (such as a container
+    /// engine running the agent's image). Its output goes to the agent log,
+    /// and the lab waits for `/healthz` at [`METRICS_ADDR`] in the server
+    /// namespace, as for its own agent. `cfg`'s agent settings (`xdp_mode`,
+    /// `extra_args`, `env`, `kube`) are left to `launch`; [`BootLab::cli`]
+    /// still runs `cfg.agent`.
+    pub fn start_launched(
+        cfg: &BootLabConfig,
+        launch: impl FnOnce(&BootLab) -> anyhow::Result<Command>,
+    ) -> anyhow::Result<BootLab> {
         let lab = Lab::new_with(&cfg.prefix, UNUSED_VETH_CIDR)?;
         let dir = ScratchDir::new(&cfg.prefix)?;
         let mut this = BootLab {
@@ -215,7 +227,8 @@ impl BootLab {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             this.spawn_helper(name, &args)?;
         }
-        this.start_agent(cfg)?;
+        let agent = launch(&this)?;
+        this.start_agent(agent)?;
         Ok(this)
     }
 
@@ -450,7 +463,8 @@ impl BootLab {
         .context("failed to start radvd (install radvd: `cargo xtask setup`)")
     }
 
-    /// Copies the iPXE binaries into the boot root, and the guest kernel
+    /// Copies the iPXE binaries the image has into the boot root (from
+    /// Debian's ipxe package, as the image does), and the guest kernel
     /// and a freshly built initramfs into the artifacts.
     fn fill_roots(&self) -> anyhow::Result<()> {
         let boot = self.boot_root();
@@ -473,8 +487,9 @@ impl BootLab {
         Ok(())
     }
 
-    fn start_agent(&mut self, cfg: &BootLabConfig) -> anyhow::Result<()> {
-        let log = fs::File::create(self.dir().join("agent.log"))?;
+    /// `pxe-agent run` on the lab's interface, roots and inventory, through
+    /// the configured wrapper when there is one.
+    fn agent_command(&self, cfg: &BootLabConfig) -> Command {
         let mut cmd = match cfg.wrapper.split_first() {
             Some((program, args)) => {
                 let mut cmd = self.cmd(program);
@@ -497,8 +512,14 @@ impl BootLab {
             .arg(self.artifacts())
             .args(["--xdp-mode", &cfg.xdp_mode, "--metrics-addr", METRICS_ADDR])
             .args(&cfg.extra_args)
-            .envs(cfg.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
+            .envs(cfg.env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+
+    /// Starts `cmd` as the agent and waits until it reports healthy.
+    fn start_agent(&mut self, mut cmd: Command) -> anyhow::Result<()> {
+        let log = fs::File::create(self.dir().join("agent.log"))?;
+        cmd.stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
         let mut agent = ChildGuard::spawn(&mut cmd)?;
