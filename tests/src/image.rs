@@ -241,6 +241,8 @@ fn podman_run(podman: &Podman, lab: &BootLab, name: &str, bpffs: &Path) -> Comma
         match var.as_str() {
             "NODE_NAME" => cmd.arg(format!("--env=NODE_NAME={NODE_NAME}")),
             "POD_NAMESPACE" => cmd.arg("--env=POD_NAMESPACE=pxe-system"),
+            // Only --api-addr uses it, which the test sets to loopback.
+            "POD_IP" => cmd.arg("--env=POD_IP=127.0.0.1"),
             other => panic!("the DaemonSet sets {other}, which this test does not"),
         };
     }

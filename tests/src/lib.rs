@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod bmc_lab;
 pub mod bmc_sim;
+pub mod certs;
 pub mod fixture;
 pub mod frame;
 pub mod kube_api;

@@ -201,61 +201,7 @@ pub fn free_port() -> u16 {
 /// webpki (a CA certificate may not be the end entity).
 fn make_certificates(scratch: &Scratch) {
     let dir = &scratch.0;
-    let openssl = |args: &[&str]| {
-        process::run(Command::new("openssl").args(args).current_dir(dir))
-            .unwrap_or_else(|e| panic!("openssl {args:?} failed (is openssl installed?): {e:#}"))
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=pxe-agent test BMC CA",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-keyout",
-        "bmc.key",
-        "-out",
-        "bmc.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    fs::write(
-        dir.join("bmc.ext"),
-        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "bmc.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "bmc.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "bmc.ext",
-    ]);
+    crate::certs::make_ca(dir, "ca");
+    crate::certs::make_server(dir, "ca", "bmc", "1");
+    fs::copy(dir.join("bmc.crt"), dir.join("bmc.pem")).expect("bmc.pem");
 }
