@@ -9,6 +9,7 @@
 //! anything back.
 
 use std::{
+    borrow::Cow,
     collections::{BTreeMap, BTreeSet},
     ffi::OsString,
     io,
@@ -18,7 +19,7 @@ use std::{
 use serde_json::Value;
 use serde_norway::Value as Yaml;
 
-use super::objects::{ANNOTATION_IP, ANNOTATION_PROFILE, Kind, ObjRef};
+use super::objects::{ANNOTATION_IP, ANNOTATION_PROFILE, AsObject, Kind, ObjRef};
 use crate::{
     bmc::Password,
     inventory::{Inventory, LoadError, MacAddr, Problem, SecretSource},
@@ -36,20 +37,34 @@ pub struct SecretKeys {
     pub password: Option<Password>,
 }
 
-/// Everything the inventory is built from: objects by name, as watched.
-#[derive(Clone, Debug, Default)]
-pub struct Snapshot {
+/// Everything the inventory is built from: objects by name, as watched
+/// (`O`: whole JSON, or as the source keeps them, `objects::Stored`).
+#[derive(Clone, Debug)]
+pub struct Snapshot<O = Value> {
     pub namespace: String,
-    pub hosts: BTreeMap<String, Value>,
-    pub profiles: BTreeMap<String, Value>,
-    pub networks: BTreeMap<String, Value>,
-    pub bare_metal: BTreeMap<String, Value>,
+    pub hosts: BTreeMap<String, O>,
+    pub profiles: BTreeMap<String, O>,
+    pub networks: BTreeMap<String, O>,
+    pub bare_metal: BTreeMap<String, O>,
     /// The Secrets the objects name, by name; a name missing here was not
     /// found.
     pub secrets: BTreeMap<String, SecretKeys>,
 }
 
-impl Snapshot {
+impl<O> Default for Snapshot<O> {
+    fn default() -> Self {
+        Snapshot {
+            namespace: String::new(),
+            hosts: BTreeMap::new(),
+            profiles: BTreeMap::new(),
+            networks: BTreeMap::new(),
+            bare_metal: BTreeMap::new(),
+            secrets: BTreeMap::new(),
+        }
+    }
+}
+
+impl<O: AsObject> Snapshot<O> {
     /// The `credentialsName`s the objects refer to.
     pub fn secret_names(&self) -> BTreeSet<String> {
         secret_names(&self.hosts, &self.profiles, &self.bare_metal)
@@ -57,7 +72,7 @@ impl Snapshot {
 
     /// Networks first, then profiles, BootHosts and BareMetalHosts, each
     /// by name: the document's order.
-    fn objects(&self) -> Vec<(ObjRef, &Value)> {
+    fn objects(&self) -> Vec<(ObjRef, &O)> {
         let mut out = Vec::new();
         for (kind, map) in [
             (Kind::BootNetwork, &self.networks),
@@ -73,21 +88,16 @@ impl Snapshot {
 
 /// The `credentialsName`s of these BootHosts, BootProfiles and
 /// BareMetalHosts.
-pub fn secret_names(
-    hosts: &BTreeMap<String, Value>,
-    profiles: &BTreeMap<String, Value>,
-    bare_metal: &BTreeMap<String, Value>,
+pub fn secret_names<O: AsObject>(
+    hosts: &BTreeMap<String, O>,
+    profiles: &BTreeMap<String, O>,
+    bare_metal: &BTreeMap<String, O>,
 ) -> BTreeSet<String> {
-    let bmc_name = |o: &Value| {
-        o.pointer("/spec/bmc/credentialsName")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
     hosts
         .values()
         .chain(profiles.values())
         .chain(bare_metal.values())
-        .filter_map(bmc_name)
+        .filter_map(AsObject::credentials_name)
         .collect()
 }
 
@@ -224,7 +234,7 @@ use std::os::unix::ffi::OsStringExt as _;
 /// The `bmc` block of a spec in the file's shape, its `credentialsName`
 /// replaced by the Secret's user name and a reference to its password.
 /// `Err` names the Secret and key that are missing, never a value.
-fn bmc_block(bmc: &Value, snapshot: &Snapshot, field: &str) -> Result<Yaml, String> {
+fn bmc_block<O>(bmc: &Value, snapshot: &Snapshot<O>, field: &str) -> Result<Yaml, String> {
     let mut bmc = bmc.clone();
     let name = bmc
         .as_object_mut()
@@ -332,7 +342,7 @@ fn alone(part: &Part) -> Yaml {
 
 /// The object's part of the document, or the problems that refuse it
 /// before validation.
-fn part_of(at: &ObjRef, object: &Value, snapshot: &Snapshot) -> Result<Part, Vec<String>> {
+fn part_of<O>(at: &ObjRef, object: &Value, snapshot: &Snapshot<O>) -> Result<Part, Vec<String>> {
     let one = |m: String| vec![m];
     let part = match at.kind {
         Kind::BootNetwork => {
@@ -458,15 +468,17 @@ fn part_of(at: &ObjRef, object: &Value, snapshot: &Snapshot) -> Result<Part, Vec
 /// Builds, validates and prepares (`prepare`: compile the templates) the
 /// inventory of the objects in `snapshot`, refusing the objects that have
 /// problems and keeping the rest. `label` names the source in messages.
-pub fn build<P>(
-    snapshot: &Snapshot,
+pub fn build<P, O: AsObject>(
+    snapshot: &Snapshot<O>,
     label: &Path,
     prepare: &dyn Fn(Inventory, &Path) -> Result<P, LoadError>,
 ) -> Built<P> {
     let mut refused: BTreeMap<ObjRef, Vec<String>> = BTreeMap::new();
     let mut parts: Vec<(ObjRef, Part)> = Vec::new();
     for (at, object) in snapshot.objects() {
-        match part_of(&at, object, snapshot) {
+        // Parsed one at a time: the objects are kept as text.
+        let object: Cow<'_, Value> = object.value();
+        match part_of(&at, &object, snapshot) {
             Ok(part) => parts.push((at, part)),
             Err(problems) => {
                 refused.insert(at, problems);
