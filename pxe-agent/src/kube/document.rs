@@ -292,9 +292,56 @@ enum Part {
     },
     Profile(Yaml),
     Host {
-        entry: Yaml,
+        entry: HostEntry,
         profile: String,
     },
+}
+
+/// A host's entry, once its shape is checked: YAML text (a fleet's
+/// entries as parsed values would be kilobytes a host, all at once), and
+/// the first MAC and host name validation labels it by.
+struct HostEntry {
+    yaml: Box<str>,
+    mac: Option<MacAddr>,
+    hostname: Option<String>,
+}
+
+/// A host's part, its entry's shape checked on its own.
+fn host_part(entry: Yaml, profile: String) -> Result<Part, Vec<String>> {
+    fits(&mapping(vec![
+        ("subnets", Yaml::Sequence(Vec::new())),
+        ("profiles", Yaml::Sequence(Vec::new())),
+        ("hosts", Yaml::Sequence(vec![entry.clone()])),
+    ]))?;
+    let field = |k: &str| entry.get(k).and_then(Yaml::as_str).map(str::to_owned);
+    // Validation labels a host by its first MAC, `mac` or `macs[0]`.
+    let first_of_macs = || {
+        entry
+            .get("macs")
+            .and_then(Yaml::as_sequence)
+            .and_then(|s| s.first())
+            .and_then(Yaml::as_str)
+            .map(str::to_owned)
+    };
+    let mac = field("mac")
+        .or_else(first_of_macs)
+        .and_then(|m| m.parse::<MacAddr>().ok());
+    let yaml =
+        serde_norway::to_string(&entry).map_err(|e| vec![format!("spec does not fit: {e}")])?;
+    Ok(Part::Host {
+        entry: HostEntry {
+            yaml: yaml.into(),
+            mac,
+            hostname: field("hostname"),
+        },
+        profile,
+    })
+}
+
+/// Whether a document has the file's shape; the problem that refuses the
+/// object when not.
+fn fits(document: &Yaml) -> Result<(), Vec<String>> {
+    Inventory::check_shape(document).map_err(|m| vec![format!("spec does not fit: {m}")])
 }
 
 fn mapping(pairs: Vec<(&str, Yaml)>) -> Yaml {
@@ -305,8 +352,9 @@ fn mapping(pairs: Vec<(&str, Yaml)>) -> Yaml {
     Yaml::Mapping(map)
 }
 
-/// The document with only `part`, to check its shape on its own.
-fn alone(part: &Part) -> Yaml {
+/// The document with only `part`, to check its shape on its own (a host's
+/// is checked as it is made, [`host_part`]).
+fn alone(part: &Part) -> Option<Yaml> {
     let empty = || Yaml::Sequence(Vec::new());
     match part {
         Part::Network {
@@ -325,18 +373,14 @@ fn alone(part: &Part) -> Yaml {
             if let Some(i) = ipxe {
                 pairs.push(("ipxe", i.clone()));
             }
-            mapping(pairs)
+            Some(mapping(pairs))
         }
-        Part::Profile(p) => mapping(vec![
+        Part::Profile(p) => Some(mapping(vec![
             ("subnets", empty()),
             ("profiles", Yaml::Sequence(vec![p.clone()])),
             ("hosts", empty()),
-        ]),
-        Part::Host { entry, .. } => mapping(vec![
-            ("subnets", empty()),
-            ("profiles", empty()),
-            ("hosts", Yaml::Sequence(vec![entry.clone()])),
-        ]),
+        ])),
+        Part::Host { .. } => None,
     }
 }
 
@@ -387,7 +431,7 @@ fn part_of<O>(at: &ObjRef, object: &Value, snapshot: &Snapshot<O>) -> Result<Par
                 let block = bmc_block(&bmc, snapshot, "bmc").map_err(one)?;
                 map.insert("bmc".into(), block);
             }
-            Part::Host { entry, profile }
+            host_part(entry, profile)?
         }
         Kind::BareMetalHost => {
             let spec = spec(object).map_err(one)?;
@@ -455,13 +499,12 @@ fn part_of<O>(at: &ObjRef, object: &Value, snapshot: &Snapshot<O>) -> Result<Par
             if !problems.is_empty() {
                 return Err(problems);
             }
-            Part::Host {
-                entry: mapping(pairs),
-                profile: profile.unwrap_or_default(),
-            }
+            host_part(mapping(pairs), profile.unwrap_or_default())?
         }
     };
-    Inventory::check_shape(&alone(&part)).map_err(|m| one(format!("spec does not fit: {m}")))?;
+    if let Some(document) = alone(&part) {
+        fits(&document)?;
+    }
     Ok(part)
 }
 
@@ -523,9 +566,10 @@ pub fn build<P, O: AsObject>(
             .filter(|at| at.kind == Kind::BootProfile)
             .map(|at| at.name.as_str())
             .collect();
-        let (document, origins, degraded) = assemble(&live, &bad_profiles);
-        let result = Inventory::from_document(label, document, &KubeSecrets(&snapshot.secrets))
-            .and_then(|inv| prepare(inv, label));
+        let (document, hosts, origins, degraded) = assemble(&live, &bad_profiles);
+        let result =
+            Inventory::from_parts(label, document, &hosts, &KubeSecrets(&snapshot.secrets))
+                .and_then(|inv| prepare(inv, label));
         let problems = match result {
             Ok(prepared) => {
                 return Built {
@@ -601,13 +645,13 @@ fn cascade(parts: &[(ObjRef, Part)], refused: &mut BTreeMap<ObjRef, Vec<String>>
     }
 }
 
-/// The document of the `live` parts, where each entry came from, and the
-/// networks whose discovery was left out because it names one of
-/// `bad_profiles`.
-fn assemble(
-    live: &[&(ObjRef, Part)],
+/// The document of the `live` parts but their host entries, those
+/// entries, where each entry came from, and the networks whose discovery
+/// was left out because it names one of `bad_profiles`.
+fn assemble<'a>(
+    live: &[&'a (ObjRef, Part)],
     bad_profiles: &BTreeSet<&str>,
-) -> (Yaml, Origins, BTreeMap<ObjRef, Vec<String>>) {
+) -> (Yaml, Vec<&'a str>, Origins, BTreeMap<ObjRef, Vec<String>>) {
     let mut degraded = BTreeMap::new();
     let mut origins = Origins::default();
     let (mut subnets, mut profiles, mut hosts) = (Vec::new(), Vec::new(), Vec::new());
@@ -650,32 +694,17 @@ fn assemble(
                 origins.profiles.push((at.name.clone(), at.clone()));
             }
             Part::Host { entry, .. } => {
-                let field = |k: &str| match entry {
-                    Yaml::Mapping(m) => m.get(k).and_then(Yaml::as_str).map(str::to_owned),
-                    _ => None,
-                };
-                // Validation labels a host by its first MAC, `mac` or `macs[0]`.
-                let first_of_macs = || match entry {
-                    Yaml::Mapping(m) => m
-                        .get("macs")
-                        .and_then(Yaml::as_sequence)
-                        .and_then(|s| s.first())
-                        .and_then(Yaml::as_str)
-                        .map(str::to_owned),
-                    _ => None,
-                };
-                let mac = field("mac")
-                    .or_else(first_of_macs)
-                    .and_then(|m| m.parse::<MacAddr>().ok());
-                origins.hosts.push((at.clone(), mac, field("hostname")));
-                hosts.push(entry.clone());
+                origins
+                    .hosts
+                    .push((at.clone(), entry.mac, entry.hostname.clone()));
+                hosts.push(&*entry.yaml);
             }
         }
     }
     let mut pairs = vec![
         ("subnets", Yaml::Sequence(subnets)),
         ("profiles", Yaml::Sequence(profiles)),
-        ("hosts", Yaml::Sequence(hosts)),
+        ("hosts", Yaml::Sequence(Vec::new())),
     ];
     if let Some(d) = discovery {
         pairs.push(("discovery", d));
@@ -683,7 +712,7 @@ fn assemble(
     if let Some(i) = ipxe {
         pairs.push(("ipxe", i));
     }
-    (mapping(pairs), origins, degraded)
+    (mapping(pairs), hosts, origins, degraded)
 }
 
 /// The object a problem is about: by the host it names (the label
