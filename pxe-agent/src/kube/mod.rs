@@ -182,9 +182,6 @@ pub struct Source {
     stores: BTreeMap<Kind, Store>,
     kinds: Vec<Kind>,
     secrets: BTreeMap<String, (Instant, Option<SecretKeys>)>,
-    /// The inventory last put in force: a rebuild that yields the same one
-    /// is not applied again.
-    in_force: Option<Inventory>,
     refused: BTreeMap<ObjRef, Vec<String>>,
     accepted: BTreeSet<ObjRef>,
     degraded: BTreeMap<ObjRef, Vec<String>>,
@@ -265,7 +262,6 @@ impl Source {
             stores: kinds.iter().map(|&k| (k, Store::default())).collect(),
             kinds,
             secrets: BTreeMap::new(),
-            in_force: None,
             refused: BTreeMap::new(),
             accepted: BTreeSet::new(),
             degraded: BTreeMap::new(),
@@ -295,7 +291,6 @@ impl Source {
         }
         let built = source.rebuild().await;
         let prepared = built.result.map_err(|e| anyhow::anyhow!("{e}"))?;
-        source.in_force = Some(prepared.0.clone());
         Ok((source, prepared))
     }
 
@@ -326,7 +321,10 @@ impl Source {
                 false
             }
             watcher::Event::InitDone => {
-                let listed = store.listing.take().unwrap_or_default();
+                // A copy laid out after the list's own garbage is freed:
+                // the objects as received sit one among each response's
+                // parse, pinning its pages once it is freed.
+                let listed = store.listing.take().unwrap_or_default().clone();
                 let changed = listed.len() != store.objects.len()
                     || listed.iter().any(|(name, o)| {
                         !store.objects.get(name).is_some_and(|was| was.same_body(o))
@@ -543,11 +541,11 @@ impl Source {
                 }
                 () = debounce => {
                     due = None;
-                    self.rebuild_and_apply(&apply).await;
+                    self.rebuild_and_apply(&apply, &admin).await;
                     let _ = out_tx.send(self.wanted(&admin)).await;
                 }
                 _ = resync.tick() => {
-                    self.rebuild_and_apply(&apply).await;
+                    self.rebuild_and_apply(&apply, &admin).await;
                 }
                 _ = status_tick.tick() => {
                     let _ = out_tx.send(self.wanted(&admin)).await;
@@ -558,29 +556,31 @@ impl Source {
         let _ = writer.await;
     }
 
-    async fn rebuild_and_apply(&mut self, apply: &Apply) {
+    /// Rebuilds, and applies what the rebuild made unless it is the
+    /// inventory in force (compared with the agent's own, not a copy: at
+    /// fleet size an inventory is tens of megabytes).
+    async fn rebuild_and_apply(&mut self, apply: &Apply, admin: &AdminState) {
         let started = Instant::now();
         let built = self.rebuild().await;
         let Ok(prepared) = built.result else {
             return;
         };
-        if self.in_force.as_ref() == Some(&prepared.0) {
+        if *admin.boot.state.inventory() == prepared.0 {
             debug!("objects changed, inventory did not");
             return;
         }
-        let inv = prepared.0.clone();
+        let hosts = prepared.0.hosts.len();
         let apply = apply.clone();
         let applied = tokio::task::spawn_blocking(move || apply(prepared))
             .await
             .unwrap_or(false);
         if applied {
             info!(
-                hosts = inv.hosts.len(),
+                hosts,
                 refused = self.refused.len(),
                 ms = started.elapsed().as_millis() as u64,
                 "inventory from the Kubernetes API in force"
             );
-            self.in_force = Some(inv);
         }
     }
 
