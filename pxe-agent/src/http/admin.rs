@@ -415,6 +415,14 @@ async fn hosts(State(s): State<Arc<AdminState>>) -> Json<Vec<HostView>> {
 /// Every inventory host with its boot progress, power and recovery state:
 /// what `/api/v1/hosts` shows and the Kubernetes source writes back.
 pub fn host_views(s: &AdminState) -> Vec<HostView> {
+    let mut views = Vec::new();
+    for_each_host_view(s, |v| views.push(v));
+    views
+}
+
+/// [`host_views`] one at a time, none kept: a fleet's views are some
+/// hundred bytes a host.
+pub fn for_each_host_view(s: &AdminState, f: impl FnMut(HostView)) {
     let inv = s.boot.state.inventory();
     let share = s.boot.state.share();
     let view = s.oob.control.view();
@@ -468,7 +476,7 @@ pub fn host_views(s: &AdminState) -> Vec<HostView> {
                     .flatten(),
             }
         })
-        .collect()
+        .for_each(f);
 }
 
 /// `POST /api/v1/hosts/<host>/power` body.

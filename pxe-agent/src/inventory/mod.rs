@@ -521,6 +521,39 @@ impl Inventory {
         Inventory::validate_raw(label, raw, secrets)
     }
 
+    /// [`Inventory::from_document`] of a document whose host entries come
+    /// apart (`frame`'s own `hosts` are not read): `hosts`, the YAML text
+    /// of one entry each, in order, parsed and checked a batch at a time
+    /// (`stream`'s), so that the entries of a fleet never all exist at
+    /// once as parsed. The same problems, in the same order.
+    pub fn from_parts(
+        label: &Path,
+        frame: serde_norway::Value,
+        hosts: &[&str],
+        secrets: &dyn SecretSource,
+    ) -> Result<Inventory, LoadError> {
+        let syntax = |e: serde_norway::Error| LoadError::Syntax {
+            path: PathBuf::from(label),
+            message: e.to_string(),
+        };
+        let frame: raw::RawInventory = serde_norway::from_value(frame).map_err(syntax)?;
+        let batches = hosts.chunks(stream::BATCH).map(|batch| {
+            batch
+                .iter()
+                .map(|entry| serde_norway::from_str::<raw::RawHost>(entry))
+                .collect::<Result<Vec<_>, _>>()
+        });
+        let mut secrets = oob::Secrets::new(secrets, label);
+        let checked = validate::validate_in_batches(&frame, batches, hosts.len(), &mut secrets)
+            .map_err(syntax)?;
+        let mut inventory = checked.map_err(|problems| LoadError::Invalid {
+            path: PathBuf::from(label),
+            problems,
+        })?;
+        inventory.reindex();
+        Ok(inventory)
+    }
+
     /// Whether `document` has the file format's shape (keys and types),
     /// without validating values: the parser's message when it has not.
     pub fn check_shape(document: &serde_norway::Value) -> Result<(), String> {

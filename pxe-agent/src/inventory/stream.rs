@@ -17,7 +17,7 @@ use super::{Inventory, LoadError, oob, patch, raw::RawHost, raw::RawInventory, v
 
 /// Host entries parsed at a time: the parser's events for this many hosts
 /// are some megabytes.
-const BATCH: usize = 1024;
+pub(super) const BATCH: usize = 1024;
 
 /// `text` parsed and validated in batches of host entries, or `None` when
 /// the whole parse is the one to make (see the module's comment).

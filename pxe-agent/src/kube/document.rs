@@ -9,6 +9,7 @@
 //! anything back.
 
 use std::{
+    borrow::Cow,
     collections::{BTreeMap, BTreeSet},
     ffi::OsString,
     io,
@@ -18,7 +19,7 @@ use std::{
 use serde_json::Value;
 use serde_norway::Value as Yaml;
 
-use super::objects::{ANNOTATION_IP, ANNOTATION_PROFILE, Kind, ObjRef};
+use super::objects::{ANNOTATION_IP, ANNOTATION_PROFILE, AsObject, Kind, ObjRef};
 use crate::{
     bmc::Password,
     inventory::{Inventory, LoadError, MacAddr, Problem, SecretSource},
@@ -36,20 +37,34 @@ pub struct SecretKeys {
     pub password: Option<Password>,
 }
 
-/// Everything the inventory is built from: objects by name, as watched.
-#[derive(Clone, Debug, Default)]
-pub struct Snapshot {
+/// Everything the inventory is built from: objects by name, as watched
+/// (`O`: whole JSON, or as the source keeps them, `objects::Stored`).
+#[derive(Clone, Debug)]
+pub struct Snapshot<O = Value> {
     pub namespace: String,
-    pub hosts: BTreeMap<String, Value>,
-    pub profiles: BTreeMap<String, Value>,
-    pub networks: BTreeMap<String, Value>,
-    pub bare_metal: BTreeMap<String, Value>,
+    pub hosts: BTreeMap<String, O>,
+    pub profiles: BTreeMap<String, O>,
+    pub networks: BTreeMap<String, O>,
+    pub bare_metal: BTreeMap<String, O>,
     /// The Secrets the objects name, by name; a name missing here was not
     /// found.
     pub secrets: BTreeMap<String, SecretKeys>,
 }
 
-impl Snapshot {
+impl<O> Default for Snapshot<O> {
+    fn default() -> Self {
+        Snapshot {
+            namespace: String::new(),
+            hosts: BTreeMap::new(),
+            profiles: BTreeMap::new(),
+            networks: BTreeMap::new(),
+            bare_metal: BTreeMap::new(),
+            secrets: BTreeMap::new(),
+        }
+    }
+}
+
+impl<O: AsObject> Snapshot<O> {
     /// The `credentialsName`s the objects refer to.
     pub fn secret_names(&self) -> BTreeSet<String> {
         secret_names(&self.hosts, &self.profiles, &self.bare_metal)
@@ -57,7 +72,7 @@ impl Snapshot {
 
     /// Networks first, then profiles, BootHosts and BareMetalHosts, each
     /// by name: the document's order.
-    fn objects(&self) -> Vec<(ObjRef, &Value)> {
+    fn objects(&self) -> Vec<(ObjRef, &O)> {
         let mut out = Vec::new();
         for (kind, map) in [
             (Kind::BootNetwork, &self.networks),
@@ -73,21 +88,16 @@ impl Snapshot {
 
 /// The `credentialsName`s of these BootHosts, BootProfiles and
 /// BareMetalHosts.
-pub fn secret_names(
-    hosts: &BTreeMap<String, Value>,
-    profiles: &BTreeMap<String, Value>,
-    bare_metal: &BTreeMap<String, Value>,
+pub fn secret_names<O: AsObject>(
+    hosts: &BTreeMap<String, O>,
+    profiles: &BTreeMap<String, O>,
+    bare_metal: &BTreeMap<String, O>,
 ) -> BTreeSet<String> {
-    let bmc_name = |o: &Value| {
-        o.pointer("/spec/bmc/credentialsName")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
     hosts
         .values()
         .chain(profiles.values())
         .chain(bare_metal.values())
-        .filter_map(bmc_name)
+        .filter_map(AsObject::credentials_name)
         .collect()
 }
 
@@ -224,7 +234,7 @@ use std::os::unix::ffi::OsStringExt as _;
 /// The `bmc` block of a spec in the file's shape, its `credentialsName`
 /// replaced by the Secret's user name and a reference to its password.
 /// `Err` names the Secret and key that are missing, never a value.
-fn bmc_block(bmc: &Value, snapshot: &Snapshot, field: &str) -> Result<Yaml, String> {
+fn bmc_block<O>(bmc: &Value, snapshot: &Snapshot<O>, field: &str) -> Result<Yaml, String> {
     let mut bmc = bmc.clone();
     let name = bmc
         .as_object_mut()
@@ -282,9 +292,56 @@ enum Part {
     },
     Profile(Yaml),
     Host {
-        entry: Yaml,
+        entry: HostEntry,
         profile: String,
     },
+}
+
+/// A host's entry, once its shape is checked: YAML text (a fleet's
+/// entries as parsed values would be kilobytes a host, all at once), and
+/// the first MAC and host name validation labels it by.
+struct HostEntry {
+    yaml: Box<str>,
+    mac: Option<MacAddr>,
+    hostname: Option<String>,
+}
+
+/// A host's part, its entry's shape checked on its own.
+fn host_part(entry: Yaml, profile: String) -> Result<Part, Vec<String>> {
+    fits(&mapping(vec![
+        ("subnets", Yaml::Sequence(Vec::new())),
+        ("profiles", Yaml::Sequence(Vec::new())),
+        ("hosts", Yaml::Sequence(vec![entry.clone()])),
+    ]))?;
+    let field = |k: &str| entry.get(k).and_then(Yaml::as_str).map(str::to_owned);
+    // Validation labels a host by its first MAC, `mac` or `macs[0]`.
+    let first_of_macs = || {
+        entry
+            .get("macs")
+            .and_then(Yaml::as_sequence)
+            .and_then(|s| s.first())
+            .and_then(Yaml::as_str)
+            .map(str::to_owned)
+    };
+    let mac = field("mac")
+        .or_else(first_of_macs)
+        .and_then(|m| m.parse::<MacAddr>().ok());
+    let yaml =
+        serde_norway::to_string(&entry).map_err(|e| vec![format!("spec does not fit: {e}")])?;
+    Ok(Part::Host {
+        entry: HostEntry {
+            yaml: yaml.into(),
+            mac,
+            hostname: field("hostname"),
+        },
+        profile,
+    })
+}
+
+/// Whether a document has the file's shape; the problem that refuses the
+/// object when not.
+fn fits(document: &Yaml) -> Result<(), Vec<String>> {
+    Inventory::check_shape(document).map_err(|m| vec![format!("spec does not fit: {m}")])
 }
 
 fn mapping(pairs: Vec<(&str, Yaml)>) -> Yaml {
@@ -295,8 +352,9 @@ fn mapping(pairs: Vec<(&str, Yaml)>) -> Yaml {
     Yaml::Mapping(map)
 }
 
-/// The document with only `part`, to check its shape on its own.
-fn alone(part: &Part) -> Yaml {
+/// The document with only `part`, to check its shape on its own (a host's
+/// is checked as it is made, [`host_part`]).
+fn alone(part: &Part) -> Option<Yaml> {
     let empty = || Yaml::Sequence(Vec::new());
     match part {
         Part::Network {
@@ -315,24 +373,20 @@ fn alone(part: &Part) -> Yaml {
             if let Some(i) = ipxe {
                 pairs.push(("ipxe", i.clone()));
             }
-            mapping(pairs)
+            Some(mapping(pairs))
         }
-        Part::Profile(p) => mapping(vec![
+        Part::Profile(p) => Some(mapping(vec![
             ("subnets", empty()),
             ("profiles", Yaml::Sequence(vec![p.clone()])),
             ("hosts", empty()),
-        ]),
-        Part::Host { entry, .. } => mapping(vec![
-            ("subnets", empty()),
-            ("profiles", empty()),
-            ("hosts", Yaml::Sequence(vec![entry.clone()])),
-        ]),
+        ])),
+        Part::Host { .. } => None,
     }
 }
 
 /// The object's part of the document, or the problems that refuse it
 /// before validation.
-fn part_of(at: &ObjRef, object: &Value, snapshot: &Snapshot) -> Result<Part, Vec<String>> {
+fn part_of<O>(at: &ObjRef, object: &Value, snapshot: &Snapshot<O>) -> Result<Part, Vec<String>> {
     let one = |m: String| vec![m];
     let part = match at.kind {
         Kind::BootNetwork => {
@@ -377,7 +431,7 @@ fn part_of(at: &ObjRef, object: &Value, snapshot: &Snapshot) -> Result<Part, Vec
                 let block = bmc_block(&bmc, snapshot, "bmc").map_err(one)?;
                 map.insert("bmc".into(), block);
             }
-            Part::Host { entry, profile }
+            host_part(entry, profile)?
         }
         Kind::BareMetalHost => {
             let spec = spec(object).map_err(one)?;
@@ -445,28 +499,29 @@ fn part_of(at: &ObjRef, object: &Value, snapshot: &Snapshot) -> Result<Part, Vec
             if !problems.is_empty() {
                 return Err(problems);
             }
-            Part::Host {
-                entry: mapping(pairs),
-                profile: profile.unwrap_or_default(),
-            }
+            host_part(mapping(pairs), profile.unwrap_or_default())?
         }
     };
-    Inventory::check_shape(&alone(&part)).map_err(|m| one(format!("spec does not fit: {m}")))?;
+    if let Some(document) = alone(&part) {
+        fits(&document)?;
+    }
     Ok(part)
 }
 
 /// Builds, validates and prepares (`prepare`: compile the templates) the
 /// inventory of the objects in `snapshot`, refusing the objects that have
 /// problems and keeping the rest. `label` names the source in messages.
-pub fn build<P>(
-    snapshot: &Snapshot,
+pub fn build<P, O: AsObject>(
+    snapshot: &Snapshot<O>,
     label: &Path,
     prepare: &dyn Fn(Inventory, &Path) -> Result<P, LoadError>,
 ) -> Built<P> {
     let mut refused: BTreeMap<ObjRef, Vec<String>> = BTreeMap::new();
     let mut parts: Vec<(ObjRef, Part)> = Vec::new();
     for (at, object) in snapshot.objects() {
-        match part_of(&at, object, snapshot) {
+        // Parsed one at a time: the objects are kept as text.
+        let object: Cow<'_, Value> = object.value();
+        match part_of(&at, &object, snapshot) {
             Ok(part) => parts.push((at, part)),
             Err(problems) => {
                 refused.insert(at, problems);
@@ -511,9 +566,10 @@ pub fn build<P>(
             .filter(|at| at.kind == Kind::BootProfile)
             .map(|at| at.name.as_str())
             .collect();
-        let (document, origins, degraded) = assemble(&live, &bad_profiles);
-        let result = Inventory::from_document(label, document, &KubeSecrets(&snapshot.secrets))
-            .and_then(|inv| prepare(inv, label));
+        let (document, hosts, origins, degraded) = assemble(&live, &bad_profiles);
+        let result =
+            Inventory::from_parts(label, document, &hosts, &KubeSecrets(&snapshot.secrets))
+                .and_then(|inv| prepare(inv, label));
         let problems = match result {
             Ok(prepared) => {
                 return Built {
@@ -589,13 +645,13 @@ fn cascade(parts: &[(ObjRef, Part)], refused: &mut BTreeMap<ObjRef, Vec<String>>
     }
 }
 
-/// The document of the `live` parts, where each entry came from, and the
-/// networks whose discovery was left out because it names one of
-/// `bad_profiles`.
-fn assemble(
-    live: &[&(ObjRef, Part)],
+/// The document of the `live` parts but their host entries, those
+/// entries, where each entry came from, and the networks whose discovery
+/// was left out because it names one of `bad_profiles`.
+fn assemble<'a>(
+    live: &[&'a (ObjRef, Part)],
     bad_profiles: &BTreeSet<&str>,
-) -> (Yaml, Origins, BTreeMap<ObjRef, Vec<String>>) {
+) -> (Yaml, Vec<&'a str>, Origins, BTreeMap<ObjRef, Vec<String>>) {
     let mut degraded = BTreeMap::new();
     let mut origins = Origins::default();
     let (mut subnets, mut profiles, mut hosts) = (Vec::new(), Vec::new(), Vec::new());
@@ -638,32 +694,17 @@ fn assemble(
                 origins.profiles.push((at.name.clone(), at.clone()));
             }
             Part::Host { entry, .. } => {
-                let field = |k: &str| match entry {
-                    Yaml::Mapping(m) => m.get(k).and_then(Yaml::as_str).map(str::to_owned),
-                    _ => None,
-                };
-                // Validation labels a host by its first MAC, `mac` or `macs[0]`.
-                let first_of_macs = || match entry {
-                    Yaml::Mapping(m) => m
-                        .get("macs")
-                        .and_then(Yaml::as_sequence)
-                        .and_then(|s| s.first())
-                        .and_then(Yaml::as_str)
-                        .map(str::to_owned),
-                    _ => None,
-                };
-                let mac = field("mac")
-                    .or_else(first_of_macs)
-                    .and_then(|m| m.parse::<MacAddr>().ok());
-                origins.hosts.push((at.clone(), mac, field("hostname")));
-                hosts.push(entry.clone());
+                origins
+                    .hosts
+                    .push((at.clone(), entry.mac, entry.hostname.clone()));
+                hosts.push(&*entry.yaml);
             }
         }
     }
     let mut pairs = vec![
         ("subnets", Yaml::Sequence(subnets)),
         ("profiles", Yaml::Sequence(profiles)),
-        ("hosts", Yaml::Sequence(hosts)),
+        ("hosts", Yaml::Sequence(Vec::new())),
     ];
     if let Some(d) = discovery {
         pairs.push(("discovery", d));
@@ -671,7 +712,7 @@ fn assemble(
     if let Some(i) = ipxe {
         pairs.push(("ipxe", i));
     }
-    (mapping(pairs), origins, degraded)
+    (mapping(pairs), hosts, origins, degraded)
 }
 
 /// The object a problem is about: by the host it names (the label

@@ -19,6 +19,7 @@ pub mod status;
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     fmt::Write as _,
+    hash::{DefaultHasher, Hash as _, Hasher as _},
     path::{Path, PathBuf},
     sync::{
         Arc,
@@ -40,13 +41,13 @@ use tracing::{debug, info, warn};
 
 use self::{
     document::{Built, SecretKeys, Snapshot},
-    objects::{Kind, ObjRef},
+    objects::{Kind, ObjRef, Stored},
     status::Outbox,
 };
 use crate::{
     app::Prepared,
     bmc::Password,
-    http::admin::{AdminState, host_views},
+    http::admin::{AdminState, HostView, for_each_host_view},
     inventory::{Inventory, LoadError, MacAddr},
     ratelimit::TokenBucket,
 };
@@ -160,18 +161,9 @@ enum Update {
 /// The objects of one kind as watched, and the list being received.
 #[derive(Default)]
 struct Store {
-    objects: BTreeMap<String, Value>,
-    listing: Option<BTreeMap<String, Value>>,
+    objects: BTreeMap<String, Stored>,
+    listing: Option<BTreeMap<String, Stored>>,
     listed: bool,
-}
-
-/// What of an object a rebuild depends on: not its status or version.
-fn relevant(object: &Value) -> Value {
-    json!({
-        "spec": object.get("spec"),
-        "labels": object.pointer("/metadata/labels"),
-        "annotations": object.pointer("/metadata/annotations"),
-    })
 }
 
 fn name_of(object: &DynamicObject) -> Option<String> {
@@ -190,9 +182,6 @@ pub struct Source {
     stores: BTreeMap<Kind, Store>,
     kinds: Vec<Kind>,
     secrets: BTreeMap<String, (Instant, Option<SecretKeys>)>,
-    /// The inventory last put in force: a rebuild that yields the same one
-    /// is not applied again.
-    in_force: Option<Inventory>,
     refused: BTreeMap<ObjRef, Vec<String>>,
     accepted: BTreeSet<ObjRef>,
     degraded: BTreeMap<ObjRef, Vec<String>>,
@@ -273,7 +262,6 @@ impl Source {
             stores: kinds.iter().map(|&k| (k, Store::default())).collect(),
             kinds,
             secrets: BTreeMap::new(),
-            in_force: None,
             refused: BTreeMap::new(),
             accepted: BTreeSet::new(),
             degraded: BTreeMap::new(),
@@ -303,7 +291,6 @@ impl Source {
         }
         let built = source.rebuild().await;
         let prepared = built.result.map_err(|e| anyhow::anyhow!("{e}"))?;
-        source.in_force = Some(prepared.0.clone());
         Ok((source, prepared))
     }
 
@@ -319,16 +306,9 @@ impl Source {
         let Some(store) = self.stores.get_mut(&kind) else {
             return false;
         };
-        let value = |o: &DynamicObject| {
-            let mut value = serde_json::to_value(o).unwrap_or(Value::Null);
-            // The field managers' record is most of a real object's size
-            // and nothing here reads it: 100,000 BootHosts would hold it
-            // in memory for nothing.
-            if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-                meta.remove("managedFields");
-            }
-            value
-        };
+        // Only what is read is kept (not, for one, the field managers'
+        // record, most of a real object's size).
+        let value = Stored::new;
         match event {
             watcher::Event::Init => {
                 store.listing = Some(BTreeMap::new());
@@ -341,10 +321,13 @@ impl Source {
                 false
             }
             watcher::Event::InitDone => {
-                let listed = store.listing.take().unwrap_or_default();
+                // A copy laid out after the list's own garbage is freed:
+                // the objects as received sit one among each response's
+                // parse, pinning its pages once it is freed.
+                let listed = store.listing.take().unwrap_or_default().clone();
                 let changed = listed.len() != store.objects.len()
                     || listed.iter().any(|(name, o)| {
-                        store.objects.get(name).map(relevant) != Some(relevant(o))
+                        !store.objects.get(name).is_some_and(|was| was.same_body(o))
                     });
                 store.objects = listed;
                 store.listed = true;
@@ -355,7 +338,10 @@ impl Source {
                     return false;
                 };
                 let o = value(&o);
-                let changed = store.objects.get(&name).map(relevant) != Some(relevant(&o));
+                let changed = !store
+                    .objects
+                    .get(&name)
+                    .is_some_and(|was| was.same_body(&o));
                 store.objects.insert(name, o);
                 changed
             }
@@ -419,7 +405,7 @@ impl Source {
     /// Everything a rebuild reads, the objects taken out of the stores
     /// (not copied: at fleet size they are most of the source's memory);
     /// [`Source::restore`] puts them back.
-    fn snapshot(&mut self) -> Snapshot {
+    fn snapshot(&mut self) -> Snapshot<Stored> {
         let mut take = |kind| {
             self.stores
                 .get_mut(&kind)
@@ -441,7 +427,7 @@ impl Source {
     }
 
     /// Puts the objects a [`Source::snapshot`] took back in their stores.
-    fn restore(&mut self, snapshot: Snapshot) {
+    fn restore(&mut self, snapshot: Snapshot<Stored>) {
         for (kind, objects) in [
             (Kind::BootHost, snapshot.hosts),
             (Kind::BootProfile, snapshot.profiles),
@@ -502,7 +488,7 @@ impl Source {
             .refused
             .store(built.refused.len() as u64, Ordering::Relaxed);
         for (at, problems) in &built.refused {
-            let generation = self.object(at).and_then(generation_of);
+            let generation = self.object(at).and_then(|o| o.generation);
             let message = problems.join("; ");
             if self.logged.get(at) != Some(&(generation, message.clone())) {
                 warn!(object = %at, "refused: {message}");
@@ -513,7 +499,7 @@ impl Source {
         built
     }
 
-    fn object(&self, at: &ObjRef) -> Option<&Value> {
+    fn object(&self, at: &ObjRef) -> Option<&Stored> {
         self.stores.get(&at.kind)?.objects.get(&at.name)
     }
 
@@ -555,11 +541,11 @@ impl Source {
                 }
                 () = debounce => {
                     due = None;
-                    self.rebuild_and_apply(&apply).await;
+                    self.rebuild_and_apply(&apply, &admin).await;
                     let _ = out_tx.send(self.wanted(&admin)).await;
                 }
                 _ = resync.tick() => {
-                    self.rebuild_and_apply(&apply).await;
+                    self.rebuild_and_apply(&apply, &admin).await;
                 }
                 _ = status_tick.tick() => {
                     let _ = out_tx.send(self.wanted(&admin)).await;
@@ -570,52 +556,62 @@ impl Source {
         let _ = writer.await;
     }
 
-    async fn rebuild_and_apply(&mut self, apply: &Apply) {
+    /// Rebuilds, and applies what the rebuild made unless it is the
+    /// inventory in force (compared with the agent's own, not a copy: at
+    /// fleet size an inventory is tens of megabytes).
+    async fn rebuild_and_apply(&mut self, apply: &Apply, admin: &AdminState) {
         let started = Instant::now();
         let built = self.rebuild().await;
         let Ok(prepared) = built.result else {
             return;
         };
-        if self.in_force.as_ref() == Some(&prepared.0) {
+        if *admin.boot.state.inventory() == prepared.0 {
             debug!("objects changed, inventory did not");
             return;
         }
-        let inv = prepared.0.clone();
+        let hosts = prepared.0.hosts.len();
         let apply = apply.clone();
         let applied = tokio::task::spawn_blocking(move || apply(prepared))
             .await
             .unwrap_or(false);
         if applied {
             info!(
-                hosts = inv.hosts.len(),
+                hosts,
                 refused = self.refused.len(),
                 ms = started.elapsed().as_millis() as u64,
                 "inventory from the Kubernetes API in force"
             );
-            self.in_force = Some(inv);
         }
     }
 
-    /// The status every own object should have now, and the Events due.
+    /// The status every own object should have now, where it may have
+    /// changed, and the Events due. An object whose inputs (its status,
+    /// generation and version as watched, its problems, what the agent
+    /// observed of its host) are those of the last round is skipped: at
+    /// fleet size a round over every object each second would build a
+    /// status for each.
     fn wanted(&mut self, admin: &AdminState) -> Outgoing {
-        let views: HashMap<String, crate::http::admin::HostView> = host_views(admin)
-            .into_iter()
-            .map(|v| (v.mac.clone(), v))
-            .collect();
+        let mut views: HashMap<MacAddr, HostView> = HashMap::new();
+        for_each_host_view(admin, |view| {
+            if status::matters(&view)
+                && let Ok(mac) = view.mac.parse::<MacAddr>()
+            {
+                views.insert(mac, view);
+            }
+        });
         let now = crate::progress::now_ms();
         let mut statuses = Vec::new();
         let mut events = Vec::new();
+        let node = self.settings.node_name.as_str();
         for kind in self.kinds.clone() {
             if !kind.is_ours() {
                 continue;
             }
-            let Some(store) = self.stores.get(&kind) else {
+            let Some(store) = self.stores.get_mut(&kind) else {
                 continue;
             };
-            for (name, object) in &store.objects {
+            for (name, object) in &mut store.objects {
                 let at = ObjRef::new(kind, name);
-                let generation = generation_of(object);
-                let observed = object.get("status");
                 let problems = self
                     .refused
                     .get(&at)
@@ -625,6 +621,21 @@ impl Source {
                     // Not part of a successful rebuild yet.
                     continue;
                 }
+                let view = (kind == Kind::BootHost && !self.refused.contains_key(&at))
+                    .then(|| object.mac.and_then(|mac| views.get(&mac)))
+                    .flatten();
+                let mut hasher = DefaultHasher::new();
+                (object.seen, problems).hash(&mut hasher);
+                view.map(|v| serde_json::to_string(v).unwrap_or_default())
+                    .hash(&mut hasher);
+                // Never 0, the mark of an object not offered yet.
+                let fingerprint = hasher.finish() | 1;
+                if object.offered == fingerprint {
+                    continue;
+                }
+                object.offered = fingerprint;
+                let generation = object.generation;
+                let observed = object.status();
                 let ok = problems.is_none();
                 let since = match self.transitions.get(&at) {
                     Some(&(was, at_ms)) if was == ok => at_ms,
@@ -633,31 +644,15 @@ impl Source {
                         now
                     }
                 };
-                let condition = status::accepted(problems, generation, observed, since);
-                let view = (kind == Kind::BootHost && !self.refused.contains_key(&at))
-                    .then(|| {
-                        object
-                            .pointer("/spec/mac")
-                            .and_then(Value::as_str)
-                            .and_then(|m| m.parse::<MacAddr>().ok())
-                            .and_then(|mac| views.get(&mac.to_string()))
-                    })
-                    .flatten();
-                let wanted = status::status_of(
-                    condition,
-                    generation,
-                    view,
-                    &self.settings.node_name,
-                    kind == Kind::BootHost,
-                );
+                let condition = status::accepted(problems, generation, observed.as_ref(), since);
+                let wanted =
+                    status::status_of(condition, generation, view, node, kind == Kind::BootHost);
+                let resource_version = object.resource_version.as_deref().map(str::to_owned);
                 statuses.push(Want {
                     at: at.clone(),
-                    status: wanted,
-                    observed: observed.cloned(),
-                    resource_version: object
-                        .pointer("/metadata/resourceVersion")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
+                    shown: status::same(&wanted, observed.as_ref()),
+                    status: wanted.to_string().into(),
+                    resource_version: resource_version.clone(),
                 });
                 if let Some(problems) = problems {
                     let message = problems.join("; ");
@@ -666,14 +661,8 @@ impl Source {
                         self.evented.insert(at.clone(), key);
                         events.push(events::Invalid {
                             at: at.clone(),
-                            uid: object
-                                .pointer("/metadata/uid")
-                                .and_then(Value::as_str)
-                                .map(str::to_owned),
-                            resource_version: object
-                                .pointer("/metadata/resourceVersion")
-                                .and_then(Value::as_str)
-                                .map(str::to_owned),
+                            uid: object.uid.as_deref().map(str::to_owned),
+                            resource_version,
                             message,
                         });
                     }
@@ -706,17 +695,12 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
-fn generation_of(object: &Value) -> Option<i64> {
-    object
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64)
-}
-
-/// One object's wanted status, with what the watch last showed of it.
+/// One object's wanted status (compact JSON), and whether the watch
+/// already shows it.
 struct Want {
     at: ObjRef,
-    status: Value,
-    observed: Option<Value>,
+    status: Box<str>,
+    shown: bool,
     resource_version: Option<String>,
 }
 
@@ -765,14 +749,19 @@ async fn status_writer(
             () = stopped(&mut shutdown) => return,
             msg = rx.recv() => {
                 let Some(out) = msg else { return };
-                let live: BTreeSet<ObjRef> = out.statuses.iter().map(|w| w.at.clone()).collect();
                 for want in out.statuses {
-                    if let Some(rv) = want.resource_version {
-                        versions.insert(want.at.clone(), rv);
+                    // The version guards a patch yet to send; none is
+                    // kept for an object that shows what is wanted.
+                    match want.resource_version {
+                        Some(rv) if !want.shown => {
+                            versions.insert(want.at.clone(), rv);
+                        }
+                        _ => {
+                            versions.remove(&want.at);
+                        }
                     }
-                    outbox.offer(&want.at, want.status, want.observed.as_ref());
+                    outbox.offer(&want.at, want.status, want.shown);
                 }
-                versions.retain(|at, _| live.contains(at));
                 pending_events.extend(out.events);
                 continue;
             }
@@ -798,8 +787,9 @@ async fn status_writer(
             continue;
         };
         let mut attempt = 0;
+        let status: Value = serde_json::from_str(&wanted).unwrap_or(Value::Null);
         loop {
-            let mut patch = json!({"status": wanted});
+            let mut patch = json!({"status": status});
             if let Some(rv) = versions.get(&at) {
                 patch["metadata"] = json!({"resourceVersion": rv});
             }
@@ -812,7 +802,7 @@ async fn status_writer(
                     if let Some(rv) = object.metadata.resource_version {
                         versions.insert(at.clone(), rv);
                     }
-                    outbox.sent(&at, wanted);
+                    outbox.sent(&at, &wanted);
                     break;
                 }
                 Err(kube::Error::Api(s)) if s.code == 409 && attempt < CONFLICT_RETRIES => {

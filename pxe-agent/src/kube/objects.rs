@@ -6,9 +6,16 @@
 //! their specs into the inventory file's shape, so one validation (the
 //! file's) applies, instead of a second set of Rust types to keep in step.
 
-use std::fmt;
+use std::{
+    borrow::Cow,
+    fmt,
+    hash::{DefaultHasher, Hash as _, Hasher as _},
+};
 
-use kube::core::ApiResource;
+use kube::{api::DynamicObject, core::ApiResource};
+use serde_json::{Value, json};
+
+use crate::inventory::MacAddr;
 
 /// The agent's API group and version.
 pub const GROUP: &str = "pxe-agent.io";
@@ -99,5 +106,111 @@ impl ObjRef {
 impl fmt::Display for ObjRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.kind.name(), self.name)
+    }
+}
+
+/// What a rebuild reads of an object: its JSON (`metadata` and `spec`),
+/// whole or held compactly.
+pub trait AsObject {
+    /// The object as JSON.
+    fn value(&self) -> Cow<'_, Value>;
+    /// Its `spec.bmc.credentialsName`.
+    fn credentials_name(&self) -> Option<String>;
+}
+
+impl AsObject for Value {
+    fn value(&self) -> Cow<'_, Value> {
+        Cow::Borrowed(self)
+    }
+
+    fn credentials_name(&self) -> Option<String> {
+        self.pointer("/spec/bmc/credentialsName")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }
+}
+
+/// One watched object as kept between rebuilds, at fleet size most of the
+/// source's memory: what a rebuild depends on (name, labels, annotations
+/// and spec) as compact JSON text, parsed again only while a rebuild reads
+/// it, its status as text, and the few fields the status writer reads on
+/// every round. A `serde_json::Value` of the same object takes some
+/// kilobytes (a map node per nested object); this, its text.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    /// `{"metadata": {name, labels, annotations}, "spec": ...}`.
+    body: Box<str>,
+    /// `status`, as written by the agent or another.
+    status: Option<Box<str>>,
+    pub generation: Option<i64>,
+    pub resource_version: Option<Box<str>>,
+    pub uid: Option<Box<str>>,
+    /// `spec.mac` (BootHosts).
+    pub mac: Option<MacAddr>,
+    credentials: Option<Box<str>>,
+    /// A hash of what the watch last showed beyond the body: status,
+    /// generation and resourceVersion.
+    pub seen: u64,
+    /// The status writer's fingerprint of what it last wanted for this
+    /// object (0: nothing yet); the object replaced, it starts over.
+    pub offered: u64,
+}
+
+impl Stored {
+    pub fn new(object: &DynamicObject) -> Stored {
+        let meta = &object.metadata;
+        let spec = object.data.get("spec");
+        let mut metadata = json!({"name": meta.name});
+        if let Some(labels) = &meta.labels {
+            metadata["labels"] = json!(labels);
+        }
+        if let Some(annotations) = &meta.annotations {
+            metadata["annotations"] = json!(annotations);
+        }
+        let body = json!({"metadata": metadata, "spec": spec}).to_string();
+        let status = object
+            .data
+            .get("status")
+            .filter(|s| !s.is_null())
+            .map(|s| Box::from(s.to_string()));
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(Box::<str>::from);
+        let mut hasher = DefaultHasher::new();
+        (&status, meta.generation, &meta.resource_version).hash(&mut hasher);
+        Stored {
+            body: body.into(),
+            status,
+            generation: meta.generation,
+            resource_version: meta.resource_version.as_deref().map(Box::from),
+            uid: meta.uid.as_deref().map(Box::from),
+            mac: spec
+                .and_then(|s| s.get("mac"))
+                .and_then(Value::as_str)
+                .and_then(|m| m.parse().ok()),
+            credentials: text(spec.and_then(|s| s.pointer("/bmc/credentialsName"))),
+            seen: hasher.finish(),
+            offered: 0,
+        }
+    }
+
+    /// Whether a rebuild would read the same of both.
+    pub fn same_body(&self, other: &Stored) -> bool {
+        self.body == other.body
+    }
+
+    /// The status as last watched.
+    pub fn status(&self) -> Option<Value> {
+        self.status
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok())
+    }
+}
+
+impl AsObject for Stored {
+    fn value(&self) -> Cow<'_, Value> {
+        Cow::Owned(serde_json::from_str(&self.body).unwrap_or(Value::Null))
+    }
+
+    fn credentials_name(&self) -> Option<String> {
+        self.credentials.as_deref().map(str::to_owned)
     }
 }

@@ -9,33 +9,45 @@
 //! of a decision. Sending is `mod.rs`'s, over merge patches guarded by the
 //! object's resourceVersion.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
+    hash::{DefaultHasher, Hash as _, Hasher as _},
+};
 
 use serde_json::{Value, json};
 
 use super::objects::ObjRef;
 use crate::http::admin::HostView;
 
-/// The statuses waiting to be written, one per object, oldest first.
+/// The statuses waiting to be written, one per object, oldest first, as
+/// compact JSON text (at fleet size a first round queues one per object).
 #[derive(Debug, Default)]
 pub struct Outbox {
-    /// What was last written (or seen) per object.
-    written: BTreeMap<ObjRef, Value>,
-    pending: BTreeMap<ObjRef, Value>,
+    /// A hash of what was last written (or seen) per object.
+    written: HashMap<ObjRef, u64>,
+    pending: BTreeMap<ObjRef, Box<str>>,
     order: VecDeque<ObjRef>,
+}
+
+/// What `written` keeps of a status.
+fn digest(status: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    status.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl Outbox {
     /// Wants `status` on `at`: queued unless it is what is already there
-    /// (`observed`, the object's status as last watched, or what was last
-    /// written). A newer wanted status replaces a queued one in place.
-    pub fn offer(&mut self, at: &ObjRef, status: Value, observed: Option<&Value>) {
-        if same(&status, observed) {
-            self.written.insert(at.clone(), status);
+    /// (`shown`: the object's status as last watched has it, see [`same`];
+    /// or it is what was last written). A newer wanted status replaces a
+    /// queued one in place.
+    pub fn offer(&mut self, at: &ObjRef, status: Box<str>, shown: bool) {
+        if shown {
+            self.written.insert(at.clone(), digest(&status));
             self.pending.remove(at);
             return;
         }
-        if self.written.get(at) == Some(&status) {
+        if self.written.get(at) == Some(&digest(&status)) {
             self.pending.remove(at);
             return;
         }
@@ -45,7 +57,7 @@ impl Outbox {
     }
 
     /// The oldest queued status.
-    pub fn take(&mut self) -> Option<(ObjRef, Value)> {
+    pub fn take(&mut self) -> Option<(ObjRef, Box<str>)> {
         while let Some(at) = self.order.pop_front() {
             if let Some(status) = self.pending.remove(&at) {
                 return Some((at, status));
@@ -54,12 +66,12 @@ impl Outbox {
         None
     }
 
-    pub fn sent(&mut self, at: &ObjRef, status: Value) {
-        self.written.insert(at.clone(), status);
+    pub fn sent(&mut self, at: &ObjRef, status: &str) {
+        self.written.insert(at.clone(), digest(status));
     }
 
     /// Writing failed: queue it again unless something newer is waiting.
-    pub fn retry(&mut self, at: &ObjRef, status: Value) {
+    pub fn retry(&mut self, at: &ObjRef, status: Box<str>) {
         if !self.pending.contains_key(at) {
             self.pending.insert(at.clone(), status);
             self.order.push_back(at.clone());
@@ -143,12 +155,7 @@ pub fn status_of(
         "conditions": [condition],
         "observedGeneration": generation,
     });
-    let seen = view.is_some_and(|v| {
-        v.stage.is_some()
-            || v.progress.dhcp.is_some()
-            || v.power.is_some()
-            || v.recovery.as_deref().is_some_and(|r| r != "idle")
-    });
+    let seen = view.is_some_and(seen);
     // With peers, every agent writes the same owner, and only the owner
     // what it observed, so that agents never undo each other's writes.
     let owner = view.and_then(|v| v.owner.as_deref());
@@ -182,6 +189,21 @@ pub fn status_of(
     status
 }
 
+/// Whether the agent has seen something of the host (a boot step, a power
+/// state, a recovery under way), so that its status says what.
+pub fn seen(view: &HostView) -> bool {
+    view.stage.is_some()
+        || view.progress.dhcp.is_some()
+        || view.power.is_some()
+        || view.recovery.as_deref().is_some_and(|r| r != "idle")
+}
+
+/// Whether `view` changes the status [`status_of`] makes: the host was
+/// seen, or it has an owner. Other views give what no view gives.
+pub fn matters(view: &HostView) -> bool {
+    seen(view) || view.owner.is_some()
+}
+
 /// A merge patch of `wanted` over `observed` (the object's status as last
 /// seen) would change nothing: every key of `wanted` is in `observed` with
 /// the same value, and every `null` of `wanted` is absent there. Keys
@@ -211,25 +233,26 @@ mod tests {
         let a = ObjRef::new(Kind::BootHost, "a");
         let b = ObjRef::new(Kind::BootHost, "b");
         let mut out = Outbox::default();
-        for n in 0..50 {
-            out.offer(&a, json!({"n": n}), None);
+        let n = |n: u32| Box::<str>::from(json!({"n": n}).to_string());
+        for i in 0..50 {
+            out.offer(&a, n(i), false);
         }
-        out.offer(&b, json!({"n": 1}), None);
+        out.offer(&b, n(1), false);
         assert_eq!(out.len(), 2);
-        assert_eq!(out.take(), Some((a.clone(), json!({"n": 49}))));
-        out.sent(&a, json!({"n": 49}));
+        assert_eq!(out.take(), Some((a.clone(), n(49))));
+        out.sent(&a, &n(49));
         // Already written: not queued again.
-        out.offer(&a, json!({"n": 49}), None);
-        assert_eq!(out.take(), Some((b.clone(), json!({"n": 1}))));
+        out.offer(&a, n(49), false);
+        assert_eq!(out.take(), Some((b.clone(), n(1))));
         assert_eq!(out.take(), None);
         // Already on the object: not queued.
-        out.offer(&b, json!({"n": 2}), Some(&json!({"n": 2})));
+        out.offer(&b, n(2), true);
         assert!(out.is_empty());
         // A failed write is retried, unless something newer is queued.
-        out.retry(&a, json!({"n": 50}));
-        out.offer(&a, json!({"n": 51}), None);
-        out.retry(&a, json!({"n": 50}));
-        assert_eq!(out.take(), Some((a, json!({"n": 51}))));
+        out.retry(&a, n(50));
+        out.offer(&a, n(51), false);
+        out.retry(&a, n(50));
+        assert_eq!(out.take(), Some((a, n(51))));
     }
 
     #[test]
