@@ -231,28 +231,14 @@ mod reqwestless {
     use std::net::SocketAddr;
 
     use serde_json::Value;
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     pub struct Client(pub SocketAddr);
 
     impl Client {
         pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-            let body = body.to_string();
-            let mut conn = tokio::net::TcpStream::connect(self.0)
-                .await
-                .expect("connect");
-            let req = format!(
-                "POST {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: \
-                 application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            conn.write_all(req.as_bytes()).await.expect("write");
-            let mut out = Vec::new();
-            conn.read_to_end(&mut out).await.expect("read");
-            let text = String::from_utf8_lossy(&out).into_owned();
-            let code = text[9..12].parse().expect("code");
-            let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-            (code, serde_json::from_str(body).expect("JSON answer"))
+            let head = format!("POST {path} HTTP/1.1\r\ncontent-type: application/json");
+            let (code, body) = crate::kube_api::tests::send(self.0, &head, &body.to_string()).await;
+            (code, serde_json::from_str(&body).expect("JSON answer"))
         }
     }
 }

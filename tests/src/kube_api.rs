@@ -1230,12 +1230,14 @@ mod handle {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The server in-process on loopback, driven over raw HTTP.
 
     use super::*;
 
-    async fn send(addr: SocketAddr, head: &str, body: &str) -> (u16, String) {
+    /// `head` (request line and any headers) and `body` to the in-process
+    /// server at `addr` over one raw HTTP/1.1 connection: status and body.
+    pub(crate) async fn send(addr: SocketAddr, head: &str, body: &str) -> (u16, String) {
         let mut conn = TcpStream::connect(addr).await.expect("connect");
         let req = format!(
             "{head}\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
