@@ -491,9 +491,16 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
             let compile_servers = servers.clone();
             let store = netboot.clone();
             let prepare: crate::kube::Prepare =
-                Arc::new(move |mut inv: Inventory, label: &Path| {
+                Arc::new(move |mut inv: Inventory, label: &Path, running| {
                     inv.provisioned = store.done();
-                    compile_each(inv, label, &compile_servers, http_port)
+                    match running {
+                        // A rebuild of a running agent: laid out as built
+                        // (a settled copy is the peak of a rebuild again).
+                        Some(_) => {
+                            compile_each_beside(inv, label, &compile_servers, http_port, running)
+                        }
+                        None => compile_each(inv, label, &compile_servers, http_port),
+                    }
                 });
             let (source, prepared) = crate::kube::Source::start(settings.clone(), prepare)
                 .await

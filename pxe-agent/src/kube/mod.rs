@@ -42,7 +42,7 @@ use tracing::{debug, info, warn};
 use self::{
     document::{Built, SecretKeys, Snapshot},
     objects::{Kind, ObjRef, Stored},
-    status::Outbox,
+    status::{Interner, Outbox},
 };
 use crate::{
     app::Prepared,
@@ -65,8 +65,11 @@ pub struct KubeSettings {
     pub status_qps: u32,
 }
 
-/// Compiles an inventory for the served interfaces (`app::compile_each`).
-pub type Prepare = Arc<dyn Fn(Inventory, &Path) -> Result<Prepared, LoadError> + Send + Sync>;
+/// Compiles an inventory for the served interfaces (`app::compile_each`);
+/// given the running agent, beside what it has in force, so that the hosts
+/// a rebuild did not change keep their compiled records.
+pub type Prepare =
+    Arc<dyn Fn(Inventory, &Path, Option<&AdminState>) -> Result<Prepared, LoadError> + Send + Sync>;
 /// Puts a compiled inventory in force on both paths; false if it could not.
 pub type Apply = Arc<dyn Fn(Prepared) -> bool + Send + Sync>;
 
@@ -193,6 +196,8 @@ pub struct Source {
     evented: HashMap<ObjRef, (Option<i64>, String)>,
     /// BareMetalHost refusals already logged, per generation.
     logged: HashMap<ObjRef, (Option<i64>, String)>,
+    /// The wanted statuses' texts, one copy of each.
+    texts: Interner,
     label: PathBuf,
 }
 
@@ -268,6 +273,7 @@ impl Source {
             transitions: HashMap::new(),
             evented: HashMap::new(),
             logged: HashMap::new(),
+            texts: Interner::default(),
         };
         let deadline = tokio::time::Instant::now() + INITIAL_LIST;
         while !source.stores.values().all(|s| s.listed) {
@@ -289,7 +295,7 @@ impl Source {
                 .ok_or_else(|| anyhow::anyhow!("the watches ended"))?;
             source.update(update);
         }
-        let built = source.rebuild().await;
+        let built = source.rebuild(None).await;
         let prepared = built.result.map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok((source, prepared))
     }
@@ -440,8 +446,9 @@ impl Source {
         }
     }
 
-    /// Builds the inventory of the objects as they are now.
-    async fn rebuild(&mut self) -> Built<Prepared> {
+    /// Builds the inventory of the objects as they are now (beside the
+    /// `running` agent's, once there is one).
+    async fn rebuild(&mut self, running: Option<Arc<AdminState>>) -> Built<Prepared> {
         let names = self.snapshot_names();
         self.read_secrets(&names).await;
         let snapshot = self.snapshot();
@@ -450,7 +457,9 @@ impl Source {
         // stores left empty would make the next rebuild an empty inventory.
         let (built, snapshot) = tokio::task::spawn_blocking(move || {
             let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                document::build(&snapshot, &label, &|inv, label| prepare(inv, label))
+                document::build(&snapshot, &label, &|inv, label| {
+                    prepare(inv, label, running.as_deref())
+                })
             }));
             (built, snapshot)
         })
@@ -559,9 +568,9 @@ impl Source {
     /// Rebuilds, and applies what the rebuild made unless it is the
     /// inventory in force (compared with the agent's own, not a copy: at
     /// fleet size an inventory is tens of megabytes).
-    async fn rebuild_and_apply(&mut self, apply: &Apply, admin: &AdminState) {
+    async fn rebuild_and_apply(&mut self, apply: &Apply, admin: &Arc<AdminState>) {
         let started = Instant::now();
-        let built = self.rebuild().await;
+        let built = self.rebuild(Some(admin.clone())).await;
         let Ok(prepared) = built.result else {
             return;
         };
@@ -651,7 +660,7 @@ impl Source {
                 statuses.push(Want {
                     at: at.clone(),
                     shown: status::same(&wanted, observed.as_ref()),
-                    status: wanted.to_string().into(),
+                    status: self.texts.get(wanted.to_string()),
                     resource_version: resource_version.clone(),
                 });
                 if let Some(problems) = problems {
@@ -677,6 +686,7 @@ impl Source {
                 .get(&at.kind)
                 .is_some_and(|s| s.objects.contains_key(&at.name))
         });
+        self.texts.prune();
         Outgoing { statuses, events }
     }
 }
@@ -695,11 +705,11 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
-/// One object's wanted status (compact JSON), and whether the watch
-/// already shows it.
+/// One object's wanted status (compact JSON, interned), and whether the
+/// watch already shows it.
 struct Want {
     at: ObjRef,
-    status: Box<str>,
+    status: Arc<str>,
     shown: bool,
     resource_version: Option<String>,
 }

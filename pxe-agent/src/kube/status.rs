@@ -12,6 +12,7 @@
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
     hash::{DefaultHasher, Hash as _, Hasher as _},
+    sync::Arc,
 };
 
 use serde_json::{Value, json};
@@ -20,13 +21,43 @@ use super::objects::ObjRef;
 use crate::http::admin::HostView;
 
 /// The statuses waiting to be written, one per object, oldest first, as
-/// compact JSON text (at fleet size a first round queues one per object).
+/// compact JSON text shared between the objects that want the same (at
+/// fleet size a first round queues one per object, most of them alike).
 #[derive(Debug, Default)]
 pub struct Outbox {
     /// A hash of what was last written (or seen) per object.
     written: HashMap<ObjRef, u64>,
-    pending: BTreeMap<ObjRef, Box<str>>,
+    pending: BTreeMap<ObjRef, Arc<str>>,
     order: VecDeque<ObjRef>,
+}
+
+/// One copy of each distinct status text in use: the same status wanted
+/// for a hundred thousand objects (accepted, not seen booting yet) is held
+/// once, not once an object.
+#[derive(Debug, Default)]
+pub struct Interner {
+    texts: HashMap<u64, Arc<str>>,
+}
+
+impl Interner {
+    /// The shared copy of `text`.
+    pub fn get(&mut self, text: String) -> Arc<str> {
+        let texts = self
+            .texts
+            .entry(digest(&text))
+            .or_insert_with(|| Arc::from(text.as_str()));
+        if **texts == *text {
+            texts.clone()
+        } else {
+            // A hash shared by two texts: this one is not interned.
+            Arc::from(text)
+        }
+    }
+
+    /// Forgets the texts no one else holds.
+    pub fn prune(&mut self) {
+        self.texts.retain(|_, text| Arc::strong_count(text) > 1);
+    }
 }
 
 /// What `written` keeps of a status.
@@ -41,7 +72,7 @@ impl Outbox {
     /// (`shown`: the object's status as last watched has it, see [`same`];
     /// or it is what was last written). A newer wanted status replaces a
     /// queued one in place.
-    pub fn offer(&mut self, at: &ObjRef, status: Box<str>, shown: bool) {
+    pub fn offer(&mut self, at: &ObjRef, status: Arc<str>, shown: bool) {
         if shown {
             self.written.insert(at.clone(), digest(&status));
             self.pending.remove(at);
@@ -57,7 +88,7 @@ impl Outbox {
     }
 
     /// The oldest queued status.
-    pub fn take(&mut self) -> Option<(ObjRef, Box<str>)> {
+    pub fn take(&mut self) -> Option<(ObjRef, Arc<str>)> {
         while let Some(at) = self.order.pop_front() {
             if let Some(status) = self.pending.remove(&at) {
                 return Some((at, status));
@@ -71,7 +102,7 @@ impl Outbox {
     }
 
     /// Writing failed: queue it again unless something newer is waiting.
-    pub fn retry(&mut self, at: &ObjRef, status: Box<str>) {
+    pub fn retry(&mut self, at: &ObjRef, status: Arc<str>) {
         if !self.pending.contains_key(at) {
             self.pending.insert(at.clone(), status);
             self.order.push_back(at.clone());
@@ -229,11 +260,27 @@ mod tests {
     use crate::kube::objects::Kind;
 
     #[test]
+    fn interner_holds_one_copy_of_each_text_while_it_is_used() {
+        let mut texts = Interner::default();
+        let a = texts.get(r#"{"x":1}"#.to_owned());
+        let b = texts.get(r#"{"x":1}"#.to_owned());
+        let c = texts.get(r#"{"x":2}"#.to_owned());
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(&*c, r#"{"x":2}"#);
+        drop((b, c));
+        texts.prune();
+        assert_eq!(texts.texts.len(), 1, "the text still in use stays");
+        drop(a);
+        texts.prune();
+        assert!(texts.texts.is_empty());
+    }
+
+    #[test]
     fn outbox_coalesces_per_object_latest_wins() {
         let a = ObjRef::new(Kind::BootHost, "a");
         let b = ObjRef::new(Kind::BootHost, "b");
         let mut out = Outbox::default();
-        let n = |n: u32| Box::<str>::from(json!({"n": n}).to_string());
+        let n = |n: u32| Arc::<str>::from(json!({"n": n}).to_string());
         for i in 0..50 {
             out.offer(&a, n(i), false);
         }
