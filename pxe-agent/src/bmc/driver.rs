@@ -11,8 +11,8 @@ use super::{
     Bmc, BmcAddress, BmcError, BmcInfo, BootFlagEcho, BootFlags, BootTarget, IpmiBmc, PowerAction,
     PowerState, RedfishBmc, RetryPolicy,
     fallback::{DriverStatus, FallbackBmc, Fallbacks},
+    settings::{BmcSettings, DriverKind},
 };
-use crate::inventory::{BmcSettings, DriverKind};
 
 /// A host's BMC driver.
 #[derive(Debug, Clone)]
@@ -222,9 +222,9 @@ impl Bmc for Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        bmc::{Credentials, Password, TlsOptions},
-        inventory::{BootMode, PasswordSource},
+    use crate::bmc::{
+        Credentials, Password, TlsOptions,
+        settings::{BootMode, PasswordSource},
     };
 
     fn settings(address: &str) -> BmcSettings {
