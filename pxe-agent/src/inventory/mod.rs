@@ -11,6 +11,7 @@
 mod error;
 mod extra;
 mod file;
+mod grub_path;
 mod hostname;
 mod mac;
 mod oob;
@@ -32,6 +33,7 @@ use std::{
 pub use error::{LoadError, Problem};
 pub use extra::ExtraOptions;
 pub use file::Loaded;
+pub use grub_path::grub_path;
 pub use hostname::Hostname;
 pub use mac::{MacAddr, ParseMacError};
 pub use oob::{
