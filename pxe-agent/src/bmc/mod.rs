@@ -23,6 +23,7 @@ pub mod ipmi;
 mod rakp;
 pub mod redfish;
 pub mod settings;
+pub mod single;
 
 use std::{fmt, future::Future, time::Duration};
 
