@@ -15,6 +15,7 @@
 //! - `transfer`: one transfer on its own socket (window, retransmission),
 //!   blocking.
 //! - `link`: how a transfer waits for packets and news at once.
+//! - `request`: a read request as the request loop hands it on.
 //! - `mailbox`: the news the request loop leaves a running transfer.
 //! - `worker`: one peer's thread, running its transfers.
 //! - `server`: the request loop (async), the transfer bound and events.
@@ -28,6 +29,7 @@ mod mailbox;
 pub mod option;
 pub mod packet;
 pub mod path;
+mod request;
 mod server;
 pub mod source;
 mod spin;

@@ -46,9 +46,10 @@ use super::{
     option,
     packet::{self, ErrorCode, Packet, Request},
     path::Root,
+    request::ReadRequest,
     source::Mode,
     spin::SpinSlots,
-    transfer::{ReadRequest, TransferError},
+    transfer::TransferError,
     waiting::{Offer, Waiting},
     worker::{self, Slot},
 };
