@@ -19,6 +19,7 @@
 //! - `mailbox`: the news the request loop leaves a running transfer.
 //! - `worker`: one peer's thread, running its transfers.
 //! - `server`: the request loop (async), the transfer bound and events.
+//! - `shared`: what the request loop and the peers' threads share.
 //! - `waiting`: requests held past the bound until a slot frees.
 //! - `thread`: the server on a thread of its own, for callers without a
 //!   tokio runtime.
@@ -31,6 +32,7 @@ pub mod packet;
 pub mod path;
 mod request;
 mod server;
+mod shared;
 pub mod source;
 mod spin;
 mod thread;

@@ -24,7 +24,7 @@ use super::{
     packet::{self, ErrorCode},
     path::{self, PathError},
     request::ReadRequest,
-    server::{PeerEntry, Shared},
+    shared::{PeerEntry, Shared},
     source::Mode,
     spin::BusyPoll,
     transfer::{READ_AHEAD, Transfer, TransferError},
