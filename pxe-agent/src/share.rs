@@ -9,6 +9,7 @@
 //! `dhcp::decide`. Every agent answers reserved hosts' DHCP. See
 //! docs/peers.md for the model and its failure behaviour.
 
+pub mod coordination;
 pub mod host_records;
 pub mod membership;
 

@@ -11,8 +11,9 @@ use super::{
     Bmc, BmcAddress, BmcError, BmcInfo, BootFlagEcho, BootFlags, BootTarget, IpmiBmc, PowerAction,
     PowerState, RedfishBmc, RetryPolicy,
     fallback::{DriverStatus, FallbackBmc, Fallbacks},
+    settings::{BmcSettings, DriverKind},
+    single::Single,
 };
-use crate::inventory::{BmcSettings, DriverKind};
 
 /// A host's BMC driver.
 #[derive(Debug, Clone)]
@@ -22,39 +23,6 @@ pub enum Driver {
     /// Two drivers of one BMC, the second used when the first fails
     /// (`bmc.drivers: [redfish, ipmi]`).
     Fallback(FallbackBmc),
-}
-
-/// One driver alone: what a [`FallbackBmc`] holds two of.
-#[derive(Debug, Clone)]
-pub enum Single {
-    Ipmi(IpmiBmc),
-    Redfish(RedfishBmc),
-}
-
-impl Single {
-    fn build(
-        settings: &BmcSettings,
-        address: &BmcAddress,
-        policy: RetryPolicy,
-        echo: BootFlagEcho,
-    ) -> Result<Single, BmcError> {
-        match address {
-            BmcAddress::Ipmi { .. } => IpmiBmc::new(address, settings.credentials.clone(), policy)
-                .map(|b| Single::Ipmi(b.with_boot_flag_echo(echo))),
-            BmcAddress::Redfish(_) => {
-                RedfishBmc::new(address, settings.credentials.clone(), &settings.tls, policy)
-                    .map(Single::Redfish)
-            }
-        }
-    }
-
-    /// `ipmi` or `redfish`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Single::Ipmi(_) => "ipmi",
-            Single::Redfish(_) => "redfish",
-        }
-    }
 }
 
 impl Driver {
@@ -140,43 +108,6 @@ pub fn status(settings: &BmcSettings, record: &Fallbacks) -> DriverStatus {
     }
 }
 
-impl Bmc for Single {
-    async fn power_status(&self) -> Result<PowerState, BmcError> {
-        match self {
-            Single::Ipmi(b) => b.power_status().await,
-            Single::Redfish(b) => b.power_status().await,
-        }
-    }
-
-    async fn power(&self, action: PowerAction) -> Result<(), BmcError> {
-        match self {
-            Single::Ipmi(b) => b.power(action).await,
-            Single::Redfish(b) => b.power(action).await,
-        }
-    }
-
-    async fn set_boot_device(&self, target: BootTarget) -> Result<(), BmcError> {
-        match self {
-            Single::Ipmi(b) => b.set_boot_device(target).await,
-            Single::Redfish(b) => b.set_boot_device(target).await,
-        }
-    }
-
-    async fn boot_device(&self) -> Result<BootFlags, BmcError> {
-        match self {
-            Single::Ipmi(b) => b.boot_device().await,
-            Single::Redfish(b) => b.boot_device().await,
-        }
-    }
-
-    async fn info(&self) -> Result<BmcInfo, BmcError> {
-        match self {
-            Single::Ipmi(b) => b.info().await,
-            Single::Redfish(b) => b.info().await,
-        }
-    }
-}
-
 impl Bmc for Driver {
     async fn power_status(&self) -> Result<PowerState, BmcError> {
         match self {
@@ -222,9 +153,9 @@ impl Bmc for Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        bmc::{Credentials, Password, TlsOptions},
-        inventory::{BootMode, PasswordSource},
+    use crate::bmc::{
+        Credentials, Password, TlsOptions,
+        settings::{BootMode, PasswordSource},
     };
 
     fn settings(address: &str) -> BmcSettings {

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::{
-    Bmc, BmcError, BmcInfo, BootFlags, BootTarget, PowerAction, PowerState, driver::Single,
+    Bmc, BmcError, BmcInfo, BootFlags, BootTarget, PowerAction, PowerState, single::Single,
 };
 use crate::{
     audit::{AuditLog, Entry},

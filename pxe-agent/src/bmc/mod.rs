@@ -2,12 +2,12 @@
 //!
 //! Owns the driver-facing [`Bmc`] trait (power, boot device, identity), the
 //! types it speaks in, [`BmcError`], the BMC address format
-//! ([`address::BmcAddress`]) and the credentials ([`credential`]). The IPMI
-//! driver lives in [`ipmi`], its wire commands in [`command`]; the Redfish
-//! driver in [`redfish`]; [`driver::Driver`] is the one type callers build
-//! from a host's settings, [`fallback`] its per-host fallback from one
-//! driver to the other; [`fake`] is a simulated BMC for tests of the
-//! callers.
+//! ([`address::BmcAddress`]), the credentials ([`credential`]) and a host's
+//! BMC settings ([`settings`]). The IPMI driver lives in [`ipmi`], its wire
+//! commands in [`command`]; the Redfish driver in [`redfish`];
+//! [`driver::Driver`] is the one type callers build from a host's
+//! settings, [`fallback`] its per-host fallback from one driver to the
+//! other; [`fake`] is a simulated BMC for tests of the callers.
 //!
 //! It does not decide *when* to power-cycle or re-provision a host: that is
 //! the recovery controller's job, which (like the CLI and the API) only calls
@@ -22,6 +22,8 @@ pub mod fallback;
 pub mod ipmi;
 mod rakp;
 pub mod redfish;
+pub mod settings;
+pub mod single;
 
 use std::{fmt, future::Future, time::Duration};
 

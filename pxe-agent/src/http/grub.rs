@@ -4,10 +4,9 @@
 //! for the profile's config name, over TFTP (by the requesting address) or
 //! over HTTP (same rule, at `/<name>`).
 //!
-//! Owns the rendering, the mapping of `tftp://` and `http://` URLs to
-//! grub's `(tftp,host)/path` and `(http,host:port)/path` devices, and which
-//! request is a host's grub.cfg; not what a host boots (`http::plan`) or
-//! what a token is (`http::token`).
+//! Owns the rendering and which request is a host's grub.cfg; not what a
+//! host boots (`http::plan`), what a token is (`http::token`) or which URLs
+//! grub can read (`inventory::grub_path`, which the inventory checks).
 
 use std::{
     net::{IpAddr, Ipv4Addr},
@@ -19,25 +18,11 @@ use super::{
     BootState,
     plan::{BootPlan, Target, plan},
 };
-use crate::{inventory::Profile, progress, tftp, trace::TracePath};
-
-/// grub's name for a file at `url`: `tftp://host/path` becomes
-/// `(tftp,host)/path`, `http://host[:port]/path` becomes
-/// `(http,host[:port])/path`. `None` for any other URL or one without a
-/// host or path. grub's http module speaks plain HTTP only.
-pub fn grub_path(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let scheme = match scheme.to_ascii_lowercase().as_str() {
-        "tftp" => "tftp",
-        "http" => "http",
-        _ => return None,
-    };
-    let (authority, path) = rest.split_once('/')?;
-    if authority.is_empty() || authority.contains('@') || path.is_empty() {
-        return None;
-    }
-    Some(format!("({scheme},{authority})/{path}"))
-}
+use crate::{
+    inventory::{Profile, grub_path},
+    progress, tftp,
+    trace::TracePath,
+};
 
 /// One word for grub's parser: single-quoted, so `$`, `;`, `#` and quotes
 /// reach the command as written (a `'` inside becomes `'\''`).
@@ -222,34 +207,6 @@ mod tests {
     }
 
     const SERVER: Ipv4Addr = Ipv4Addr::new(10, 66, 0, 1);
-
-    #[test]
-    fn urls_become_grub_devices() {
-        assert_eq!(
-            grub_path("tftp://10.66.0.1/boot/vmlinuz").as_deref(),
-            Some("(tftp,10.66.0.1)/boot/vmlinuz")
-        );
-        assert_eq!(
-            grub_path("http://10.66.0.1:8080/artifacts/initrd.img").as_deref(),
-            Some("(http,10.66.0.1:8080)/artifacts/initrd.img")
-        );
-        assert_eq!(
-            grub_path("HTTP://{server}/k").as_deref(),
-            Some("(http,{server})/k")
-        );
-        for bad in [
-            "https://10.66.0.1/vmlinuz",
-            "ftp://x/y",
-            "vmlinuz",
-            "/vmlinuz",
-            "http:///vmlinuz",
-            "http://host",
-            "http://host/",
-            "http://user@host/k",
-        ] {
-            assert_eq!(grub_path(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn kernel_profile_loads_kernel_and_initrd_with_the_token_last() {

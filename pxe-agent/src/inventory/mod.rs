@@ -11,6 +11,7 @@
 mod error;
 mod extra;
 mod file;
+mod grub_path;
 mod hostname;
 mod mac;
 mod oob;
@@ -32,16 +33,20 @@ use std::{
 pub use error::{LoadError, Problem};
 pub use extra::ExtraOptions;
 pub use file::Loaded;
+pub use grub_path::grub_path;
 pub use hostname::Hostname;
 pub use mac::{MacAddr, ParseMacError};
 pub use oob::{
-    AfterBoot, BmcSettings, BootMode, DEFAULT_BOOT_FILE_DEADLINE, DEFAULT_DHCP_DEADLINE,
-    DEFAULT_MAX_ATTEMPTS, DEFAULT_RECOVERY_DEADLINE, DEFAULT_SCRIPT_DEADLINE, PasswordSource,
-    RecoverySettings, SecretSource, StageDeadlines, parse_duration,
+    AfterBoot, DEFAULT_BOOT_FILE_DEADLINE, DEFAULT_DHCP_DEADLINE, DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RECOVERY_DEADLINE, DEFAULT_SCRIPT_DEADLINE, RecoverySettings, SecretSource,
+    StageDeadlines, parse_duration,
 };
-pub use oob::{DriverKind, FallbackSettings};
 pub use patch::Layout;
 pub use rule::{BootAnswer, Match, Rule, Traits, circuit_id, parse_user_classes};
+
+pub use crate::bmc::settings::{
+    BmcSettings, BootMode, DriverKind, FallbackSettings, PasswordSource,
+};
 
 /// Placeholder in boot strings for the server's address, substituted when
 /// answers are built; the inventory keeps it as written.

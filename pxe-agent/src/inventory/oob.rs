@@ -1,9 +1,10 @@
 //! Out-of-band settings of a host: its BMC (address, user, where the
 //! password comes from, boot mode) and its recovery policy (whether a boot
 //! is expected, deadlines, attempts, heartbeat, what is left set once
-//! booted). Owns their model, their defaults, the merge of a profile's
-//! defaults with a host's own block, reading the password when the
-//! inventory loads, and the duration format (`30s`, `10m`, `1h30m`).
+//! booted). Owns the recovery model, the defaults of both, the merge of a
+//! profile's defaults with a host's own block, reading the password when
+//! the inventory loads, and the duration format (`30s`, `10m`, `1h30m`).
+//! The BMC settings' model is `bmc::settings`'.
 //!
 //! It does not talk to a BMC nor decide when to recover a host: that is
 //! `bmc` and `recovery`. Passwords are never inline in the file and never
@@ -12,13 +13,16 @@
 use std::{
     collections::HashMap,
     ffi::OsString,
-    fmt, io,
+    io,
     path::{Path, PathBuf},
     time::Duration,
 };
 
 use super::raw::{RawBmc, RawRecovery, RawStages};
-use crate::bmc::{BmcAddress, Credentials, Password, TlsOptions};
+use crate::bmc::{
+    BmcAddress, Credentials, Password, TlsOptions,
+    settings::{BmcSettings, BootMode, DriverKind, FallbackSettings, PasswordSource},
+};
 
 /// Default of `recovery.deadline`: how long a host marked `expect_boot` has
 /// to phone home, and the phone-home stage of a recovery.
@@ -34,103 +38,8 @@ pub const DEFAULT_BOOT_FILE_DEADLINE: Duration = Duration::from_secs(2 * 60);
 /// Default of `recovery.stages.script`: boot file to the iPXE script.
 pub const DEFAULT_SCRIPT_DEADLINE: Duration = Duration::from_secs(2 * 60);
 
-/// How to reach a host's BMC and boot it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BmcSettings {
-    pub address: BmcAddress,
-    /// User name and the password read when the inventory loaded.
-    pub credentials: Credentials,
-    /// Where the password came from, for messages.
-    pub password_from: PasswordSource,
-    pub boot_mode: BootMode,
-    /// How a Redfish driver trusts the BMC's certificate.
-    pub tls: TlsOptions,
-    /// The second driver of a host with both a Redfish and an IPMI
-    /// address (`bmc.ipmi`, `bmc.drivers`).
-    pub fallback: Option<FallbackSettings>,
-}
-
-/// A BMC driver as `bmc.drivers` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DriverKind {
-    Redfish,
-    Ipmi,
-}
-
-impl DriverKind {
-    fn parse(text: &str) -> Result<DriverKind, String> {
-        match text {
-            "redfish" => Ok(DriverKind::Redfish),
-            "ipmi" => Ok(DriverKind::Ipmi),
-            other => Err(format!(
-                "unknown driver {other:?} (expected redfish or ipmi)"
-            )),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            DriverKind::Redfish => "redfish",
-            DriverKind::Ipmi => "ipmi",
-        }
-    }
-
-    fn of(address: &BmcAddress) -> DriverKind {
-        match address {
-            BmcAddress::Redfish(_) => DriverKind::Redfish,
-            BmcAddress::Ipmi { .. } => DriverKind::Ipmi,
-        }
-    }
-}
-
-/// A host whose BMC is reached by Redfish (`address`) and by IPMI
-/// (`ipmi`): calls start with `first` and are redone on the other when
-/// they fail; after such a fallback, calls start with the other for `hold`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FallbackSettings {
-    /// The IPMI address (`bmc.ipmi`).
-    pub ipmi: BmcAddress,
-    /// The driver tried first (`bmc.drivers[0]`).
-    pub first: DriverKind,
-    /// `bmc.fallback_hold`.
-    pub hold: Duration,
-    /// The host's name, for the log and the audit log.
-    pub host: String,
-}
-
 /// Default of `bmc.fallback_hold`.
 pub const DEFAULT_FALLBACK_HOLD: Duration = crate::bmc::fallback::DEFAULT_HOLD;
-
-/// Where a BMC password is read from.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum PasswordSource {
-    File(PathBuf),
-    Env(String),
-}
-
-impl fmt::Display for PasswordSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PasswordSource::File(path) => write!(f, "file {}", path.display()),
-            PasswordSource::Env(name) => write!(f, "environment variable {name}"),
-        }
-    }
-}
-
-/// The firmware mode the boot-device override asks for (the EFI bit of
-/// boot flags, IPMI 2.0 §28.13 parameter 5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum BootMode {
-    #[default]
-    Legacy,
-    Uefi,
-}
-
-impl BootMode {
-    pub fn is_efi(self) -> bool {
-        self == BootMode::Uefi
-    }
-}
 
 /// What boot device is left set once a recovered host has booted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

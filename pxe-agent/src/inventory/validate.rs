@@ -507,7 +507,7 @@ fn check_grub(entry: &RawProfile, grub: &RawGrub, report: &mut dyn FnMut(&str, S
             .map(|(i, u)| (format!("initrd[{i}]"), u)),
     );
     for (key, url) in urls {
-        if crate::http::grub::grub_path(url).is_none() {
+        if super::grub_path(url).is_none() {
             report(
                 &key,
                 format!("{url:?} is not a tftp:// or http:// URL with a host, which grub needs"),

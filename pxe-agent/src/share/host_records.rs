@@ -2,9 +2,10 @@
 //! host, so that they act as one: its netboot record (done or armed, since
 //! when, by what), its recovery record as its owner keeps it, and the boot
 //! steps that agents other than the owner saw. One coordination.k8s.io/v1
-//! Lease per host, `pxe-agent-host-<mac>`, labelled [`LABEL`], carries them
-//! as JSON annotations ([`NETBOOT`], [`RECOVERY`], [`STEPS`]), the way
-//! Kubernetes' own leader election once kept its record in an annotation.
+//! Lease per host, `pxe-agent-host-<mac>`, labelled [`HOST_LABEL`],
+//! carries them as JSON annotations ([`NETBOOT`], [`RECOVERY`], [`STEPS`]),
+//! the way Kubernetes' own leader election once kept its record in an
+//! annotation.
 //!
 //! Owns the records' form, their merge rules ([`Change::over`]: netboot
 //! last-writer-wins by its time, done on a tie; each step the later one;
@@ -39,6 +40,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
+use super::coordination::{HOST_LABEL, leases_api};
 use crate::{
     inventory::MacAddr,
     netboot,
@@ -48,9 +50,6 @@ use crate::{
     state::State,
 };
 
-/// The label every host record carries, its value the MAC in hex; the
-/// membership's list of slot Leases leaves these out by it.
-pub const LABEL: &str = "pxe-agent.io/host";
 /// The annotation holding the host's [`SharedNetboot`].
 pub const NETBOOT: &str = "pxe-agent.io/netboot";
 /// The annotation holding the host's [`SharedRecovery`].
@@ -129,7 +128,7 @@ impl Shared {
     /// next change).
     pub fn from_lease(lease: &Lease) -> Option<(MacAddr, Shared)> {
         let meta = &lease.metadata;
-        let mac = mac_of_hex(meta.labels.as_ref()?.get(LABEL)?)?;
+        let mac = mac_of_hex(meta.labels.as_ref()?.get(HOST_LABEL)?)?;
         let annotations = meta.annotations.clone().unwrap_or_default();
         let get = |key: &str| annotations.get(key).map(String::as_str);
         Some((
@@ -267,11 +266,11 @@ pub async fn run(
     mut links: Links,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let (api, namespace) = super::membership::leases_api(client, cfg.namespace.as_deref());
+    let (api, namespace) = leases_api(client, cfg.namespace.as_deref());
     let (tx, mut events) = mpsc::channel(1024);
     let watch_api = api.clone();
     let watching = tokio::spawn(async move {
-        let config = watcher::Config::default().labels(LABEL);
+        let config = watcher::Config::default().labels(HOST_LABEL);
         let mut stream = watcher(watch_api, config).default_backoff().boxed();
         while let Some(event) = stream.next().await {
             match event {
@@ -610,7 +609,7 @@ fn new_lease(mac: MacAddr, key: &str, value: String) -> Lease {
             name: Some(lease_name(mac)),
             labels: Some(
                 [
-                    (LABEL.to_string(), hex(mac)),
+                    (HOST_LABEL.to_string(), hex(mac)),
                     (
                         "app.kubernetes.io/name".to_string(),
                         "pxe-agent".to_string(),
@@ -676,7 +675,7 @@ mod tests {
             .metadata
             .labels
             .get_or_insert_default()
-            .insert(LABEL.into(), "nope".into());
+            .insert(HOST_LABEL.into(), "nope".into());
         assert!(read(&lease).is_none());
     }
 

@@ -32,7 +32,10 @@ use kube::{
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
-use super::Share;
+use super::{
+    Share,
+    coordination::{HOST_LABEL, leases_api},
+};
 use crate::state::State;
 
 /// The annotation on each slot Lease that says how many slots its holder
@@ -221,13 +224,6 @@ fn longest_pool_lease(state: &State) -> Option<i64> {
     Some(longest * 1000)
 }
 
-/// The Leases of `namespace`, else of the client's default namespace (the
-/// service account's or the kubeconfig's), and that namespace.
-pub fn leases_api(client: Client, namespace: Option<&str>) -> (Api<Lease>, String) {
-    let namespace = namespace.map_or_else(|| client.default_namespace().to_string(), str::to_owned);
-    (Api::namespaced(client, &namespace), namespace)
-}
-
 /// Keeps this agent's slot and the live slots in `state.share` until
 /// `shutdown`. Never releases the slot: a departed agent's clients keep
 /// their addresses until they expire, and only then may its slice be
@@ -308,7 +304,7 @@ impl Member {
     async fn round(&mut self, state: &State) {
         // The hosts' shared records are Leases too (`host_records`): not
         // read here.
-        let slots_only = ListParams::default().labels(&format!("!{}", super::host_records::LABEL));
+        let slots_only = ListParams::default().labels(&format!("!{HOST_LABEL}"));
         let seen = match self.api.list(&slots_only).await {
             Ok(list) => list
                 .items

@@ -221,7 +221,7 @@ impl Drop for Link<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tftp::{source::Mode, transfer::ReadRequest};
+    use crate::tftp::{request::ReadRequest, source::Mode};
 
     fn request() -> ReadRequest {
         ReadRequest {

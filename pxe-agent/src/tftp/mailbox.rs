@@ -20,7 +20,7 @@ use std::{
 
 use socket2::SockRef;
 
-use super::transfer::ReadRequest;
+use super::request::ReadRequest;
 
 /// Where the request loop leaves news for one peer's transfers.
 #[derive(Debug)]

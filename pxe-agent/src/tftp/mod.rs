@@ -15,9 +15,11 @@
 //! - `transfer`: one transfer on its own socket (window, retransmission),
 //!   blocking.
 //! - `link`: how a transfer waits for packets and news at once.
+//! - `request`: a read request as the request loop hands it on.
 //! - `mailbox`: the news the request loop leaves a running transfer.
 //! - `worker`: one peer's thread, running its transfers.
 //! - `server`: the request loop (async), the transfer bound and events.
+//! - `shared`: what the request loop and the peers' threads share.
 //! - `waiting`: requests held past the bound until a slot frees.
 //! - `thread`: the server on a thread of its own, for callers without a
 //!   tokio runtime.
@@ -28,7 +30,9 @@ mod mailbox;
 pub mod option;
 pub mod packet;
 pub mod path;
+mod request;
 mod server;
+mod shared;
 pub mod source;
 mod spin;
 mod thread;

@@ -21,12 +21,11 @@
 //! the transfer's own port.
 
 use std::{
-    collections::HashMap,
     convert::Infallible,
     io,
     net::{IpAddr, SocketAddr},
     path::Path,
-    sync::{Arc, Mutex, MutexGuard, PoisonError, atomic::Ordering},
+    sync::{Arc, Mutex, atomic::Ordering},
     time::{Duration, SystemTime},
 };
 
@@ -43,12 +42,13 @@ use crate::logging::Every;
 use super::{
     ConfigError, Generated, Outcome, Stats, TftpConfig, TransferEvent, bump,
     mailbox::Mailbox,
-    option,
     packet::{self, ErrorCode, Packet, Request},
     path::Root,
+    request::ReadRequest,
+    shared::Shared,
     source::Mode,
     spin::SpinSlots,
-    transfer::{ReadRequest, TransferError},
+    transfer::TransferError,
     waiting::{Offer, Waiting},
     worker::{self, Slot},
 };
@@ -178,7 +178,6 @@ impl Server {
             peers: Mutex::default(),
             busy_poll: self.cfg.busy_poll,
             spin_slots: SpinSlots::for_this_machine(),
-            gate: self.gate,
             probed: Mutex::default(),
         });
         let permits = Arc::new(Semaphore::new(self.cfg.max_transfers));
@@ -193,6 +192,7 @@ impl Server {
             running,
             busy_log: Every::new(BUSY_LOG_EVERY),
             next_id: 0,
+            gate: self.gate,
         };
         info!(%local, root = %listener.shared.root.dir().display(), "TFTP server listening");
         let mut buf = vec![0u8; REQUEST_BUF];
@@ -237,76 +237,6 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
-/// What the peers' threads share with the loop.
-pub(super) struct Shared {
-    pub root: Arc<Root>,
-    /// Names made per client, asked before the root.
-    pub generated: Option<Arc<dyn Generated>>,
-    pub stats: Arc<Stats>,
-    pub limits: option::Limits,
-    pub retries: u32,
-    pub local_ip: IpAddr,
-    pub device: Option<Vec<u8>>,
-    events: Option<mpsc::Sender<TransferEvent>>,
-    /// Peers with a transfer running, and where to leave their new
-    /// requests.
-    peers: Mutex<HashMap<SocketAddr, PeerEntry>>,
-    pub busy_poll: Duration,
-    pub spin_slots: SpinSlots,
-    gate: Option<Gate>,
-    /// Clients that just aborted a transfer after its first packet (a size
-    /// probe), and when: their next request goes to the front of the wait.
-    probed: Mutex<HashMap<IpAddr, std::time::Instant>>,
-}
-
-/// How long after a size probe a client's next request counts as its
-/// continuation.
-const PROBE_FOLLOWS_WITHIN: Duration = Duration::from_secs(3);
-/// Size of the probe notes past which the stale ones are dropped.
-const PROBED_PRUNE_AT: usize = 4096;
-
-/// The way to a running peer thread's transfers.
-pub(super) struct PeerEntry {
-    /// Tells this thread's entry from a later one for the same peer.
-    pub id: u64,
-    pub mailbox: Arc<Mailbox>,
-}
-
-impl Shared {
-    /// Sends `event` if there is room; a full or closed channel drops it.
-    pub fn emit(&self, event: TransferEvent) {
-        let Some(events) = &self.events else {
-            return;
-        };
-        if events.try_send(event).is_err() {
-            bump(&self.stats.events_dropped);
-        }
-    }
-
-    pub fn peers(&self) -> MutexGuard<'_, HashMap<SocketAddr, PeerEntry>> {
-        self.peers.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Notes that `ip` aborted a transfer after its first packet.
-    pub fn probed(&self, ip: IpAddr) {
-        let now = std::time::Instant::now();
-        let mut probed = self.probed.lock().unwrap_or_else(PoisonError::into_inner);
-        // Bounded by what can follow within the window: forget the rest.
-        if probed.len() >= PROBED_PRUNE_AT {
-            probed.retain(|_, at| now.duration_since(*at) < PROBE_FOLLOWS_WITHIN);
-        }
-        probed.insert(ip, now);
-    }
-
-    /// Whether `ip` probed within [`PROBE_FOLLOWS_WITHIN`]; forgets it.
-    fn follows_probe(&self, ip: IpAddr) -> bool {
-        let mut probed = self.probed.lock().unwrap_or_else(PoisonError::into_inner);
-        probed
-            .remove(&ip)
-            .is_some_and(|at| at.elapsed() < PROBE_FOLLOWS_WITHIN)
-    }
-}
-
 struct Listener {
     socket: UdpSocket,
     shared: Arc<Shared>,
@@ -320,6 +250,7 @@ struct Listener {
     running: mpsc::Sender<Infallible>,
     busy_log: Every,
     next_id: u64,
+    gate: Option<Gate>,
 }
 
 impl Listener {
@@ -366,7 +297,7 @@ impl Listener {
         let stats = &self.shared.stats;
         bump(&stats.requests);
         let file = String::from_utf8_lossy(req.filename).into_owned();
-        if let Some(why) = self.shared.gate.as_ref().and_then(|gate| gate(peer.ip())) {
+        if let Some(why) = self.gate.as_ref().and_then(|gate| gate(peer.ip())) {
             debug!(%peer, %file, reason = why, "read request refused");
             self.refuse(peer, ErrorCode::AccessViolation, why).await;
             return;

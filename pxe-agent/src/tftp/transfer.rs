@@ -42,6 +42,7 @@ use super::{
     option::Negotiated,
     packet::{self, DATA_HEADER, ErrorCode, Packet},
     path::PathError,
+    request::ReadRequest,
     source::{Mode, Source},
 };
 
@@ -72,29 +73,6 @@ pub enum TransferError {
     Superseded { file: String },
     #[error("abandoned: the server is stopping")]
     Abandoned,
-}
-
-/// A read request that outlives its datagram.
-#[derive(Debug)]
-pub(super) struct ReadRequest {
-    pub filename: Vec<u8>,
-    /// `filename` as lossy UTF-8, for logs and events.
-    pub file: String,
-    pub mode: Mode,
-    pub options: Vec<(Vec<u8>, Vec<u8>)>,
-}
-
-#[cfg(test)]
-impl ReadRequest {
-    /// An octet request for `name` without options.
-    pub fn octet(name: &str) -> ReadRequest {
-        ReadRequest {
-            filename: name.as_bytes().to_vec(),
-            file: name.to_string(),
-            mode: super::source::Mode::Octet,
-            options: Vec::new(),
-        }
-    }
 }
 
 /// How one transfer runs.

@@ -29,7 +29,7 @@ use std::{
 
 use tokio::time::Instant;
 
-use super::transfer::ReadRequest;
+use super::request::ReadRequest;
 
 /// How long a waiting request is kept after its peer was last heard from.
 /// Firmware resends a read request every second or few from the same port,

@@ -23,10 +23,11 @@ use super::{
     option,
     packet::{self, ErrorCode},
     path::{self, PathError},
-    server::{PeerEntry, Shared},
+    request::ReadRequest,
+    shared::{PeerEntry, Shared},
     source::Mode,
     spin::BusyPoll,
-    transfer::{READ_AHEAD, ReadRequest, Transfer, TransferError},
+    transfer::{READ_AHEAD, Transfer, TransferError},
 };
 
 /// A peer's claim on the bound and on its mailbox; released on drop.
