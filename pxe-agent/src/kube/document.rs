@@ -409,7 +409,7 @@ fn part_of<O>(at: &ObjRef, object: &Value, snapshot: &Snapshot<O>) -> Result<Par
             let mut entry = to_file_shape(&Value::Object(spec));
             if let Yaml::Mapping(map) = &mut entry {
                 // The profile's name is the object's.
-                map.insert("name".into(), Yaml::String(at.name.clone()));
+                map.insert("name".into(), Yaml::String(at.name.to_string()));
                 if let Some(bmc) = bmc {
                     let block = bmc_block(&bmc, snapshot, "bmc").map_err(one)?;
                     map.insert("bmc".into(), block);
@@ -463,7 +463,7 @@ fn part_of<O>(at: &ObjRef, object: &Value, snapshot: &Snapshot<O>) -> Result<Par
             let mut pairs = vec![
                 ("mac", Yaml::String(mac.unwrap_or_default().to_owned())),
                 ("ip", Yaml::String(ip.unwrap_or_default())),
-                ("hostname", Yaml::String(at.name.clone())),
+                ("hostname", Yaml::String(at.name.to_string())),
                 ("profile", Yaml::String(profile.clone().unwrap_or_default())),
             ];
             if let Some(bmc) = spec.get("bmc").and_then(Value::as_object) {
@@ -564,7 +564,7 @@ pub fn build<P, O: AsObject>(
         let bad_profiles: BTreeSet<&str> = refused
             .keys()
             .filter(|at| at.kind == Kind::BootProfile)
-            .map(|at| at.name.as_str())
+            .map(|at| &*at.name)
             .collect();
         let (document, hosts, origins, degraded) = assemble(&live, &bad_profiles);
         let result =
@@ -628,7 +628,7 @@ fn cascade(parts: &[(ObjRef, Part)], refused: &mut BTreeMap<ObjRef, Vec<String>>
     let bad: BTreeSet<String> = refused
         .keys()
         .filter(|at| at.kind == Kind::BootProfile)
-        .map(|at| at.name.clone())
+        .map(|at| at.name.to_string())
         .collect();
     for (at, part) in parts {
         if let Part::Host { profile, .. } = part
@@ -691,7 +691,7 @@ fn assemble<'a>(
             }
             Part::Profile(p) => {
                 profiles.push(p.clone());
-                origins.profiles.push((at.name.clone(), at.clone()));
+                origins.profiles.push((at.name.to_string(), at.clone()));
             }
             Part::Host { entry, .. } => {
                 origins

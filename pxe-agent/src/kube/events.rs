@@ -38,7 +38,7 @@ pub fn invalid_spec(invalid: &Invalid, namespace: &str, node: &str) -> Event {
         involved_object: ObjectReference {
             api_version: Some(resource.api_version),
             kind: Some(resource.kind),
-            name: Some(invalid.at.name.clone()),
+            name: Some(invalid.at.name.to_string()),
             namespace: Some(namespace.to_owned()),
             uid: invalid.uid.clone(),
             resource_version: invalid.resource_version.clone(),

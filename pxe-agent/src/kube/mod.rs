@@ -509,7 +509,7 @@ impl Source {
     }
 
     fn object(&self, at: &ObjRef) -> Option<&Stored> {
-        self.stores.get(&at.kind)?.objects.get(&at.name)
+        self.stores.get(&at.kind)?.objects.get(&*at.name)
     }
 
     /// Runs until shutdown: applies watch events, rebuilds after a quiet
@@ -684,7 +684,7 @@ impl Source {
         self.transitions.retain(|at, _| {
             stores
                 .get(&at.kind)
-                .is_some_and(|s| s.objects.contains_key(&at.name))
+                .is_some_and(|s| s.objects.contains_key(&*at.name))
         });
         self.texts.prune();
         Outgoing { statuses, events }

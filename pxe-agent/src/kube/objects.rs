@@ -10,6 +10,7 @@ use std::{
     borrow::Cow,
     fmt,
     hash::{DefaultHasher, Hash as _, Hasher as _},
+    sync::Arc,
 };
 
 use kube::{api::DynamicObject, core::ApiResource};
@@ -86,18 +87,20 @@ impl Kind {
     }
 }
 
-/// One object by kind and name (the namespace is the source's).
+/// One object by kind and name (the namespace is the source's). The
+/// name is shared by its clones: the status round, the writer's queue and
+/// the rebuild's sets each hold one per object.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjRef {
     pub kind: Kind,
-    pub name: String,
+    pub name: Arc<str>,
 }
 
 impl ObjRef {
     pub fn new(kind: Kind, name: &str) -> ObjRef {
         ObjRef {
             kind,
-            name: name.to_owned(),
+            name: Arc::from(name),
         }
     }
 }
