@@ -5,6 +5,7 @@ pub mod app;
 pub mod audit;
 pub mod bmc;
 pub mod client;
+pub mod clock;
 pub mod control;
 pub mod dhcp;
 pub mod discovered;

@@ -19,7 +19,7 @@ use super::{
     BootState,
     plan::{BootPlan, Target, plan},
 };
-use crate::{inventory::Profile, progress, tftp, trace::TracePath};
+use crate::{clock, inventory::Profile, tftp, trace::TracePath};
 
 /// grub's name for a file at `url`: `tftp://host/path` becomes
 /// `(tftp,host)/path`, `http://host[:port]/path` becomes
@@ -162,7 +162,7 @@ pub fn config_for(state: &BootState, ip: Ipv4Addr, name: &str, via: TracePath) -
         hostname: host.and_then(|h| h.hostname.as_deref()),
         labels: host.map_or(&no_labels, |h| &h.labels),
     };
-    let now = progress::now_ms();
+    let now = clock::now_ms();
     let epoch = state.state.progress.new_token_epoch(mac, now);
     let token = state.token_key.issue(mac, epoch);
     let text = render(profile, &target, state.server_for(ip).ip, Some(&token));

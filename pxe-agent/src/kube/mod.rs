@@ -599,7 +599,7 @@ impl Source {
                 views.insert(mac, view);
             }
         });
-        let now = crate::progress::now_ms();
+        let now = crate::clock::now_ms();
         let mut statuses = Vec::new();
         let mut events = Vec::new();
         let node = self.settings.node_name.as_str();

@@ -17,7 +17,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::Duration,
 };
 
 use k8s_openapi::{
@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
 use super::Share;
-use crate::state::State;
+use crate::{clock, state::State};
 
 /// The annotation on each slot Lease that says how many slots its holder
 /// cuts the pools into: agents that disagree would cut overlapping slices.
@@ -197,9 +197,7 @@ pub struct Config {
 /// Unix milliseconds: the Leases' times are compared to the millisecond,
 /// so that a short lease duration is not eaten up by rounding.
 fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    i64::try_from(clock::now_ms()).unwrap_or(i64::MAX)
 }
 
 fn micro(ms: i64) -> Option<MicroTime> {

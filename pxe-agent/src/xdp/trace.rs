@@ -10,8 +10,8 @@ use tokio::{io::unix::AsyncFd, sync::watch};
 use tracing::warn;
 
 use crate::{
+    clock::Clocks,
     inventory::MacAddr,
-    progress::Clocks,
     trace::{Hub, KernelFilter, TracePath},
 };
 
