@@ -30,7 +30,8 @@ use tracing::{info, warn};
 use crate::{
     bmc::{Bmc, BmcError, BootDevice, BootFlags, BootTarget, PowerAction, PowerState},
     clock,
-    inventory::{BmcSettings, Inventory, MacAddr},
+    inventory::{BmcSettings, Inventory},
+    mac::MacAddr,
     progress::Progress,
     recovery::{
         self, Action, ActionKind, Controller, Done, HostStatus, Load, Observation, Record,

@@ -18,6 +18,7 @@ pub mod inventory;
 pub mod kube;
 pub mod lease;
 pub mod logging;
+pub mod mac;
 pub mod mac_records;
 pub mod metrics;
 pub mod netboot;

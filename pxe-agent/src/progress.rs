@@ -17,10 +17,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    inventory::{Host, MacAddr},
-    trace::Hub,
-};
+use crate::{inventory::Host, mac::MacAddr, trace::Hub};
 
 /// How far a host got, in boot-chain order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -21,7 +21,7 @@ use pxe_ebpf_common::MAX_TRACED;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 
-use crate::{clock, inventory::MacAddr};
+use crate::{clock, mac::MacAddr};
 
 /// Events buffered for a slow watcher before it misses some.
 const CAPACITY: usize = 1024;

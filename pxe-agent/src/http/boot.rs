@@ -25,7 +25,8 @@ use super::{
 };
 use crate::{
     clock,
-    inventory::{MacAddr, Netboot, PhoneHomeToken},
+    inventory::{Netboot, PhoneHomeToken},
+    mac::MacAddr,
     netboot::Actor,
     trace::TracePath,
 };

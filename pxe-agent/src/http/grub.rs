@@ -193,7 +193,10 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::inventory::{DEFAULT_GRUB_CONFIG, GrubSettings, MacAddr};
+    use crate::{
+        inventory::{DEFAULT_GRUB_CONFIG, GrubSettings},
+        mac::MacAddr,
+    };
 
     fn profile() -> Profile {
         Profile {

@@ -12,7 +12,6 @@ mod error;
 mod extra;
 mod file;
 mod hostname;
-mod mac;
 mod oob;
 mod option;
 mod patch;
@@ -29,11 +28,11 @@ use std::{
     sync::Arc,
 };
 
+pub use crate::mac::{MacAddr, ParseMacError};
 pub use error::{LoadError, Problem};
 pub use extra::ExtraOptions;
 pub use file::Loaded;
 pub use hostname::Hostname;
-pub use mac::{MacAddr, ParseMacError};
 pub use oob::{
     AfterBoot, BmcSettings, BootMode, DEFAULT_BOOT_FILE_DEADLINE, DEFAULT_DHCP_DEADLINE,
     DEFAULT_MAX_ATTEMPTS, DEFAULT_RECOVERY_DEADLINE, DEFAULT_SCRIPT_DEADLINE, PasswordSource,

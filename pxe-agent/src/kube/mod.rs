@@ -48,7 +48,8 @@ use crate::{
     app::Prepared,
     bmc::Password,
     http::admin::{AdminState, HostView, for_each_host_view},
-    inventory::{Inventory, LoadError, MacAddr},
+    inventory::{Inventory, LoadError},
+    mac::MacAddr,
     ratelimit::TokenBucket,
 };
 

@@ -40,7 +40,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::{
-    inventory::MacAddr,
+    mac::MacAddr,
     netboot,
     progress::{Stage, Step},
     ratelimit::TokenBucket,

@@ -11,7 +11,7 @@ use tracing::warn;
 
 use crate::{
     clock::Clocks,
-    inventory::MacAddr,
+    mac::MacAddr,
     trace::{Hub, KernelFilter, TracePath},
 };
 

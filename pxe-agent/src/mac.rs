@@ -1,7 +1,7 @@
-//! Ethernet hardware addresses as the inventory spells them. Owns parsing
-//! (`52:54:00:12:34:56` or `52-54-00-12-34-56`, any case) and the canonical
-//! lowercase, colon-separated display; not the BOOTP `chaddr` handling, which
-//! belongs to the DHCP code.
+//! Ethernet hardware addresses, the name every layer knows a host by. Owns
+//! parsing (`52:54:00:12:34:56` or `52-54-00-12-34-56`, any case) and the
+//! canonical lowercase, colon-separated display; not the BOOTP `chaddr`
+//! handling, which belongs to the DHCP code.
 
 use std::{fmt, str::FromStr};
 
