@@ -34,7 +34,7 @@ use tracing::{error, info, warn};
 use crate::{
     audit::AuditLog,
     bmc::{BootFlagEcho, Driver, Fallbacks, RetryPolicy},
-    control,
+    clock, control,
     dhcp::{
         Server,
         server::{self, Limits},
@@ -1086,10 +1086,7 @@ async fn start_tftp(
             let Some(mac) = boot.state.mac_at(ip).await else {
                 continue;
             };
-            let at = event
-                .finished
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let at = clock::unix_ms(event.finished);
             let how = match &event.outcome {
                 tftp::Outcome::Done => "done".to_string(),
                 // UEFI firmware asks for the size, aborts, then asks again:

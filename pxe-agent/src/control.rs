@@ -29,8 +29,10 @@ use tracing::{info, warn};
 
 use crate::{
     bmc::{Bmc, BmcError, BootDevice, BootFlags, BootTarget, PowerAction, PowerState},
-    inventory::{BmcSettings, Inventory, MacAddr},
-    progress::{self, Progress},
+    clock,
+    inventory::{BmcSettings, Inventory},
+    mac::MacAddr,
+    progress::Progress,
     recovery::{
         self, Action, ActionKind, Controller, Done, HostStatus, Load, Observation, Record,
         Sequencer,
@@ -491,7 +493,7 @@ impl<B: Bmc + 'static> Task<B> {
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.step();
-            let now = progress::now_ms();
+            let now = clock::now_ms();
             let wake = [
                 self.controller.next_deadline(),
                 self.sequencer.next_release_ms(now),
@@ -509,7 +511,7 @@ impl<B: Bmc + 'static> Task<B> {
                     self.apply(inv);
                 }
                 Some((mac, record)) = recv_adopt(&mut self.fleet) => {
-                    self.controller.adopt(mac, record, progress::now_ms());
+                    self.controller.adopt(mac, record, clock::now_ms());
                 }
                 Some(done) = self.executor.next(), if !self.executor.is_idle() => {
                     self.sequencer.finished(&done.action);
@@ -520,7 +522,7 @@ impl<B: Bmc + 'static> Task<B> {
                         Ok(Done::Power(state)) => self.note_power(done.action.mac, state),
                         _ => {}
                     }
-                    self.controller.complete(&done.action, done.result, progress::now_ms());
+                    self.controller.complete(&done.action, done.result, clock::now_ms());
                 }
                 Some(joined) = self.manual.join_next(), if !self.manual.is_empty() => {
                     match joined {
@@ -559,7 +561,7 @@ impl<B: Bmc + 'static> Task<B> {
             .set_bmcs(bmcs.iter().map(|(m, b)| (*m, b.clone())));
         self.bmcs = bmcs;
         self.controller
-            .set_hosts(recovery::plans(&inv), progress::now_ms());
+            .set_hosts(recovery::plans(&inv), clock::now_ms());
         // Who owns new hosts is settled before any tick.
         self.owners_of = None;
         info!(
@@ -597,7 +599,7 @@ impl<B: Bmc + 'static> Task<B> {
         // With peers, one agent acts on each BMC: the host's owner, once
         // its hold of a host it gained is over.
         let share = (self.share)();
-        let now = progress::now_ms();
+        let now = clock::now_ms();
         if !self.controller.acts_on(mac, now) {
             let why = match self.controller.held_until(mac) {
                 Some(until) if share.owns_host(mac) => format!(
@@ -620,7 +622,7 @@ impl<B: Bmc + 'static> Task<B> {
             return;
         }
         if op == Op::Recover {
-            let now = progress::now_ms();
+            let now = clock::now_ms();
             let mut out = match self.controller.request(mac, now) {
                 Ok(()) => Outcome {
                     host: host.clone(),
@@ -662,7 +664,7 @@ impl<B: Bmc + 'static> Task<B> {
                 asked,
             },
         );
-        self.sequencer.push(ticket, progress::now_ms());
+        self.sequencer.push(ticket, clock::now_ms());
     }
 
     /// Settles which hosts this agent acts on when the share changed, and
@@ -697,7 +699,7 @@ impl<B: Bmc + 'static> Task<B> {
 
     /// Ticks the controller, releases what may run and publishes the view.
     fn step(&mut self) {
-        let now = progress::now_ms();
+        let now = clock::now_ms();
         self.settle_owners(now);
         // Gained hosts: the steps seen while they were held are fed before
         // their deadlines are judged.
@@ -829,13 +831,13 @@ impl<B: Bmc + 'static> Task<B> {
 
     fn note_power(&mut self, mac: MacAddr, state: PowerState) {
         let mut view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
-        view.power.insert(mac, (state, progress::now_ms()));
+        view.power.insert(mac, (state, clock::now_ms()));
     }
 
     /// Feeds the controller the boot steps recorded since the last poll
     /// and measures the slow path's request rate.
     fn poll(&mut self) {
-        let now = progress::now_ms();
+        let now = clock::now_ms();
         let macs: Vec<MacAddr> = self.bmcs.keys().copied().collect();
         for mac in macs {
             self.feed(mac, now);

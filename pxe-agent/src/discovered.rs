@@ -6,7 +6,7 @@ use std::{collections::HashMap, net::Ipv4Addr};
 
 use serde::{Deserialize, Serialize};
 
-use crate::inventory::MacAddr;
+use crate::mac::MacAddr;
 
 /// One unknown client as last seen.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -6,7 +6,7 @@
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 
-use crate::inventory::MacAddr;
+use crate::mac::MacAddr;
 
 /// MAC (lowercase colon form) -> JSON record.
 pub type Table = TableDefinition<'static, &'static str, &'static [u8]>;

@@ -17,6 +17,7 @@ use pxe_agent::{
     audit::{AuditLog, Entry},
     bmc::{BootFlagEcho, BootTarget, Driver, Fallbacks, RetryPolicy},
     client::{self, DEFAULT_METRICS},
+    clock,
     control::{self, Op, Outcome},
     dhcp::{Server, server::Limits},
     discovered::Discovered,
@@ -25,9 +26,10 @@ use pxe_agent::{
         limit,
         tls::TlsFiles,
     },
-    inventory::{self, LoadError, MacAddr},
+    inventory::{self, LoadError},
     logging::{self, LogFormat},
-    progress::{self, Step},
+    mac::MacAddr,
+    progress::Step,
     ratelimit::Rate,
     recovery::{self, SequencePolicy},
     terminal::{self, Align, Table},
@@ -878,7 +880,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         } => {
             let list: Vec<HostView> = serde_json::from_str(&api.client()?.get("/api/v1/hosts")?)
                 .context("malformed /api/v1/hosts answer")?;
-            let now = progress::now_ms();
+            let now = clock::now_ms();
             let step = |s: &Option<Step>| {
                 s.as_ref().map_or("-".to_string(), |s| {
                     format!(
@@ -955,7 +957,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let list: Vec<Discovered> =
                 serde_json::from_str(&api.client()?.get("/api/v1/discovered")?)
                     .context("malformed /api/v1/discovered answer")?;
-            let now = progress::now_ms();
+            let now = clock::now_ms();
             let mut table = Table::new(&[
                 ("MAC", 17, Align::Left),
                 ("IP", 15, Align::Left),
@@ -1055,7 +1057,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         } => {
             let list: Vec<LeaseView> = serde_json::from_str(&api.client()?.get("/api/v1/leases")?)
                 .context("malformed /api/v1/leases answer")?;
-            let now = progress::now_ms() / 1000;
+            let now = clock::now_ms() / 1000;
             let mut table = Table::new(&[
                 ("MAC", 17, Align::Left),
                 ("IP", 15, Align::Left),
@@ -1494,7 +1496,7 @@ async fn direct(
     let record = Arc::new(Fallbacks::new(Some(audit.clone())));
     let record = &record;
     let calls = hosts.into_iter().map(|name| async move {
-        let at_ms = progress::now_ms();
+        let at_ms = clock::now_ms();
         let started = std::time::Instant::now();
         let mut out = Outcome {
             host: name.clone(),
@@ -1596,7 +1598,7 @@ fn netboot_call(
         print_json(&page)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let now = progress::now_ms();
+    let now = clock::now_ms();
     if action == "reprovision" {
         let view: ReprovisionView =
             serde_json::from_str(&page).with_context(|| format!("malformed {path} answer"))?;

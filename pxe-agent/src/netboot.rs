@@ -29,7 +29,7 @@ use redb::{Database, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    inventory::MacAddr,
+    mac::MacAddr,
     mac_records::{self, ReadError},
 };
 

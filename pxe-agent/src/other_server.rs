@@ -19,7 +19,8 @@ use std::{
 use tracing::warn;
 
 use crate::{
-    inventory::{Host, Inventory, MacAddr, Netboot},
+    inventory::{Host, Inventory, Netboot},
+    mac::MacAddr,
     share::Share,
 };
 

@@ -13,15 +13,11 @@ use std::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering},
     },
-    time::{SystemTime, UNIX_EPOCH},
 };
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    inventory::{Host, MacAddr},
-    trace::Hub,
-};
+use crate::{inventory::Host, mac::MacAddr, trace::Hub};
 
 /// How far a host got, in boot-chain order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -39,49 +35,6 @@ pub enum Stage {
 pub struct Step {
     pub at_ms: u64,
     pub detail: String,
-}
-
-/// Now, in unix milliseconds.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// The wall clock and `CLOCK_MONOTONIC` read together once, to turn
-/// monotonic readings (what the XDP program stamps its events with) into
-/// wall time: one reading serves a whole drain of the event ring.
-#[derive(Clone, Copy, Debug)]
-pub struct Clocks {
-    wall_ms: u64,
-    monotonic_ns: u64,
-}
-
-impl Clocks {
-    pub fn now() -> Clocks {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec; on failure it stays
-        // zero, and every reading then maps to now.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        Clocks {
-            wall_ms: now_ms(),
-            monotonic_ns: u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000
-                + u64::try_from(ts.tv_nsec).unwrap_or(0),
-        }
-    }
-
-    pub fn monotonic_ns(&self) -> u64 {
-        self.monotonic_ns
-    }
-
-    /// The unix-millisecond time of the monotonic reading `at_ns`.
-    pub fn wall_ms_of(&self, at_ns: u64) -> u64 {
-        self.wall_ms
-            .saturating_sub(self.monotonic_ns.saturating_sub(at_ns) / 1_000_000)
-    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -403,6 +356,7 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::{self, Clocks};
 
     const MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 
@@ -447,7 +401,7 @@ mod tests {
         // that followed it, must not start a new boot.
         let p = Progress::default();
         let sent_ns = Clocks::now().monotonic_ns() - 150_000_000;
-        let now = now_ms();
+        let now = clock::now_ms();
         p.booted(MAC, now - 50, "ok".into());
         let sent = Clocks::now().wall_ms_of(sent_ns);
         assert!(sent.abs_diff(now - 150) < 20, "sent {sent}, now {now}");

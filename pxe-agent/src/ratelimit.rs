@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::inventory::MacAddr;
+use crate::mac::MacAddr;
 
 /// A token bucket: `rate` tokens a second, at most `burst` saved up.
 #[derive(Debug)]

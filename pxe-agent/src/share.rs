@@ -19,7 +19,7 @@ use std::{
     ops::RangeInclusive,
 };
 
-use crate::inventory::MacAddr;
+use crate::mac::MacAddr;
 
 /// RFC 3074 section 6: the "mixing table" of 256 distinct values in
 /// pseudo-random order that the load-balancing hash walks.

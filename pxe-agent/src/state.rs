@@ -15,8 +15,9 @@ use crate::{
     dhcp::server::Stats,
     discovered::Registry,
     health::Health,
-    inventory::{Inventory, MacAddr},
+    inventory::Inventory,
     lease::{LeaseState, LeaseStore},
+    mac::MacAddr,
     netboot::{Actor, NetbootStore, StoreError},
     progress::Progress,
     share::Share,
@@ -83,7 +84,7 @@ impl State {
 
     /// Records that `mac`'s provisioning is done; `Ok(false)` if it was.
     pub fn netboot_done(&self, mac: MacAddr, by: Actor) -> Result<bool, StoreError> {
-        let changed = self.netboot.mark_done(mac, by, crate::progress::now_ms())?;
+        let changed = self.netboot.mark_done(mac, by, crate::clock::now_ms())?;
         if changed {
             self.netboot_changed.notify_one();
         }
@@ -92,7 +93,7 @@ impl State {
 
     /// Arms `mac` to be given its boot file again; `Ok(false)` if it was.
     pub fn netboot_arm(&self, mac: MacAddr) -> Result<bool, StoreError> {
-        let changed = self.netboot.arm(mac, crate::progress::now_ms())?;
+        let changed = self.netboot.arm(mac, crate::clock::now_ms())?;
         if changed {
             self.netboot_changed.notify_one();
         }

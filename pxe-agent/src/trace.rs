@@ -21,7 +21,7 @@ use pxe_ebpf_common::MAX_TRACED;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 
-use crate::{inventory::MacAddr, progress};
+use crate::{clock, mac::MacAddr};
 
 /// Events buffered for a slow watcher before it misses some.
 const CAPACITY: usize = 1024;
@@ -141,7 +141,7 @@ impl Hub {
         detail: impl FnOnce() -> String,
     ) {
         if self.is_traced(mac) {
-            self.send(progress::now_ms(), mac, path, what, detail());
+            self.send(clock::now_ms(), mac, path, what, detail());
         }
     }
 

@@ -25,7 +25,7 @@ use super::{
 };
 use crate::{
     audit::{AuditLog, Entry},
-    progress::now_ms,
+    clock::now_ms,
 };
 
 /// Metric name of the fallbacks made.

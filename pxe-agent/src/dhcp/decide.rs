@@ -25,9 +25,10 @@ use pxe_ebpf_common::{
 use super::Request;
 use crate::{
     inventory::{
-        BootFiles, DiscoveryPolicy, ExtraOptions, Host, Inventory, MAC_PLACEHOLDER, MacAddr,
-        Profile, Rule, SERVER_PLACEHOLDER, Subnet,
+        BootFiles, DiscoveryPolicy, ExtraOptions, Host, Inventory, MAC_PLACEHOLDER, Profile, Rule,
+        SERVER_PLACEHOLDER, Subnet,
     },
+    mac::MacAddr,
     share::Share,
 };
 

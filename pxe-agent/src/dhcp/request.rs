@@ -6,7 +6,10 @@ use std::net::Ipv4Addr;
 use dhcproto::v4::MessageType;
 use pxe_ebpf_common::{BootClass, VendorClass, bootp};
 
-use crate::inventory::{MacAddr, Traits, circuit_id, parse_user_classes};
+use crate::{
+    inventory::{Traits, circuit_id, parse_user_classes},
+    mac::MacAddr,
+};
 
 /// A request as policy sees it.
 #[derive(Clone, Debug, PartialEq)]

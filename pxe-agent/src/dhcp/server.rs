@@ -19,7 +19,7 @@ use std::{
         Arc, PoisonError,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use pxe_ebpf_common::{Counter, ReplyDestination, bootp, reply_destination};
@@ -30,6 +30,7 @@ use super::{
     pool_reply,
 };
 use crate::{
+    clock,
     discovered::{Registry, Sighting},
     inventory::Inventory,
     lease::{
@@ -37,7 +38,6 @@ use crate::{
         RequestOutcome,
     },
     logging::Every,
-    progress,
     ratelimit::{Limited, Limiter, Rate},
     rawsock::RawSocket,
     state::State,
@@ -237,7 +237,7 @@ impl SlowPath<'_> {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let (now, mono) = (unix_now(), self.started.elapsed().as_secs_f64());
+        let (now, mono) = (clock::now_secs(), self.started.elapsed().as_secs_f64());
         let mut pending = Vec::new();
         for (slot, (len, from)) in buf.iter().zip(received) {
             bump(&self.state.stats.rx);
@@ -438,7 +438,7 @@ impl SlowPath<'_> {
         bump(&self.state.stats.reservation_declines);
         self.state
             .progress
-            .declined(req.chaddr, progress::now_ms(), ip.to_string());
+            .declined(req.chaddr, clock::now_ms(), ip.to_string());
     }
 
     fn offer(&mut self, inv: &Inventory, req: &Request, ask: &PoolAsk, pool: &Pool, now: u64) {
@@ -569,7 +569,7 @@ impl SlowPath<'_> {
                 let detail = format!("{what} {} (slow path)", reply.yiaddr);
                 self.state
                     .progress
-                    .dhcp(req.chaddr, progress::now_ms(), detail);
+                    .dhcp(req.chaddr, clock::now_ms(), detail);
             }
             Err(e) => {
                 debug!(mac = %req.chaddr, error = %e, "failed to send reply");
@@ -610,7 +610,7 @@ impl SlowPath<'_> {
             return;
         }
         self.last_expire = Instant::now();
-        let expired = self.leases().expire(unix_now());
+        let expired = self.leases().expire(clock::now_secs());
         if let Err(e) = expired {
             self.lease_error(&e);
         }
@@ -695,12 +695,6 @@ fn hex(bytes: &[u8]) -> String {
             let _ = write!(s, "{b:02x}");
             s
         })
-}
-
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// The pool client `req` comes from, as the lease store tells them apart

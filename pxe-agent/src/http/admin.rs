@@ -29,17 +29,19 @@ use serde::{Deserialize, Serialize};
 use crate::{
     audit::{AuditLog, Entry},
     bmc::{BootTarget, Fallbacks, driver, fallback::FallbackEvent},
+    clock,
     control::{self, Failure, Op, Outcome},
     discovered::Discovered,
     http::{
         BootState,
         gate::{self, Caller, Gate},
     },
-    inventory::{Host, Inventory, MacAddr, Netboot},
+    inventory::{Host, Inventory, Netboot},
     lease::{Lease, LeaseState},
+    mac::MacAddr,
     metrics::{self, AgentGauges},
     netboot::{Actor, NetbootStore, Phase},
-    progress::{self, HostProgress, Stage},
+    progress::{HostProgress, Stage},
     trace::{Next, TraceEvent, TracePath},
     xdp::{FastPath, Stats},
 };
@@ -324,7 +326,7 @@ async fn trace(
             next = watch.next() => match next {
                 Next::Event(event) => json_line(&event),
                 Next::Lost(n) => json_line(&TraceEvent {
-                    at_ms: progress::now_ms(),
+                    at_ms: clock::now_ms(),
                     mac: watch.mac().to_string(),
                     path: TracePath::Agent,
                     what: "lost".into(),
@@ -537,7 +539,7 @@ async fn call_and_record(
     host: String,
     op: Op,
 ) -> Result<Outcome, Response> {
-    let at_ms = progress::now_ms();
+    let at_ms = clock::now_ms();
     let outcome = s.control.call(&host, op).await;
     let entry = Entry {
         at_ms,
@@ -697,7 +699,7 @@ async fn netboot_settle(
     changed: bool,
 ) -> Result<(), Response> {
     let entry = Entry {
-        at_ms: progress::now_ms(),
+        at_ms: clock::now_ms(),
         caller: caller.name,
         groups: caller.groups,
         host: name.to_string(),

@@ -17,6 +17,8 @@ use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 use tokio_util::io::ReaderStream;
 use tracing::{info, warn};
 
+use crate::clock;
+
 /// Chunk size of the file bodies this path sends (the requests the
 /// sendfile loop leaves to axum). Each connection holds up to about three
 /// chunks at once (the file read, the stream's buffer, hyper's queue), so
@@ -156,9 +158,7 @@ pub async fn serve(path: &Path, method: &Method, headers: &HeaderMap) -> Respons
 
 /// A strong validator from size and modification time.
 fn etag(size: u64, modified: SystemTime) -> HeaderValue {
-    let nanos = modified
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+    let nanos = clock::since_epoch(modified).as_nanos();
     HeaderValue::from_str(&format!("\"{size:x}-{nanos:x}\""))
         .unwrap_or_else(|_| HeaderValue::from_static("\"0\""))
 }

@@ -24,9 +24,10 @@ use super::{
     token::{self, Refusal},
 };
 use crate::{
-    inventory::{MacAddr, Netboot, PhoneHomeToken},
+    clock,
+    inventory::{Netboot, PhoneHomeToken},
+    mac::MacAddr,
     netboot::Actor,
-    progress,
     trace::TracePath,
 };
 
@@ -90,10 +91,7 @@ async fn boot_script(
         labels: host.map_or(&no_labels, |h| &h.labels),
     };
     // A script fetched is a new boot: its token replaces the last one.
-    let epoch = state
-        .state
-        .progress
-        .new_token_epoch(mac, progress::now_ms());
+    let epoch = state.state.progress.new_token_epoch(mac, clock::now_ms());
     let token = state.token_key.issue(mac, epoch);
     // A host given no boot file now boots its disk, whatever it fetched
     // the script for.
@@ -116,7 +114,7 @@ async fn boot_script(
             state
                 .state
                 .progress
-                .script(mac, progress::now_ms(), format!("/boot/{name}"));
+                .script(mac, clock::now_ms(), format!("/boot/{name}"));
             ([("content-type", "text/plain; charset=utf-8")], text).into_response()
         }
         Err(e) => {
@@ -163,7 +161,7 @@ async fn booted(
     });
     state.state.progress.booted(
         mac,
-        progress::now_ms(),
+        clock::now_ms(),
         if note.is_empty() {
             "booted".into()
         } else {
@@ -216,7 +214,7 @@ fn refuse_phone_home(state: &BootState, mac: MacAddr, peer: SocketAddr, refusal:
         .publish(mac, TracePath::PhoneHome, "refused", || {
             format!("{why}, from {peer}")
         });
-    let now = progress::now_ms();
+    let now = clock::now_ms();
     let mut logged = state
         .refusal_log
         .lock()
@@ -248,7 +246,7 @@ pub fn record_fetch(state: &BootState, peer: SocketAddr, path: &str) {
             .publish(mac, TracePath::Http, "fetch", fetched);
         shared.progress.artifact(
             mac,
-            progress::now_ms(),
+            clock::now_ms(),
             path.trim_start_matches('/').to_string(),
         );
     };

@@ -19,8 +19,9 @@ use super::{
     plan::{BootPlan, Target, plan},
 };
 use crate::{
+    clock,
     inventory::{Profile, grub_path},
-    progress, tftp,
+    tftp,
     trace::TracePath,
 };
 
@@ -147,7 +148,7 @@ pub fn config_for(state: &BootState, ip: Ipv4Addr, name: &str, via: TracePath) -
         hostname: host.and_then(|h| h.hostname.as_deref()),
         labels: host.map_or(&no_labels, |h| &h.labels),
     };
-    let now = progress::now_ms();
+    let now = clock::now_ms();
     let epoch = state.state.progress.new_token_epoch(mac, now);
     let token = state.token_key.issue(mac, epoch);
     let text = render(profile, &target, state.server_for(ip).ip, Some(&token));
@@ -178,7 +179,10 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::inventory::{DEFAULT_GRUB_CONFIG, GrubSettings, MacAddr};
+    use crate::{
+        inventory::{DEFAULT_GRUB_CONFIG, GrubSettings},
+        mac::MacAddr,
+    };
 
     fn profile() -> Profile {
         Profile {

@@ -46,7 +46,7 @@ pub struct BootState {
     pub token_key: token::TokenKey,
     /// When each host's refused phone-home was last logged, so a host (or
     /// a spoofer) retrying in a loop logs once a minute.
-    pub refusal_log: std::sync::Mutex<std::collections::HashMap<crate::inventory::MacAddr, u64>>,
+    pub refusal_log: std::sync::Mutex<std::collections::HashMap<crate::mac::MacAddr, u64>>,
 }
 
 impl BootState {

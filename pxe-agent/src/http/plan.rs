@@ -7,7 +7,10 @@
 use std::{collections::BTreeMap, net::Ipv4Addr};
 
 use super::token::CMDLINE_PARAM;
-use crate::inventory::{MAC_PLACEHOLDER, MacAddr, Profile, SERVER_PLACEHOLDER};
+use crate::{
+    inventory::{MAC_PLACEHOLDER, Profile, SERVER_PLACEHOLDER},
+    mac::MacAddr,
+};
 
 /// Placeholder for the boot's phone-home token in `kernel`, `initrd`,
 /// `cmdline` and `chain`; empty when the boot carries no token.

@@ -12,7 +12,7 @@ use minijinja::{Environment, context};
 
 use super::plan::{BootPlan, plan};
 pub use super::plan::{TOKEN_PLACEHOLDER, Target};
-use crate::inventory::{MacAddr, Profile};
+use crate::{inventory::Profile, mac::MacAddr};
 
 /// The script every profile renders with: chain elsewhere, boot the local
 /// disk, or load a kernel and its initrds. EFI kernels loaded by iPXE find

@@ -460,10 +460,7 @@ mod tests {
     }
 
     fn now() -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("after 1970")
-            .as_secs() as i64
+        i64::try_from(crate::clock::now_secs()).expect("a unix time in range")
     }
 
     #[test]

@@ -26,7 +26,7 @@ use hmac::{Hmac, Mac as _};
 use sha1::Sha1;
 
 use super::auth::constant_time_eq;
-use crate::inventory::MacAddr;
+use crate::mac::MacAddr;
 
 /// The key file in the state directory.
 pub const KEY_FILE: &str = "phone-home.key";

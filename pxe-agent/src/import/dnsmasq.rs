@@ -15,7 +15,7 @@ use super::{
     BootSet, HostOut, ImportError, Imported, Origin, Report, SubnetOut, Translation, mask_prefix,
     valid_hostname,
 };
-use crate::inventory::MacAddr;
+use crate::mac::MacAddr;
 
 /// Options that do not change a DHCP answer, read without a report line.
 const QUIET: &[&str] = &[

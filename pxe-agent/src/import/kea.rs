@@ -18,7 +18,7 @@ use super::{
     BootSet, HostOut, ImportError, Imported, Origin, Report, SubnetOut, Translation, parse_cidr,
     valid_hostname,
 };
-use crate::inventory::MacAddr;
+use crate::mac::MacAddr;
 
 /// Imports one kea-dhcp4 configuration file.
 pub fn import(path: &Path) -> Result<Imported, ImportError> {

@@ -18,7 +18,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::inventory::{Inventory, LoadError, MacAddr};
+use crate::{
+    inventory::{Inventory, LoadError},
+    mac::MacAddr,
+};
 
 /// Why an import produced nothing.
 #[derive(Debug, thiserror::Error)]

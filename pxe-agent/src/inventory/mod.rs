@@ -13,7 +13,6 @@ mod extra;
 mod file;
 mod grub_path;
 mod hostname;
-mod mac;
 mod oob;
 mod option;
 mod patch;
@@ -30,12 +29,12 @@ use std::{
     sync::Arc,
 };
 
+pub use crate::mac::{MacAddr, ParseMacError};
 pub use error::{LoadError, Problem};
 pub use extra::ExtraOptions;
 pub use file::Loaded;
 pub use grub_path::grub_path;
 pub use hostname::Hostname;
-pub use mac::{MacAddr, ParseMacError};
 pub use oob::{
     AfterBoot, DEFAULT_BOOT_FILE_DEADLINE, DEFAULT_DHCP_DEADLINE, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RECOVERY_DEADLINE, DEFAULT_SCRIPT_DEADLINE, RecoverySettings, SecretSource,

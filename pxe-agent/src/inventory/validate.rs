@@ -11,8 +11,8 @@ use std::{
 
 use super::{
     BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Inventory, IpxeSettings,
-    LeaseKey, MAC_PLACEHOLDER, MacAddr, Match, Netboot, PhoneHomeToken, Problem, Profile, Range,
-    Rule, SERVER_PLACEHOLDER, Subnet, SubnetMode,
+    LeaseKey, MAC_PLACEHOLDER, Match, Netboot, PhoneHomeToken, Problem, Profile, Range, Rule,
+    SERVER_PLACEHOLDER, Subnet, SubnetMode,
     oob::{self, Secrets},
     option,
     raw::{
@@ -21,6 +21,7 @@ use super::{
     },
 };
 use super::{DEFAULT_GRUB_CONFIG, GrubSettings, Hostname, raw::RawGrub};
+use crate::mac::MacAddr;
 
 /// The BOOTP `file` field is 128 bytes and must end in a NUL (RFC 951).
 const MAX_BOOT_FILE_LEN: usize = 127;

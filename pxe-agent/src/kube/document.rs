@@ -22,7 +22,8 @@ use serde_norway::Value as Yaml;
 use super::objects::{ANNOTATION_IP, ANNOTATION_PROFILE, AsObject, Kind, ObjRef};
 use crate::{
     bmc::Password,
-    inventory::{Inventory, LoadError, MacAddr, Problem, SecretSource},
+    inventory::{Inventory, LoadError, Problem, SecretSource},
+    mac::MacAddr,
 };
 
 /// The two keys of a BMC credentials Secret.

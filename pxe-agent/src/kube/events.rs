@@ -7,9 +7,11 @@
 use k8s_openapi::{
     api::core::v1::{Event, EventSource, ObjectReference},
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time},
+    jiff::Timestamp,
 };
 
 use super::objects::ObjRef;
+use crate::clock;
 
 /// A refused object and why.
 #[derive(Debug, Clone)]
@@ -26,7 +28,8 @@ const COMPONENT: &str = "pxe-agent";
 
 /// The Event for `invalid` in `namespace`, reported by `node`.
 pub fn invalid_spec(invalid: &Invalid, namespace: &str, node: &str) -> Event {
-    let now = k8s_openapi::jiff::Timestamp::now();
+    // As `Timestamp::now` does, from the one wall clock.
+    let now = Timestamp::try_from(clock::now()).expect("system time is valid");
     let resource = invalid.at.kind.resource();
     Event {
         metadata: ObjectMeta {

@@ -48,7 +48,8 @@ use crate::{
     app::Prepared,
     bmc::Password,
     http::admin::{AdminState, HostView, for_each_host_view},
-    inventory::{Inventory, LoadError, MacAddr},
+    inventory::{Inventory, LoadError},
+    mac::MacAddr,
     ratelimit::TokenBucket,
 };
 
@@ -608,7 +609,7 @@ impl Source {
                 views.insert(mac, view);
             }
         });
-        let now = crate::progress::now_ms();
+        let now = crate::clock::now_ms();
         let mut statuses = Vec::new();
         let mut events = Vec::new();
         let node = self.settings.node_name.as_str();

@@ -16,7 +16,7 @@ use std::{
 use kube::{api::DynamicObject, core::ApiResource};
 use serde_json::{Value, json};
 
-use crate::inventory::MacAddr;
+use crate::mac::MacAddr;
 
 /// The agent's API group and version.
 pub const GROUP: &str = "pxe-agent.io";

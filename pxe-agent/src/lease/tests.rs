@@ -1,5 +1,5 @@
 use super::*;
-use crate::inventory::MacAddr;
+use crate::mac::MacAddr;
 use std::{
     collections::{HashMap, HashSet},
     io::{BufRead, BufReader, Write},

@@ -16,7 +16,7 @@ use tokio::task::{Id, JoinSet};
 use super::{Action, ActionError, ActionKind, Done};
 use crate::{
     bmc::{Bmc, PowerAction, PowerState},
-    inventory::MacAddr,
+    mac::MacAddr,
 };
 
 /// An action and what came of it.

@@ -45,7 +45,8 @@ use super::{
 };
 use crate::{
     bmc::{BmcError, BootDevice, BootTarget},
-    inventory::{AfterBoot, MacAddr},
+    inventory::AfterBoot,
+    mac::MacAddr,
 };
 
 /// What a host's recovery record holds, on disk and as shared with peers.

@@ -34,7 +34,8 @@ pub use store::{RECOVERY_FILE, RecoveryStore, StoreError};
 
 use crate::{
     bmc::{BmcError, BootDevice, BootTarget},
-    inventory::{Inventory, MacAddr, RecoverySettings},
+    inventory::{Inventory, RecoverySettings},
+    mac::MacAddr,
 };
 
 /// Where a host is in its recovery. `Backoff` is the wait before a retry.

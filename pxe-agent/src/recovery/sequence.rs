@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::{Action, ActionKind};
-use crate::inventory::MacAddr;
+use crate::mac::MacAddr;
 
 /// The sequencing knobs.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -10,7 +10,7 @@ use redb::{Database, TableDefinition};
 
 use super::machine::Record;
 use crate::{
-    inventory::MacAddr,
+    mac::MacAddr,
     mac_records::{self, ReadError},
 };
 

@@ -42,7 +42,7 @@ use tracing::{debug, info, warn};
 
 use super::coordination::{HOST_LABEL, leases_api};
 use crate::{
-    inventory::MacAddr,
+    mac::MacAddr,
     netboot,
     progress::{Stage, Step},
     ratelimit::TokenBucket,

@@ -17,7 +17,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::Duration,
 };
 
 use k8s_openapi::{
@@ -36,7 +36,7 @@ use super::{
     Share,
     coordination::{HOST_LABEL, leases_api},
 };
-use crate::state::State;
+use crate::{clock, state::State};
 
 /// The annotation on each slot Lease that says how many slots its holder
 /// cuts the pools into: agents that disagree would cut overlapping slices.
@@ -200,9 +200,7 @@ pub struct Config {
 /// Unix milliseconds: the Leases' times are compared to the millisecond,
 /// so that a short lease duration is not eaten up by rounding.
 fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    i64::try_from(clock::now_ms()).unwrap_or(i64::MAX)
 }
 
 fn micro(ms: i64) -> Option<MicroTime> {

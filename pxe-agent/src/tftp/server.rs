@@ -26,7 +26,7 @@ use std::{
     net::{IpAddr, SocketAddr},
     path::Path,
     sync::{Arc, Mutex, atomic::Ordering},
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use socket2::SockRef;
@@ -37,7 +37,7 @@ use tokio::{
 };
 use tracing::{debug, info, warn};
 
-use crate::logging::Every;
+use crate::{clock, logging::Every};
 
 use super::{
     ConfigError, Generated, Outcome, Stats, TftpConfig, TransferEvent, bump,
@@ -435,7 +435,7 @@ impl Listener {
 
     /// Records a request answered with an error before any transfer ran.
     fn emit_refused(&self, peer: SocketAddr, file: String, err: TransferError) {
-        let now = SystemTime::now();
+        let now = clock::now();
         self.shared.emit(TransferEvent {
             peer,
             file,

@@ -16,6 +16,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::{debug, info};
 
+use crate::clock;
+
 use super::{
     Outcome, TransferEvent, bump,
     link::Link,
@@ -103,7 +105,7 @@ pub(super) fn run(slot: Slot, first: ReadRequest) {
     let peer = slot.peer;
     let mut request = first;
     loop {
-        let started = SystemTime::now();
+        let started = clock::now();
         let (result, bytes, next) = transfer(&shared, &request, peer, &mailbox);
         let next = match result {
             Err(TransferError::Abandoned) => None,
@@ -158,7 +160,7 @@ fn record(
         bytes,
         outcome: result.map_or_else(Outcome::Failed, |()| Outcome::Done),
         started,
-        finished: SystemTime::now(),
+        finished: clock::now(),
     });
 }
 

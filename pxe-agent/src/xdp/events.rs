@@ -21,7 +21,7 @@ use pxe_ebpf_common::{BootClass, EVENT_SLOTS, ServedEvent, bootp};
 use tokio::sync::watch;
 use tracing::warn;
 
-use crate::{inventory::MacAddr, logging::Every, progress::Clocks, state::State};
+use crate::{clock::Clocks, logging::Every, mac::MacAddr, state::State};
 
 /// How often the slots are drained. The XDP program writes without waking
 /// the reader (a wake-up per reply would cost more than the reply), so the

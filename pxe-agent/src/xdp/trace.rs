@@ -10,8 +10,8 @@ use tokio::{io::unix::AsyncFd, sync::watch};
 use tracing::warn;
 
 use crate::{
-    inventory::MacAddr,
-    progress::Clocks,
+    clock::Clocks,
+    mac::MacAddr,
     trace::{Hub, KernelFilter, TracePath},
 };
 

@@ -1,9 +1,12 @@
-//! Ethernet hardware addresses as the inventory spells them. Owns parsing
-//! (`52:54:00:12:34:56` or `52-54-00-12-34-56`, any case) and the canonical
-//! lowercase, colon-separated display; not the BOOTP `chaddr` handling, which
-//! belongs to the DHCP code.
+//! Ethernet hardware addresses, the name every layer knows a host by. Owns
+//! parsing (`52:54:00:12:34:56` or `52-54-00-12-34-56`, any case), the
+//! canonical lowercase, colon-separated display and the serde form, which
+//! is that same text; not the BOOTP `chaddr` handling, which belongs to the
+//! DHCP code.
 
 use std::{fmt, str::FromStr};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 
 /// A 48-bit Ethernet MAC address, in transmission order.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -49,6 +52,34 @@ impl FromStr for MacAddr {
             return Err(error());
         }
         Ok(MacAddr(octets))
+    }
+}
+
+/// The display form: `"52:54:00:12:34:56"`.
+impl Serialize for MacAddr {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// Any form [`FromStr`] takes.
+impl<'de> Deserialize<'de> for MacAddr {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<MacAddr, D::Error> {
+        struct Text;
+
+        impl de::Visitor<'_> for Text {
+            type Value = MacAddr;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mac address such as \"52:54:00:12:34:56\"")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<MacAddr, E> {
+                text.parse().map_err(E::custom)
+            }
+        }
+
+        deserializer.deserialize_str(Text)
     }
 }
 
@@ -108,5 +139,42 @@ mod tests {
             err.to_string().contains("\"nope\" is not a mac address"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn serializes_as_its_display_text() {
+        assert_eq!(
+            serde_json::to_string(&MAC).expect("json"),
+            "\"52:54:00:12:34:5a\""
+        );
+    }
+
+    #[test]
+    fn deserializes_every_form_it_parses() {
+        for text in ["\"52:54:00:12:34:5a\"", "\"52-54-00-12-34-5A\""] {
+            let mac: MacAddr = serde_json::from_str(text).expect(text);
+            assert_eq!(mac, MAC, "{text}");
+        }
+    }
+
+    #[test]
+    fn deserializing_refuses_what_parsing_refuses_and_names_it() {
+        let err = serde_json::from_str::<MacAddr>("\"52:54:00:12:34\"").expect_err("short");
+        assert!(
+            err.to_string()
+                .contains("\"52:54:00:12:34\" is not a mac address"),
+            "{err}"
+        );
+        assert!(serde_json::from_str::<MacAddr>("[82, 84, 0, 18, 52, 90]").is_err());
+    }
+
+    #[test]
+    fn round_trips_as_a_map_key() {
+        let map = std::collections::BTreeMap::from([(MAC, 1u32)]);
+        let json = serde_json::to_string(&map).expect("json");
+        assert_eq!(json, r#"{"52:54:00:12:34:5a":1}"#);
+        let back: std::collections::BTreeMap<MacAddr, u32> =
+            serde_json::from_str(&json).expect("map");
+        assert_eq!(back, map);
     }
 }
