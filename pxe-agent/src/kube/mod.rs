@@ -467,7 +467,7 @@ impl Source {
         .await
         .expect("the rebuild task catches its panics");
         self.restore(snapshot);
-        let built = built.unwrap_or_else(|e| Built {
+        let mut built = built.unwrap_or_else(|e| Built {
             result: Err(LoadError::Invalid {
                 path: PathBuf::from("kubernetes"),
                 problems: vec![crate::inventory::Problem::new(
@@ -484,7 +484,8 @@ impl Source {
             Ok(_) => {
                 self.stats.rebuilds_ok.fetch_add(1, Ordering::Relaxed);
                 self.refused = built.refused.clone();
-                self.accepted = built.accepted.clone();
+                // Moved, not copied: one entry an object.
+                self.accepted = std::mem::take(&mut built.accepted);
                 self.degraded = built.degraded.clone();
             }
             Err(e) => {
