@@ -208,6 +208,57 @@ fn kube_watch_that_breaks_resumes_and_410_forces_a_relist() {
     assert_eq!(dhcp_from_xdp(&served, NODE_2), "10.66.1.33");
 }
 
+/// A fleet larger than a list page (kube-runtime's watcher asks for 500
+/// objects at a time) is read in pages, as the API server serves it, each
+/// after the first continuing the list at its resourceVersion, and served
+/// whole.
+#[test]
+fn kube_a_fleet_of_several_list_pages_is_read_whole() {
+    const MANY: usize = 1_001;
+    let mac = |i: usize| format!("52:54:01:00:{:02x}:{:02x}", i / 256, i % 256);
+    let served = Served::start_kube("pxkpage", NS, &[], |api| {
+        api.put_yaml(NS, FIXTURES);
+        for i in 0..MANY {
+            let ip = format!("10.66.{}.{}", 10 + i / 200, 10 + i % 200);
+            api.put(
+                "boothosts",
+                NS,
+                &boot_host(&format!("paged-{i:04}"), &mac(i), &ip),
+            );
+        }
+    });
+    let paged = hosts(&served)
+        .iter()
+        .filter(|h| {
+            h["mac"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("52:54:01:00:"))
+        })
+        .count();
+    assert_eq!(paged, MANY, "log:\n{}", served.log());
+    let queries: Vec<String> = served
+        .api()
+        .log()
+        .iter()
+        .filter(|r| {
+            r["method"] == "GET"
+                && r["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/boothosts"))
+                && !r["query"].as_str().unwrap_or("").contains("watch=true")
+        })
+        .map(|r| r["query"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert!(
+        queries.len() >= 3
+            && queries.iter().all(|q| q.contains("limit=500"))
+            && queries.iter().filter(|q| q.contains("continue=")).count() >= 2,
+        "the BootHosts were not listed in pages of 500: {queries:?}"
+    );
+    // The last host, on the last page, answers from XDP.
+    assert_eq!(dhcp_from_xdp(&served, &mac(MANY - 1)), "10.66.15.10");
+}
+
 /// List (not watch) requests for `resource` so far.
 fn lists_of(api: &FakeApi, resource: &str) -> usize {
     api.log()
