@@ -1,0 +1,4 @@
+//! The command line: its flags and subcommands, and what each subcommand
+//! does with the library.
+
+pub mod import;
