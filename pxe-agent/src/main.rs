@@ -2,7 +2,6 @@
 //! `trace`, `bmc`, `recover`, `import`, `export`.
 
 use std::{
-    io::BufRead as _,
     net::{Ipv4Addr, SocketAddr},
     path::PathBuf,
     process::ExitCode,
@@ -21,27 +20,23 @@ use pxe_agent::{
     client::{self, DEFAULT_METRICS},
     control::{self, Op, Outcome},
     dhcp::{Server, server::Limits},
-    discovered::Discovered,
-    http::{
-        admin::{HostView, LeaseView, NetbootView, ReprovisionView},
-        limit,
-        tls::TlsFiles,
-    },
+    http::{admin::HostView, limit, tls::TlsFiles},
     inventory::{self, LoadError, MacAddr},
     logging::{self, LogFormat},
-    progress::{self, Step},
+    progress,
     ratelimit::Rate,
     recovery::{self, SequencePolicy},
     terminal::{self, Align, Table},
     tftp,
-    trace::TraceEvent,
-    trust::Trust,
-    when,
     xdp::{AttachMode, Capacity, VethPeer},
 };
 use tokio::sync::watch;
 
-use crate::cli::import::{ExportTo, ImportFrom};
+use crate::cli::{
+    agent::{AgentCall, ApiArgs, Output},
+    hosts::HostsAction,
+    import::{ExportTo, ImportFrom},
+};
 
 #[derive(Parser)]
 #[command(
@@ -375,63 +370,6 @@ enum Command {
 }
 
 #[derive(Subcommand)]
-enum HostsAction {
-    /// Record a `netboot: once` host's provisioning as done, as its
-    /// phone-home would: from now on every route gives it no boot file.
-    Done {
-        host: String,
-        #[command(flatten)]
-        agent: AgentCall,
-    },
-}
-
-/// How to reach the running agent's API.
-#[derive(clap::Args)]
-struct ApiArgs {
-    /// The agent's API: https://HOST:PORT, http://HOST:PORT (or
-    /// HOST:PORT).
-    #[arg(long, env = "PXE_AGENT_API", default_value = client::DEFAULT_API)]
-    api: String,
-    /// File holding the bearer token (a `name token` line of the agent's
-    /// token file works too); default $PXE_AGENT_TOKEN_FILE.
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<PathBuf>,
-    /// The CA certificates (PEM) an https:// API's certificate must be
-    /// signed by; default the system's.
-    #[arg(long, value_name = "FILE", env = "PXE_AGENT_CA_FILE")]
-    ca_file: Option<PathBuf>,
-    /// Do not verify an https:// API's certificate: whoever answers gets
-    /// the token. For a test bench only.
-    #[arg(long)]
-    insecure: bool,
-}
-
-impl ApiArgs {
-    fn client(&self) -> anyhow::Result<client::Api> {
-        let trust = match (&self.ca_file, self.insecure) {
-            (_, true) => Trust::Insecure,
-            (Some(ca), false) => Trust::CaFile(ca.clone()),
-            (None, false) => Trust::System,
-        };
-        client::Api::new(
-            &self.api,
-            client::token_file(self.token_file.as_deref()).as_deref(),
-            trust,
-        )
-    }
-}
-
-/// How to reach the running agent's acting API, and how to print its
-/// answers.
-#[derive(clap::Args)]
-struct AgentCall {
-    #[command(flatten)]
-    api: ApiArgs,
-    #[arg(long, value_enum, default_value_t = Output::Table)]
-    output: Output,
-}
-
-#[derive(Subcommand)]
 enum BmcCommand {
     /// Power state or action.
     Power {
@@ -501,12 +439,6 @@ impl From<EchoArg> for BootFlagEcho {
             EchoArg::DeviceOnly => BootFlagEcho::DeviceOnly,
         }
     }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Output {
-    Table,
-    Json,
 }
 
 /// Which hosts, how to reach them, and how to print.
@@ -797,157 +729,24 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             block_on_signal(async { Ok(()) })?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Stats { metrics_addr } => {
-            print!("{}", stats(&client::metrics(metrics_addr)?));
-            Ok(ExitCode::SUCCESS)
-        }
         Command::Hosts {
             action: Some(HostsAction::Done { host, agent }),
             ..
-        } => netboot_call(&agent, &host, "netboot/done", None),
+        } => cli::hosts::done(&host, &agent),
         Command::Reprovision {
             host,
             no_power,
             agent,
-        } => netboot_call(
-            &agent,
-            &host,
-            "reprovision",
-            Some(serde_json::json!({ "power": !no_power })),
-        ),
+        } => cli::hosts::reprovision(&host, no_power, &agent),
         Command::Hosts {
             discovered,
-            output: Output::Json,
+            output,
             api,
             action: None,
-        } => {
-            let path = if discovered {
-                "/api/v1/discovered"
-            } else {
-                "/api/v1/hosts"
-            };
-            print_json(&api.client()?.get(path)?)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Hosts {
-            discovered: false,
-            output: Output::Table,
-            api,
-            action: None,
-        } => {
-            let list: Vec<HostView> = serde_json::from_str(&api.client()?.get("/api/v1/hosts")?)
-                .context("malformed /api/v1/hosts answer")?;
-            let now = progress::now_ms();
-            let step = |s: &Option<Step>| {
-                s.as_ref().map_or("-".to_string(), |s| {
-                    format!(
-                        "{} {}",
-                        when::ago(s.at_ms, now),
-                        terminal::escape(&s.detail)
-                    )
-                })
-            };
-            // With peers, the agent that owns each host's recovery.
-            let owners = list.iter().any(|h| h.owner.is_some());
-            let owner_column = [("OWNER", 16, Align::Left)];
-            let mut table = Table::new(
-                &[
-                    &[
-                        ("MAC", 17, Align::Left),
-                        ("IP", 15, Align::Left),
-                        ("HOSTNAME", 24, Align::Left),
-                        ("STAGE", 9, Align::Left),
-                        ("POWER", 7, Align::Left),
-                        ("BMC", 20, Align::Left),
-                        ("RECOVERY", 19, Align::Left),
-                        ("ATTEMPTS", 8, Align::Right),
-                    ][..],
-                    if owners { &owner_column[..] } else { &[] },
-                    &[
-                        ("NETBOOT", 28, Align::Left),
-                        ("LAST DHCP", 44, Align::Left),
-                        ("LAST TFTP/SCRIPT", 44, Align::Left),
-                        ("BOOTED", 44, Align::Left),
-                        ("BOOT MAC", 17, Align::Left),
-                        // Lowercase: not a boot stage (docs/boot.md).
-                        ("declined", 32, Align::Left),
-                    ],
-                ]
-                .concat(),
-            );
-            for h in list {
-                let p = &h.progress;
-                let middle = p.script.as_ref().or(p.tftp.as_ref()).cloned();
-                let mut row = vec![
-                    h.mac.clone(),
-                    h.ip.to_string(),
-                    terminal::escape(h.hostname.as_deref().unwrap_or("-")).into_owned(),
-                    h.stage
-                        .map_or("-".to_string(), |s| format!("{s:?}").to_lowercase()),
-                    h.power.as_deref().unwrap_or("-").to_string(),
-                    bmc_column(&h, now),
-                    recovery_cell(&h),
-                    h.attempts.map_or("-".to_string(), |a| a.to_string()),
-                ];
-                if owners {
-                    row.push(terminal::escape(h.owner.as_deref().unwrap_or("-")).into_owned());
-                }
-                row.extend([
-                    netboot_cell(&h.netboot, now),
-                    step(&p.dhcp),
-                    step(&middle),
-                    step(&p.booted),
-                    h.boot_mac.as_deref().unwrap_or("-").to_string(),
-                    step(&p.declined),
-                ]);
-                table.row(row);
-            }
-            print!("{}", table.render());
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Hosts {
-            discovered: true,
-            output: Output::Table,
-            api,
-            action: None,
-        } => {
-            let list: Vec<Discovered> =
-                serde_json::from_str(&api.client()?.get("/api/v1/discovered")?)
-                    .context("malformed /api/v1/discovered answer")?;
-            let now = progress::now_ms();
-            let mut table = Table::new(&[
-                ("MAC", 17, Align::Left),
-                ("IP", 15, Align::Left),
-                ("ARCH", 5, Align::Right),
-                ("VENDOR CLASS", 32, Align::Left),
-                ("USER CLASS", 16, Align::Left),
-                ("RELAY", 15, Align::Left),
-                ("REQS", 8, Align::Right),
-                ("last seen", 12, Align::Left),
-            ]);
-            for d in list {
-                let opt = |v: &Option<String>| {
-                    v.as_deref()
-                        .map_or_else(|| "-".into(), |v| terminal::escape(v).into_owned())
-                };
-                table.row(vec![
-                    d.mac.to_string(),
-                    d.ip.map_or("-".into(), |ip| ip.to_string()),
-                    d.arch.map_or("-".into(), |a| a.to_string()),
-                    opt(&d.vendor_class),
-                    opt(&d.user_class),
-                    d.relay.map_or("-".into(), |ip| ip.to_string()),
-                    d.requests.to_string(),
-                    when::ago(d.last_seen.saturating_mul(1000), now),
-                ]);
-            }
-            print!("{}", table.render());
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Trace { mac, api, count } => {
-            trace(&api.client()?, mac, count)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        } => cli::hosts::list(discovered, output, &api),
+        Command::Leases { output, api } => cli::leases::list(output, &api),
+        Command::Stats { metrics_addr } => cli::stats::print(metrics_addr),
+        Command::Trace { mac, api, count } => cli::trace::trace(&api, mac, count),
         Command::Bmc { command } => {
             let (op, hosts, select) = match command {
                 BmcCommand::Power {
@@ -1001,48 +800,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             );
             oob(Op::Recover, hosts, &select)
         }
-        Command::Leases {
-            output: Output::Json,
-            api,
-        } => {
-            print_json(&api.client()?.get("/api/v1/leases")?)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Leases {
-            output: Output::Table,
-            api,
-        } => {
-            let list: Vec<LeaseView> = serde_json::from_str(&api.client()?.get("/api/v1/leases")?)
-                .context("malformed /api/v1/leases answer")?;
-            let now = progress::now_ms() / 1000;
-            let mut table = Table::new(&[
-                ("MAC", 17, Align::Left),
-                ("IP", 15, Align::Left),
-                ("STATE", 9, Align::Left),
-                ("EXPIRES", 12, Align::Right),
-                ("hostname", 64, Align::Left),
-            ]);
-            for l in list {
-                table.row(vec![
-                    l.mac.to_string(),
-                    l.ip.to_string(),
-                    l.state.to_string(),
-                    when::until(l.expires, now),
-                    terminal::escape(l.hostname.as_deref().unwrap_or_default()).into_owned(),
-                ]);
-            }
-            print!("{}", table.render());
-            Ok(ExitCode::SUCCESS)
-        }
     }
-}
-
-/// Prints an API answer as indented JSON, as the agent gave it.
-fn print_json(body: &str) -> anyhow::Result<()> {
-    let value: serde_json::Value =
-        serde_json::from_str(body).context("malformed answer from the agent")?;
-    println!("{}", serde_json::to_string_pretty(&value)?);
-    Ok(())
 }
 
 /// `--interface`, or this node's entry of `--interface-dir` (clap makes
@@ -1175,49 +933,6 @@ async fn wait_for_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
-}
-
-/// The samples of a /metrics page as a table.
-fn stats(page: &str) -> String {
-    let mut out = String::new();
-    for line in page
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-    {
-        if let Some((name, value)) = line.rsplit_once(' ') {
-            out.push_str(&format!("{name:<60} {value:>12}\n"));
-        }
-    }
-    out
-}
-
-/// Prints the running agent's trace of `mac`, one line per event, until the
-/// agent ends it, Ctrl-C, or `count` events.
-fn trace(api: &client::Api, mac: MacAddr, count: Option<u64>) -> anyhow::Result<()> {
-    let reader = api.stream(&format!("/api/v1/trace/{mac}"))?;
-    eprintln!("tracing {mac} on {}; Ctrl-C to stop", api.authority());
-    let mut seen = 0;
-    for line in reader.lines() {
-        let line = line.context("failed to read the trace")?;
-        if line.trim().is_empty() {
-            // A heartbeat.
-            continue;
-        }
-        let event: TraceEvent =
-            serde_json::from_str(&line).with_context(|| format!("malformed trace line: {line}"))?;
-        println!(
-            "{}  {:<10}  {:<23}  {}",
-            when::clock(event.at_ms),
-            event.path.name(),
-            terminal::escape(&event.what),
-            terminal::escape(&event.detail)
-        );
-        seen += 1;
-        if count.is_some_and(|n| seen >= n) {
-            return Ok(());
-        }
-    }
-    anyhow::bail!("the agent ended the trace (shutting down?)")
 }
 
 /// `--label KEY=VALUE` pairs.
@@ -1418,19 +1133,6 @@ fn through_agent(
     out.into_iter().map(|(_, o)| o).collect()
 }
 
-/// The hosts table's BMC column: the driver calls start with, and
-/// `fallback <time left>` during a hold-down.
-fn bmc_column(h: &HostView, now: u64) -> String {
-    match (&h.bmc_driver, h.bmc_fallback_until_ms) {
-        (None, _) => "-".to_string(),
-        (Some(d), None) => d.clone(),
-        (Some(d), Some(until)) => {
-            let left = until.saturating_sub(now) / 1000;
-            format!("{d} fallback {}m{:02}s", left / 60, left % 60)
-        }
-    }
-}
-
 /// `host` as a path segment: host names and MACs need no escaping but
 /// `%` and `/` would change the path.
 fn url_segment(host: &str) -> String {
@@ -1512,82 +1214,6 @@ async fn direct(
         outcomes.push(out);
     }
     Ok(outcomes)
-}
-
-/// The `NETBOOT` cell of `pxe-agent hosts`: the policy, and for `once`
-/// whether the host is armed or done, by what and how long ago.
-fn netboot_cell(n: &NetbootView, now: u64) -> String {
-    match (&n.state, n.since_ms, &n.by) {
-        (Some(state), Some(at), Some(by)) => {
-            format!("{} {state} ({by}, {})", n.policy, when::ago(at, now))
-        }
-        (Some(state), _, _) => format!("{} {state}", n.policy),
-        _ => n.policy.clone(),
-    }
-}
-
-/// The RECOVERY cell: the state, and why an idle `expect_boot` host's
-/// deadline does not count.
-fn recovery_cell(h: &HostView) -> String {
-    let state = h.recovery.as_deref().unwrap_or("-");
-    match h.recovery_watch.as_deref() {
-        Some("checking-power") => format!("{state} (checking)"),
-        Some("until-boot-activity") => format!("{state} (running)"),
-        _ => state.to_string(),
-    }
-}
-
-/// `hosts done` and `reprovision`: `POST /api/v1/hosts/<host>/<action>`
-/// with the token, then the answer as JSON or one line.
-fn netboot_call(
-    agent: &AgentCall,
-    host: &str,
-    action: &str,
-    body: Option<serde_json::Value>,
-) -> anyhow::Result<ExitCode> {
-    let path = format!("/api/v1/hosts/{host}/{action}");
-    let (status, page) = agent.api.client()?.request("POST", &path, body.as_ref())?;
-    if !(200..300).contains(&status) {
-        let why = page.trim();
-        anyhow::bail!("{path}: {status} {why}");
-    }
-    if agent.output == Output::Json {
-        print_json(&page)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let now = progress::now_ms();
-    if action == "reprovision" {
-        let view: ReprovisionView =
-            serde_json::from_str(&page).with_context(|| format!("malformed {path} answer"))?;
-        let power = match &view.power {
-            None => "no BMC call".to_string(),
-            Some(out) => match (&out.recovery, &out.error) {
-                (_, Some(error)) => format!("BMC: {}", terminal::escape(error)),
-                (Some(state), None) => format!("recovery {state}"),
-                (None, None) => format!("BMC: {}", out.result),
-            },
-        };
-        println!(
-            "{} ({}): netboot {}; {power}",
-            terminal::escape(host),
-            view.mac,
-            netboot_cell(&view.netboot, now)
-        );
-        let failed = view.power.as_ref().is_some_and(|o| o.failure.is_some());
-        return Ok(if failed {
-            ExitCode::FAILURE
-        } else {
-            ExitCode::SUCCESS
-        });
-    }
-    let view: NetbootView =
-        serde_json::from_str(&page).with_context(|| format!("malformed {path} answer"))?;
-    println!(
-        "{}: netboot {}",
-        terminal::escape(host),
-        netboot_cell(&view, now)
-    );
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -1,4 +1,9 @@
 //! The command line: its flags and subcommands, and what each subcommand
 //! does with the library.
 
+pub mod agent;
+pub mod hosts;
 pub mod import;
+pub mod leases;
+pub mod stats;
+pub mod trace;
