@@ -2,8 +2,11 @@
 //! does with the library.
 
 pub mod agent;
+pub mod bmc;
 pub mod hosts;
 pub mod import;
 pub mod leases;
+pub mod oob;
+pub mod runtime;
 pub mod stats;
 pub mod trace;
