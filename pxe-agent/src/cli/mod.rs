@@ -7,6 +7,7 @@ pub mod hosts;
 pub mod import;
 pub mod leases;
 pub mod oob;
+pub mod run;
 pub mod runtime;
 pub mod stats;
 pub mod trace;
