@@ -246,7 +246,7 @@ impl RunArgs {
     /// `--api-auth kubernetes` with `--api-token-file`.
     pub fn check(&self) -> Result<(), clap::Error> {
         if self.api_auth == ApiAuthArg::Kubernetes && self.api_token_file.is_some() {
-            return Err(<crate::Cli as clap::CommandFactory>::command().error(
+            return Err(<super::Cli as clap::CommandFactory>::command().error(
                 clap::error::ErrorKind::ArgumentConflict,
                 "the argument '--api-auth kubernetes' cannot be used with '--api-token-file \
                  <FILE>'",
@@ -469,7 +469,7 @@ pub fn run(cfg: RunConfig) -> anyhow::Result<()> {
 mod tests {
     use clap::Parser as _;
 
-    use crate::{Cli, Command};
+    use crate::cli::{Cli, Command};
 
     fn run_args(extra: &[&str]) -> Result<Cli, clap::Error> {
         let mut args = vec!["pxe-agent", "run", "--inventory", "hosts.yaml"];
