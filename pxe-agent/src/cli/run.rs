@@ -469,12 +469,22 @@ pub fn run(cfg: RunConfig) -> anyhow::Result<()> {
 mod tests {
     use clap::Parser as _;
 
+    use super::*;
     use crate::cli::{Cli, Command};
 
     fn run_args(extra: &[&str]) -> Result<Cli, clap::Error> {
         let mut args = vec!["pxe-agent", "run", "--inventory", "hosts.yaml"];
         args.extend_from_slice(extra);
         Cli::try_parse_checked(args)
+    }
+
+    /// The [`RunConfig`] `run` would be given with `extra` flags.
+    fn run_config(extra: &[&str]) -> anyhow::Result<RunConfig> {
+        let cli = run_args(extra).unwrap_or_else(|e| panic!("{e}"));
+        let Command::Run(run) = cli.command else {
+            panic!("not `run`");
+        };
+        RunConfig::try_from(run)
     }
 
     /// The arguments the DaemonSet gives the agent's container, with the
@@ -558,6 +568,82 @@ mod tests {
         assert_eq!(
             both.err().map(|e| e.kind()),
             Some(clap::error::ErrorKind::ArgumentConflict)
+        );
+    }
+
+    #[test]
+    fn the_flags_become_the_run_config() {
+        let cfg = run_config(&[
+            "-i",
+            "eth1",
+            "--node-name",
+            "node-a",
+            "--server-ip",
+            "192.0.2.1",
+            "--rate-per-mac",
+            "5",
+            "--reload-ms",
+            "1",
+            "--api-auth",
+            "kubernetes",
+            "--kube-namespace",
+            "boot",
+            "--http-max-connections",
+            "7",
+            "--tftp-busy-poll-us",
+            "30",
+            "--recovery-backoff-ms",
+            "1500",
+        ])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(cfg.interfaces.len(), 1);
+        assert_eq!(cfg.interfaces[0].name, "eth1");
+        assert_eq!(
+            cfg.interfaces[0].server_ip,
+            Some(Ipv4Addr::new(192, 0, 2, 1))
+        );
+        assert_eq!(cfg.inventory, PathBuf::from("hosts.yaml"));
+        assert!(cfg.kube.is_none());
+        assert!(cfg.peers.is_none());
+        assert_eq!(cfg.limits.per_mac.per_sec, 5.0);
+        assert_eq!(cfg.limits.per_mac.burst, 10.0);
+        // Never checked more often than every 10 ms, whatever is asked.
+        assert_eq!(cfg.reload_interval, Duration::from_millis(10));
+        assert!(matches!(
+            cfg.api.auth,
+            ApiAuth::Kubernetes { namespace: Some(ref ns) } if ns == "boot"
+        ));
+        assert!(cfg.api.tls.is_none());
+        assert_eq!(cfg.http_limits.max_connections, 7);
+        assert_eq!(cfg.tftp_busy_poll, Duration::from_micros(30));
+        assert_eq!(
+            cfg.oob.recovery.backoff_initial,
+            Duration::from_millis(1500)
+        );
+    }
+
+    #[test]
+    fn values_clap_lets_through_are_refused_by_name() {
+        let refused = |extra: &[&str]| {
+            let mut args = vec!["-i", "eth1", "--node-name", "node-a"];
+            args.extend_from_slice(extra);
+            match run_config(&args) {
+                Ok(_) => panic!("{extra:?} was accepted"),
+                Err(e) => format!("{e:#}"),
+            }
+        };
+        assert_eq!(refused(&["--rate-per-mac", "0"]), "rates must be positive");
+        assert_eq!(
+            refused(&["--bmc-concurrency", "0"]),
+            "--power-ons-per-second and --slow-path-rate-threshold must be positive"
+        );
+        assert_eq!(
+            refused(&["--peers", "kube", "--peer-lease-seconds", "0"]),
+            "--peer-lease-seconds must be at least 1"
+        );
+        assert!(
+            refused(&["-i", "eth2", "--server-ip", "192.0.2.1"])
+                .starts_with("--server-ip names the server of one interface")
         );
     }
 }
