@@ -324,7 +324,11 @@ impl Agent {
                 });
             }
             if started.elapsed() > RELOAD_TIMEOUT {
-                bail!("reload not applied after {} s", RELOAD_TIMEOUT.as_secs());
+                bail!(
+                    "reload not applied after {} s; the agent's last warning: {}",
+                    RELOAD_TIMEOUT.as_secs(),
+                    self.warning_line()
+                );
             }
             std::thread::sleep(POLL);
         }
@@ -407,6 +411,14 @@ impl Agent {
                 .last()
                 .map_or_else(|| "no log output".to_owned(), |l| (*l).to_owned()),
         }
+    }
+
+    /// The agent's last warning or error in its log (JSON lines).
+    fn warning_line(&self) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .rfind(|l| l.contains("\"level\":\"WARN\"") || l.contains("\"level\":\"ERROR\""))
+            .map_or_else(|| "none".to_owned(), |l| l.trim().to_owned())
     }
 
     /// SIGTERM, then SIGKILL after a grace period; then its API server

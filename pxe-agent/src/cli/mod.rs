@@ -1,0 +1,175 @@
+//! The command line: its flags and subcommands ([`Cli`], [`Command`]), and
+//! one module for what each subcommand does with the library.
+
+pub mod agent;
+pub mod bmc;
+pub mod check;
+pub mod hosts;
+pub mod import;
+pub mod leases;
+pub mod oob;
+pub mod run;
+pub mod runtime;
+pub mod stats;
+pub mod trace;
+pub mod xdp;
+
+use std::{
+    net::{Ipv4Addr, SocketAddr},
+    path::PathBuf,
+};
+
+use clap::{Parser, Subcommand};
+use pxe_agent::{client::DEFAULT_METRICS, mac::MacAddr};
+
+use self::{
+    agent::{AgentCall, ApiArgs, Output},
+    bmc::BmcCommand,
+    hosts::HostsAction,
+    import::{ExportTo, ImportFrom},
+    oob::Select,
+    run::RunArgs,
+};
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "XDP-accelerated network-boot responder for bare-metal fleets"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once at start; `run` simply has the most flags"
+)]
+pub enum Command {
+    /// Attach the fast path to an interface and serve the inventory until
+    /// SIGINT or SIGTERM (needs CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON or root).
+    Run(RunArgs),
+    /// Remove what `run --pin-dir DIR` left pinned: detach the XDP link of
+    /// each interface (all under DIR unless --interface is given) and
+    /// remove its map pins. For uninstalling; a restart must not run it.
+    Detach {
+        #[arg(long, value_name = "DIR")]
+        pin_dir: PathBuf,
+        #[arg(long, short)]
+        interface: Vec<String>,
+    },
+    /// Act on hosts' BMCs through the running agent (or, with --direct,
+    /// straight from the inventory).
+    Bmc {
+        #[command(subcommand)]
+        command: BmcCommand,
+    },
+    /// Hand hosts to the running agent's recovery controller: set the boot
+    /// device to PXE, power on or cycle, and watch the boot chain.
+    Recover {
+        hosts: Vec<String>,
+        #[command(flatten)]
+        select: Select,
+    },
+    /// Validate an inventory file without running.
+    Check {
+        file: PathBuf,
+        /// Server address to expand `{server}` with (the longest address is
+        /// assumed otherwise, so size checks hold for any server).
+        #[arg(long)]
+        server_ip: Option<Ipv4Addr>,
+        /// Check against maps of this many host entries, as `run
+        /// --map-capacity N` would make them.
+        #[arg(long, value_name = "N")]
+        map_capacity: Option<u32>,
+    },
+    /// Lab helper: attach a pass-through XDP program to the far end of a veth
+    /// pair so it receives the fast path's XDP_TX replies, until SIGINT or
+    /// SIGTERM. Real NICs do not need this.
+    VethPeer {
+        #[arg(long, short)]
+        interface: String,
+        /// Instead of passing frames up, redirect every frame the interface
+        /// receives to this one (a veth end): its peer then receives them as
+        /// XDP frames in page buffers, as from a NIC, rather than as socket
+        /// buffers veth copies before running XDP. Benchmarks use it.
+        #[arg(long, value_name = "IFACE")]
+        redirect_to: Option<String>,
+    },
+    /// Print the counters of the running agent.
+    Stats {
+        #[arg(long, default_value = DEFAULT_METRICS)]
+        metrics_addr: SocketAddr,
+    },
+    /// List the running agent's hosts with their boot progress; with
+    /// --discovered, the unknown clients that asked for DHCP (to adopt into
+    /// the inventory).
+    Hosts {
+        #[arg(long)]
+        discovered: bool,
+        #[arg(long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        action: Option<HostsAction>,
+    },
+    /// List the running agent's pool leases.
+    Leases {
+        #[arg(long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Follow one machine live through both paths, one line per event until
+    /// Ctrl-C: the XDP verdict (tx_offer, pass_ipxe, ...), the slow path's
+    /// answer or why it ignored the request, TFTP and HTTP fetches, the
+    /// phone-home. tcpdump does not see replies the XDP program sends.
+    Trace {
+        mac: MacAddr,
+        #[command(flatten)]
+        api: ApiArgs,
+        /// Exit after this many events.
+        #[arg(long, value_name = "N")]
+        count: Option<u64>,
+    },
+    /// Translate a dnsmasq or kea-dhcp4 configuration into an inventory;
+    /// what could not be translated is reported with its file and line.
+    Import {
+        #[command(subcommand)]
+        from: ImportFrom,
+    },
+    /// Write an inventory's reservations in another server's format.
+    Export {
+        #[command(subcommand)]
+        to: ExportTo,
+    },
+    /// Arm a `netboot: once` host to be given its boot file again and, with
+    /// a BMC, hand it to the recovery controller (PXE, power cycle) so it
+    /// provisions now.
+    Reprovision {
+        host: String,
+        /// Only arm it: no BMC call; it provisions at its next network boot.
+        #[arg(long)]
+        no_power: bool,
+        #[command(flatten)]
+        agent: AgentCall,
+    },
+}
+
+impl Cli {
+    /// Parses `args`, refusing as clap does what its attributes cannot
+    /// say: `--api-auth kubernetes` with `--api-token-file`.
+    pub fn try_parse_checked<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let cli = Cli::try_parse_from(args)?;
+        if let Command::Run(run) = &cli.command {
+            run.check()?;
+        }
+        Ok(cli)
+    }
+}
