@@ -5,9 +5,11 @@
 
 use std::path::Path;
 
+use dhcproto::v4::{DhcpOption, UnknownOption};
 use pxe_ebpf_common::VendorClass;
 
 use super::*;
+use crate::dhcp::reply::BOOT_OPTIONS;
 
 const INV: &str = r#"
 subnets:
