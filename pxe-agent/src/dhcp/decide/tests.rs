@@ -1,7 +1,7 @@
 //! The policy, request by request: reserved hosts by firmware class and
 //! user class, relays and option 82, pool clients alone and with shared
-//! pools, declines, several interfaces, proxyDHCP and netboot, and what the
-//! kernel answers of the same requests.
+//! pools, declines, several interfaces, proxyDHCP and netboot; where the
+//! kernel answers too, its answer is checked against the same cases.
 
 use std::path::Path;
 
@@ -9,218 +9,13 @@ use dhcproto::v4::{DhcpOption, UnknownOption};
 use pxe_ebpf_common::VendorClass;
 
 use super::*;
-use crate::dhcp::reply::BOOT_OPTIONS;
-
-const INV: &str = r#"
-subnets:
-  - cidr: 10.66.0.0/16
-    router: 10.66.0.1
-    lease_time: 600
-profiles:
-  - name: worker
-    boot: {bios: undionly.kpxe, uefi: ipxe.efi, http: "http://{server}/ipxe.efi"}
-  - name: bare
-hosts:
-  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, profile: worker}
-  - {mac: "52:54:00:00:00:02", ip: 10.66.1.11, profile: bare}
-"#;
-const SERVER: Server = Server {
-    ip: Ipv4Addr::new(10, 66, 0, 1),
-    mac: [2, 0, 0, 0, 0, 1],
+use crate::dhcp::{
+    fast_path::{Decision, fast_path},
+    fixture::{
+        BARE, RESERVED, SERVER, WORKER, Want, discover, inv, proxy_inv, pxe, request, summarize,
+    },
+    reply::BOOT_OPTIONS,
 };
-const WORKER: MacAddr = MacAddr([0x52, 0x54, 0, 0, 0, 1]);
-const BARE: MacAddr = MacAddr([0x52, 0x54, 0, 0, 0, 2]);
-const RESERVED: Ipv4Addr = Ipv4Addr::new(10, 66, 1, 10);
-
-fn inv() -> Inventory {
-    Inventory::parse(Path::new("t.yaml"), INV).expect("valid")
-}
-
-fn discover(mac: MacAddr) -> Request {
-    Request {
-        chaddr: mac,
-        ..Request::template_skeleton()
-    }
-}
-
-fn pxe(mut r: Request, arch: u16) -> Request {
-    r.arch = Some(arch);
-    r.vendor = VendorClass::PxeClient;
-    r
-}
-
-fn request(mut r: Request) -> Request {
-    r.msg_type = Some(MessageType::Request);
-    r
-}
-
-/// What a decision amounts to, for table rows.
-#[derive(Debug, PartialEq)]
-enum Want {
-    Offer(Option<String>),
-    Ack,
-    Pass(Counter),
-    Drop,
-}
-
-fn summarize(d: Decision) -> Want {
-    match d {
-        Decision::Reply(r) if r.kind == ReplyKind::Ack => Want::Ack,
-        Decision::Reply(r) => Want::Offer(r.file),
-        Decision::Pass(c) => Want::Pass(c),
-        Decision::Drop(_) => Want::Drop,
-    }
-}
-
-#[test]
-fn decisions_by_firmware_host_relay_and_state() {
-    let other = Ipv4Addr::new(10, 66, 0, 2);
-    let cases: Vec<(&str, Request, Want)> = vec![
-        ("plain client", discover(WORKER), Want::Offer(None)),
-        (
-            "bios pxe",
-            pxe(discover(WORKER), 0),
-            Want::Offer(Some("undionly.kpxe".into())),
-        ),
-        (
-            "uefi x64 pxe",
-            pxe(discover(WORKER), 7),
-            Want::Offer(Some("ipxe.efi".into())),
-        ),
-        (
-            "arm64 without a file",
-            pxe(discover(WORKER), 11),
-            Want::Pass(Counter::PassUnknownHost),
-        ),
-        (
-            "profile without boot",
-            pxe(discover(BARE), 7),
-            Want::Offer(None),
-        ),
-        (
-            "unknown mac",
-            pxe(discover(MacAddr([9; 6])), 0),
-            Want::Pass(Counter::PassUnknownHost),
-        ),
-        (
-            "unknown arch",
-            pxe(discover(WORKER), 6),
-            Want::Pass(Counter::PassUnsupportedClient),
-        ),
-        (
-            "ipxe",
-            Request {
-                ipxe: true,
-                ..pxe(discover(WORKER), 0)
-            },
-            Want::Pass(Counter::PassIpxe),
-        ),
-        (
-            "relayed in subnet",
-            Request {
-                giaddr: Ipv4Addr::new(10, 66, 9, 1),
-                ..discover(WORKER)
-            },
-            Want::Offer(None),
-        ),
-        (
-            "relayed foreign",
-            Request {
-                giaddr: Ipv4Addr::new(192, 0, 2, 1),
-                ..discover(WORKER)
-            },
-            Want::Pass(Counter::PassRelay),
-        ),
-        (
-            "relayed with option 82",
-            Request {
-                giaddr: Ipv4Addr::new(10, 66, 9, 1),
-                relay_info: true,
-                ..discover(WORKER)
-            },
-            Want::Pass(Counter::PassRelay),
-        ),
-        (
-            // A DHCP-snooping switch inserts option 82 and leaves giaddr 0.
-            "option 82 from an l2 relay agent",
-            Request {
-                relay_info: true,
-                ..pxe(discover(WORKER), 0)
-            },
-            Want::Pass(Counter::PassRelay),
-        ),
-        (
-            "selecting us",
-            Request {
-                server_id: Some(SERVER.ip),
-                requested_ip: Some(RESERVED),
-                ..request(discover(WORKER))
-            },
-            Want::Ack,
-        ),
-        (
-            "selecting another server",
-            Request {
-                server_id: Some(other),
-                requested_ip: Some(RESERVED),
-                ..request(discover(WORKER))
-            },
-            Want::Drop,
-        ),
-        (
-            "init-reboot for reservation",
-            Request {
-                requested_ip: Some(RESERVED),
-                ..request(discover(WORKER))
-            },
-            Want::Ack,
-        ),
-        (
-            "init-reboot for another address",
-            Request {
-                requested_ip: Some(other),
-                ..request(discover(WORKER))
-            },
-            Want::Pass(Counter::PassRequestMismatch),
-        ),
-        (
-            "renewing",
-            Request {
-                ciaddr: RESERVED,
-                ..request(discover(WORKER))
-            },
-            Want::Ack,
-        ),
-        (
-            "renewing another address",
-            Request {
-                ciaddr: other,
-                ..request(discover(WORKER))
-            },
-            Want::Pass(Counter::PassRequestMismatch),
-        ),
-        (
-            "release",
-            Request {
-                msg_type: Some(MessageType::Release),
-                ..discover(WORKER)
-            },
-            Want::Pass(Counter::PassMessageType),
-        ),
-        (
-            "bootp without message type",
-            Request {
-                msg_type: None,
-                ..discover(WORKER)
-            },
-            Want::Pass(Counter::PassMessageType),
-        ),
-    ];
-    let inv = inv();
-    for (name, req, want) in cases {
-        assert_eq!(summarize(fast_path(&req, &inv, &SERVER)), want, "{name}");
-    }
-}
 
 #[test]
 fn http_boot_gets_url_with_server_expanded_and_class_echo() {
@@ -925,22 +720,6 @@ fn slow_pool(a: Answer) -> Result<Option<RangeInclusive<Ipv4Addr>>, Slow> {
     }
 }
 
-const PROXY_INV: &str = r#"
-subnets:
-  - {cidr: 10.66.0.0/16, mode: proxy, router: 10.66.0.254, dns: [10.66.0.254]}
-profiles:
-  - name: worker
-    boot: {bios: undionly.kpxe, uefi: ipxe.efi, http: "http://{server}/ipxe.efi"}
-  - name: bare
-hosts:
-  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, profile: worker}
-  - {mac: "52:54:00:00:00:02", ip: 10.66.1.11, profile: bare}
-"#;
-
-fn proxy_inv() -> Inventory {
-    Inventory::parse(Path::new("t.yaml"), PROXY_INV).expect("valid")
-}
-
 fn boot_server(mut r: Request, ciaddr: Ipv4Addr) -> Request {
     r.msg_type = Some(MessageType::Request);
     r.boot_server = true;
@@ -1112,45 +891,6 @@ fn ipxe_in_a_proxy_subnet_gets_its_script_through_proxydhcp() {
         // Without a next server iPXE drops a proxy answer.
         assert_eq!(r.siaddr, SERVER.ip);
     }
-}
-
-#[test]
-fn the_kernel_gives_the_proxy_offer_and_leaves_option_97_and_requests_alone() {
-    let inv = proxy_inv();
-    let req = pxe(discover(WORKER), 0);
-    let Decision::Reply(r) = fast_path(&req, &inv, &SERVER) else {
-        panic!("no fast-path proxy offer")
-    };
-    assert_eq!(Answer::Reply(r), decide(&req, &inv, &SERVER));
-    let mut with_uuid = req.clone();
-    with_uuid.more.client_uuid = Some(vec![0; 17]);
-    assert_eq!(
-        fast_path(&with_uuid, &inv, &SERVER),
-        Decision::Pass(Counter::PassClientUuid)
-    );
-    let selecting = |sid| Request {
-        server_id: Some(sid),
-        requested_ip: Some(Ipv4Addr::new(10, 66, 1, 10)),
-        ..request(req.clone())
-    };
-    assert_eq!(
-        summarize(fast_path(
-            &selecting(Ipv4Addr::new(10, 66, 0, 2)),
-            &inv,
-            &SERVER
-        )),
-        Want::Drop
-    );
-    assert_eq!(
-        summarize(fast_path(&selecting(SERVER.ip), &inv, &SERVER)),
-        Want::Pass(Counter::PassRequestMismatch)
-    );
-    // What a subnet in mode server answers is unchanged.
-    let Decision::Reply(server_mode) = fast_path(&req, &super::tests::inv(), &SERVER) else {
-        panic!("no server-mode offer")
-    };
-    assert!(!server_mode.is_proxy());
-    assert_eq!(server_mode.yiaddr, RESERVED);
 }
 
 const NETBOOT: &str = r#"
