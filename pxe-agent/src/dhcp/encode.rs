@@ -13,7 +13,10 @@ use dhcproto::{
 };
 use pxe_ebpf_common::bootp::MIN_REPLY;
 
-use super::{Reply, ReplyKind, Request};
+use super::{
+    Request,
+    reply::{Reply, ReplyKind},
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EncodeError {

@@ -1,20 +1,29 @@
-//! DHCPv4 policy and wire encoding, shared by the slow path and the XDP
-//! templates.
+//! DHCPv4 policy, replies and wire encoding, shared by the slow path and the
+//! XDP templates.
 //!
-//! `decide` is the one place where DHCP policy lives; `encode` turns its
-//! reply into bytes with dhcproto; `template` compiles the same replies into
-//! the fast path's map values. This module never touches sockets or maps.
+//! `decide` is the one place where DHCP policy lives; `fast_path` projects
+//! it onto the requests the XDP program can answer exactly; `reply` is the
+//! reply model and assembles a reply from the parts `decide` picks;
+//! `encode` turns a reply into bytes with dhcproto; `template` compiles the
+//! fast path's replies into the host records (`host_table`) and bodies the
+//! maps hold; `request` is the parsed request. `server` is the slow path's
+//! serve loop and the only part that touches sockets; none of it touches
+//! the BPF maps.
 
 pub mod decide;
 pub mod encode;
+pub mod fast_path;
 pub mod host_table;
+pub mod reply;
 pub mod request;
+pub mod server;
 pub mod template;
 
-pub use decide::{
-    Answer, Decision, PoolAsk, Pools, Reply, ReplyKind, Server, decide, decide_shared, fast_path,
-    nak, pool_reply,
-};
+pub use decide::{Answer, PoolAsk, Pools, decide, decide_shared, pool_reply};
 pub use encode::encode;
+pub use fast_path::{Decision, fast_path};
+pub use reply::{Reply, ReplyKind, Server, nak};
 pub use request::Request;
-pub mod server;
+
+#[cfg(test)]
+mod fixture;

@@ -13,10 +13,11 @@ use std::{collections::HashMap, sync::Arc};
 use pxe_ebpf_common::{BODY_WHOLE, BootClass, HostRecord, MacKey, NO_BODY, ReplyBody, bootp};
 
 use super::{
-    Decision, Reply, ReplyKind, Request, Server,
+    Request,
     encode::encode_split,
-    fast_path,
+    fast_path::{Decision, fast_path},
     host_table::{HostTable, RecordRef, Records},
+    reply::{Reply, ReplyKind, Server},
 };
 use crate::inventory::Host;
 use crate::inventory::{Inventory, Problem};

@@ -1,6 +1,6 @@
 //! A host's extra DHCP options, packed into one allocation. Owns how they
 //! are stored; not how a YAML value becomes the bytes (`option`) nor where
-//! they go in a reply (`dhcp::decide`).
+//! they go in a reply (`dhcp::reply`).
 
 use std::{collections::BTreeMap, fmt};
 

@@ -1,7 +1,7 @@
 //! Per-host extra DHCP options: which codes a host may set, what the codes
 //! with a defined format hold, and how a YAML value becomes option bytes.
 //! Owns the format and encoding tables documented in `docs/inventory.md`;
-//! not where the options go in a reply (that is `dhcp::decide`).
+//! not where the options go in a reply (that is `dhcp::reply`).
 
 use std::net::Ipv4Addr;
 
