@@ -1,0 +1,280 @@
+//! The library's modules in layers: each top-level module of `src/` may
+//! import (by a `crate::` path in code, comments and tests left out) only
+//! modules of its own layer or below, so that what owns what stays
+//! visible. The layers, bottom to top, are [`LAYERS`]; the upward imports
+//! the crate still has are [`NOT_YET`], a list that may only shrink: an
+//! entry that no longer occurs fails too, so it is taken off when fixed.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    path::{Path, PathBuf},
+};
+
+/// Bottom to top. A module imports from its own layer and those before it.
+const LAYERS: &[(&str, &[&str])] = &[
+    (
+        "vocabulary",
+        &[
+            "mac",
+            "clock",
+            "netdev",
+            "wire",
+            "rawsock",
+            "logging",
+            "audit",
+            "health",
+            "terminal",
+            "when",
+            "trust",
+            "open_files",
+            "metrics",
+            "share",
+        ],
+    ),
+    (
+        "engines",
+        &[
+            "bmc",
+            "tftp",
+            "trace",
+            "discovered",
+            "ratelimit",
+            "mac_records",
+            "client",
+        ],
+    ),
+    ("model", &["inventory", "netboot"]),
+    (
+        "records",
+        &["lease", "progress", "recovery", "import", "other_server"],
+    ),
+    ("shared state", &["state", "control"]),
+    ("paths", &["dhcp"]),
+    ("services", &["xdp", "http"]),
+    ("sources", &["kube", "fuzzing"]),
+    ("wiring", &["app"]),
+];
+
+/// Upward imports still in the crate, `(from, to)`: each one a name
+/// defined a layer too high. Take an entry off when its import is gone.
+const NOT_YET: &[(&str, &str)] = &[
+    // The metrics page reads every service's counters.
+    ("metrics", "dhcp"),
+    ("metrics", "http"),
+    ("metrics", "lease"),
+    ("metrics", "netboot"),
+    ("metrics", "other_server"),
+    ("metrics", "tftp"),
+    ("metrics", "xdp"),
+    // The peers' Lease client and host records sit beside the pool
+    // arithmetic; they belong with the Kubernetes source.
+    ("share", "netboot"),
+    ("share", "progress"),
+    ("share", "ratelimit"),
+    ("share", "recovery"),
+    ("share", "state"),
+    // The slow path's counters live in the DHCP server, `State` holds them.
+    ("state", "dhcp"),
+    // The API's Kubernetes reviews use the source's client; the source
+    // compiles through the wiring's functions.
+    ("http", "kube"),
+    ("kube", "app"),
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS
+        .iter()
+        .position(|(_, modules)| modules.contains(&module))
+}
+
+/// The code of `text` without comments (line and block; string contents
+/// that look like comments are rare in `use` lines and cut at worst the
+/// rest of their line) and without the test module that ends a file.
+fn code(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix("/*") {
+            rest = after.find("*/").map_or("", |end| &after[end + 2..]);
+        } else if rest.starts_with("//") {
+            rest = rest.find('\n').map_or("", |end| &rest[end..]);
+        } else if rest.starts_with('"') {
+            // A string literal, copied whole so `//` inside it stays.
+            let bytes = rest.as_bytes();
+            let mut end = 1;
+            while end < bytes.len() && bytes[end] != b'"' {
+                end += if bytes[end] == b'\\' { 2 } else { 1 };
+            }
+            let end = (end + 1).min(rest.len());
+            out.push_str(&rest[..end]);
+            rest = &rest[end..];
+        } else {
+            let ch = rest.chars().next().expect("not empty");
+            out.push(ch);
+            rest = &rest[ch.len_utf8()..];
+        }
+    }
+    out
+}
+
+/// The top-level modules named by `crate::` paths in `code`, braces
+/// (`crate::{a, b::{c, d}}`) included.
+fn imports(code: &str) -> BTreeSet<String> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = BTreeSet::new();
+    for (at, _) in code.match_indices("crate::") {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue; // `pxe_crate::` and the like
+        }
+        let rest = &code[at + "crate::".len()..];
+        if let Some(inner) = rest.strip_prefix('{') {
+            // The names at depth 0 of the group.
+            let (mut depth, mut start) = (0usize, true);
+            for (i, c) in inner.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => start = true,
+                    c if start && !c.is_whitespace() => {
+                        start = false;
+                        let name = ident(&inner[i..]);
+                        if !name.is_empty() {
+                            found.insert(name);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let name = ident(rest);
+            if !name.is_empty() {
+                found.insert(name);
+            }
+        }
+    }
+    found.retain(|m| m != "self" && m != "super");
+    found
+}
+
+/// The top-level module a source file belongs to (`src/dhcp/server.rs`:
+/// `dhcp`); `None` for the crate roots and test-only files.
+fn module_of(relative: &Path) -> Option<String> {
+    let name = relative.file_name()?.to_str()?;
+    if name == "tests.rs" || name.ends_with("_tests.rs") || name == "fixture.rs" {
+        return None;
+    }
+    if relative.components().any(|c| c.as_os_str() == "tests") {
+        return None;
+    }
+    let first = relative.components().next()?.as_os_str().to_str()?;
+    let module = first.strip_suffix(".rs").unwrap_or(first);
+    (!matches!(module, "lib" | "main" | "cli")).then(|| module.to_owned())
+}
+
+/// Every problem with the layering of `files` (path below `src/`, text):
+/// upward imports not in `not_yet`, modules in no layer, and entries of
+/// `not_yet` that no longer occur.
+fn check(files: &[(PathBuf, String)], not_yet: &[(&str, &str)]) -> Vec<String> {
+    let mut edges: BTreeMap<(String, String), PathBuf> = BTreeMap::new();
+    let mut modules = BTreeSet::new();
+    for (path, text) in files {
+        let Some(from) = module_of(path) else {
+            continue;
+        };
+        for to in imports(&code(text)) {
+            if to != from {
+                edges
+                    .entry((from.clone(), to))
+                    .or_insert_with(|| path.clone());
+            }
+        }
+        modules.insert(from);
+    }
+    let mut problems = Vec::new();
+    for module in &modules {
+        if layer_of(module).is_none() {
+            problems.push(format!("module {module} is in no layer: add it to LAYERS"));
+        }
+    }
+    for ((from, to), path) in &edges {
+        let (Some(a), Some(b)) = (layer_of(from), layer_of(to)) else {
+            continue;
+        };
+        if b > a && !not_yet.contains(&(from.as_str(), to.as_str())) {
+            problems.push(format!(
+                "{} imports {to} ({}) from {from} ({}): a layer above its own",
+                path.display(),
+                LAYERS[b].0,
+                LAYERS[a].0
+            ));
+        }
+    }
+    for (from, to) in not_yet {
+        if !edges.contains_key(&((*from).to_owned(), (*to).to_owned())) {
+            problems.push(format!(
+                "{from} no longer imports {to}: take ({from:?}, {to:?}) off NOT_YET"
+            ));
+        }
+    }
+    problems
+}
+
+fn sources(dir: &Path, root: &Path, out: &mut Vec<(PathBuf, String)>) {
+    for entry in fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            sources(&path, root, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = fs::read_to_string(&path).expect("read source");
+            out.push((path.strip_prefix(root).expect("below src").to_owned(), text));
+        }
+    }
+}
+
+#[test]
+fn no_module_imports_from_a_layer_above_its_own() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &root, &mut files);
+    assert!(files.len() > 50, "found only {} sources", files.len());
+    let problems = check(&files, NOT_YET);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn an_upward_import_is_refused() {
+    let file = |path: &str, text: &str| (PathBuf::from(path), text.to_owned());
+    let files = [
+        file("mac.rs", "use crate::{clock, app::run};\n"),
+        file(
+            "state.rs",
+            "// crate::app in a comment\nuse crate::mac::MacAddr;\n",
+        ),
+        file(
+            "dhcp/server.rs",
+            "use crate::{\n    inventory::{Host, Inventory},\n    state::State,\n};\n\
+             #[cfg(test)]\nmod tests {\n    use crate::app::run;\n}\n",
+        ),
+        file("newthing.rs", "use crate::mac::MacAddr;\n"),
+    ];
+    let problems = check(&files, &[("state", "app")]);
+    assert_eq!(
+        problems,
+        [
+            "module newthing is in no layer: add it to LAYERS",
+            "mac.rs imports app (wiring) from mac (vocabulary): a layer above its own",
+            "state no longer imports app: take (\"state\", \"app\") off NOT_YET",
+        ],
+    );
+}
