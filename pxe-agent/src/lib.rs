@@ -1,5 +1,24 @@
 //! pxe-agent: compiles a host inventory into the XDP fast path's maps, keeps
 //! them in step with the inventory file and exports the fast path's counters.
+//!
+//! The modules are in layers, bottom to top; each imports only its own
+//! layer and those below (`tests/layers.rs` checks it, and lists the few
+//! upward imports still to remove):
+//!
+//! - vocabulary: `mac`, `clock`, `netdev`, `wire`, `rawsock`, `logging`,
+//!   `audit`, `health`, `terminal`, `when`, `trust`, `open_files`,
+//!   `metrics`, `share`;
+//! - engines: `bmc`, `tftp`, `trace`, `discovered`, `ratelimit`,
+//!   `mac_records`, `client`;
+//! - model: `inventory`, `netboot`;
+//! - records: `lease`, `progress`, `recovery`, `import`, `other_server`;
+//! - shared state: `state`, `control`;
+//! - paths: `dhcp`;
+//! - services: `xdp`, `http`;
+//! - sources: `kube`, `fuzzing`;
+//! - wiring: `app`.
+//!
+//! docs/architecture.md, "The agent", says what each owns.
 
 pub mod app;
 pub mod audit;

@@ -325,9 +325,10 @@ impl Agent {
             }
             if started.elapsed() > RELOAD_TIMEOUT {
                 bail!(
-                    "reload not applied after {} s; the agent's last warning: {}",
+                    "reload not applied after {} s; the agent's last warning: {}; its last lines: {}",
                     RELOAD_TIMEOUT.as_secs(),
-                    self.warning_line()
+                    self.warning_line(),
+                    self.last_lines(8)
                 );
             }
             std::thread::sleep(POLL);
@@ -419,6 +420,13 @@ impl Agent {
         text.lines()
             .rfind(|l| l.contains("\"level\":\"WARN\"") || l.contains("\"level\":\"ERROR\""))
             .map_or_else(|| "none".to_owned(), |l| l.trim().to_owned())
+    }
+
+    /// The last `n` lines of the agent's log, one after another.
+    fn last_lines(&self, n: usize) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join(" | ")
     }
 
     /// SIGTERM, then SIGKILL after a grace period; then its API server
