@@ -41,6 +41,7 @@ pub use oob::{
     StageDeadlines, parse_duration,
 };
 pub use patch::Layout;
+pub(crate) use patch::{MOST_CHANGED, splice};
 pub use rule::{BootAnswer, Match, Rule, Traits, circuit_id, parse_user_classes};
 
 pub use crate::bmc::settings::{

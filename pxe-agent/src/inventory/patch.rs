@@ -17,7 +17,7 @@ use super::{Inventory, oob};
 
 /// Entries changed past this share of the list are parsed with the rest:
 /// a patch that large saves little and a full parse is the reference.
-const MOST_CHANGED: usize = 4;
+pub(crate) const MOST_CHANGED: usize = 4;
 
 /// Where a file's host entries are, and what their text hashes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,21 +205,39 @@ pub fn patch(
     }
     // The changed entries, checked in the file's own frame: subnets,
     // profiles and settings are parsed (and their secrets read) anew.
-    let mut fresh = Inventory::parse_with(path, &cut.with_entries(&parsed), secrets).ok()?;
-    if fresh.hosts.len() != parsed.len() {
+    let fresh = Inventory::parse_with(path, &cut.with_entries(&parsed), secrets).ok()?;
+    let inventory = splice(previous, &keep, fresh, path, secrets)?;
+    Some((inventory, after))
+}
+
+/// The inventory of `fresh`'s frame (subnets, profiles, settings) whose
+/// hosts are, for each entry of `keep`, `previous`'s host at that index or,
+/// for `None`, the next of `fresh`'s hosts (the changed ones, in order).
+/// `None` when that cannot be vouched for: `fresh` has another number of
+/// hosts, a kept host's BMC password no longer reads as it did (`label`
+/// names the source, `secrets` reads them), or two hosts share a MAC or
+/// an address, which a whole validation would refuse.
+pub(crate) fn splice(
+    previous: &Inventory,
+    keep: &[Option<usize>],
+    mut fresh: Inventory,
+    label: &Path,
+    secrets: &dyn oob::SecretSource,
+) -> Option<Inventory> {
+    if fresh.hosts.len() != keep.iter().filter(|k| k.is_none()).count() {
         return None;
     }
     let kept = keep.iter().flatten().map(|&at| &*previous.hosts[at]);
-    if !passwords_unchanged(kept, path, secrets) {
+    if !passwords_unchanged(kept, label, secrets) {
         return None;
     }
     let mut fresh_hosts = std::mem::take(&mut fresh.hosts).into_iter();
     // Sized up front: grown as it fills, the list would be copied (and its
     // pages faulted in) several times over at fleet size.
     let mut hosts = Vec::with_capacity(keep.len());
-    for k in &keep {
+    for k in keep {
         hosts.push(match k {
-            Some(at) => previous.hosts[*at].clone(),
+            Some(at) => previous.hosts.get(*at)?.clone(),
             None => fresh_hosts.next()?,
         });
     }
@@ -236,7 +254,7 @@ pub fn patch(
     {
         return None;
     }
-    Some((inventory, after))
+    Some(inventory)
 }
 
 /// For each new entry, the old entry whose host it keeps, or `None` when it

@@ -10,8 +10,9 @@
 
 use std::{
     borrow::Cow,
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashMap},
     ffi::OsString,
+    hash::{DefaultHasher, Hash as _, Hasher as _},
     io,
     path::Path,
 };
@@ -22,7 +23,7 @@ use serde_norway::Value as Yaml;
 use super::objects::{ANNOTATION_IP, ANNOTATION_PROFILE, AsObject, Kind, ObjRef};
 use crate::{
     bmc::Password,
-    inventory::{Inventory, LoadError, Problem, SecretSource},
+    inventory::{Inventory, LoadError, MOST_CHANGED, Problem, SecretSource, splice},
     mac::MacAddr,
 };
 
@@ -85,6 +86,45 @@ impl<O: AsObject> Snapshot<O> {
         }
         out
     }
+
+    /// What a build of these objects depends on, for a later [`patch`].
+    pub fn basis(&self) -> Basis {
+        let mut frame = DefaultHasher::new();
+        self.namespace.hash(&mut frame);
+        for map in [&self.networks, &self.profiles, &self.bare_metal] {
+            map.len().hash(&mut frame);
+            for (name, o) in map {
+                (name, o.body_hash()).hash(&mut frame);
+            }
+        }
+        // A Secret's username is read into the hosts' entries; a password
+        // is checked by the patch itself (`inventory::splice`).
+        for (name, keys) in &self.secrets {
+            (name, &keys.username, keys.password.is_some()).hash(&mut frame);
+        }
+        Basis {
+            frame: frame.finish(),
+            hosts: self
+                .hosts
+                .iter()
+                .map(|(name, o)| {
+                    let mut h = DefaultHasher::new();
+                    (name, o.body_hash()).hash(&mut h);
+                    h.finish()
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What the objects of a build that refused nothing were, so that the next
+/// build, when only BootHosts changed, checks only those: a hash of all
+/// but the BootHosts (networks, profiles, BareMetalHosts, the Secrets'
+/// usernames) and one of each BootHost, in the inventory's host order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Basis {
+    frame: u64,
+    hosts: Vec<u64>,
 }
 
 /// The `credentialsName`s of these BootHosts, BootProfiles and
@@ -622,6 +662,79 @@ pub fn build<P, O: AsObject>(
         refused,
         degraded: BTreeMap::new(),
     }
+}
+
+/// The build of `snapshot` made from `previous`, the inventory of the
+/// objects `basis` describes (a build that refused nothing), when only
+/// BootHosts changed since: the changed and added ones are checked in the
+/// frame of the networks and profiles, the others keep their hosts, as a
+/// reload of a file patches its changed entries (`inventory::splice`).
+/// With it, the new basis. `None` when the patch cannot vouch for the
+/// result, and [`build`] then reads every object: anything but BootHosts
+/// changed, more than a quarter of them did, there are BareMetalHosts, or
+/// a changed host has a problem (which a whole build pins on its object).
+pub fn patch<P, O: AsObject>(
+    snapshot: &Snapshot<O>,
+    label: &Path,
+    prepare: &dyn Fn(Inventory, &Path) -> Result<P, LoadError>,
+    previous: &Inventory,
+    basis: &Basis,
+) -> Option<(Built<P>, Basis)> {
+    if !snapshot.bare_metal.is_empty() {
+        return None;
+    }
+    let now = snapshot.basis();
+    if now.frame != basis.frame || basis.hosts.len() != previous.hosts.len() {
+        return None;
+    }
+    // Each host hash covers its object's name: an object kept unchanged
+    // is found wherever the others moved it.
+    let was: HashMap<u64, usize> = basis
+        .hosts
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| (h, i))
+        .collect();
+    let keep: Vec<Option<usize>> = now.hosts.iter().map(|h| was.get(h).copied()).collect();
+    let changed: BTreeSet<usize> = (0..keep.len()).filter(|&i| keep[i].is_none()).collect();
+    if changed.len() * MOST_CHANGED > now.hosts.len().max(1) {
+        return None;
+    }
+    let mut parts = Vec::new();
+    let frame = [
+        (Kind::BootNetwork, &snapshot.networks),
+        (Kind::BootProfile, &snapshot.profiles),
+    ];
+    for (kind, map) in frame {
+        for (name, o) in map {
+            let at = ObjRef::new(kind, name);
+            let part = part_of(&at, &o.value(), snapshot).ok()?;
+            parts.push((at, part));
+        }
+    }
+    for (i, (name, o)) in snapshot.hosts.iter().enumerate() {
+        if changed.contains(&i) {
+            let at = ObjRef::new(Kind::BootHost, name);
+            let part = part_of(&at, &o.value(), snapshot).ok()?;
+            parts.push((at, part));
+        }
+    }
+    let live: Vec<&(ObjRef, Part)> = parts.iter().collect();
+    let (document, entries, _, degraded) = assemble(&live, &BTreeSet::new());
+    if !degraded.is_empty() {
+        return None;
+    }
+    let secrets = KubeSecrets(&snapshot.secrets);
+    let fresh = Inventory::from_parts(label, document, &entries, &secrets).ok()?;
+    let inventory = splice(previous, &keep, fresh, label, &secrets)?;
+    let prepared = prepare(inventory, label).ok()?;
+    let built = Built {
+        result: Ok(prepared),
+        refused: BTreeMap::new(),
+        accepted: snapshot.objects().into_iter().map(|(at, _)| at).collect(),
+        degraded: BTreeMap::new(),
+    };
+    Some((built, now))
 }
 
 /// Refuses the hosts whose profile is refused, saying so.

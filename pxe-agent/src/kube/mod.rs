@@ -40,7 +40,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 use self::{
-    document::{Built, SecretKeys, Snapshot},
+    document::{Basis, Built, SecretKeys, Snapshot},
     objects::{Kind, ObjRef, Stored},
     status::{Interner, Outbox},
 };
@@ -199,6 +199,10 @@ pub struct Source {
     logged: HashMap<ObjRef, (Option<i64>, String)>,
     /// The wanted statuses' texts, one copy of each.
     texts: Interner,
+    /// What the last build was made of, when the next may patch it (see
+    /// `document::patch`), and whether the last build was such a patch.
+    basis: Option<Basis>,
+    patched: bool,
     label: PathBuf,
 }
 
@@ -275,6 +279,8 @@ impl Source {
             evented: HashMap::new(),
             logged: HashMap::new(),
             texts: Interner::default(),
+            basis: None,
+            patched: false,
         };
         let deadline = tokio::time::Instant::now() + INITIAL_LIST;
         while !source.stores.values().all(|s| s.listed) {
@@ -454,19 +460,45 @@ impl Source {
         self.read_secrets(&names).await;
         let snapshot = self.snapshot();
         let (prepare, label) = (self.prepare.clone(), self.label.clone());
+        // What a patch starts from: the inventory in force, when it is the
+        // last build's (a failed apply forgets the basis).
+        let basis = self.basis.take();
+        let previous = running.as_ref().map(|a| a.boot.state.inventory());
         // The objects come back however the build ends, a panic included:
         // stores left empty would make the next rebuild an empty inventory.
-        let (built, snapshot) = tokio::task::spawn_blocking(move || {
+        let (built, basis, snapshot) = tokio::task::spawn_blocking(move || {
+            let prepare = |inv, label: &Path| prepare(inv, label, running.as_deref());
             let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                document::build(&snapshot, &label, &|inv, label| {
-                    prepare(inv, label, running.as_deref())
-                })
+                let patched =
+                    previous
+                        .as_deref()
+                        .zip(basis.as_ref())
+                        .and_then(|(previous, basis)| {
+                            document::patch(&snapshot, &label, &prepare, previous, basis)
+                        });
+                match patched {
+                    Some((built, basis)) => (built, Some(basis), true),
+                    None => {
+                        let built = document::build(&snapshot, &label, &prepare);
+                        let whole = built.result.is_ok()
+                            && built.refused.is_empty()
+                            && built.degraded.is_empty();
+                        let basis = whole.then(|| snapshot.basis());
+                        (built, basis, false)
+                    }
+                }
             }));
             (built, snapshot)
         })
         .await
+        .map(|(built, snapshot)| match built {
+            Ok((built, basis, patched)) => (Ok(built), basis.map(|b| (b, patched)), snapshot),
+            Err(e) => (Err(e), None, snapshot),
+        })
         .expect("the rebuild task catches its panics");
         self.restore(snapshot);
+        self.patched = basis.as_ref().is_some_and(|(_, patched)| *patched);
+        self.basis = basis.map(|(b, _)| b);
         let mut built = built.unwrap_or_else(|e| Built {
             result: Err(LoadError::Invalid {
                 path: PathBuf::from("kubernetes"),
@@ -589,9 +621,13 @@ impl Source {
             info!(
                 hosts,
                 refused = self.refused.len(),
+                patched = self.patched,
                 ms = started.elapsed().as_millis() as u64,
                 "inventory from the Kubernetes API in force"
             );
+        } else {
+            // What is in force is not what the basis describes.
+            self.basis = None;
         }
     }
 

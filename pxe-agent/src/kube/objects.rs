@@ -119,6 +119,9 @@ pub trait AsObject {
     fn value(&self) -> Cow<'_, Value>;
     /// Its `spec.bmc.credentialsName`.
     fn credentials_name(&self) -> Option<String>;
+    /// A hash of what a rebuild reads of it: equal for objects a rebuild
+    /// reads the same.
+    fn body_hash(&self) -> u64;
 }
 
 impl AsObject for Value {
@@ -130,6 +133,13 @@ impl AsObject for Value {
         self.pointer("/spec/bmc/credentialsName")
             .and_then(Value::as_str)
             .map(str::to_owned)
+    }
+
+    fn body_hash(&self) -> u64 {
+        let mut hasher = DefaultHasher::new();
+        self.get("metadata").map(Value::to_string).hash(&mut hasher);
+        self.get("spec").map(Value::to_string).hash(&mut hasher);
+        hasher.finish()
     }
 }
 
@@ -215,5 +225,11 @@ impl AsObject for Stored {
 
     fn credentials_name(&self) -> Option<String> {
         self.credentials.as_deref().map(str::to_owned)
+    }
+
+    fn body_hash(&self) -> u64 {
+        let mut hasher = DefaultHasher::new();
+        self.body.hash(&mut hasher);
+        hasher.finish()
     }
 }

@@ -502,3 +502,97 @@ fn a_boot_network_subnet_in_mode_proxy_is_a_proxy_subnet() {
         ]
     );
 }
+
+/// The fixture and `n` more BootHosts, `rack-0` to `rack-{n-1}`.
+fn fleet(n: u8) -> Snapshot {
+    let mut s = snapshot();
+    for i in 0..n {
+        let name = format!("rack-{i}");
+        s.hosts.insert(
+            name.clone(),
+            object(
+                "BootHost",
+                &name,
+                json!({"mac": format!("52:54:00:00:01:{i:02x}"), "ip": format!("10.66.2.{i}"),
+                       "profile": "chained"}),
+            ),
+        );
+    }
+    s
+}
+
+/// A patch from `previous` (built whole from `before`) to `after`.
+fn patched(before: &Snapshot, after: &Snapshot) -> Option<Inventory> {
+    let whole = build_plain(before);
+    assert!(whole.refused.is_empty(), "{:?}", whole.refused);
+    let previous = whole.result.expect("valid");
+    let (built, basis) = patch(
+        after,
+        Path::new(LABEL),
+        &|inv, _| Ok(inv),
+        &previous,
+        &before.basis(),
+    )?;
+    assert_eq!(basis, after.basis());
+    assert!(built.refused.is_empty() && built.degraded.is_empty());
+    assert_eq!(built.accepted.len(), after.objects().len());
+    Some(built.result.expect("valid"))
+}
+
+#[test]
+fn a_patch_for_changed_added_and_removed_boothosts_equals_a_whole_build() {
+    let before = fleet(8);
+    let mut after = before.clone();
+    after.hosts.get_mut("rack-3").expect("host")["spec"]["ip"] = json!("10.66.3.3");
+    after.hosts.remove("rack-5");
+    after.hosts.insert(
+        "rack-9".into(),
+        object(
+            "BootHost",
+            "rack-9",
+            json!({"mac": "52:54:00:00:01:99", "ip": "10.66.2.99", "profile": "chained"}),
+        ),
+    );
+    let patched = patched(&before, &after).expect("a patch");
+    let whole = build_plain(&after).result.expect("valid");
+    assert_eq!(patched, whole);
+    assert_eq!(patched.hosts.len(), 10);
+    // Nothing changed: the same inventory, every host kept.
+    let same = self::patched(&before, &before).expect("a patch");
+    assert_eq!(same, build_plain(&before).result.expect("valid"));
+}
+
+#[test]
+fn what_a_patch_cannot_vouch_for_is_built_whole() {
+    let before = fleet(8);
+    // A MAC another host has: the whole build refuses the later object.
+    let mut dup = before.clone();
+    dup.hosts.get_mut("rack-3").expect("host")["spec"]["mac"] = json!("52:54:00:00:01:04");
+    assert_eq!(patched(&before, &dup), None);
+    assert_eq!(build_plain(&dup).refused.len(), 1);
+    // A changed profile, network or Secret username: every host may change.
+    let mut profile = before.clone();
+    profile.profiles.get_mut("chained").expect("profile")["spec"]["localDisk"] = json!(false);
+    assert_eq!(patched(&before, &profile), None);
+    let mut user = before.clone();
+    user.secrets.get_mut("bmc-admin").expect("secret").username = Some("other".into());
+    assert_eq!(patched(&before, &user), None);
+    // A changed password, with the Secret's name and username the same.
+    let mut password = before.clone();
+    password
+        .secrets
+        .get_mut("bmc-node-1")
+        .expect("secret")
+        .password = Some(Password::new(b"rotated".to_vec()));
+    let mut changed = password.clone();
+    changed.hosts.get_mut("rack-1").expect("host")["spec"]["ip"] = json!("10.66.3.1");
+    assert_eq!(patched(&before, &changed), None);
+    // More than a quarter of the hosts changed.
+    let mut many = before.clone();
+    for i in 0..4 {
+        many.hosts.get_mut(&format!("rack-{i}")).expect("host")["spec"]["ip"] =
+            json!(format!("10.66.4.{i}"));
+    }
+    assert_eq!(patched(&before, &many), None);
+    assert!(build_plain(&many).refused.is_empty());
+}
