@@ -641,3 +641,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod golden;

@@ -506,4 +506,33 @@ mod tests {
         assert_eq!(record.status(key, "redfish", "ipmi").driver, "redfish");
         assert!(record.render().contains("pxe_bmc_fallback_held_hosts 0"));
     }
+
+    #[test]
+    fn the_metrics_are_written_as_before() {
+        let record = Fallbacks::default();
+        let held = "redfish://10.0.0.1/redfish/v1/Systems/1";
+        let free = "redfish://10.0.0.2/redfish/v1/Systems/1";
+        for (key, reason) in [
+            (held, Reason::HttpStatus),
+            (held, Reason::HttpStatus),
+            (free, Reason::Unreachable),
+        ] {
+            record.note(key, reason, event(reason), "redfish", "ipmi");
+        }
+        record.note(free, Reason::Auth, event(Reason::Auth), "ipmi", "redfish");
+        record.hold(held, Some(now_ms() + 3_600_000));
+        record.hold(free, Some(now_ms() - 1));
+        assert_eq!(
+            record.render(),
+            r#"# HELP pxe_bmc_fallback_total BMC calls redone on a host's other driver after its first failed.
+# TYPE pxe_bmc_fallback_total counter
+pxe_bmc_fallback_total{from="ipmi",to="redfish",reason="auth"} 1
+pxe_bmc_fallback_total{from="redfish",to="ipmi",reason="unreachable"} 1
+pxe_bmc_fallback_total{from="redfish",to="ipmi",reason="http-status"} 2
+# HELP pxe_bmc_fallback_held_hosts Hosts whose BMC calls start with their second driver (hold-down).
+# TYPE pxe_bmc_fallback_held_hosts gauge
+pxe_bmc_fallback_held_hosts 1
+"#
+        );
+    }
 }
