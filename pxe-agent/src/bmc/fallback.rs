@@ -11,7 +11,6 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    fmt::Write as _,
     future::Future,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
@@ -26,6 +25,7 @@ use super::{
 use crate::{
     audit::{AuditLog, Entry},
     clock::now_ms,
+    metrics::exposition::{Exposition, Kind},
 };
 
 /// Metric name of the fallbacks made.
@@ -203,31 +203,27 @@ impl Fallbacks {
 
     /// The fallback counter and the hold-down gauge, Prometheus text.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP {FALLBACK_TOTAL} BMC calls redone on a host's other driver after its first failed."
+        let mut out = Exposition::new();
+        let mut f = out.family(
+            FALLBACK_TOTAL,
+            Kind::Counter,
+            "BMC calls redone on a host's other driver after its first failed.",
         );
-        let _ = writeln!(out, "# TYPE {FALLBACK_TOTAL} counter");
         for ((from, to, reason), n) in lock(&self.counts).iter() {
-            let _ = writeln!(
-                out,
-                "{FALLBACK_TOTAL}{{from=\"{from}\",to=\"{to}\",reason=\"{}\"}} {n}",
-                reason.label()
-            );
+            f.sample(&[("from", from), ("to", to), ("reason", reason.label())], n);
         }
         let now = now_ms();
         let held = lock(&self.hosts)
             .values()
             .filter(|h| h.held_until_ms.is_some_and(|u| now < u))
             .count();
-        let _ = writeln!(
-            out,
-            "# HELP {FALLBACK_HELD} Hosts whose BMC calls start with their second driver (hold-down)."
-        );
-        let _ = writeln!(out, "# TYPE {FALLBACK_HELD} gauge");
-        let _ = writeln!(out, "{FALLBACK_HELD} {held}");
-        out
+        out.family(
+            FALLBACK_HELD,
+            Kind::Gauge,
+            "Hosts whose BMC calls start with their second driver (hold-down).",
+        )
+        .value(held);
+        out.finish()
     }
 }
 
