@@ -1,9 +1,16 @@
 //! Metric names and their Prometheus text rendering; one place for both.
+//! Every section of the page, here or beside what it counts, is written
+//! through [`exposition`].
 
-use std::{fmt::Write as _, sync::atomic::Ordering};
+pub mod exposition;
+#[cfg(test)]
+mod golden;
+
+use std::sync::atomic::Ordering;
 
 use pxe_ebpf_common::Counter;
 
+use self::exposition::{Exposition, Kind};
 use crate::{
     dhcp::server, http::limit, lease::LeaseState, share::Share, tftp::StatsSnapshot, xdp::Stats,
 };
@@ -92,44 +99,27 @@ pub struct Page<'a> {
     pub http: limit::StatsSnapshot,
 }
 
-struct Out(String);
-
-impl Out {
-    fn head(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.0, "# HELP {name} {help}");
-        let _ = writeln!(self.0, "# TYPE {name} {kind}");
-    }
-
-    fn sample(&mut self, name: &str, labels: &str, value: impl std::fmt::Display) {
-        if labels.is_empty() {
-            let _ = writeln!(self.0, "{name} {value}");
-        } else {
-            let _ = writeln!(self.0, "{name}{{{labels}}} {value}");
-        }
-    }
-}
-
 /// Renders the metrics page (text exposition format 0.0.4).
 pub fn render(p: &Page) -> String {
-    let mut o = Out(String::new());
-    o.head(
+    let mut o = Exposition::new();
+    let mut f = o.family(
         XDP_PACKETS,
-        "counter",
+        Kind::Counter,
         "DHCP packets seen by the XDP fast path, by outcome.",
     );
     for c in Counter::ALL {
-        o.sample(
-            XDP_PACKETS,
-            &format!("outcome=\"{}\"", c.name()),
-            p.fast.get(c),
-        );
+        f.sample(&[("outcome", c.name())], p.fast.get(c));
     }
     let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    o.head(SLOW_RX, "counter", "Requests the userspace slow path read.");
-    o.sample(SLOW_RX, "", load(&p.slow.rx));
-    o.head(
+    o.family(
+        SLOW_RX,
+        Kind::Counter,
+        "Requests the userspace slow path read.",
+    )
+    .value(load(&p.slow.rx));
+    let mut f = o.family(
         SLOW_REPLIES,
-        "counter",
+        Kind::Counter,
         "Replies sent by the slow path, by message type.",
     );
     for (kind, c) in [
@@ -139,26 +129,22 @@ pub fn render(p: &Page) -> String {
         ("proxy_offer", &p.slow.proxy_offers),
         ("proxy_ack", &p.slow.proxy_acks),
     ] {
-        o.sample(SLOW_REPLIES, &format!("type=\"{kind}\""), load(c));
+        f.sample(&[("type", kind)], load(c));
     }
-    o.head(
+    let mut f = o.family(
         SLOW_IGNORED,
-        "counter",
+        Kind::Counter,
         "Requests the slow path did not answer, by reason.",
     );
-    for c in Counter::ALL
-        .iter()
-        .filter(|c| load(&p.slow.ignored[**c as usize]) > 0)
-    {
-        o.sample(
-            SLOW_IGNORED,
-            &format!("reason=\"{}\"", c.name()),
-            load(&p.slow.ignored[*c as usize]),
-        );
+    for c in Counter::ALL {
+        let n = load(&p.slow.ignored[c as usize]);
+        if n > 0 {
+            f.sample(&[("reason", c.name())], n);
+        }
     }
-    o.head(
+    let mut f = o.family(
         SLOW_LIMITED,
-        "counter",
+        Kind::Counter,
         "Requests dropped by the storm guard, by bucket.",
     );
     for (scope, c) in [
@@ -166,15 +152,15 @@ pub fn render(p: &Page) -> String {
         ("unknown", &p.slow.limited_unknown),
         ("table", &p.slow.limited_table),
     ] {
-        o.sample(SLOW_LIMITED, &format!("scope=\"{scope}\""), load(c));
+        f.sample(&[("scope", scope)], load(c));
     }
-    o.head(
+    o.family(
         SLOW_NOT_OURS,
-        "counter",
+        Kind::Counter,
         "Requests of unknown hosts left to a peer agent sharing the discovery pool.",
-    );
-    o.sample(SLOW_NOT_OURS, "", load(&p.slow.not_ours));
-    o.head(SLOW_ERRORS, "counter", "Slow-path failures, by kind.");
+    )
+    .value(load(&p.slow.not_ours));
+    let mut f = o.family(SLOW_ERRORS, Kind::Counter, "Slow-path failures, by kind.");
     for (kind, c) in [
         ("malformed", &p.slow.malformed),
         ("pool_exhausted", &p.slow.pool_exhausted),
@@ -182,11 +168,11 @@ pub fn render(p: &Page) -> String {
         ("send", &p.slow.send_errors),
         ("panic", &p.slow.panics),
     ] {
-        o.sample(SLOW_ERRORS, &format!("kind=\"{kind}\""), load(c));
+        f.sample(&[("kind", kind)], load(c));
     }
-    o.head(
+    let mut f = o.family(
         SLOW_DECLINES_REFUSED,
-        "counter",
+        Kind::Counter,
         "DHCPDECLINEs of pool addresses not acted on, by reason: the address was not given to that MAC, or quarantining it would pass the MAC's or the pool's limit.",
     );
     for (reason, c) in [
@@ -194,120 +180,152 @@ pub fn render(p: &Page) -> String {
         ("mac_limit", &p.slow.declines_mac_limit),
         ("pool_limit", &p.slow.declines_pool_limit),
     ] {
-        o.sample(
-            SLOW_DECLINES_REFUSED,
-            &format!("reason=\"{reason}\""),
-            load(c),
-        );
+        f.sample(&[("reason", reason)], load(c));
     }
-    o.head(
+    o.family(
         RESERVATION_DECLINES,
-        "counter",
+        Kind::Counter,
         "DHCPDECLINEs of a reserved address by its own host: another machine uses it (`pxe-agent hosts` names the host).",
-    );
-    o.sample(RESERVATION_DECLINES, "", load(&p.slow.reservation_declines));
-    o.head(
+    )
+    .value(load(&p.slow.reservation_declines));
+    o.family(
         SLOW_RESTARTS,
-        "counter",
+        Kind::Counter,
         "Times the slow path was started again after it died.",
-    );
-    o.sample(SLOW_RESTARTS, "", load(&p.health.slow_path_restarts));
-    o.head(READY, "gauge", "1 while /healthz answers 200.");
-    o.sample(READY, "", u8::from(p.health.check().is_empty()));
-    o.head(
+    )
+    .value(load(&p.health.slow_path_restarts));
+    o.family(READY, Kind::Gauge, "1 while /healthz answers 200.")
+        .value(u8::from(p.health.check().is_empty()));
+    o.family(
         DISCOVERED,
-        "gauge",
+        Kind::Gauge,
         "Unknown clients recorded for adoption.",
-    );
-    o.sample(DISCOVERED, "", p.discovered);
-    o.head(
+    )
+    .value(p.discovered);
+    o.family(
         TRACED,
-        "gauge",
+        Kind::Gauge,
         "MACs traced live (each costs the XDP program a map lookup per request).",
-    );
-    o.sample(TRACED, "", p.traced);
-    o.head(
+    )
+    .value(p.traced);
+    o.family(
         XDP_EVENTS_LOST,
-        "counter",
+        Kind::Counter,
         "Fast-path answers whose events were overwritten before the agent read them \
          (the boot-progress view does not show them).",
-    );
-    o.sample(XDP_EVENTS_LOST, "", p.xdp_events_lost);
-    o.head(LEASES, "gauge", "Pool leases, by state.");
+    )
+    .value(p.xdp_events_lost);
+    let mut f = o.family(LEASES, Kind::Gauge, "Pool leases, by state.");
     for (name, state) in [
         ("bound", LeaseState::Bound),
         ("declined", LeaseState::Declined),
     ] {
-        o.sample(
-            LEASES,
-            &format!("state=\"{name}\""),
-            p.leases
-                .iter()
-                .find(|(s, _)| *s == state)
-                .map_or(0, |(_, n)| *n),
-        );
+        let n = p
+            .leases
+            .iter()
+            .find(|(s, _)| *s == state)
+            .map_or(0, |(_, n)| *n);
+        f.sample(&[("state", name)], n);
     }
     if let Some(t) = p.tftp {
-        o.head(TFTP_TRANSFERS, "counter", "TFTP read requests, by outcome.");
-        for (outcome, v) in [
-            ("done", t.done),
-            ("failed", t.failed),
-            ("busy", t.busy),
-            ("refused", t.refused),
-        ] {
-            o.sample(TFTP_TRANSFERS, &format!("outcome=\"{outcome}\""), v);
-        }
-        o.head(
-            TFTP_BYTES,
-            "counter",
-            "Payload bytes acknowledged by TFTP clients.",
-        );
-        o.sample(TFTP_BYTES, "", t.bytes);
-        o.head(
-            TFTP_RETRANSMITS,
-            "counter",
-            "TFTP packets resent after a timeout.",
-        );
-        o.sample(TFTP_RETRANSMITS, "", t.retransmits);
-        o.head(TFTP_ACTIVE, "gauge", "TFTP transfers running.");
-        o.sample(TFTP_ACTIVE, "", t.active);
-        o.head(
-            TFTP_WAITING,
-            "gauge",
-            "TFTP read requests waiting for a transfer slot.",
-        );
-        o.sample(TFTP_WAITING, "", t.waiting);
-        o.head(
-            TFTP_WAITED,
-            "counter",
-            "TFTP read requests that waited for a transfer slot.",
-        );
-        o.sample(TFTP_WAITED, "", t.waited);
-        o.head(
-            TFTP_WAIT_EXPIRED,
-            "counter",
-            "Waiting TFTP read requests forgotten because the client went silent.",
-        );
-        o.sample(TFTP_WAIT_EXPIRED, "", t.wait_expired);
+        render_tftp(&mut o, &t);
     }
-    let h = &p.http;
-    o.head(
+    render_http(&mut o, &p.http);
+    o.family(
+        INVENTORY_HOSTS,
+        Kind::Gauge,
+        "Hosts in the serving inventory.",
+    )
+    .value(p.gauges.hosts);
+    o.family(
+        INVENTORY_TEMPLATES,
+        Kind::Gauge,
+        "Compiled replies (host x boot class) in the XDP map.",
+    )
+    .value(p.gauges.templates);
+    o.family(
+        INVENTORY_RELOADS,
+        Kind::Counter,
+        "Inventory reloads, applied or rejected.",
+    )
+    .sample(&[("result", "ok")], p.gauges.reloads_ok)
+    .sample(&[("result", "rejected")], p.gauges.reloads_rejected);
+    render_reload_cost(&mut o, p.gauges);
+    o.finish()
+}
+
+/// The TFTP server's transfers, bytes, retransmits and waiting requests.
+fn render_tftp(o: &mut Exposition, t: &StatsSnapshot) {
+    let mut f = o.family(
+        TFTP_TRANSFERS,
+        Kind::Counter,
+        "TFTP read requests, by outcome.",
+    );
+    for (outcome, v) in [
+        ("done", t.done),
+        ("failed", t.failed),
+        ("busy", t.busy),
+        ("refused", t.refused),
+    ] {
+        f.sample(&[("outcome", outcome)], v);
+    }
+    o.family(
+        TFTP_BYTES,
+        Kind::Counter,
+        "Payload bytes acknowledged by TFTP clients.",
+    )
+    .value(t.bytes);
+    o.family(
+        TFTP_RETRANSMITS,
+        Kind::Counter,
+        "TFTP packets resent after a timeout.",
+    )
+    .value(t.retransmits);
+    o.family(TFTP_ACTIVE, Kind::Gauge, "TFTP transfers running.")
+        .value(t.active);
+    o.family(
+        TFTP_WAITING,
+        Kind::Gauge,
+        "TFTP read requests waiting for a transfer slot.",
+    )
+    .value(t.waiting);
+    o.family(
+        TFTP_WAITED,
+        Kind::Counter,
+        "TFTP read requests that waited for a transfer slot.",
+    )
+    .value(t.waited);
+    o.family(
+        TFTP_WAIT_EXPIRED,
+        Kind::Counter,
+        "Waiting TFTP read requests forgotten because the client went silent.",
+    )
+    .value(t.wait_expired);
+}
+
+/// The boot HTTP listener's connections, drops and refused phone-homes.
+fn render_http(o: &mut Exposition, h: &limit::StatsSnapshot) {
+    o.family(
         HTTP_CONNECTIONS,
-        "counter",
+        Kind::Counter,
         "Connections the boot HTTP listener accepted.",
-    );
-    o.sample(HTTP_CONNECTIONS, "", h.accepted);
-    o.head(HTTP_OPEN, "gauge", "Boot HTTP connections being served.");
-    o.sample(HTTP_OPEN, "", h.open);
-    o.head(
+    )
+    .value(h.accepted);
+    o.family(
+        HTTP_OPEN,
+        Kind::Gauge,
+        "Boot HTTP connections being served.",
+    )
+    .value(h.open);
+    o.family(
         HTTP_AT_LIMIT,
-        "counter",
+        Kind::Counter,
         "Times every boot HTTP connection slot was taken, so new connections waited in the listen backlog.",
-    );
-    o.sample(HTTP_AT_LIMIT, "", h.at_limit);
-    o.head(
+    )
+    .value(h.at_limit);
+    let mut f = o.family(
         HTTP_DROPPED,
-        "counter",
+        Kind::Counter,
         "Boot HTTP connections the server closed, by reason.",
     );
     for (reason, v) in [
@@ -315,103 +333,73 @@ pub fn render(p: &Page) -> String {
         ("write_timeout", h.write_timeouts),
         ("short_body", h.short_bodies),
     ] {
-        o.sample(HTTP_DROPPED, &format!("reason=\"{reason}\""), v);
+        f.sample(&[("reason", reason)], v);
     }
-    o.head(
+    o.family(
         HTTP_ACCEPT_ERRORS,
-        "counter",
+        Kind::Counter,
         "Failed accepts of the boot HTTP listener (EMFILE, ENFILE, ...), each followed by a pause.",
-    );
-    o.sample(HTTP_ACCEPT_ERRORS, "", h.accept_errors);
-    o.head(
+    )
+    .value(h.accept_errors);
+    o.family(
         HTTP_PHONE_HOME_REJECTED,
-        "counter",
+        Kind::Counter,
         "Phone-homes from the host's address refused for their token, by reason (mismatch: wrong, or of an earlier boot).",
-    );
-    for (reason, v) in [
-        ("missing", h.phone_home_missing),
-        ("mismatch", h.phone_home_mismatch),
-    ] {
-        o.sample(HTTP_PHONE_HOME_REJECTED, &format!("reason=\"{reason}\""), v);
-    }
-    o.head(INVENTORY_HOSTS, "gauge", "Hosts in the serving inventory.");
-    o.sample(INVENTORY_HOSTS, "", p.gauges.hosts);
-    o.head(
-        INVENTORY_TEMPLATES,
-        "gauge",
-        "Compiled replies (host x boot class) in the XDP map.",
-    );
-    o.sample(INVENTORY_TEMPLATES, "", p.gauges.templates);
-    o.head(
-        INVENTORY_RELOADS,
-        "counter",
-        "Inventory reloads, applied or rejected.",
-    );
-    o.sample(INVENTORY_RELOADS, "result=\"ok\"", p.gauges.reloads_ok);
-    o.sample(
-        INVENTORY_RELOADS,
-        "result=\"rejected\"",
-        p.gauges.reloads_rejected,
-    );
-    render_reload_cost(&mut o, p.gauges);
-    o.0
+    )
+    .sample(&[("reason", "missing")], h.phone_home_missing)
+    .sample(&[("reason", "mismatch")], h.phone_home_mismatch);
 }
 
 /// What reloads cost: the duration of the last one and the map writes so far.
-fn render_reload_cost(o: &mut Out, gauges: &AgentGauges) {
-    o.head(
+fn render_reload_cost(o: &mut Exposition, gauges: &AgentGauges) {
+    o.family(
         INVENTORY_RELOAD_SECONDS,
-        "gauge",
+        Kind::Gauge,
         "Duration of the last applied inventory reload, from reading the inventory to the change being in force on the XDP maps (read, compile, sync); 0 before the first.",
-    );
-    o.sample(
-        INVENTORY_RELOAD_SECONDS,
-        "",
-        gauges.reload_seconds.map_or(0.0, |d| d.as_secs_f64()),
-    );
-    o.head(
+    )
+    .value(gauges.reload_seconds.map_or(0.0, |d| d.as_secs_f64()));
+    o.family(
         XDP_MAP_WRITES,
-        "counter",
+        Kind::Counter,
         "Element writes and deletes the agent made to the XDP maps to fill the fast path, start-up fill included (not counted for pinned maps an agent adopts).",
-    );
-    o.sample(XDP_MAP_WRITES, "", gauges.map_writes);
+    )
+    .value(gauges.map_writes);
 }
 
 /// How the discovery pools are shared: this agent's slot, the live slots
 /// and the RFC 3074 buckets this agent answers (256 alone, 0 while its
 /// own slot is not live).
 pub fn render_share(share: &Share) -> String {
-    let mut o = Out(String::new());
-    o.head(
-        SHARE_SLOT,
-        "gauge",
-        "This agent's pool slot, and how many slots the pools are cut into.",
-    );
+    let mut o = Exposition::new();
     // -1 while no slot is claimed.
-    o.sample(
+    o.family(
         SHARE_SLOT,
-        &format!("slots=\"{}\"", share.slots()),
+        Kind::Gauge,
+        "This agent's pool slot, and how many slots the pools are cut into.",
+    )
+    .sample(
+        &[("slots", &share.slots().to_string())],
         share.slot().map_or(-1, i32::from),
     );
-    o.head(SHARE_LIVE, "gauge", "Pool slots whose agents are live.");
-    o.sample(SHARE_LIVE, "", share.live().len());
-    o.head(
+    o.family(SHARE_LIVE, Kind::Gauge, "Pool slots whose agents are live.")
+        .value(share.live().len());
+    o.family(
         SHARE_BUCKETS,
-        "gauge",
+        Kind::Gauge,
         "Hash buckets of unknown MACs (of 256) this agent answers.",
-    );
-    o.sample(SHARE_BUCKETS, "", share.buckets_owned());
-    o.0
+    )
+    .value(share.buckets_owned());
+    o.finish()
 }
 
 /// The hosts' records shared with peer agents: writes by result, peers'
 /// records taken by kind, and how many managed hosts this agent owns.
 pub fn render_host_records(s: &crate::share::host_records::Stats, owned: usize) -> String {
     use std::sync::atomic::Ordering::Relaxed;
-    let mut o = Out(String::new());
-    o.head(
+    let mut o = Exposition::new();
+    let mut f = o.family(
         SHARE_RECORD_WRITES,
-        "counter",
+        Kind::Counter,
         "Writes of this agent's changes to the hosts' shared records (Leases), by result.",
     );
     for (result, n) in [
@@ -419,15 +407,11 @@ pub fn render_host_records(s: &crate::share::host_records::Stats, owned: usize) 
         ("conflict", &s.write_conflicts),
         ("failed", &s.writes_failed),
     ] {
-        o.sample(
-            SHARE_RECORD_WRITES,
-            &format!("result=\"{result}\""),
-            n.load(Relaxed),
-        );
+        f.sample(&[("result", result)], n.load(Relaxed));
     }
-    o.head(
+    let mut f = o.family(
         SHARE_RECORDS_TAKEN,
-        "counter",
+        Kind::Counter,
         "Peers' records this agent received: netboot records it took, recovery records of hosts it does not own (taken unless it acts on the host), boot steps it took.",
     );
     for (kind, n) in [
@@ -435,53 +419,49 @@ pub fn render_host_records(s: &crate::share::host_records::Stats, owned: usize) 
         ("recovery", &s.taken_recovery),
         ("step", &s.taken_steps),
     ] {
-        o.sample(
-            SHARE_RECORDS_TAKEN,
-            &format!("kind=\"{kind}\""),
-            n.load(Relaxed),
-        );
+        f.sample(&[("kind", kind)], n.load(Relaxed));
     }
-    o.head(
+    o.family(
         SHARE_OWNED,
-        "gauge",
+        Kind::Gauge,
         "Hosts with a BMC whose recovery this agent owns (all of them without peers).",
-    );
-    o.sample(SHARE_OWNED, "", owned);
-    o.0
+    )
+    .value(owned);
+    o.finish()
 }
 
 /// Another DHCP server answering hosts whose state this agent keeps, while
 /// agents share nothing ([`crate::other_server`]).
 pub fn render_other_servers(o: &crate::other_server::OtherServers) -> String {
-    let mut out = Out(String::new());
-    out.head(
+    let mut out = Exposition::new();
+    out.family(
         OTHER_SERVER_REQUESTS,
-        "counter",
+        Kind::Counter,
         "DHCPREQUESTs naming another server for hosts with netboot once or a BMC, without --peers (that server shares neither state).",
-    );
-    out.sample(OTHER_SERVER_REQUESTS, "", o.requests());
-    out.head(
+    )
+    .value(o.requests());
+    out.family(
         OTHER_SERVER_HOSTS,
-        "gauge",
+        Kind::Gauge,
         "Hosts with netboot once or a BMC that another DHCP server answers, warned about once each.",
-    );
-    out.sample(OTHER_SERVER_HOSTS, "", o.hosts());
-    out.0
+    )
+    .value(o.hosts());
+    out.finish()
 }
 
 /// The API gate's refusals by reason (`missing`, `invalid`, `forbidden`,
 /// `throttled`, ...): never the caller or its address.
 pub fn render_api_auth(refused: &[(&str, u64)]) -> String {
-    let mut o = Out(String::new());
-    o.head(
+    let mut o = Exposition::new();
+    let mut f = o.family(
         API_REFUSED,
-        "counter",
+        Kind::Counter,
         "JSON API calls refused before their handler: no or an unknown token, no right to the verb, too many failures from the address, no way to identify callers.",
     );
     for (reason, n) in refused {
-        o.sample(API_REFUSED, &format!("reason=\"{reason}\""), n);
+        f.sample(&[("reason", reason)], n);
     }
-    o.0
+    o.finish()
 }
 
 /// The API's TLS: certificate reloads by result (`ok`, `error`), failed
@@ -492,99 +472,71 @@ pub fn render_api_tls(
     failures: [(&str, u64); 2],
     not_after: i64,
 ) -> String {
-    let mut o = Out(String::new());
-    o.head(
+    let mut o = Exposition::new();
+    let mut f = o.family(
         API_TLS_RELOADS,
-        "counter",
+        Kind::Counter,
         "Changes of the API's certificate files: put in force (ok) or refused, the previous certificate serving on (error).",
     );
     for (result, n) in reloads {
-        o.sample(API_TLS_RELOADS, &format!("result=\"{result}\""), n);
+        f.sample(&[("result", result)], n);
     }
-    o.head(
+    let mut f = o.family(
         API_TLS_HANDSHAKE_FAILURES,
-        "counter",
+        Kind::Counter,
         "TLS handshakes on the API listener that failed or did not finish in time.",
     );
     for (reason, n) in failures {
-        o.sample(
-            API_TLS_HANDSHAKE_FAILURES,
-            &format!("reason=\"{reason}\""),
-            n,
-        );
+        f.sample(&[("reason", reason)], n);
     }
-    o.head(
+    o.family(
         API_TLS_NOT_AFTER,
-        "gauge",
+        Kind::Gauge,
         "When the API's serving certificate expires (notAfter), in unix seconds.",
-    );
-    o.sample(API_TLS_NOT_AFTER, "", not_after);
-    o.0
+    )
+    .value(not_after);
+    o.finish()
 }
 
 /// The netboot counters: state changes by kind, boot files refused by
 /// route, and how many `once` hosts are done now.
 pub fn render_netboot(c: &crate::netboot::Counters, done: usize) -> String {
     use std::sync::atomic::Ordering::Relaxed;
-    let mut o = Out(String::new());
-    o.head(
+    let mut o = Exposition::new();
+    let mut f = o.family(
         NETBOOT_CHANGES,
-        "counter",
+        Kind::Counter,
         "Netboot state changes: provisioning done (by phone-home or operator), armed again.",
     );
-    o.sample(
-        NETBOOT_CHANGES,
-        "to=\"done\",by=\"phone-home\"",
-        c.done_phone_home.load(Relaxed),
-    );
-    o.sample(
-        NETBOOT_CHANGES,
-        "to=\"done\",by=\"operator\"",
-        c.done_operator.load(Relaxed),
-    );
-    o.sample(
-        NETBOOT_CHANGES,
-        "to=\"armed\",by=\"operator\"",
-        c.armed.load(Relaxed),
-    );
-    // Taken from a peer agent's record (`--peers kube`).
-    o.sample(
-        NETBOOT_CHANGES,
-        "to=\"done\",by=\"peer\"",
-        c.adopted_done.load(Relaxed),
-    );
-    o.sample(
-        NETBOOT_CHANGES,
-        "to=\"armed\",by=\"peer\"",
-        c.adopted_armed.load(Relaxed),
-    );
-    o.head(
+    for (to, by, n) in [
+        ("done", "phone-home", &c.done_phone_home),
+        ("done", "operator", &c.done_operator),
+        ("armed", "operator", &c.armed),
+        // Taken from a peer agent's record (`--peers kube`).
+        ("done", "peer", &c.adopted_done),
+        ("armed", "peer", &c.adopted_armed),
+    ] {
+        f.sample(&[("to", to), ("by", by)], n.load(Relaxed));
+    }
+    let mut f = o.family(
         NETBOOT_REFUSED,
-        "counter",
+        Kind::Counter,
         "Boot files refused to hosts netboot gives none now, by route (script: an exit script served).",
     );
-    o.sample(
-        NETBOOT_REFUSED,
-        "route=\"tftp\"",
-        c.refused_tftp.load(Relaxed),
-    );
-    o.sample(
-        NETBOOT_REFUSED,
-        "route=\"http\"",
-        c.refused_http.load(Relaxed),
-    );
-    o.sample(
-        NETBOOT_REFUSED,
-        "route=\"script\"",
-        c.exit_scripts.load(Relaxed),
-    );
-    o.head(
+    for (route, n) in [
+        ("tftp", &c.refused_tftp),
+        ("http", &c.refused_http),
+        ("script", &c.exit_scripts),
+    ] {
+        f.sample(&[("route", route)], n.load(Relaxed));
+    }
+    o.family(
         NETBOOT_DONE,
-        "gauge",
+        Kind::Gauge,
         "Hosts whose provisioning is recorded as done.",
-    );
-    o.sample(NETBOOT_DONE, "", done);
-    o.0
+    )
+    .value(done);
+    o.finish()
 }
 
 #[cfg(test)]
@@ -595,37 +547,39 @@ mod tests {
 
     #[test]
     fn reload_cost_is_rendered_as_a_gauge_and_a_counter() {
-        let mut o = Out(String::new());
+        let mut o = Exposition::new();
         render_reload_cost(&mut o, &AgentGauges::default());
+        let text = o.finish();
         assert!(
-            o.0.contains("\npxe_inventory_reload_seconds 0\n"),
+            text.contains("\npxe_inventory_reload_seconds 0\n"),
             "{}",
-            o.0
+            text
         );
-        assert!(o.0.contains("\npxe_xdp_map_writes_total 0\n"), "{}", o.0);
+        assert!(text.contains("\npxe_xdp_map_writes_total 0\n"), "{}", text);
         let gauges = AgentGauges {
             map_writes: 12,
             reload_seconds: Some(Duration::from_millis(1500)),
             ..AgentGauges::default()
         };
-        let mut o = Out(String::new());
+        let mut o = Exposition::new();
         render_reload_cost(&mut o, &gauges);
+        let text = o.finish();
         assert!(
-            o.0.contains("# TYPE pxe_inventory_reload_seconds gauge\n"),
+            text.contains("# TYPE pxe_inventory_reload_seconds gauge\n"),
             "{}",
-            o.0
+            text
         );
         assert!(
-            o.0.contains("# TYPE pxe_xdp_map_writes_total counter\n"),
+            text.contains("# TYPE pxe_xdp_map_writes_total counter\n"),
             "{}",
-            o.0
+            text
         );
         assert!(
-            o.0.contains("\npxe_inventory_reload_seconds 1.5\n"),
+            text.contains("\npxe_inventory_reload_seconds 1.5\n"),
             "{}",
-            o.0
+            text
         );
-        assert!(o.0.contains("\npxe_xdp_map_writes_total 12\n"), "{}", o.0);
+        assert!(text.contains("\npxe_xdp_map_writes_total 12\n"), "{}", text);
     }
 
     #[test]

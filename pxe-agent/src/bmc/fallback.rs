@@ -11,7 +11,6 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    fmt::Write as _,
     future::Future,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
@@ -26,6 +25,7 @@ use super::{
 use crate::{
     audit::{AuditLog, Entry},
     clock::now_ms,
+    metrics::exposition::{Exposition, Kind},
 };
 
 /// Metric name of the fallbacks made.
@@ -203,31 +203,27 @@ impl Fallbacks {
 
     /// The fallback counter and the hold-down gauge, Prometheus text.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP {FALLBACK_TOTAL} BMC calls redone on a host's other driver after its first failed."
+        let mut out = Exposition::new();
+        let mut f = out.family(
+            FALLBACK_TOTAL,
+            Kind::Counter,
+            "BMC calls redone on a host's other driver after its first failed.",
         );
-        let _ = writeln!(out, "# TYPE {FALLBACK_TOTAL} counter");
         for ((from, to, reason), n) in lock(&self.counts).iter() {
-            let _ = writeln!(
-                out,
-                "{FALLBACK_TOTAL}{{from=\"{from}\",to=\"{to}\",reason=\"{}\"}} {n}",
-                reason.label()
-            );
+            f.sample(&[("from", from), ("to", to), ("reason", reason.label())], n);
         }
         let now = now_ms();
         let held = lock(&self.hosts)
             .values()
             .filter(|h| h.held_until_ms.is_some_and(|u| now < u))
             .count();
-        let _ = writeln!(
-            out,
-            "# HELP {FALLBACK_HELD} Hosts whose BMC calls start with their second driver (hold-down)."
-        );
-        let _ = writeln!(out, "# TYPE {FALLBACK_HELD} gauge");
-        let _ = writeln!(out, "{FALLBACK_HELD} {held}");
-        out
+        out.family(
+            FALLBACK_HELD,
+            Kind::Gauge,
+            "Hosts whose BMC calls start with their second driver (hold-down).",
+        )
+        .value(held);
+        out.finish()
     }
 }
 
@@ -505,5 +501,34 @@ mod tests {
         assert!(!record.held(key, now_ms()));
         assert_eq!(record.status(key, "redfish", "ipmi").driver, "redfish");
         assert!(record.render().contains("pxe_bmc_fallback_held_hosts 0"));
+    }
+
+    #[test]
+    fn the_metrics_are_written_as_before() {
+        let record = Fallbacks::default();
+        let held = "redfish://10.0.0.1/redfish/v1/Systems/1";
+        let free = "redfish://10.0.0.2/redfish/v1/Systems/1";
+        for (key, reason) in [
+            (held, Reason::HttpStatus),
+            (held, Reason::HttpStatus),
+            (free, Reason::Unreachable),
+        ] {
+            record.note(key, reason, event(reason), "redfish", "ipmi");
+        }
+        record.note(free, Reason::Auth, event(Reason::Auth), "ipmi", "redfish");
+        record.hold(held, Some(now_ms() + 3_600_000));
+        record.hold(free, Some(now_ms() - 1));
+        assert_eq!(
+            record.render(),
+            r#"# HELP pxe_bmc_fallback_total BMC calls redone on a host's other driver after its first failed.
+# TYPE pxe_bmc_fallback_total counter
+pxe_bmc_fallback_total{from="ipmi",to="redfish",reason="auth"} 1
+pxe_bmc_fallback_total{from="redfish",to="ipmi",reason="unreachable"} 1
+pxe_bmc_fallback_total{from="redfish",to="ipmi",reason="http-status"} 2
+# HELP pxe_bmc_fallback_held_hosts Hosts whose BMC calls start with their second driver (hold-down).
+# TYPE pxe_bmc_fallback_held_hosts gauge
+pxe_bmc_fallback_held_hosts 1
+"#
+        );
     }
 }

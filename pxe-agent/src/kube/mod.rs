@@ -18,7 +18,6 @@ pub mod status;
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    fmt::Write as _,
     hash::{DefaultHasher, Hash as _, Hasher as _},
     path::{Path, PathBuf},
     sync::{
@@ -44,6 +43,7 @@ use self::{
     objects::{Kind, ObjRef, Stored},
     status::{Interner, Outbox},
 };
+use crate::metrics::exposition::{self, Exposition};
 use crate::{
     app::Prepared,
     bmc::Password,
@@ -113,47 +113,47 @@ pub struct KubeStats {
 impl KubeStats {
     pub fn render(&self) -> String {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP {KUBE_EVENTS} Watch events received from the Kubernetes API.\n\
-             # TYPE {KUBE_EVENTS} counter\n{KUBE_EVENTS} {}",
-            get(&self.watch_events)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP {KUBE_WATCH_ERRORS} Watch errors (each followed by a back-off and a re-watch or re-list).\n\
-             # TYPE {KUBE_WATCH_ERRORS} counter\n{KUBE_WATCH_ERRORS} {}",
-            get(&self.watch_errors)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP {KUBE_REBUILDS} Inventory rebuilds from the cluster's objects.\n\
-             # TYPE {KUBE_REBUILDS} counter\n{KUBE_REBUILDS}{{result=\"ok\"}} {}\n{KUBE_REBUILDS}{{result=\"failed\"}} {}",
-            get(&self.rebuilds_ok),
-            get(&self.rebuilds_failed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP {KUBE_REFUSED} Objects the last rebuild refused as invalid.\n\
-             # TYPE {KUBE_REFUSED} gauge\n{KUBE_REFUSED} {}",
-            get(&self.refused)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP {KUBE_STATUS} Status patches sent, by result.\n\
-             # TYPE {KUBE_STATUS} counter\n{KUBE_STATUS}{{result=\"ok\"}} {}\n{KUBE_STATUS}{{result=\"failed\"}} {}\n{KUBE_STATUS}{{result=\"conflict\"}} {}",
-            get(&self.status_sent),
-            get(&self.status_failed),
-            get(&self.status_conflicts)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP {KUBE_EVENTS_SENT} Events created for refused objects.\n\
-             # TYPE {KUBE_EVENTS_SENT} counter\n{KUBE_EVENTS_SENT} {}",
-            get(&self.events_created)
-        );
-        out
+        let mut out = Exposition::new();
+        out.family(
+            KUBE_EVENTS,
+            exposition::Kind::Counter,
+            "Watch events received from the Kubernetes API.",
+        )
+        .value(get(&self.watch_events));
+        out.family(
+            KUBE_WATCH_ERRORS,
+            exposition::Kind::Counter,
+            "Watch errors (each followed by a back-off and a re-watch or re-list).",
+        )
+        .value(get(&self.watch_errors));
+        out.family(
+            KUBE_REBUILDS,
+            exposition::Kind::Counter,
+            "Inventory rebuilds from the cluster's objects.",
+        )
+        .sample(&[("result", "ok")], get(&self.rebuilds_ok))
+        .sample(&[("result", "failed")], get(&self.rebuilds_failed));
+        out.family(
+            KUBE_REFUSED,
+            exposition::Kind::Gauge,
+            "Objects the last rebuild refused as invalid.",
+        )
+        .value(get(&self.refused));
+        out.family(
+            KUBE_STATUS,
+            exposition::Kind::Counter,
+            "Status patches sent, by result.",
+        )
+        .sample(&[("result", "ok")], get(&self.status_sent))
+        .sample(&[("result", "failed")], get(&self.status_failed))
+        .sample(&[("result", "conflict")], get(&self.status_conflicts));
+        out.family(
+            KUBE_EVENTS_SENT,
+            exposition::Kind::Counter,
+            "Events created for refused objects.",
+        )
+        .value(get(&self.events_created));
+        out.finish()
     }
 }
 

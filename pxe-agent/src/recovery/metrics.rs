@@ -1,11 +1,9 @@
-//! The recovery metrics: their names, and their rendering in the
-//! Prometheus text format (0.0.4) as a block the agent's `/metrics` page
-//! appends. Owns nothing else; the numbers come from the [`Controller`]
+//! The recovery metrics: their names, and their block of the agent's
+//! `/metrics` page, written through [`crate::metrics::exposition`]. Owns nothing else; the numbers come from the [`Controller`]
 //! and the [`Sequencer`].
 
-use std::fmt::Write as _;
-
 use super::{Controller, Gate, Sequencer, State};
+use crate::metrics::exposition::{Exposition, Kind};
 
 /// Counter, labels `from`, `to`, `reason`.
 pub const TRANSITIONS: &str = "pxe_recovery_transitions_total";
@@ -25,64 +23,55 @@ pub const STORE_ERRORS: &str = "pxe_recovery_store_errors_total";
 /// The block for `/metrics`: every state and gate is listed, with 0 when
 /// nothing is in it, so that dashboards see a series from the start.
 pub fn render(controller: &Controller, sequencer: &Sequencer) -> String {
-    let mut out = String::new();
-    let head = |out: &mut String, name: &str, kind: &str, help: &str| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-    };
-    head(
-        &mut out,
+    let mut out = Exposition::new();
+    let mut f = out.family(
         TRANSITIONS,
-        "counter",
+        Kind::Counter,
         "Recovery state transitions, by from state, to state and reason.",
     );
     for ((from, to, reason), count) in controller.transition_counts() {
-        let _ = writeln!(
-            out,
-            "{TRANSITIONS}{{from=\"{from}\",to=\"{to}\",reason=\"{reason}\"}} {count}"
+        f.sample(
+            &[
+                ("from", from.as_str()),
+                ("to", to.as_str()),
+                ("reason", reason.as_str()),
+            ],
+            count,
         );
     }
-    head(
-        &mut out,
+    let mut f = out.family(
         HOSTS,
-        "gauge",
+        Kind::Gauge,
         "Hosts with a BMC this agent owns (all, without peers), by recovery state.",
     );
     for (state, count) in controller.hosts_per_state() {
-        let _ = writeln!(out, "{HOSTS}{{state=\"{}\"}} {count}", State::as_str(state));
+        f.sample(&[("state", State::as_str(state))], count);
     }
     let stats = sequencer.stats();
-    head(&mut out, QUEUE, "gauge", "BMC actions waiting to start.");
-    let _ = writeln!(out, "{QUEUE} {}", stats.queued);
-    head(&mut out, IN_FLIGHT, "gauge", "BMC actions running.");
-    let _ = writeln!(out, "{IN_FLIGHT} {}", stats.in_flight);
-    head(
-        &mut out,
+    out.family(QUEUE, Kind::Gauge, "BMC actions waiting to start.")
+        .value(stats.queued);
+    out.family(IN_FLIGHT, Kind::Gauge, "BMC actions running.")
+        .value(stats.in_flight);
+    let mut f = out.family(
         WAITS,
-        "counter",
+        Kind::Counter,
         "BMC actions that had to wait, by the limit that held them.",
     );
     for gate in Gate::ALL {
         let count = stats.waits.get(&gate).copied().unwrap_or(0);
-        let _ = writeln!(out, "{WAITS}{{gate=\"{}\"}} {count}", gate.as_str());
+        f.sample(&[("gate", gate.as_str())], count);
     }
-    head(
-        &mut out,
+    out.family(
         WAIT_SECONDS,
-        "counter",
+        Kind::Counter,
         "Seconds that started BMC actions spent queued.",
-    );
-    let _ = writeln!(
-        out,
-        "{WAIT_SECONDS} {}",
-        stats.wait_ms_total as f64 / 1000.0
-    );
-    head(
-        &mut out,
+    )
+    .value(stats.wait_ms_total as f64 / 1000.0);
+    out.family(
         STORE_ERRORS,
-        "counter",
+        Kind::Counter,
         "Failed writes of the recovery state file.",
-    );
-    let _ = writeln!(out, "{STORE_ERRORS} {}", controller.store_errors());
-    out
+    )
+    .value(controller.store_errors());
+    out.finish()
 }

@@ -887,6 +887,67 @@ fn metrics_list_every_state_and_count_transitions() {
 }
 
 #[test]
+fn metrics_are_written_as_before() {
+    let dir = TempDir::new("metrics-golden");
+    let mut ctl = open(&dir);
+    ctl.set_hosts([(mac(1), plan(settings())), (mac(2), plan(settings()))], T0);
+    ctl.request(mac(1), T0).unwrap();
+    let mut seq = Sequencer::new(SequencePolicy::default());
+    let power = |n| Action {
+        mac: mac(n),
+        kind: ActionKind::PowerUp,
+        epoch: 1,
+    };
+    seq.push(power(1), T0);
+    let busy = Load {
+        awaiting: 0,
+        slow_path_rate: f64::MAX,
+    };
+    assert!(seq.release(T0, busy, |_| true).is_empty());
+    assert_eq!(
+        seq.release(T0 + 1500, Load::default(), |_| true),
+        [power(1)]
+    );
+    seq.push(power(2), T0 + 1500);
+    assert_eq!(
+        metrics::render(&ctl, &seq),
+        r#"# HELP pxe_recovery_transitions_total Recovery state transitions, by from state, to state and reason.
+# TYPE pxe_recovery_transitions_total counter
+pxe_recovery_transitions_total{from="idle",to="recovering",reason="requested"} 1
+# HELP pxe_recovery_hosts Hosts with a BMC this agent owns (all, without peers), by recovery state.
+# TYPE pxe_recovery_hosts gauge
+pxe_recovery_hosts{state="idle"} 1
+pxe_recovery_hosts{state="recovering"} 1
+pxe_recovery_hosts{state="awaiting-dhcp"} 0
+pxe_recovery_hosts{state="awaiting-boot-file"} 0
+pxe_recovery_hosts{state="awaiting-script"} 0
+pxe_recovery_hosts{state="awaiting-phone-home"} 0
+pxe_recovery_hosts{state="backoff"} 0
+pxe_recovery_hosts{state="booted"} 0
+pxe_recovery_hosts{state="failed"} 0
+# HELP pxe_recovery_queue_length BMC actions waiting to start.
+# TYPE pxe_recovery_queue_length gauge
+pxe_recovery_queue_length 1
+# HELP pxe_recovery_actions_in_flight BMC actions running.
+# TYPE pxe_recovery_actions_in_flight gauge
+pxe_recovery_actions_in_flight 1
+# HELP pxe_recovery_waits_total BMC actions that had to wait, by the limit that held them.
+# TYPE pxe_recovery_waits_total counter
+pxe_recovery_waits_total{gate="concurrency"} 0
+pxe_recovery_waits_total{gate="rate"} 0
+pxe_recovery_waits_total{gate="awaiting"} 0
+pxe_recovery_waits_total{gate="slow-path"} 1
+# HELP pxe_recovery_wait_seconds_total Seconds that started BMC actions spent queued.
+# TYPE pxe_recovery_wait_seconds_total counter
+pxe_recovery_wait_seconds_total 1.5
+# HELP pxe_recovery_store_errors_total Failed writes of the recovery state file.
+# TYPE pxe_recovery_store_errors_total counter
+pxe_recovery_store_errors_total 0
+"#
+    );
+}
+
+#[test]
 fn backoff_doubles_up_to_its_cap() {
     let policy = Policy::default();
     let secs: Vec<u64> = (1..=7).map(|a| policy.backoff(a).as_secs()).collect();
