@@ -168,18 +168,49 @@ fn imports(code: &str) -> BTreeSet<String> {
 }
 
 /// The top-level module a source file belongs to (`src/dhcp/server.rs`:
-/// `dhcp`); `None` for the crate roots and test-only files.
+/// `dhcp`); `None` for the crate roots and the binary's `cli/`.
 fn module_of(relative: &Path) -> Option<String> {
-    let name = relative.file_name()?.to_str()?;
-    if name == "tests.rs" || name.ends_with("_tests.rs") || name == "fixture.rs" {
-        return None;
-    }
-    if relative.components().any(|c| c.as_os_str() == "tests") {
-        return None;
-    }
     let first = relative.components().next()?.as_os_str().to_str()?;
     let module = first.strip_suffix(".rs").unwrap_or(first);
     (!matches!(module, "lib" | "main" | "cli")).then(|| module.to_owned())
+}
+
+/// The files only tests compile: those declared `#[cfg(test)] mod name;`,
+/// and what they declare in turn.
+fn test_only(files: &[(PathBuf, String)]) -> BTreeSet<PathBuf> {
+    // Where a file's child modules live: beside `mod.rs`, else in the
+    // directory named after the file.
+    let children = |path: &Path| -> PathBuf {
+        match path.file_name().and_then(|n| n.to_str()) {
+            Some("mod.rs" | "lib.rs" | "main.rs") => {
+                path.parent().map(Path::to_path_buf).unwrap_or_default()
+            }
+            _ => path.with_extension(""),
+        }
+    };
+    let mut only = BTreeSet::new();
+    for (path, text) in files {
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("#[cfg(test)]") {
+            rest = &rest[at + "#[cfg(test)]".len()..];
+            let next = rest.trim_start();
+            let next = next.strip_prefix("pub(super) ").unwrap_or(next);
+            let next = next.strip_prefix("pub(crate) ").unwrap_or(next);
+            let Some(decl) = next.strip_prefix("mod ") else {
+                continue;
+            };
+            let name: String = decl
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if decl[name.len()..].starts_with(';') {
+                let dir = children(path);
+                only.insert(dir.join(format!("{name}.rs")));
+                only.insert(dir.join(&name));
+            }
+        }
+    }
+    only
 }
 
 /// Every problem with the layering of `files` (path below `src/`, text):
@@ -188,7 +219,11 @@ fn module_of(relative: &Path) -> Option<String> {
 fn check(files: &[(PathBuf, String)], not_yet: &[(&str, &str)]) -> Vec<String> {
     let mut edges: BTreeMap<(String, String), PathBuf> = BTreeMap::new();
     let mut modules = BTreeSet::new();
+    let tests = test_only(files);
     for (path, text) in files {
+        if path.ancestors().any(|a| tests.contains(a)) {
+            continue;
+        }
         let Some(from) = module_of(path) else {
             continue;
         };
@@ -267,6 +302,9 @@ fn an_upward_import_is_refused() {
              #[cfg(test)]\nmod tests {\n    use crate::app::run;\n}\n",
         ),
         file("newthing.rs", "use crate::mac::MacAddr;\n"),
+        file("trace.rs", "#[cfg(test)]\nmod golden;\n"),
+        file("trace/golden.rs", "use crate::app::run;\n"),
+        file("trace/golden/deeper.rs", "use crate::app::run;\n"),
     ];
     let problems = check(&files, &[("state", "app")]);
     assert_eq!(
