@@ -168,9 +168,6 @@ fn settled(inv: Inventory) -> Inventory {
     settled
 }
 
-/// Loads the inventory at `path` and puts it in force in both paths on
-/// every interface (`servers[i]` is that of `serving.fast[i]`), or refuses
-/// it and leaves the previous one in force everywhere.
 /// What became of a reload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reload {
@@ -185,8 +182,11 @@ pub enum Reload {
 /// How long after a failed map write the same file is tried again.
 pub const RELOAD_RETRY: Duration = Duration::from_secs(5);
 
-/// Also returns the layout of the file in force afterwards: the new file's
-/// when it was applied, `before` otherwise.
+/// Loads the inventory at `path` and puts it in force in both paths on
+/// every interface (`servers[i]` is that of `serving.fast[i]`), or refuses
+/// it and leaves the previous one in force everywhere. Also returns the
+/// layout of the file in force afterwards: the new file's when it was
+/// applied, `before` otherwise.
 pub fn apply_inventory(
     path: &Path,
     servers: &[Server],
