@@ -54,7 +54,7 @@ use crate::{
         gate::{Gate, Identities},
         kube_auth::Reviewer,
     },
-    inventory::{Host, Inventory, Layout, LoadError, Loaded},
+    inventory::{Inventory, Layout, LoadError},
     lease::LeaseStore,
     metrics::AgentGauges,
     netboot::NetbootStore,
@@ -62,11 +62,15 @@ use crate::{
     progress::Progress,
     rawsock::RawSocket,
     recovery::{self, Controller, RecoveryStore, SequencePolicy, Sequencer},
+    rollout::{
+        self, Serving, compile_each, compile_each_beside, load_provisioned, map_writes_of,
+        trim_heap,
+    },
     share::{Share, host_records, membership},
     state::State,
     tftp,
     trace::TracePath,
-    xdp::{self, AttachMode, Capacity, FastPath, SyncError, events, sync_each},
+    xdp::{self, AttachMode, Capacity, FastPath, events},
 };
 
 /// An interface to serve, as `--interface NAME[=IP]` gives it.
@@ -299,106 +303,6 @@ const DISCOVERED_CAPACITY: usize = 65_536;
 /// only steps of hosts with a BMC seen by an agent that does not own them.
 const PEER_STEP_QPS: u32 = 50;
 
-/// Loads and compiles an inventory; the error names file, host and field.
-/// `check`, `run` and every reload come through here, so a file `check`
-/// passes is one `run` can load. `http_port` is where the boot HTTP server
-/// listens, which the default iPXE script URL points at.
-pub fn prepare(
-    path: &Path,
-    server: &Server,
-    http_port: u16,
-) -> Result<(Inventory, template::Compiled), LoadError> {
-    let (inv, mut compiled) = prepare_each(path, std::slice::from_ref(server), http_port)?;
-    Ok((
-        inv,
-        compiled.pop().expect("one server, one compiled inventory"),
-    ))
-}
-
-/// An inventory with the replies compiled from it, `compiled[i]` for the
-/// `i`th interface's server.
-pub type Prepared = (Inventory, Vec<template::Compiled>);
-
-/// Like [`prepare`], compiling the replies once per interface's server:
-/// `compiled[i]` names `servers[i]` and holds the hosts it answers.
-pub fn prepare_each(
-    path: &Path,
-    servers: &[Server],
-    http_port: u16,
-) -> Result<Prepared, LoadError> {
-    compile_each(Inventory::load(path)?, path, servers, http_port)
-}
-
-/// The part of [`prepare_each`] after the inventory is loaded, for every
-/// source: the file, or the Kubernetes API (`label` names the source in
-/// messages, as the path names a file).
-pub fn compile_each(
-    inv: Inventory,
-    label: &Path,
-    servers: &[Server],
-    http_port: u16,
-) -> Result<Prepared, LoadError> {
-    compile_each_beside(settled(inv), label, servers, http_port, None)
-}
-
-/// [`compile_each`] for a reload of a running agent: hosts unchanged since
-/// the inventory in force keep what its maps hold (see
-/// [`template::compile_reusing`]).
-fn compile_each_beside(
-    mut inv: Inventory,
-    label: &Path,
-    servers: &[Server],
-    http_port: u16,
-    running: Option<&AdminState>,
-) -> Result<Prepared, LoadError> {
-    inv.use_http_port(http_port);
-    inv.serve_on(&servers.iter().map(|s| s.ip).collect::<Vec<_>>());
-    // What is in force, taken under the lock and compiled beside without it.
-    let in_force = running.map(|shared| {
-        let fast = shared.fast.lock().unwrap_or_else(PoisonError::into_inner);
-        let compiled: Vec<_> = fast
-            .iter()
-            .map(|f| f.in_step().then(|| f.current().compiled().clone()))
-            .collect();
-        (shared.boot.state.inventory(), compiled)
-    });
-    let templates = servers
-        .iter()
-        .enumerate()
-        .map(|(i, server)| {
-            let reuse = in_force.as_ref().and_then(|(inv, compiled)| {
-                Some(template::Reuse {
-                    inv,
-                    compiled: compiled.get(i)?.as_deref()?,
-                })
-            });
-            compile(label, &inv, server, reuse)
-        })
-        .collect::<Result<_, _>>()?;
-    Ok((inv, templates))
-}
-
-/// Compiles `inv` and checks the result against the limits of the fast
-/// path's maps; `path` is only used in messages.
-fn compile(
-    path: &Path,
-    inv: &Inventory,
-    server: &Server,
-    reuse: Option<template::Reuse>,
-) -> Result<template::Compiled, LoadError> {
-    let invalid = |problems| LoadError::Invalid {
-        path: path.to_path_buf(),
-        problems,
-    };
-    let compiled = template::compile_reusing(inv, server, reuse).map_err(invalid)?;
-    // Past the largest maps an agent can be given: refused here, so that
-    // `check` says so; a running agent's own maps are checked in force.
-    Capacity::LARGEST
-        .fits(&compiled, inv.hosts.len())
-        .map_err(|problem| invalid(vec![problem]))?;
-    Ok(compiled)
-}
-
 /// glibc arenas the agent's threads share. By default glibc gives threads
 /// arenas of their own, up to eight per core; the inventory and its compiled
 /// records are built on short-lived threads (the blocking pool, the compile
@@ -418,38 +322,6 @@ pub fn limit_heap_arenas() {
         libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS);
     }
 }
-
-/// Gives the heap that loading and compiling an inventory used and freed
-/// back to the system, so that the agent's RSS follows what it keeps: the
-/// parse and compile peak of a large inventory is several times what stays,
-/// and glibc returns only the top of the main heap by itself, never
-/// memory freed in the middle of an arena.
-fn trim_heap() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only releases free pages of glibc's own arenas;
-    // it touches no memory that is in use.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-/// `inv` copied into heap that parsing has freed, the original dropped.
-/// Its per-host strings and options were allocated among the parser's
-/// garbage and, once that is freed, pin a page each that the system cannot
-/// get back (at 100,000 hosts the inventory's RSS was three times its
-/// heap); after a trim the copy is laid out in consolidated free memory,
-/// side by side. Costs one clone of the inventory per load.
-fn settled(inv: Inventory) -> Inventory {
-    trim_heap();
-    let mut settled = inv.clone();
-    // The hosts themselves, not only the list of them.
-    for host in &mut settled.hosts {
-        *host = Arc::new(Host::clone(host));
-    }
-    drop(inv);
-    settled
-}
-
 /// Runs until `shutdown` turns true.
 pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
     limit_panic_messages();
@@ -668,8 +540,8 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
     });
     let (oob, recovery_task) = start_recovery(&cfg, &state, fleet, shutdown.clone())?;
     let recovery_task = watch_recovery(recovery_task, state.clone(), shutdown.clone());
-    let admin = Arc::new(AdminState {
-        counters: fasts.iter().map(FastPath::counters_handle).collect(),
+    let counters = fasts.iter().map(FastPath::counters_handle).collect();
+    let serving = Arc::new(Serving {
         fast: Mutex::new(fasts),
         gauges: Mutex::new(AgentGauges {
             hosts,
@@ -677,10 +549,16 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
             map_writes,
             ..Default::default()
         }),
-        boot: boot.clone(),
-        oob,
-        kube: OnceLock::new(),
         applying: Mutex::new(()),
+        state: state.clone(),
+        control: oob.control.clone(),
+    });
+    let admin = Arc::new(AdminState {
+        serving: serving.clone(),
+        counters,
+        boot: boot.clone(),
+        oob: oob.clone(),
+        kube: OnceLock::new(),
         gate,
         api_tls: api_tls.as_ref().map(|t| t.stats.clone()),
     });
@@ -759,34 +637,27 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
         // swap, control task, gauges.
         Some(source) => {
             admin.kube.set(source.stats()).ok();
-            let shared = admin.clone();
-            let apply: crate::kube::Apply = Arc::new(move |prepared| {
-                let applied = {
-                    let _applying = shared
-                        .applying
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    // The objects were read before: the gauge times compile
-                    // and sync here.
-                    apply_prepared(Ok(prepared), &shared, Instant::now()) == Reload::Applied
-                };
-                // Compiled before a netboot change, maybe: the watcher checks.
-                shared.boot.state.netboot_changed.notify_one();
-                applied
-            });
-            tokio::spawn(source.run(admin.clone(), apply, shutdown.clone()))
+            let to = serving.clone();
+            let apply: crate::kube::Apply =
+                Arc::new(move |prepared| rollout::apply_from_source(&to, prepared));
+            tokio::spawn(source.run(
+                serving.clone(),
+                oob.fallbacks.clone(),
+                apply,
+                shutdown.clone(),
+            ))
         }
         None => tokio::spawn(watch_inventory(
             cfg.clone(),
             ifaces.iter().map(|i| i.server).collect(),
-            admin.clone(),
+            serving.clone(),
             layout,
             shutdown.clone(),
         )),
     };
     let netboot_task = tokio::spawn(watch_netboot(
         ifaces.iter().map(|i| i.server).collect(),
-        admin.clone(),
+        serving.clone(),
         shutdown.clone(),
     ));
     let _ = shutdown.wait_for(|stop| *stop).await;
@@ -1202,7 +1073,7 @@ where
 async fn watch_inventory(
     cfg: RunConfig,
     servers: Vec<Server>,
-    shared: Arc<AdminState>,
+    serving: Arc<Serving>,
     mut layout: Option<Layout>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -1222,102 +1093,24 @@ async fn watch_inventory(
         }
         seen = now;
         retry_at = None;
-        let (path, shared, servers) = (cfg.inventory.clone(), shared.clone(), servers.clone());
+        let (path, serving, servers) = (cfg.inventory.clone(), serving.clone(), servers.clone());
         let http_port = cfg.http_addr.port();
         let before = layout.take();
         // Loading, compiling and the map writes (up to one `bpf()` call per
         // template) block: none of it runs on the runtime.
         match tokio::task::spawn_blocking(move || {
-            apply_inventory(&path, &servers, http_port, &shared, before)
+            rollout::apply_inventory(&path, &servers, http_port, &serving, before)
         })
         .await
         {
-            Ok((Reload::SyncFailed, kept)) => {
+            Ok((rollout::Reload::SyncFailed, kept)) => {
                 layout = kept;
-                retry_at = Some(std::time::Instant::now() + RELOAD_RETRY);
+                retry_at = Some(std::time::Instant::now() + rollout::RELOAD_RETRY);
             }
-            Ok((Reload::Applied | Reload::Refused, kept)) => layout = kept,
+            Ok((rollout::Reload::Applied | rollout::Reload::Refused, kept)) => layout = kept,
             Err(e) => error!(error = %e, "inventory reload task failed"),
         }
     }
-}
-
-/// Loads the inventory at `path` and puts it in force in both paths on
-/// every interface (`servers[i]` is that of `shared.fast[i]`), or refuses
-/// it and leaves the previous one in force everywhere.
-/// What became of a reload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reload {
-    /// In force on both paths.
-    Applied,
-    /// The file is not valid: it waits for the next change of the file.
-    Refused,
-    /// The maps could not be written; worth trying again.
-    SyncFailed,
-}
-
-/// How long after a failed map write the same file is tried again.
-const RELOAD_RETRY: Duration = Duration::from_secs(5);
-
-/// Also returns the layout of the file in force afterwards: the new file's
-/// when it was applied, `before` otherwise.
-fn apply_inventory(
-    path: &Path,
-    servers: &[Server],
-    http_port: u16,
-    shared: &AdminState,
-    before: Option<Layout>,
-) -> (Reload, Option<Layout>) {
-    let state = &shared.boot.state;
-    let _applying = shared
-        .applying
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    let started = Instant::now();
-    let in_force = state.inventory();
-    let loaded = load_provisioned(
-        path,
-        before.as_ref().map(|l| (&*in_force, l)),
-        &state.netboot,
-    );
-    drop(in_force);
-    let read = started.elapsed();
-    let (prepared, layout, patched) = match loaded {
-        Ok(loaded) => (
-            compile_each_beside(loaded.inventory, path, servers, http_port, Some(shared)),
-            loaded.layout,
-            loaded.patched,
-        ),
-        Err(e) => (Err(e), None, false),
-    };
-    let reload = apply_prepared(prepared, shared, started);
-    if reload != Reload::Applied {
-        return (reload, before);
-    }
-    // Reading and checking the file is most of a small change's cost.
-    info!(
-        read_ms = read.as_secs_f64() * 1e3,
-        compile_and_sync_ms = (started.elapsed() - read).as_secs_f64() * 1e3,
-        patched,
-        "inventory reload timing"
-    );
-    (reload, layout)
-}
-
-/// The inventory file at `path`, read and checked (patched from `previous`
-/// when it can be, see [`Inventory::reload`]), with the hosts the netboot
-/// store records as done. A file parsed whole is settled.
-fn load_provisioned(
-    path: &Path,
-    previous: Option<(&Inventory, &Layout)>,
-    netboot: &NetbootStore,
-) -> Result<Loaded, LoadError> {
-    let mut loaded = Inventory::reload(path, previous)?;
-    if !loaded.patched {
-        loaded.inventory = settled(loaded.inventory);
-    }
-    loaded.inventory.provisioned = netboot.done();
-    Ok(loaded)
 }
 
 /// Puts each netboot change in force on both paths: the inventory in force
@@ -1325,173 +1118,21 @@ fn load_provisioned(
 /// entries of the hosts that changed.
 async fn watch_netboot(
     servers: Vec<Server>,
-    shared: Arc<AdminState>,
+    serving: Arc<Serving>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => return,
-            () = shared.boot.state.netboot_changed.notified() => {}
+            () = serving.state.netboot_changed.notified() => {}
         }
-        let (shared, servers) = (shared.clone(), servers.clone());
-        if let Err(e) = tokio::task::spawn_blocking(move || apply_netboot(&servers, &shared)).await
+        let (serving, servers) = (serving.clone(), servers.clone());
+        if let Err(e) =
+            tokio::task::spawn_blocking(move || rollout::apply_netboot(&servers, &serving)).await
         {
             error!(error = %e, "netboot apply task failed");
         }
     }
-}
-
-fn apply_netboot(servers: &[Server], shared: &AdminState) {
-    let state = &shared.boot.state;
-    let _applying = shared
-        .applying
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    let current = state.inventory();
-    let done = state.netboot.done();
-    if current.provisioned == done {
-        return;
-    }
-    let mut inv = (*current).clone();
-    inv.provisioned = done;
-    let label = Path::new("netboot state");
-    let in_force: Vec<_> = {
-        let fast = shared.fast.lock().unwrap_or_else(PoisonError::into_inner);
-        fast.iter()
-            .map(|f| f.in_step().then(|| f.current().compiled().clone()))
-            .collect()
-    };
-    let templates = servers
-        .iter()
-        .zip(&in_force)
-        .map(|(server, compiled)| {
-            let reuse = compiled.as_deref().map(|compiled| template::Reuse {
-                inv: &current,
-                compiled,
-            });
-            compile(label, &inv, server, reuse)
-        })
-        .collect::<Result<Vec<_>, _>>();
-    match templates {
-        Ok(templates) => {
-            if apply_compiled(Ok((inv, templates)), shared, None) == Reload::SyncFailed {
-                // Tried again on the next change or reload; say so now.
-                warn!("netboot change not yet in force on the fast path");
-            }
-        }
-        Err(e) => error!("netboot change not applied: {e}"),
-    }
-}
-
-/// Puts an inventory that any source loaded and compiled (or its error) in
-/// force on both paths, or leaves the previous one in force everywhere.
-/// `started` is when its reading began, which the reload's duration (a
-/// gauge) counts from.
-fn apply_prepared(
-    prepared: Result<Prepared, LoadError>,
-    shared: &AdminState,
-    started: Instant,
-) -> Reload {
-    apply_compiled(prepared, shared, Some(started))
-}
-
-/// [`apply_prepared`]; `reload` (when the reload started) is `None` for a
-/// netboot change, which is not counted, timed or logged as a reload of
-/// the inventory.
-fn apply_compiled(
-    prepared: Result<Prepared, LoadError>,
-    shared: &AdminState,
-    reload: Option<Instant>,
-) -> Reload {
-    let health = &shared.boot.state.health;
-    let rejected = || {
-        shared
-            .gauges
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .reloads_rejected += 1;
-    };
-    let (inv, templates) = match prepared {
-        Ok(prepared) => prepared,
-        Err(e) => {
-            rejected();
-            warn!("inventory change refused, still serving the previous one: {e}");
-            return Reload::Refused;
-        }
-    };
-    let count = templates.iter().map(template::Compiled::replies).sum();
-    let mut fast = shared.fast.lock().unwrap_or_else(PoisonError::into_inner);
-    // The maps were sized at start; an inventory past them is refused
-    // whole, like any other invalid one.
-    let too_big = fast
-        .iter()
-        .zip(&templates)
-        .find_map(|(f, c)| f.capacity().fits(c, inv.hosts.len()).err());
-    if let Some(problem) = too_big {
-        drop(fast);
-        rejected();
-        warn!("inventory change refused, still serving the previous one: {problem}");
-        return Reload::Refused;
-    }
-    let synced = sync_each(&mut fast, templates);
-    drop(fast);
-    let report = match synced {
-        Ok(report) => report,
-        Err(e @ SyncError::RolledBack { .. }) => {
-            rejected();
-            health.set_maps(Ok(()));
-            error!(
-                "inventory change not applied: failed to update the hosts map: {e}; \
-                 still serving the previous inventory on both paths; trying again in {} s",
-                RELOAD_RETRY.as_secs()
-            );
-            return Reload::SyncFailed;
-        }
-        Err(e @ SyncError::Mixed { .. }) => {
-            rejected();
-            health.set_maps(Err(e.to_string()));
-            error!(
-                "inventory change not applied: {e}; trying again in {} s",
-                RELOAD_RETRY.as_secs()
-            );
-            return Reload::SyncFailed;
-        }
-    };
-    health.set_maps(Ok(()));
-    let hosts = inv.hosts.len();
-    let inv = Arc::new(inv);
-    shared.oob.control.set_inventory(inv.clone());
-    shared.boot.state.replace_inventory(inv);
-    // In force on both paths from here; giving memory back comes after.
-    let took = reload.map(|started| started.elapsed());
-    trim_heap();
-    {
-        let mut gauges = shared.gauges.lock().unwrap_or_else(PoisonError::into_inner);
-        gauges.hosts = hosts;
-        gauges.templates = count;
-        gauges.map_writes += map_writes_of(&report);
-        if let Some(took) = took {
-            gauges.reloads_ok += 1;
-            gauges.reload_seconds = Some(took);
-        }
-    }
-    if reload.is_none() {
-        info!(
-            written = report.written,
-            removed = report.removed,
-            unchanged = report.unchanged,
-            "netboot state applied"
-        );
-        return Reload::Applied;
-    }
-    info!(
-        hosts,
-        written = report.written,
-        removed = report.removed,
-        unchanged = report.unchanged,
-        "inventory reloaded"
-    );
-    Reload::Applied
 }
 
 /// Modification time, size and inode of the file behind the path
@@ -1654,13 +1295,6 @@ fn detach_unserved(dir: &Path, ifaces: &[Iface]) -> anyhow::Result<()> {
     }
     Ok(())
 }
-
-/// Map element writes and deletes of one sync, as `pxe_xdp_map_writes_total`
-/// counts them.
-fn map_writes_of(report: &xdp::maps::SyncReport) -> u64 {
-    u64::try_from(report.map_writes()).unwrap_or(u64::MAX)
-}
-
 /// Starts `iface`'s fast path on its pins under `dir`, adopting what the
 /// last agent left attached (see [`FastPath::start_pinned`]); with the map
 /// writes of its first fill as far as they are known: every template on
@@ -1772,7 +1406,7 @@ fn xdp_problem(iface: &str, program_id: u32) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use std::{fmt::Write as _, fs, process};
+    use std::{fs, process};
 
     use super::*;
 
@@ -1874,31 +1508,6 @@ mod tests {
         }
         fs::remove_dir_all(dir).unwrap();
     }
-
-    const SERVER: Server = Server {
-        ip: Ipv4Addr::new(10, 0, 0, 1),
-        mac: [0x02, 0, 0, 0, 0, 1],
-    };
-
-    /// An inventory file of `count` hosts in 10.0.0.0/8 whose profile sets
-    /// every boot class, so that each compiles to five replies.
-    fn every_class_inventory(count: u32) -> String {
-        let mut text = String::from(
-            "subnets: [{cidr: 10.0.0.0/8}]\n\
-             profiles:\n  - name: all\n    boot: {bios: undionly.kpxe, uefi: ipxe.efi, \
-             uefi_arm64: ipxe-arm64.efi, http: \"http://{server}/ipxe.efi\"}\n\
-             hosts:\n",
-        );
-        for n in 0..count {
-            let [_, a, b, c] = (n + 2).to_be_bytes();
-            let _ = writeln!(
-                text,
-                "  - {{mac: \"02:00:00:{a:02x}:{b:02x}:{c:02x}\", ip: 10.{a}.{b}.{c}, profile: all}}"
-            );
-        }
-        text
-    }
-
     #[test]
     fn interfaces_are_named_alone_or_with_their_server_address() {
         let vlan: Interface = "eth0.100=10.100.0.1".parse().expect("valid");
@@ -1921,57 +1530,5 @@ mod tests {
         ] {
             assert!(bad.parse::<Interface>().is_err(), "{bad:?} was accepted");
         }
-    }
-
-    #[test]
-    fn prepare_each_compiles_each_interface_its_own_hosts_and_address() {
-        let path = std::env::temp_dir().join(format!("pxe-agent-app-{}-each.yaml", process::id()));
-        fs::write(
-            &path,
-            "subnets: [{cidr: 10.66.0.0/16}, {cidr: 10.100.0.0/24}]\n\
-             profiles: [{name: w, boot: {bios: undionly.kpxe}}]\n\
-             hosts:\n  - {mac: \"02:00:00:00:00:10\", ip: 10.66.1.10, profile: w}\n  \
-             - {mac: \"02:00:00:00:01:00\", ip: 10.100.0.50, profile: w}\n",
-        )
-        .expect("write the inventory");
-        let vlan = Server {
-            ip: Ipv4Addr::new(10, 100, 0, 1),
-            mac: [0x02, 0, 0, 0, 0, 2],
-        };
-        let parent = Server {
-            ip: Ipv4Addr::new(10, 66, 0, 1),
-            ..SERVER
-        };
-        let result = prepare_each(&path, &[parent, vlan], 8080);
-        let _ = fs::remove_file(&path);
-        let (_, templates) = result.expect("valid");
-        assert_eq!(templates.len(), 2);
-        let (parent_host, vlan_host) = ([2, 0, 0, 0, 0, 0x10], [2, 0, 0, 0, 1, 0]);
-        for (set, server, host) in [
-            (&templates[0], parent, parent_host),
-            (&templates[1], vlan, vlan_host),
-        ] {
-            assert!(!set.hosts.is_empty());
-            for key in set.hosts.keys() {
-                assert_eq!(key.mac, host);
-            }
-            for body in &set.bodies {
-                assert_eq!(
-                    (body.server_ip, body.server_mac),
-                    (server.ip.octets(), server.mac)
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn prepare_points_the_default_ipxe_script_at_the_http_port() {
-        let path =
-            std::env::temp_dir().join(format!("pxe-agent-app-{}-script.yaml", process::id()));
-        fs::write(&path, every_class_inventory(1)).expect("write the inventory");
-        let result = prepare(&path, &SERVER, 8081);
-        let _ = fs::remove_file(&path);
-        let (inv, _) = result.expect("valid");
-        assert_eq!(inv.ipxe.script, "http://{server}:8081/boot/{mac}.ipxe");
     }
 }

@@ -13,8 +13,9 @@
 //! - model: `inventory`, `netboot`;
 //! - records: `lease`, `progress`, `recovery`, `import`, `other_server`;
 //! - shared state: `state`, `control`;
-//! - paths: `dhcp`;
+//! - paths: `dhcp`, `view`;
 //! - services: `xdp`, `http`;
+//! - serving: `rollout`;
 //! - sources: `kube`, `fuzzing`;
 //! - wiring: `app`.
 //!
@@ -48,12 +49,14 @@ pub mod progress;
 pub mod ratelimit;
 pub mod rawsock;
 pub mod recovery;
+pub mod rollout;
 pub mod share;
 pub mod state;
 pub mod terminal;
 pub mod tftp;
 pub mod trace;
 pub mod trust;
+pub mod view;
 pub mod when;
 pub mod wire;
 pub mod xdp;

@@ -4,7 +4,7 @@
 //! (each change one durable commit), with a copy in memory that every
 //! route reads through [`crate::state::State`]. Owns the records and their
 //! counters; not what a route does with them (`dhcp::decide`, `http::boot`,
-//! `tftp::server`) nor how the fast path's maps follow (`app`).
+//! `tftp::server`) nor how the fast path's maps follow (`rollout`).
 //!
 //! Records outlive the inventory: a host removed from it and listed again
 //! keeps its record, so a mistaken edit never makes an installed fleet

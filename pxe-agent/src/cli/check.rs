@@ -8,9 +8,9 @@ use std::{
 };
 
 use pxe_agent::{
-    app,
     dhcp::Server,
     inventory::{self, LoadError},
+    rollout,
     xdp::Capacity,
 };
 
@@ -25,8 +25,8 @@ pub fn check(
         ip: server_ip.unwrap_or(Ipv4Addr::BROADCAST),
         mac: [0; 6],
     };
-    let checked =
-        app::prepare(file, &server, inventory::DEFAULT_HTTP_PORT).and_then(|(inv, compiled)| {
+    let checked = rollout::prepare(file, &server, inventory::DEFAULT_HTTP_PORT).and_then(
+        |(inv, compiled)| {
             let capacity = Capacity::for_inventory([&compiled], map_capacity);
             capacity
                 .fits(&compiled, inv.hosts.len())
@@ -35,7 +35,8 @@ pub fn check(
                     problems: vec![problem],
                 })?;
             Ok((inv, compiled, capacity))
-        });
+        },
+    );
     match checked {
         Ok((inv, compiled, capacity)) => {
             println!(

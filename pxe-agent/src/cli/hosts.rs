@@ -8,9 +8,9 @@ use clap::Subcommand;
 use pxe_agent::{
     clock,
     discovered::Discovered,
-    http::admin::{HostView, NetbootView, ReprovisionView},
     progress::Step,
     terminal::{self, Align, Table},
+    view::{HostView, NetbootView, ReprovisionView},
     when,
 };
 

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use pxe_agent::{
     clock,
-    http::admin::LeaseView,
     terminal::{self, Align, Table},
+    view::LeaseView,
     when,
 };
 

@@ -11,9 +11,9 @@ use pxe_agent::{
     bmc::{BootFlagEcho, Driver, Fallbacks, RetryPolicy},
     client, clock,
     control::{self, Op, Outcome},
-    http::admin::HostView,
     inventory,
     terminal::{self, Align, Table},
+    view::HostView,
 };
 
 use super::{

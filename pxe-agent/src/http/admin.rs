@@ -9,11 +9,7 @@
 //! `/reprovision`) act under the same gate and audit log, and answer once
 //! the change is in force on every route.
 
-use std::{
-    collections::BTreeMap,
-    net::Ipv4Addr,
-    sync::{Arc, Mutex, PoisonError},
-};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::{
     Json, Router,
@@ -24,11 +20,11 @@ use axum::{
     routing::{get, post},
 };
 use aya::maps::{MapData, PerCpuArray};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::{
     audit::{AuditLog, Entry},
-    bmc::{BootTarget, Fallbacks, driver, fallback::FallbackEvent},
+    bmc::{BootTarget, Fallbacks},
     clock,
     control::{self, Failure, Op, Outcome},
     discovered::Discovered,
@@ -37,33 +33,29 @@ use crate::{
         gate::{self, Caller, Gate},
     },
     inventory::{Host, Inventory, Netboot},
-    lease::{Lease, LeaseState},
+    lease::LeaseState,
     mac::MacAddr,
-    metrics::{self, AgentGauges},
-    netboot::{Actor, NetbootStore, Phase},
-    progress::{HostProgress, Stage},
+    metrics,
+    netboot::Actor,
+    rollout::Serving,
     trace::{Next, TraceEvent, TracePath},
-    xdp::{FastPath, Stats},
+    view::{HostView, LeaseView, PeersView, ReprovisionView, host_views, netboot_view, peers_view},
+    xdp::Stats,
 };
 
 /// What the admin endpoints read.
 pub struct AdminState {
-    /// One per served interface, in the order given; owned by the reload,
-    /// which holds them while it writes the maps.
-    pub fast: Mutex<Vec<FastPath>>,
+    /// The fast path's maps, the gauges and the lock of the reload.
+    pub serving: Arc<Serving>,
     /// Read by `/metrics` without waiting for a reload: every interface's
     /// counters, summed there.
     pub counters: Vec<Arc<PerCpuArray<MapData, u64>>>,
-    pub gauges: Mutex<AgentGauges>,
     /// Inventory, leases, progress and the TFTP counters.
     pub boot: Arc<BootState>,
     /// Out-of-band control: BMC calls, recovery, audit.
     pub oob: Arc<OobState>,
     /// The Kubernetes source's counters, when the inventory comes from it.
     pub kube: std::sync::OnceLock<Arc<crate::kube::KubeStats>>,
-    /// Held while an inventory is compiled and put in force, so a reload
-    /// and a netboot change never undo each other.
-    pub applying: Mutex<()>,
     /// Who may call the JSON API.
     pub gate: Arc<Gate>,
     /// The API's TLS counters, when it serves TLS.
@@ -132,7 +124,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiError> {
     let fast =
         Stats::read_all(s.counters.iter().map(|c| &**c)).map_err(|e| internal("counters", e))?;
-    let gauges = *lock(&s.gauges);
+    let gauges = *lock(&s.serving.gauges);
     // The lease store's lock may be held through a commit (an fsync).
     let leases = {
         let state = s.boot.state.clone();
@@ -209,88 +201,12 @@ async fn discovered(State(s): State<Arc<AdminState>>) -> Json<Vec<Discovered>> {
     Json(lock(&s.boot.state.discovered).list())
 }
 
-/// A lease as the API shows it.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub struct LeaseView {
-    pub mac: String,
-    pub ip: Ipv4Addr,
-    pub state: String,
-    /// Unix seconds.
-    pub expires: u64,
-    pub hostname: Option<String>,
-    /// The client identifier (option 61) of the request that made the
-    /// lease, in hex with colons (`01:52:54:00:12:34:56`).
-    #[serde(default)]
-    pub client_id: Option<String>,
-}
-
-impl From<&Lease> for LeaseView {
-    fn from(l: &Lease) -> LeaseView {
-        LeaseView {
-            mac: MacAddr(l.mac).to_string(),
-            ip: l.ip,
-            state: format!("{:?}", l.state).to_lowercase(),
-            expires: l.expires,
-            hostname: l.hostname.clone(),
-            client_id: l.client_id.as_deref().map(|id| {
-                id.iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(":")
-            }),
-        }
-    }
+/// How this agent shares the discovery pools.
+async fn peers(State(s): State<Arc<AdminState>>) -> Json<PeersView> {
+    Json(peers_view(&s.boot.state))
 }
 
 /// Pool leases, including quarantined addresses.
-/// How this agent shares the discovery pools (`GET /api/v1/peers`).
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct PeersView {
-    /// None until a slot is claimed.
-    pub slot: Option<u16>,
-    pub slots: u16,
-    pub live: Vec<u16>,
-    /// Whether this agent's own slot is live (it answers unknown MACs).
-    pub serving: bool,
-    /// RFC 3074 buckets of 256 this agent answers.
-    pub buckets: usize,
-    /// This agent's slice of each pool.
-    pub slices: Vec<SliceView>,
-}
-
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct SliceView {
-    pub subnet: String,
-    pub start: Ipv4Addr,
-    pub end: Ipv4Addr,
-}
-
-async fn peers(State(s): State<Arc<AdminState>>) -> Json<PeersView> {
-    let share = s.boot.state.share();
-    let inv = s.boot.state.inventory();
-    let slices = inv
-        .subnets
-        .iter()
-        .filter_map(|sub| {
-            let pool = sub.pool?;
-            let slice = share.slice(pool.start, pool.end)?;
-            Some(SliceView {
-                subnet: format!("{}/{}", sub.network, sub.prefix),
-                start: *slice.start(),
-                end: *slice.end(),
-            })
-        })
-        .collect();
-    Json(PeersView {
-        slot: share.slot(),
-        slots: share.slots(),
-        live: share.live().iter().copied().collect(),
-        serving: share.is_live(),
-        buckets: share.buckets_owned(),
-        slices,
-    })
-}
-
 async fn leases(State(s): State<Arc<AdminState>>) -> Result<Json<Vec<LeaseView>>, ApiError> {
     let state = s.boot.state.clone();
     let list = tokio::task::spawn_blocking(move || lock(&state.leases).list())
@@ -351,134 +267,9 @@ fn json_line(event: &TraceEvent) -> String {
     line
 }
 
-/// An inventory host with its boot progress.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub struct HostView {
-    pub mac: String,
-    pub ip: Ipv4Addr,
-    pub hostname: Option<String>,
-    pub profile: String,
-    pub stage: Option<Stage>,
-    pub progress: HostProgress,
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    /// Has a `bmc` block.
-    #[serde(default)]
-    pub bmc: bool,
-    /// Last known power state (`on`, `off`), from the last BMC call.
-    #[serde(default)]
-    pub power: Option<String>,
-    /// Unix milliseconds the power state was learnt.
-    #[serde(default)]
-    pub power_at_ms: Option<u64>,
-    /// Recovery state (`idle`, `awaiting-dhcp`, ...) of a host with a BMC.
-    #[serde(default)]
-    pub recovery: Option<String>,
-    /// Recovery attempts made in the current recovery.
-    #[serde(default)]
-    pub attempts: Option<u32>,
-    /// An idle `expect_boot` host whose deadline does not count:
-    /// `checking-power` (asking its BMC whether it runs) or
-    /// `until-boot-activity` (it ran when added).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recovery_watch: Option<String>,
-    /// The BMC driver the host's next call starts with (`redfish`,
-    /// `ipmi`).
-    #[serde(default)]
-    pub bmc_driver: Option<String>,
-    /// Until when (unix ms) a host with two drivers starts with its second
-    /// one, after a fallback.
-    #[serde(default)]
-    pub bmc_fallback_until_ms: Option<u64>,
-    /// The host's last fallback from one driver to the other.
-    #[serde(default)]
-    pub bmc_last_fallback: Option<FallbackEvent>,
-    /// Every MAC of the host, `mac` first.
-    #[serde(default)]
-    pub macs: Vec<String>,
-    /// The MAC the host last booted from: the port of its last DHCP
-    /// request (`progress.boot_mac`).
-    #[serde(default)]
-    pub boot_mac: Option<String>,
-    /// The host's `netboot` policy and provisioning state.
-    #[serde(default)]
-    pub netboot: NetbootView,
-    /// With peers, for a host with a BMC: the agent (node) that owns its
-    /// BMC and recovery.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-}
-
 /// Every inventory host, with how far its current boot got.
 async fn hosts(State(s): State<Arc<AdminState>>) -> Json<Vec<HostView>> {
-    Json(host_views(&s))
-}
-
-/// Every inventory host with its boot progress, power and recovery state:
-/// what `/api/v1/hosts` shows and the Kubernetes source writes back.
-pub fn host_views(s: &AdminState) -> Vec<HostView> {
-    let mut views = Vec::new();
-    for_each_host_view(s, |v| views.push(v));
-    views
-}
-
-/// [`host_views`] one at a time, none kept: a fleet's views are some
-/// hundred bytes a host.
-pub fn for_each_host_view(s: &AdminState, f: impl FnMut(HostView)) {
-    let inv = s.boot.state.inventory();
-    let share = s.boot.state.share();
-    let view = s.oob.control.view();
-    inv.hosts
-        .iter()
-        .map(|h| {
-            let progress = s
-                .boot
-                .state
-                .progress
-                .get(h.mac)
-                .unwrap_or_else(|| HostProgress {
-                    mac: h.mac.to_string(),
-                    ..Default::default()
-                });
-            let driver_status = h.bmc.as_ref().map(|b| driver::status(b, &s.oob.fallbacks));
-            let boot_mac = progress.boot_mac.clone();
-            HostView {
-                mac: h.mac.to_string(),
-                ip: h.ip,
-                hostname: h.hostname.as_deref().map(str::to_owned),
-                profile: inv.profile_of(h).name.clone(),
-                stage: progress.stage(),
-                progress,
-                labels: h.labels.clone(),
-                bmc: h.bmc.is_some(),
-                power: view.power.get(&h.mac).map(|(p, _)| {
-                    match p {
-                        crate::bmc::PowerState::On => "on",
-                        crate::bmc::PowerState::Off => "off",
-                    }
-                    .to_string()
-                }),
-                power_at_ms: view.power.get(&h.mac).map(|(_, at)| *at),
-                recovery: view.recovery.get(&h.mac).map(|r| r.state.to_string()),
-                attempts: view.recovery.get(&h.mac).map(|r| r.attempt),
-                recovery_watch: view
-                    .recovery
-                    .get(&h.mac)
-                    .filter(|r| r.watch != crate::recovery::Watch::Counting)
-                    .map(|r| r.watch.as_str().to_string()),
-                bmc_driver: driver_status.as_ref().map(|d| d.driver.clone()),
-                bmc_fallback_until_ms: driver_status.as_ref().and_then(|d| d.held_until_ms),
-                bmc_last_fallback: driver_status.and_then(|d| d.last_fallback),
-                macs: h.ports().iter().map(ToString::to_string).collect(),
-                boot_mac,
-                netboot: netboot_view(&inv, &s.boot.state.netboot, h),
-                // Owners act on BMCs: hosts without one have none.
-                owner: (share.is_shared() && h.bmc.is_some())
-                    .then(|| share.host_owner_name(h.mac).map(str::to_owned))
-                    .flatten(),
-            }
-        })
-        .for_each(f);
+    Json(host_views(&s.boot.state, &s.oob.control, &s.oob.fallbacks))
 }
 
 /// `POST /api/v1/hosts/<host>/power` body.
@@ -589,44 +380,6 @@ fn outcome_response(outcome: Outcome) -> Response {
     (outcome_status(&outcome), Json::<Outcome>(outcome)).into_response()
 }
 
-/// A host's `netboot` policy and, for `once`, where its provisioning
-/// stands: in `/api/v1/hosts` and the answers of the netboot endpoints.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
-pub struct NetbootView {
-    /// `always`, `once` or `never`.
-    pub policy: String,
-    /// `armed` or `done` for `once`; `None` otherwise.
-    #[serde(default)]
-    pub state: Option<String>,
-    /// Unix milliseconds of the last change, when recorded.
-    #[serde(default)]
-    pub since_ms: Option<u64>,
-    /// `phone-home` or `operator`, when recorded.
-    #[serde(default)]
-    pub by: Option<String>,
-    /// Whether every route gives the host its boot file now.
-    pub boots: bool,
-}
-
-pub fn netboot_view(inv: &Inventory, store: &NetbootStore, host: &Host) -> NetbootView {
-    let policy = inv.netboot_of(host);
-    let record = store.record(host.mac);
-    let once = policy == Netboot::Once;
-    NetbootView {
-        policy: policy.to_string(),
-        state: once.then(|| {
-            match record.map(|r| r.phase) {
-                Some(Phase::Done) => "done",
-                _ => "armed",
-            }
-            .to_string()
-        }),
-        since_ms: record.filter(|_| once).map(|r| r.since_ms),
-        by: record.filter(|_| once).map(|r| r.by.to_string()),
-        boots: !inv.withholds_boot(host),
-    }
-}
-
 /// `POST /api/v1/hosts/<host>/reprovision` body: `{"power": false}` only
 /// arms the host; by default a host with a BMC is also set to PXE and
 /// power-cycled through the recovery controller.
@@ -639,16 +392,6 @@ struct ReprovisionBody {
 
 fn yes() -> bool {
     true
-}
-
-/// The answer of `/reprovision`: the netboot state, and the BMC outcome
-/// when the host was power-cycled.
-#[derive(Serialize, Deserialize, Debug)]
-pub struct ReprovisionView {
-    pub host: String,
-    pub mac: String,
-    pub netboot: NetbootView,
-    pub power: Option<Outcome>,
 }
 
 /// How long a netboot endpoint waits for the change to be in force on

@@ -5,7 +5,7 @@
 //! then watch from its resourceVersion, with bookmarks, re-list on 410 and
 //! back-off on errors, all kube-runtime's `watcher`), the debounced
 //! rebuild (`document`: one validation, the file's), handing the result to
-//! the apply path every source shares (`app`), and writing back status and
+//! the apply path every source shares (`rollout`), and writing back status and
 //! Events (`status`, `events`) to the agent's own kinds only.
 //!
 //! It does not decide DHCP policy, touch the XDP maps itself, or write to
@@ -45,12 +45,12 @@ use self::{
 };
 use crate::metrics::exposition::{self, Exposition};
 use crate::{
-    app::Prepared,
-    bmc::Password,
-    http::admin::{AdminState, HostView, for_each_host_view},
+    bmc::{Fallbacks, Password},
     inventory::{Inventory, LoadError},
     mac::MacAddr,
     ratelimit::TokenBucket,
+    rollout::{Prepared, Serving},
+    view::{HostView, for_each_host_view},
 };
 
 /// What `pxe-agent run --kube` needs.
@@ -66,11 +66,11 @@ pub struct KubeSettings {
     pub status_qps: u32,
 }
 
-/// Compiles an inventory for the served interfaces (`app::compile_each`);
+/// Compiles an inventory for the served interfaces (`rollout::compile_each`);
 /// given the running agent, beside what it has in force, so that the hosts
 /// a rebuild did not change keep their compiled records.
 pub type Prepare =
-    Arc<dyn Fn(Inventory, &Path, Option<&AdminState>) -> Result<Prepared, LoadError> + Send + Sync>;
+    Arc<dyn Fn(Inventory, &Path, Option<&Serving>) -> Result<Prepared, LoadError> + Send + Sync>;
 /// Puts a compiled inventory in force on both paths; false if it could not.
 pub type Apply = Arc<dyn Fn(Prepared) -> bool + Send + Sync>;
 
@@ -455,7 +455,7 @@ impl Source {
 
     /// Builds the inventory of the objects as they are now (beside the
     /// `running` agent's, once there is one).
-    async fn rebuild(&mut self, running: Option<Arc<AdminState>>) -> Built<Prepared> {
+    async fn rebuild(&mut self, running: Option<Arc<Serving>>) -> Built<Prepared> {
         let names = self.snapshot_names();
         self.read_secrets(&names).await;
         let snapshot = self.snapshot();
@@ -463,7 +463,7 @@ impl Source {
         // What a patch starts from: the inventory in force, when it is the
         // last build's (a failed apply forgets the basis).
         let basis = self.basis.take();
-        let previous = running.as_ref().map(|a| a.boot.state.inventory());
+        let previous = running.as_ref().map(|a| a.state.inventory());
         // The objects come back however the build ends, a panic included:
         // stores left empty would make the next rebuild an empty inventory.
         let (built, basis, snapshot) = tokio::task::spawn_blocking(move || {
@@ -550,7 +550,8 @@ impl Source {
     /// [`DEBOUNCE`], and feeds the status writer.
     pub async fn run(
         mut self,
-        admin: Arc<AdminState>,
+        serving: Arc<Serving>,
+        fallbacks: Arc<Fallbacks>,
         apply: Apply,
         mut shutdown: watch::Receiver<bool>,
     ) {
@@ -584,14 +585,14 @@ impl Source {
                 }
                 () = debounce => {
                     due = None;
-                    self.rebuild_and_apply(&apply, &admin).await;
-                    let _ = out_tx.send(self.wanted(&admin)).await;
+                    self.rebuild_and_apply(&apply, &serving).await;
+                    let _ = out_tx.send(self.wanted(&serving, &fallbacks)).await;
                 }
                 _ = resync.tick() => {
-                    self.rebuild_and_apply(&apply, &admin).await;
+                    self.rebuild_and_apply(&apply, &serving).await;
                 }
                 _ = status_tick.tick() => {
-                    let _ = out_tx.send(self.wanted(&admin)).await;
+                    let _ = out_tx.send(self.wanted(&serving, &fallbacks)).await;
                 }
             }
         }
@@ -602,13 +603,13 @@ impl Source {
     /// Rebuilds, and applies what the rebuild made unless it is the
     /// inventory in force (compared with the agent's own, not a copy: at
     /// fleet size an inventory is tens of megabytes).
-    async fn rebuild_and_apply(&mut self, apply: &Apply, admin: &Arc<AdminState>) {
+    async fn rebuild_and_apply(&mut self, apply: &Apply, serving: &Arc<Serving>) {
         let started = Instant::now();
-        let built = self.rebuild(Some(admin.clone())).await;
+        let built = self.rebuild(Some(serving.clone())).await;
         let Ok(prepared) = built.result else {
             return;
         };
-        if *admin.boot.state.inventory() == prepared.0 {
+        if *serving.state.inventory() == prepared.0 {
             debug!("objects changed, inventory did not");
             return;
         }
@@ -637,9 +638,9 @@ impl Source {
     /// observed of its host) are those of the last round is skipped: at
     /// fleet size a round over every object each second would build a
     /// status for each.
-    fn wanted(&mut self, admin: &AdminState) -> Outgoing {
+    fn wanted(&mut self, serving: &Serving, fallbacks: &Fallbacks) -> Outgoing {
         let mut views: HashMap<MacAddr, HostView> = HashMap::new();
-        for_each_host_view(admin, |view| {
+        for_each_host_view(&serving.state, &serving.control, fallbacks, |view| {
             if status::matters(&view)
                 && let Ok(mac) = view.mac.parse::<MacAddr>()
             {

@@ -18,7 +18,7 @@ use std::{
 use serde_json::{Value, json};
 
 use super::objects::ObjRef;
-use crate::http::admin::HostView;
+use crate::view::HostView;
 
 /// The statuses waiting to be written, one per object, oldest first, as
 /// compact JSON text shared between the objects that want the same (at
