@@ -27,7 +27,7 @@ use kube::{Api, Client, api::PostParams};
 use sha1::Sha1;
 
 use crate::http::{
-    gate::{Access, Caller, Refusal},
+    access::{Access, Caller, Refusal},
     token::fill_random,
 };
 

@@ -4,6 +4,7 @@
 //! metrics and health, and the JSON API behind its gate, over TLS when
 //! configured.
 
+pub mod access;
 pub mod admin;
 pub mod artifacts;
 pub mod auth;
