@@ -12,7 +12,8 @@ use pxe_ebpf_common::Counter;
 
 use self::exposition::{Exposition, Kind};
 use crate::{
-    dhcp::server, http::limit, lease::LeaseState, share::Share, tftp::StatsSnapshot, xdp::Stats,
+    http::limit, lease::LeaseState, share::Share, state::SlowPathStats, tftp::StatsSnapshot,
+    xdp::Stats,
 };
 
 /// What the agent exports besides the counters.
@@ -84,7 +85,7 @@ pub const API_TLS_NOT_AFTER: &str = "pxe_api_tls_cert_not_after_seconds";
 pub struct Page<'a> {
     pub fast: &'a Stats,
     pub gauges: &'a AgentGauges,
-    pub slow: &'a server::Stats,
+    pub slow: &'a SlowPathStats,
     pub health: &'a crate::health::Health,
     pub discovered: usize,
     /// MACs `pxe-agent trace` watches now.

@@ -8,11 +8,12 @@
 
 use std::{
     net::Ipv4Addr,
-    sync::{Arc, Mutex, PoisonError, RwLock},
+    sync::{Arc, Mutex, PoisonError, RwLock, atomic::AtomicU64},
 };
 
+use pxe_ebpf_common::Counter;
+
 use crate::{
-    dhcp::server::Stats,
     discovered::Registry,
     health::Health,
     inventory::Inventory,
@@ -30,7 +31,7 @@ pub struct State {
     pub leases: Mutex<LeaseStore>,
     pub discovered: Mutex<Registry>,
     /// The slow path's counters, read by `/metrics`.
-    pub stats: Stats,
+    pub stats: SlowPathStats,
     /// Where each host is in its boot; the slow path records its answers.
     pub progress: Arc<Progress>,
     /// What `/healthz` reports; the slow path beats here.
@@ -49,6 +50,40 @@ pub struct State {
     pub other_servers: crate::other_server::OtherServers,
 }
 
+/// Counters of the DHCP slow path (`dhcp::server`), exported on /metrics:
+/// shared state, so that the server counts and the page reads them here.
+#[derive(Default)]
+pub struct SlowPathStats {
+    pub rx: AtomicU64,
+    pub offers: AtomicU64,
+    pub acks: AtomicU64,
+    pub naks: AtomicU64,
+    /// proxyDHCP answers (PXE boot information without an address); not
+    /// counted in `offers` and `acks`.
+    pub proxy_offers: AtomicU64,
+    pub proxy_acks: AtomicU64,
+    /// Requests not answered, by reason (indexed by `Counter`).
+    pub ignored: [AtomicU64; Counter::Count as usize],
+    pub limited_mac: AtomicU64,
+    pub limited_unknown: AtomicU64,
+    pub limited_table: AtomicU64,
+    pub malformed: AtomicU64,
+    pub pool_exhausted: AtomicU64,
+    pub lease_errors: AtomicU64,
+    /// DHCPDECLINEs refused: for an address not given to the MAC, past the
+    /// MAC's quarantine limit, past the pool's.
+    pub declines_not_given: AtomicU64,
+    pub declines_mac_limit: AtomicU64,
+    pub declines_pool_limit: AtomicU64,
+    /// DHCPDECLINEs of reserved addresses by their own hosts.
+    pub reservation_declines: AtomicU64,
+    pub send_errors: AtomicU64,
+    /// Requests whose handling panicked (contained, request dropped).
+    pub panics: AtomicU64,
+    /// Requests of unknown hosts left to a peer agent sharing the pool.
+    pub not_ours: AtomicU64,
+}
+
 impl State {
     pub fn new(
         inventory: Arc<Inventory>,
@@ -64,7 +99,7 @@ impl State {
             inventory: RwLock::new(inventory),
             leases: Mutex::new(leases),
             discovered: Mutex::new(Registry::new(discovered_capacity)),
-            stats: Stats::default(),
+            stats: SlowPathStats::default(),
             progress,
             health,
             share: RwLock::new(Arc::new(Share::alone())),

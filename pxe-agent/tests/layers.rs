@@ -61,11 +61,11 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// defined a layer too high. Take an entry off when its import is gone.
 const NOT_YET: &[(&str, &str)] = &[
     // The metrics page reads every service's counters.
-    ("metrics", "dhcp"),
     ("metrics", "http"),
     ("metrics", "lease"),
     ("metrics", "netboot"),
     ("metrics", "other_server"),
+    ("metrics", "state"),
     ("metrics", "tftp"),
     ("metrics", "xdp"),
     // The peers' Lease client and host records sit beside the pool
@@ -75,8 +75,6 @@ const NOT_YET: &[(&str, &str)] = &[
     ("share", "ratelimit"),
     ("share", "recovery"),
     ("share", "state"),
-    // The slow path's counters live in the DHCP server, `State` holds them.
-    ("state", "dhcp"),
     // The JSON API, still in `http` beside boot HTTP, reads what the
     // serving layer and the Kubernetes source hold; it belongs above them.
     ("http", "kube"),

@@ -56,39 +56,6 @@ const PANIC_LOG_EVERY: Duration = Duration::from_secs(60);
 /// How often expired leases are swept.
 const EXPIRE_EVERY: Duration = Duration::from_secs(10);
 
-/// Counters of the slow path, exported on /metrics.
-#[derive(Default)]
-pub struct Stats {
-    pub rx: AtomicU64,
-    pub offers: AtomicU64,
-    pub acks: AtomicU64,
-    pub naks: AtomicU64,
-    /// proxyDHCP answers (PXE boot information without an address); not
-    /// counted in `offers` and `acks`.
-    pub proxy_offers: AtomicU64,
-    pub proxy_acks: AtomicU64,
-    /// Requests not answered, by reason (indexed by `Counter`).
-    pub ignored: [AtomicU64; Counter::Count as usize],
-    pub limited_mac: AtomicU64,
-    pub limited_unknown: AtomicU64,
-    pub limited_table: AtomicU64,
-    pub malformed: AtomicU64,
-    pub pool_exhausted: AtomicU64,
-    pub lease_errors: AtomicU64,
-    /// DHCPDECLINEs refused: for an address not given to the MAC, past the
-    /// MAC's quarantine limit, past the pool's.
-    pub declines_not_given: AtomicU64,
-    pub declines_mac_limit: AtomicU64,
-    pub declines_pool_limit: AtomicU64,
-    /// DHCPDECLINEs of reserved addresses by their own hosts.
-    pub reservation_declines: AtomicU64,
-    pub send_errors: AtomicU64,
-    /// Requests whose handling panicked (contained, request dropped).
-    pub panics: AtomicU64,
-    /// Requests of unknown hosts left to a peer agent sharing the pool.
-    pub not_ours: AtomicU64,
-}
-
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }

@@ -29,7 +29,7 @@ fn the_page_is_written_as_before() {
         map_writes: 42,
         reload_seconds: Some(Duration::from_millis(250)),
     };
-    let slow = server::Stats::default();
+    let slow = crate::state::SlowPathStats::default();
     let s = &slow;
     number(&[
         &s.rx,
