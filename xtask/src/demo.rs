@@ -10,9 +10,12 @@ use std::{fs, path::Path, time::Duration};
 
 use anyhow::{Context as _, ensure};
 use xtask::{
-    process::run_forwarded,
+    process::{self, run_forwarded},
     setup, target_dir,
-    vm::{BootLab, BootLabConfig, Firmware, bootlab::KEEP_ENV},
+    vm::{
+        BootLab, BootLabConfig, Firmware,
+        bootlab::{KEEP_ENV, METRICS_ADDR},
+    },
     workspace_root,
 };
 
@@ -132,6 +135,7 @@ fn boot_one(lab: &BootLab) -> anyhow::Result<String> {
         }
         Err(err) => eprintln!("warning: {err:#}"),
     }
+    save_metrics(lab);
     let failed = || {
         format!(
             "agent log (last 30 lines):\n{}\n(set {KEEP_ENV}=1 to keep the lab's files)",
@@ -156,6 +160,19 @@ fn boot_one(lab: &BootLab) -> anyhow::Result<String> {
         failed()
     );
     Ok(ip)
+}
+
+/// Keeps the agent's whole /metrics page after the boot in
+/// `target/demo-metrics.txt`, so two builds' pages can be compared.
+fn save_metrics(lab: &BootLab) {
+    let url = format!("http://{METRICS_ADDR}/metrics");
+    let path = target_dir().join("demo-metrics.txt");
+    let page = process::run(lab.cmd("curl").args(["-sf", "-m", "5", &url]))
+        .and_then(|page| Ok(fs::write(&path, page)?));
+    match page {
+        Ok(()) => println!("==> metrics page saved in {}", path.display()),
+        Err(err) => eprintln!("warning: failed to save the metrics page: {err:#}"),
+    }
 }
 
 #[cfg(test)]
