@@ -32,6 +32,14 @@ use tokio::{
 use tracing::{error, info, warn};
 
 use crate::{
+    api::{
+        admin::{self, AdminState},
+        auth::Tokens,
+        gate::{Gate, Identities},
+        kube_auth::Reviewer,
+        tls::{self, Reloader, ServingCert, TlsFiles, TlsStats},
+        tls_listener::TlsListener,
+    },
     audit::AuditLog,
     bmc::{BootFlagEcho, Driver, Fallbacks, RetryPolicy},
     clock, control,
@@ -41,19 +49,7 @@ use crate::{
         template,
     },
     health::Health,
-    http::{
-        BootState,
-        admin::{self, AdminState},
-        boot, limit, sendfile,
-        tls::{self, Reloader, ServingCert, TlsFiles, TlsStats},
-        tls_listener::TlsListener,
-        token::TokenKey,
-    },
-    http::{
-        auth::Tokens,
-        gate::{Gate, Identities},
-        kube_auth::Reviewer,
-    },
+    http::{BootState, boot, limit, sendfile, token::TokenKey},
     inventory::{Inventory, Layout, LoadError},
     lease::LeaseStore,
     metrics::AgentGauges,

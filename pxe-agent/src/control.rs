@@ -7,7 +7,7 @@
 //! Owns turning an operator's [`Op`] into trait calls ([`perform`], also
 //! used by `pxe-agent bmc --direct`), what the API shows of it
 //! ([`Outcome`], [`View`]) and the last known power state of each host.
-//! It does not authenticate nor audit callers (that is `http::admin`), and
+//! It does not authenticate nor audit callers (that is `api::admin`), and
 //! does not decide recoveries (that is `recovery`).
 //!
 //! With peers it acts only on the hosts this agent owns (`Share`), divides

@@ -17,10 +17,12 @@
 //! - services: `xdp`, `http`;
 //! - serving: `rollout`;
 //! - sources: `kube`, `fuzzing`;
+//! - front door: `api`;
 //! - wiring: `app`.
 //!
 //! docs/architecture.md, "The agent", says what each owns.
 
+pub mod api;
 pub mod app;
 pub mod audit;
 pub mod bmc;

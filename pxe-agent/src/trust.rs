@@ -2,7 +2,7 @@
 //! system's CA bundle, or (insecure) any certificate; and the rustls client
 //! configuration built on it, TLS 1.2 and 1.3 with ring. The BMC driver and
 //! the command line's client both build theirs here. The agent's own
-//! serving certificate is [`http::tls`](crate::http::tls)'s.
+//! serving certificate is [`api::tls`](crate::api::tls)'s.
 
 use std::{
     path::{Path, PathBuf},

@@ -9,10 +9,11 @@ use std::{
 
 use anyhow::Context as _;
 use pxe_agent::{
+    api::tls::TlsFiles,
     app::{self, ApiAuth, ApiConfig, OobConfig, RunConfig},
     client::DEFAULT_METRICS,
     dhcp::server::Limits,
-    http::{limit, tls::TlsFiles},
+    http::limit,
     inventory,
     logging::LogFormat,
     ratelimit::Rate,

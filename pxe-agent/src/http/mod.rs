@@ -1,23 +1,15 @@
 //! The boot HTTP server (axum, with a sendfile(2) path for files):
-//! per-host iPXE scripts, boot files and artifacts, and the phone-home
-//! endpoint; plus the admin endpoints on two listeners of their own:
-//! metrics and health, and the JSON API behind its gate, over TLS when
-//! configured.
+//! per-host iPXE scripts and grub.cfg, boot files and artifacts, and the
+//! phone-home endpoint. The admin listeners (metrics, health and the JSON
+//! API) are [`api`](crate::api)'s.
 
-pub mod access;
-pub mod admin;
 pub mod artifacts;
-pub mod auth;
 pub mod boot;
-pub mod gate;
 pub mod grub;
-pub mod kube_auth;
 pub mod limit;
 pub mod plan;
 pub mod script;
 pub mod sendfile;
-pub mod tls;
-pub mod tls_listener;
 pub mod token;
 
 use std::{

@@ -25,7 +25,6 @@ use std::{
 use hmac::{Hmac, Mac as _};
 use sha1::Sha1;
 
-use super::auth::constant_time_eq;
 use crate::mac::MacAddr;
 
 /// The key file in the state directory.
@@ -220,6 +219,15 @@ pub fn from_query(query: Option<&str>) -> Option<&str> {
         .split('&')
         .find_map(|pair| pair.strip_prefix("token="))
         .filter(|t| !t.is_empty())
+}
+
+/// Equality of two byte strings in time independent of where they differ.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
 }
 
 #[cfg(test)]

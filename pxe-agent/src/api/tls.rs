@@ -287,7 +287,7 @@ impl TlsStats {
     /// The `/metrics` lines.
     pub fn render(&self) -> String {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        crate::metrics::render_api_tls(
+        crate::api::metrics::render_api_tls(
             [
                 ("ok", load(&self.reloads_ok)),
                 ("error", load(&self.reloads_refused)),

@@ -24,8 +24,8 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-pub use crate::http::access::{Access, Caller, Refusal, Verb};
-use crate::http::{
+pub use crate::api::access::{Access, Caller, Refusal, Verb};
+use crate::api::{
     auth::{Tokens, bearer},
     kube_auth::Reviewer,
 };

@@ -7,6 +7,8 @@ use std::{fmt, path::Path};
 
 use axum::http::{HeaderMap, header::AUTHORIZATION};
 
+use crate::http::token::constant_time_eq;
+
 /// Shortest token accepted: 128 bits of hex or base64.
 const MIN_TOKEN_LEN: usize = 22;
 
@@ -107,15 +109,6 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
     let value = headers.get(AUTHORIZATION)?.as_bytes();
     let (scheme, presented) = value.split_at_checked(7)?;
     scheme.eq_ignore_ascii_case(b"bearer ").then_some(presented)
-}
-
-/// Equality of two byte strings in time independent of where they differ.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
 }
 
 #[cfg(test)]

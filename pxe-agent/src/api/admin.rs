@@ -1,6 +1,6 @@
 //! Routes of the two admin listeners. The metrics listener serves
 //! `/metrics` and `/healthz`, open, with no per-host identifier. The API
-//! listener serves the JSON API behind the [`gate`](crate::http::gate):
+//! listener serves the JSON API behind the [`gate`](crate::api::gate):
 //! `/api/v1/discovered`, `/api/v1/leases`, `/api/v1/hosts`, the live trace
 //! of one machine (`/api/v1/trace/<mac>`), and the out-of-band endpoints
 //! (`/api/v1/hosts/<host>/{power,bootdev,bmc,recover}`, `/api/v1/audit`),
@@ -23,19 +23,19 @@ use aya::maps::{MapData, PerCpuArray};
 use serde::Deserialize;
 
 use crate::{
+    api::{
+        gate::{self, Caller, Gate},
+        metrics,
+    },
     audit::{AuditLog, Entry},
     bmc::{BootTarget, Fallbacks},
     clock,
     control::{self, Failure, Op, Outcome},
     discovered::Discovered,
-    http::{
-        BootState,
-        gate::{self, Caller, Gate},
-    },
+    http::BootState,
     inventory::{Host, Inventory, Netboot},
     lease::LeaseState,
     mac::MacAddr,
-    metrics,
     netboot::Actor,
     rollout::Serving,
     trace::{Next, TraceEvent, TracePath},
@@ -690,7 +690,7 @@ mod tests {
         let identities = if with_tokens {
             std::fs::write(dir.join("tokens"), format!("ops {TOKEN}\n")).expect("tokens");
             gate::Identities::Tokens(
-                crate::http::auth::Tokens::load(&dir.join("tokens")).expect("tokens load"),
+                crate::api::auth::Tokens::load(&dir.join("tokens")).expect("tokens load"),
             )
         } else {
             gate::Identities::None

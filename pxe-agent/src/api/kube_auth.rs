@@ -26,9 +26,9 @@ use k8s_openapi::api::{
 use kube::{Api, Client, api::PostParams};
 use sha1::Sha1;
 
-use crate::http::{
-    access::{Access, Caller, Refusal},
-    token::fill_random,
+use crate::{
+    api::access::{Access, Caller, Refusal},
+    http::token::fill_random,
 };
 
 /// The API group, resource and subresource a Role grants the API's verbs
