@@ -51,6 +51,7 @@ use crate::{
     health::Health,
     http::{BootState, boot, limit, sendfile, token::TokenKey},
     inventory::{Inventory, Layout, LoadError},
+    kube::{host_records, membership},
     lease::LeaseStore,
     metrics::AgentGauges,
     netboot::NetbootStore,
@@ -62,7 +63,7 @@ use crate::{
         self, Serving, compile_each, compile_each_beside, load_provisioned, map_writes_of,
         trim_heap,
     },
-    share::{Share, host_records, membership},
+    share::Share,
     state::State,
     tftp,
     trace::TracePath,
@@ -295,7 +296,7 @@ const TFTP_RCVBUF: usize = 8 << 20;
 /// Clients recorded by the slow path, kept for adoption.
 const DISCOVERED_CAPACITY: usize = 65_536;
 
-/// Boot steps shared with peers a second, at most (`share::host_records`):
+/// Boot steps shared with peers a second, at most (`kube::host_records`):
 /// only steps of hosts with a BMC seen by an agent that does not own them.
 const PEER_STEP_QPS: u32 = 50;
 

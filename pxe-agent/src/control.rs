@@ -382,7 +382,7 @@ pub struct Inputs<B> {
 }
 
 /// The task's side of the records shared with peers
-/// (`share::host_records`).
+/// (`kube::host_records`).
 pub struct Fleet {
     /// Changed records of the hosts this agent owns, to be shared.
     pub publish: mpsc::UnboundedSender<(MacAddr, Record)>,

@@ -2,8 +2,7 @@
 //! them in step with the inventory file and exports the fast path's counters.
 //!
 //! The modules are in layers, bottom to top; each imports only its own
-//! layer and those below (`tests/layers.rs` checks it, and lists the few
-//! upward imports still to remove):
+//! layer and those below (`tests/layers.rs` checks it):
 //!
 //! - vocabulary: `mac`, `clock`, `netdev`, `wire`, `rawsock`, `logging`,
 //!   `audit`, `health`, `terminal`, `when`, `trust`, `open_files`,

@@ -12,7 +12,7 @@
 //!
 //! With peers (`--peers kube`) the fleet's copy is the truth and this file
 //! its cache: each local change is handed to [`NetbootStore::publish_to`]'s
-//! channel for `share::host_records` to write to the cluster, and a peer's
+//! channel for `kube::host_records` to write to the cluster, and a peer's
 //! newer record comes back through [`NetbootStore::adopt`]. Records are
 //! last-writer-wins by [`Record::since_ms`] ([`Record::supersedes`]).
 

@@ -284,7 +284,7 @@ impl Progress {
         self.with(mac, |p| p.booted = Some(Step { at_ms, detail }));
     }
 
-    /// A step a peer agent saw (`share::host_records`), kept unless this
+    /// A step a peer agent saw (`kube::host_records`), kept unless this
     /// agent saw a later one itself. No trace event: the peer traced it.
     pub fn merge_remote(&self, mac: MacAddr, stage: Stage, step: Step) {
         self.with(mac, |p| {

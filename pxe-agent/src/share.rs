@@ -4,14 +4,10 @@
 //! The same rendezvous hashing names the one agent that owns each
 //! inventory host's out-of-band recovery ([`Share::owns_host`]). It owns
 //! only that arithmetic; who is live comes from the membership
-//! (`membership`, over Kubernetes Leases), the host records the agents
-//! share are `host_records`', and the DHCP policy that applies it is
-//! `dhcp::decide`. Every agent answers reserved hosts' DHCP. See
+//! (`kube::membership`, over Kubernetes Leases), the host records the
+//! agents share are `kube::host_records`', and the DHCP policy that applies
+//! it is `dhcp::decide`. Every agent answers reserved hosts' DHCP. See
 //! docs/peers.md for the model and its failure behaviour.
-
-pub mod coordination;
-pub mod host_records;
-pub mod membership;
 
 use std::{
     collections::{BTreeMap, BTreeSet},

@@ -44,8 +44,8 @@ pub struct State {
     /// recompiled inventory in force on both paths.
     pub netboot: Arc<NetbootStore>,
     pub netboot_changed: tokio::sync::Notify,
-    /// The counters of the records shared with peers (`share::host_records`).
-    pub host_records: crate::share::host_records::Stats,
+    /// The counters of the records shared with peers (`kube::host_records`).
+    pub host_records: HostRecordStats,
     /// Hosts another DHCP server answers while nothing is shared.
     pub other_servers: crate::other_server::OtherServers,
 }
@@ -105,7 +105,7 @@ impl State {
             share: RwLock::new(Arc::new(Share::alone())),
             netboot: Arc::new(NetbootStore::in_memory()),
             netboot_changed: tokio::sync::Notify::new(),
-            host_records: crate::share::host_records::Stats::default(),
+            host_records: HostRecordStats::default(),
             other_servers: Default::default(),
         }
     }
@@ -240,4 +240,16 @@ impl State {
             .ok()
             .flatten()
     }
+}
+
+/// The counters of the host records shared with peers
+/// (`kube::host_records`), for `/metrics`.
+#[derive(Debug, Default)]
+pub struct HostRecordStats {
+    pub writes_ok: AtomicU64,
+    pub write_conflicts: AtomicU64,
+    pub writes_failed: AtomicU64,
+    pub taken_netboot: AtomicU64,
+    pub taken_recovery: AtomicU64,
+    pub taken_steps: AtomicU64,
 }

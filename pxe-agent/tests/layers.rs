@@ -1,9 +1,8 @@
 //! The library's modules in layers: each top-level module of `src/` may
 //! import (by a `crate::` path in code, comments and tests left out) only
 //! modules of its own layer or below, so that what owns what stays
-//! visible. The layers, bottom to top, are [`LAYERS`]; the upward imports
-//! the crate still has are [`NOT_YET`], a list that may only shrink: an
-//! entry that no longer occurs fails too, so it is taken off when fixed.
+//! visible. The layers, bottom to top, are [`LAYERS`]; an upward import is
+//! a name defined a layer too high, and is moved down rather than allowed.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -56,18 +55,6 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("sources", &["kube", "fuzzing"]),
     ("front door", &["api"]),
     ("wiring", &["app"]),
-];
-
-/// Upward imports still in the crate, `(from, to)`: each one a name
-/// defined a layer too high. Take an entry off when its import is gone.
-const NOT_YET: &[(&str, &str)] = &[
-    // The peers' Lease client and host records sit beside the pool
-    // arithmetic; they belong with the Kubernetes source.
-    ("share", "netboot"),
-    ("share", "progress"),
-    ("share", "ratelimit"),
-    ("share", "recovery"),
-    ("share", "state"),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
@@ -202,9 +189,8 @@ fn test_only(files: &[(PathBuf, String)]) -> BTreeSet<PathBuf> {
 }
 
 /// Every problem with the layering of `files` (path below `src/`, text):
-/// upward imports not in `not_yet`, modules in no layer, and entries of
-/// `not_yet` that no longer occur.
-fn check(files: &[(PathBuf, String)], not_yet: &[(&str, &str)]) -> Vec<String> {
+/// upward imports and modules in no layer.
+fn check(files: &[(PathBuf, String)]) -> Vec<String> {
     let mut edges: BTreeMap<(String, String), PathBuf> = BTreeMap::new();
     let mut modules = BTreeSet::new();
     let tests = test_only(files);
@@ -234,19 +220,12 @@ fn check(files: &[(PathBuf, String)], not_yet: &[(&str, &str)]) -> Vec<String> {
         let (Some(a), Some(b)) = (layer_of(from), layer_of(to)) else {
             continue;
         };
-        if b > a && !not_yet.contains(&(from.as_str(), to.as_str())) {
+        if b > a {
             problems.push(format!(
                 "{} imports {to} ({}) from {from} ({}): a layer above its own",
                 path.display(),
                 LAYERS[b].0,
                 LAYERS[a].0
-            ));
-        }
-    }
-    for (from, to) in not_yet {
-        if !edges.contains_key(&((*from).to_owned(), (*to).to_owned())) {
-            problems.push(format!(
-                "{from} no longer imports {to}: take ({from:?}, {to:?}) off NOT_YET"
             ));
         }
     }
@@ -271,7 +250,7 @@ fn no_module_imports_from_a_layer_above_its_own() {
     let mut files = Vec::new();
     sources(&root, &root, &mut files);
     assert!(files.len() > 50, "found only {} sources", files.len());
-    let problems = check(&files, NOT_YET);
+    let problems = check(&files);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -294,13 +273,12 @@ fn an_upward_import_is_refused() {
         file("trace/golden.rs", "use crate::app::run;\n"),
         file("trace/golden/deeper.rs", "use crate::app::run;\n"),
     ];
-    let problems = check(&files, &[("state", "app")]);
+    let problems = check(&files);
     assert_eq!(
         problems,
         [
             "module newthing is in no layer: add it to LAYERS",
             "mac.rs imports app (wiring) from mac (vocabulary): a layer above its own",
-            "state no longer imports app: take (\"state\", \"app\") off NOT_YET",
         ],
     );
 }

@@ -11,7 +11,7 @@ use std::{
 };
 
 use axum::http::{HeaderMap, Method};
-use pxe_agent::http::{
+use pxe_agent::api::{
     gate::{Access, Gate, Identities, Refusal},
     kube_auth::Reviewer,
 };

@@ -281,7 +281,7 @@ impl PeerLab {
                 .args(&wrapper[1..])
                 .arg(agent_bin())
                 .env("KUBECONFIG", self.dir.path("kubeconfig"))
-                .env("RUST_LOG", "info,pxe_agent::share=debug")
+                .env("RUST_LOG", "info,pxe_agent::share=debug,pxe_agent::kube::membership=debug,pxe_agent::kube::host_records=debug")
                 .args(["run", "--interface", "pxag0", "--xdp-mode", "native"])
                 .arg("--inventory")
                 .arg(self.dir.path("inventory.yaml"))

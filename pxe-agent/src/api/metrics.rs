@@ -338,7 +338,7 @@ pub fn render_share(share: &Share) -> String {
 
 /// The hosts' records shared with peer agents: writes by result, peers'
 /// records taken by kind, and how many managed hosts this agent owns.
-pub fn render_host_records(s: &crate::share::host_records::Stats, owned: usize) -> String {
+pub fn render_host_records(s: &crate::state::HostRecordStats, owned: usize) -> String {
     use std::sync::atomic::Ordering::Relaxed;
     let mut o = Exposition::new();
     let mut f = o.family(

@@ -412,7 +412,7 @@ impl PeerArgs {
         self,
         namespace: Option<String>,
         node: &str,
-    ) -> anyhow::Result<Option<pxe_agent::share::membership::Config>> {
+    ) -> anyhow::Result<Option<pxe_agent::kube::membership::Config>> {
         let Some(PeersArg::Kube) = self.peers else {
             return Ok(None);
         };
@@ -421,7 +421,7 @@ impl PeerArgs {
             self.peer_lease_seconds >= 1,
             "--peer-lease-seconds must be at least 1"
         );
-        Ok(Some(pxe_agent::share::membership::Config {
+        Ok(Some(pxe_agent::kube::membership::Config {
             namespace,
             node: node.to_string(),
             slots: self.pool_slots,

@@ -11,8 +11,11 @@
 //! It does not decide DHCP policy, touch the XDP maps itself, or write to
 //! BareMetalHosts, which another controller owns.
 
+pub mod coordination;
 pub mod document;
 pub mod events;
+pub mod host_records;
+pub mod membership;
 pub mod objects;
 pub mod status;
 

@@ -105,7 +105,7 @@ fn the_page_is_written_as_before() {
 fn the_share_sections_are_written_as_before() {
     let share = Share::new(1, 4).expect("share").with_live([0, 1, 3]);
     assert_eq!(render_share(&share), SHARE);
-    let records = crate::share::host_records::Stats::default();
+    let records = crate::state::HostRecordStats::default();
     let r = &records;
     number(&[
         &r.writes_ok,

@@ -32,11 +32,8 @@ use kube::{
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
-use super::{
-    Share,
-    coordination::{HOST_LABEL, leases_api},
-};
-use crate::{clock, state::State};
+use super::coordination::{HOST_LABEL, leases_api};
+use crate::{clock, share::Share, state::State};
 
 /// The annotation on each slot Lease that says how many slots its holder
 /// cuts the pools into: agents that disagree would cut overlapping slices.

@@ -213,17 +213,6 @@ fn text(value: &impl Serialize) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
-/// Counters for `/metrics`.
-#[derive(Debug, Default)]
-pub struct Stats {
-    pub writes_ok: AtomicU64,
-    pub write_conflicts: AtomicU64,
-    pub writes_failed: AtomicU64,
-    pub taken_netboot: AtomicU64,
-    pub taken_recovery: AtomicU64,
-    pub taken_steps: AtomicU64,
-}
-
 fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
