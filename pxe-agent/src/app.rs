@@ -528,7 +528,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
         })
         .collect();
     let boot = Arc::new(BootState {
-        state: state.clone(),
+        shared: state.clone(),
         servers: servers.clone(),
         boot_root: cfg.boot_root.clone(),
         artifacts: cfg.artifacts.clone(),
@@ -665,7 +665,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
     // First, so the slow paths stop even if joining something below fails.
     stop.store(true, Ordering::Relaxed);
     // Trace streams never end by themselves; the admin server waits for them.
-    admin.boot.state.progress.trace().close();
+    admin.boot.shared.progress.trace().close();
     watcher.await.context("inventory watcher panicked")?;
     netboot_task.await.context("netboot watcher panicked")?;
     recovery_task
@@ -913,7 +913,7 @@ async fn start_tftp(
         busy_poll: cfg.tftp_busy_poll,
         ..tftp::TftpConfig::new(root)
     };
-    let gate_state = boot.state.clone();
+    let gate_state = boot.shared.clone();
     let gate: tftp::Gate = Arc::new(move |ip| {
         let std::net::IpAddr::V4(ip) = ip else {
             return None;
@@ -954,7 +954,7 @@ async fn start_tftp(
                 std::net::IpAddr::V4(ip) => ip,
                 std::net::IpAddr::V6(ip) => ip.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
             };
-            let Some(mac) = boot.state.mac_at(ip).await else {
+            let Some(mac) = boot.shared.mac_at(ip).await else {
                 continue;
             };
             let at = clock::unix_ms(event.finished);
@@ -971,9 +971,9 @@ async fn start_tftp(
             };
             let detail = format!("{} {} B {how}", event.file, event.bytes);
             let what = how.split([' ', ':']).next().unwrap_or_default();
-            let trace = boot.state.progress.trace();
+            let trace = boot.shared.progress.trace();
             trace.publish_at(at, mac, TracePath::Tftp, what, || detail.clone());
-            boot.state.progress.tftp(mac, at, detail);
+            boot.shared.progress.tftp(mac, at, detail);
         }
     });
     Ok(socks
