@@ -69,7 +69,6 @@ use crate::{
     share::{Share, host_records, membership},
     state::State,
     tftp,
-    trace::TracePath,
     xdp::{self, AttachMode, Capacity, FastPath, events},
 };
 
@@ -971,9 +970,7 @@ async fn start_tftp(
             };
             let detail = format!("{} {} B {how}", event.file, event.bytes);
             let what = how.split([' ', ':']).next().unwrap_or_default();
-            let trace = boot.shared.progress.trace();
-            trace.publish_at(at, mac, TracePath::Tftp, what, || detail.clone());
-            boot.shared.progress.tftp(mac, at, detail);
+            boot.shared.progress.tftp_transfer(mac, at, what, detail);
         }
     });
     Ok(socks

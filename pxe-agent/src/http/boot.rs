@@ -105,16 +105,14 @@ async fn boot_script(
     };
     match script::render(profile, &target, state.server_for(ip).ip, Some(&token)) {
         Ok(text) => {
-            let what = || format!("/boot/{name} from {peer}");
-            state
-                .shared
-                .progress
-                .trace()
-                .publish(mac, TracePath::Http, "script", what);
-            state
-                .shared
-                .progress
-                .script(mac, clock::now_ms(), format!("/boot/{name}"));
+            state.shared.progress.script_served(
+                mac,
+                clock::now_ms(),
+                TracePath::Http,
+                "script",
+                || format!("/boot/{name} from {peer}"),
+                format!("/boot/{name}"),
+            );
             ([("content-type", "text/plain; charset=utf-8")], text).into_response()
         }
         Err(e) => {
@@ -155,18 +153,16 @@ async fn booted(
         return StatusCode::FORBIDDEN;
     }
     let note: String = body.chars().take(200).filter(|c| !c.is_control()).collect();
-    let trace = state.shared.progress.trace();
-    trace.publish(mac, TracePath::PhoneHome, "booted", || {
-        format!("{note:?} from {peer}")
-    });
-    state.shared.progress.booted(
+    let detail = if note.is_empty() {
+        "booted".to_string()
+    } else {
+        note.clone()
+    };
+    state.shared.progress.phoned_home(
         mac,
         clock::now_ms(),
-        if note.is_empty() {
-            "booted".into()
-        } else {
-            note
-        },
+        || format!("{note:?} from {peer}"),
+        detail,
     );
     let inv = state.shared.inventory();
     if let Some(host) = inv.host_by_mac(mac)
@@ -239,14 +235,10 @@ pub fn record_fetch(state: &BootState, peer: SocketAddr, path: &str) {
     let shared = state.shared.clone();
     let path = path.to_string();
     let record = move |shared: &crate::state::State, mac: MacAddr| {
-        let fetched = || format!("{path} from {peer}");
-        shared
-            .progress
-            .trace()
-            .publish(mac, TracePath::Http, "fetch", fetched);
-        shared.progress.artifact(
+        shared.progress.artifact_fetched(
             mac,
             clock::now_ms(),
+            || format!("{path} from {peer}"),
             path.trim_start_matches('/').to_string(),
         );
     };

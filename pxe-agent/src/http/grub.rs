@@ -152,11 +152,14 @@ pub fn config_for(state: &BootState, ip: Ipv4Addr, name: &str, via: TracePath) -
     let epoch = state.shared.progress.new_token_epoch(mac, now);
     let token = state.token_key.issue(mac, epoch);
     let text = render(profile, &target, state.server_for(ip).ip, Some(&token));
-    let progress = &state.shared.progress;
-    progress
-        .trace()
-        .publish(mac, via, "grub.cfg", || format!("/{name} for {ip}"));
-    progress.script(mac, now, format!("/{name} (grub)"));
+    state.shared.progress.script_served(
+        mac,
+        now,
+        via,
+        "grub.cfg",
+        || format!("/{name} for {ip}"),
+        format!("/{name} (grub)"),
+    );
     Some(text)
 }
 
