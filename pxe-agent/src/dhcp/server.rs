@@ -5,10 +5,10 @@
 //! `decide`, settles pool leases for a whole batch in one durable commit, and
 //! sends each reply where RFC 2131 section 4.1 says: to the relay, to
 //! ciaddr, or as a raw frame to a client that has no address yet. It owns
-//! delivery, rate limiting and the slow path's counters; policy stays in
-//! `decide`. A second instance on the PXE boot server port (4011) reads
-//! proxyDHCP clients' follow-up requests and answers each where it came
-//! from ([`serve_boot_server`]).
+//! delivery and rate limiting, and counts what it does in the shared
+//! state's `SlowPathStats`; policy stays in `decide`. A second instance on
+//! the PXE boot server port (4011) reads proxyDHCP clients' follow-up
+//! requests and answers each where it came from ([`serve_boot_server`]).
 
 use std::{
     fmt::Write as _,

@@ -1,8 +1,9 @@
 //! Routes of the two admin listeners. The metrics listener serves
 //! `/metrics` and `/healthz`, open, with no per-host identifier. The API
 //! listener serves the JSON API behind the [`gate`](crate::http::gate):
-//! `/api/v1/discovered`, `/api/v1/leases`, `/api/v1/hosts`, the live trace
-//! of one machine (`/api/v1/trace/<mac>`), and the out-of-band endpoints
+//! `/api/v1/discovered`, `/api/v1/leases`, `/api/v1/peers`,
+//! `/api/v1/hosts`, the live trace of one machine
+//! (`/api/v1/trace/<mac>`), and the out-of-band endpoints
 //! (`/api/v1/hosts/<host>/{power,bootdev,bmc,recover}`, `/api/v1/audit`),
 //! where every call on hardware is in the audit log before its answer goes
 //! out. The netboot endpoints (`/api/v1/hosts/<host>/netboot/done`,
