@@ -1,6 +1,7 @@
-//! Wiring of a running agent: inventory → compiled replies → XDP maps, the slow
-//! path for what XDP passes up, the reload watcher and the HTTP endpoints,
-//! until shutdown.
+//! Wiring of a running agent, until shutdown: inventory (a file or the
+//! Kubernetes API) → compiled replies → XDP maps, the slow path for what
+//! XDP passes up, TFTP, the HTTP listeners, out-of-band control, the pool
+//! peers, the reload and netboot watchers and the health monitor.
 //!
 //! An agent serves one or more interfaces (VLAN sub-interfaces included).
 //! Each gets its own server address, its own loaded XDP program whose hosts
@@ -66,7 +67,6 @@ use crate::{
     share::Share,
     state::State,
     tftp,
-    trace::TracePath,
     xdp::{self, AttachMode, Capacity, FastPath, events},
 };
 
@@ -204,7 +204,8 @@ pub struct RunConfig {
     pub xdp_mode: AttachMode,
     /// How often the inventory file is checked for changes.
     pub reload_interval: Duration,
-    /// Where the lease database lives.
+    /// Where the agent's records live: leases, netboot and recovery state,
+    /// the phone-home token key and, by default, the audit log.
     pub state_dir: PathBuf,
     /// The slow path's storm guard.
     pub limits: Limits,
@@ -319,6 +320,7 @@ pub fn limit_heap_arenas() {
         libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS);
     }
 }
+
 /// Runs until `shutdown` turns true.
 pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
     limit_panic_messages();
@@ -525,7 +527,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
         })
         .collect();
     let boot = Arc::new(BootState {
-        state: state.clone(),
+        shared: state.clone(),
         servers: servers.clone(),
         boot_root: cfg.boot_root.clone(),
         artifacts: cfg.artifacts.clone(),
@@ -662,7 +664,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
     // First, so the slow paths stop even if joining something below fails.
     stop.store(true, Ordering::Relaxed);
     // Trace streams never end by themselves; the admin server waits for them.
-    admin.boot.state.progress.trace().close();
+    admin.boot.shared.progress.trace().close();
     watcher.await.context("inventory watcher panicked")?;
     netboot_task.await.context("netboot watcher panicked")?;
     recovery_task
@@ -701,10 +703,10 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
     Ok(())
 }
 
-/// Opens the recovery store, the token file and the audit log, and starts
-/// the out-of-band control task over each host's BMC driver for the inventory in
-/// force. Fails (the agent does not start) on an unreadable token file or
-/// audit log: acting without either is not an option.
+/// Opens the recovery store and the audit log, and starts the out-of-band
+/// control task over each host's BMC driver for the inventory in force.
+/// Fails (the agent does not start) on a recovery store or audit log it
+/// cannot open: acting without either is not an option.
 fn start_recovery(
     cfg: &RunConfig,
     state: &Arc<State>,
@@ -865,10 +867,6 @@ fn watch_recovery(
     })
 }
 
-/// Binds UDP port 69 on each interface and serves `root` over TFTP there,
-/// turning finished transfers into boot progress. One server (one set of
-/// counters) serves a socket per interface; its transfers stay on the
-/// interface their request came in on.
 /// Lowers the TFTP and HTTP bounds to what the open-files limit holds, once
 /// it is raised as far as it goes, so that a storm past them waits rather
 /// than fails for want of descriptors.
@@ -888,6 +886,10 @@ fn fit_open_files(cfg: &mut RunConfig) {
     cfg.http_limits.max_connections = fitted.http_connections;
 }
 
+/// Binds UDP port 69 on each interface and serves `root` over TFTP there,
+/// turning finished transfers into boot progress. One server (one set of
+/// counters) serves a socket per interface; its transfers stay on the
+/// interface their request came in on.
 async fn start_tftp(
     cfg: &RunConfig,
     ifaces: &[Iface],
@@ -910,7 +912,7 @@ async fn start_tftp(
         busy_poll: cfg.tftp_busy_poll,
         ..tftp::TftpConfig::new(root)
     };
-    let gate_state = boot.state.clone();
+    let gate_state = boot.shared.clone();
     let gate: tftp::Gate = Arc::new(move |ip| {
         let std::net::IpAddr::V4(ip) = ip else {
             return None;
@@ -951,7 +953,7 @@ async fn start_tftp(
                 std::net::IpAddr::V4(ip) => ip,
                 std::net::IpAddr::V6(ip) => ip.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
             };
-            let Some(mac) = boot.state.mac_at(ip).await else {
+            let Some(mac) = boot.shared.mac_at(ip).await else {
                 continue;
             };
             let at = clock::unix_ms(event.finished);
@@ -968,9 +970,7 @@ async fn start_tftp(
             };
             let detail = format!("{} {} B {how}", event.file, event.bytes);
             let what = how.split([' ', ':']).next().unwrap_or_default();
-            let trace = boot.state.progress.trace();
-            trace.publish_at(at, mac, TracePath::Tftp, what, || detail.clone());
-            boot.state.progress.tftp(mac, at, detail);
+            boot.shared.progress.tftp_transfer(mac, at, what, detail);
         }
     });
     Ok(socks
@@ -1140,8 +1140,9 @@ fn fingerprint(path: &Path) -> Option<(SystemTime, u64, u64)> {
     Some((meta.modified().ok()?, meta.len(), meta.ino()))
 }
 
-/// Binds the slow path's sockets on the interface and starts its thread:
-/// one per interface, each answering as that interface's server.
+/// Binds the slow path's sockets on the interface and starts its thread,
+/// and the PXE boot server's ([`start_boot_server`]): one of each per
+/// interface, each answering as that interface's server.
 fn start_slow_path(
     cfg: &RunConfig,
     iface: &Iface,
@@ -1292,6 +1293,7 @@ fn detach_unserved(dir: &Path, ifaces: &[Iface]) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
 /// Starts `iface`'s fast path on its pins under `dir`, adopting what the
 /// last agent left attached (see [`FastPath::start_pinned`]); with the map
 /// writes of its first fill as far as they are known: every template on

@@ -1,5 +1,8 @@
-//! pxe-agent: compiles a host inventory into the XDP fast path's maps, keeps
-//! them in step with the inventory file and exports the fast path's counters.
+//! pxe-agent, a network-boot responder: DHCP answered by an XDP program
+//! from maps compiled from a host inventory (a file or Kubernetes objects)
+//! and, for what it passes up, by a userspace slow path; TFTP and HTTP
+//! boot; BMC control and recovery; the JSON API, `/metrics` and the
+//! command line's client.
 //!
 //! The modules are in layers, bottom to top; each imports only its own
 //! layer and those below (`tests/layers.rs` checks it):

@@ -1,6 +1,9 @@
 //! Boot progress per host: the last DHCP answer, TFTP transfer, iPXE script
 //! fetch, artifact fetches and the phone-home from the booted system, so
 //! `pxe-agent hosts` can say where each machine is in the boot chain.
+//! A service records a serving event with one call, which also publishes
+//! it to the live trace ([`crate::trace`]) when the host is traced; the
+//! XDP program traces its own answers.
 //!
 //! Bounded: inventory hosts are always kept (the inventory bounds them),
 //! and MACs the inventory does not list (every slow-path answer, NAKs to
@@ -17,7 +20,11 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::{inventory::Host, mac::MacAddr, trace::Hub};
+use crate::{
+    inventory::Host,
+    mac::MacAddr,
+    trace::{Hub, TracePath},
+};
 
 /// How far a host got, in boot-chain order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -101,7 +108,7 @@ pub const DEFAULT_CAPACITY: usize = 65_536;
 pub struct Progress {
     inner: Mutex<Tracked>,
     /// The live trace: here because every service that records progress
-    /// already holds this, and publishes its trace events next to it.
+    /// already holds this, and each serving event goes to both.
     trace: Arc<Hub>,
     /// Fast-path answers whose events were overwritten before the agent
     /// read them: answers this view does not show.
@@ -218,6 +225,8 @@ impl Progress {
         self.xdp_events_lost.load(Ordering::Relaxed)
     }
 
+    /// The live trace itself, for its watchers and for events that are no
+    /// boot step (a refusal, a request ignored).
     pub fn trace(&self) -> &Arc<Hub> {
         &self.trace
     }
@@ -257,30 +266,105 @@ impl Progress {
         self.len() == 0
     }
 
+    // Serving events. Each records the host's boot step and, when someone
+    // traces the host, publishes the live trace's event of it with the same
+    // time: a service records both or neither. `detail` is the step's;
+    // `trace_detail` is built only for a traced host.
+
+    /// A DHCP answer the slow path sent to `mac`: `what` is the answer
+    /// (`offer`, `ack`, `proxy offer`, `nak`).
+    pub fn dhcp_answer(
+        &self,
+        mac: MacAddr,
+        at_ms: u64,
+        what: &str,
+        trace_detail: impl FnOnce() -> String,
+        detail: String,
+    ) {
+        self.trace
+            .publish_at(at_ms, mac, TracePath::Dhcp, what, trace_detail);
+        self.dhcp(mac, at_ms, detail);
+    }
+
+    /// A DHCP answer the XDP program sent, as its events report it: the
+    /// step only, since the program traces its own answers (`xdp::trace`).
+    pub fn xdp_answer(&self, mac: MacAddr, at_ms: u64, detail: String) {
+        self.dhcp(mac, at_ms, detail);
+    }
+
+    /// A TFTP transfer to `mac` that ended: `what` is how (`done`,
+    /// `stopped`, `failed`); the trace's detail is the step's.
+    pub fn tftp_transfer(&self, mac: MacAddr, at_ms: u64, what: &str, detail: String) {
+        self.trace
+            .publish_at(at_ms, mac, TracePath::Tftp, what, || detail.clone());
+        self.tftp(mac, at_ms, detail);
+    }
+
+    /// A boot script (an iPXE script, a grub.cfg) served to `mac` over
+    /// `via`, named `what` in the trace.
+    pub fn script_served(
+        &self,
+        mac: MacAddr,
+        at_ms: u64,
+        via: TracePath,
+        what: &str,
+        trace_detail: impl FnOnce() -> String,
+        detail: String,
+    ) {
+        self.trace.publish_at(at_ms, mac, via, what, trace_detail);
+        self.script(mac, at_ms, detail);
+    }
+
+    /// A boot file or artifact `mac` fetched over HTTP.
+    pub fn artifact_fetched(
+        &self,
+        mac: MacAddr,
+        at_ms: u64,
+        trace_detail: impl FnOnce() -> String,
+        detail: String,
+    ) {
+        self.trace
+            .publish_at(at_ms, mac, TracePath::Http, "fetch", trace_detail);
+        self.artifact(mac, at_ms, detail);
+    }
+
+    /// The phone-home of the system `mac` booted.
+    pub fn phoned_home(
+        &self,
+        mac: MacAddr,
+        at_ms: u64,
+        trace_detail: impl FnOnce() -> String,
+        detail: String,
+    ) {
+        self.trace
+            .publish_at(at_ms, mac, TracePath::PhoneHome, "booted", trace_detail);
+        self.booted(mac, at_ms, detail);
+    }
+
     /// A DHCP answer to `mac`, which is also the port the host boots on.
-    pub fn dhcp(&self, mac: MacAddr, at_ms: u64, detail: String) {
+    fn dhcp(&self, mac: MacAddr, at_ms: u64, detail: String) {
         self.with(mac, |p| {
             p.boot_mac = Some(mac.to_string());
             p.dhcp = Some(Step { at_ms, detail });
         });
     }
 
-    pub fn tftp(&self, mac: MacAddr, at_ms: u64, detail: String) {
+    fn tftp(&self, mac: MacAddr, at_ms: u64, detail: String) {
         self.with(mac, |p| p.tftp = Some(Step { at_ms, detail }));
     }
 
-    pub fn script(&self, mac: MacAddr, at_ms: u64, detail: String) {
+    fn script(&self, mac: MacAddr, at_ms: u64, detail: String) {
         self.with(mac, |p| p.script = Some(Step { at_ms, detail }));
     }
 
-    pub fn artifact(&self, mac: MacAddr, at_ms: u64, detail: String) {
+    fn artifact(&self, mac: MacAddr, at_ms: u64, detail: String) {
         self.with(mac, |p| {
             p.artifact = Some(Step { at_ms, detail });
             p.artifacts_fetched += 1;
         });
     }
 
-    pub fn booted(&self, mac: MacAddr, at_ms: u64, detail: String) {
+    fn booted(&self, mac: MacAddr, at_ms: u64, detail: String) {
         self.with(mac, |p| p.booted = Some(Step { at_ms, detail }));
     }
 
@@ -375,6 +459,105 @@ mod tests {
         // The next boot starts over.
         p.dhcp(MAC, 30, "offer".into());
         assert_eq!(p.get(MAC).and_then(|h| h.stage()), Some(Stage::Dhcp));
+    }
+
+    #[tokio::test]
+    async fn a_serving_event_is_a_step_and_a_trace_event_of_the_same_time() {
+        use crate::trace::Next;
+        let p = Progress::default();
+        let mut watch = p.trace().watch(MAC).expect("watch");
+        p.dhcp_answer(
+            MAC,
+            10,
+            "offer",
+            || "Discover xid 0x00000001: 10.0.0.1 to Broadcast".into(),
+            "offer 10.0.0.1 (slow path)".into(),
+        );
+        p.tftp_transfer(MAC, 11, "done", "undionly.kpxe 100 B done".into());
+        p.script_served(
+            MAC,
+            12,
+            TracePath::Tftp,
+            "grub.cfg",
+            || "/grub/grub.cfg for 10.0.0.1".into(),
+            "/grub/grub.cfg (grub)".into(),
+        );
+        p.artifact_fetched(
+            MAC,
+            13,
+            || "/vmlinuz from 10.0.0.1:5000".into(),
+            "vmlinuz".into(),
+        );
+        p.phoned_home(MAC, 14, || "\"up\" from 10.0.0.1:5001".into(), "up".into());
+        // Nothing is built for a MAC nobody traces.
+        let other = MacAddr([2, 0, 0, 0, 0, 2]);
+        p.dhcp_answer(
+            other,
+            15,
+            "ack",
+            || panic!("trace detail built for an untraced MAC"),
+            "ack 10.0.0.2 (slow path)".into(),
+        );
+        // The fast path's answers are the XDP program's to trace: a step
+        // only, so the next event is the marker published after it.
+        p.xdp_answer(MAC, 16, "ack 10.0.0.1 (pxe, xdp)".into());
+        p.trace()
+            .publish(MAC, TracePath::Agent, "marker", String::new);
+        let mut events = Vec::new();
+        for _ in 0..6 {
+            match watch.next().await {
+                Next::Event(e) => events.push((e.at_ms, e.path, e.what.clone(), e.detail.clone())),
+                other => panic!("{other:?}"),
+            }
+        }
+        let marker = events.pop().expect("six events");
+        assert_eq!((marker.1, marker.2.as_str()), (TracePath::Agent, "marker"));
+        let event = |at: u64, path: TracePath, what: &str, detail: &str| {
+            (at, path, what.to_string(), detail.to_string())
+        };
+        assert_eq!(
+            events,
+            [
+                event(
+                    10,
+                    TracePath::Dhcp,
+                    "offer",
+                    "Discover xid 0x00000001: 10.0.0.1 to Broadcast"
+                ),
+                event(11, TracePath::Tftp, "done", "undionly.kpxe 100 B done"),
+                event(
+                    12,
+                    TracePath::Tftp,
+                    "grub.cfg",
+                    "/grub/grub.cfg for 10.0.0.1"
+                ),
+                event(13, TracePath::Http, "fetch", "/vmlinuz from 10.0.0.1:5000"),
+                event(
+                    14,
+                    TracePath::PhoneHome,
+                    "booted",
+                    "\"up\" from 10.0.0.1:5001"
+                ),
+            ]
+        );
+        let h = p.get(MAC).expect("recorded");
+        let steps: Vec<_> = h
+            .steps()
+            .into_iter()
+            .map(|(stage, step)| (stage, step.map(|s| (s.at_ms, s.detail.as_str()))))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                (Stage::Dhcp, Some((16, "ack 10.0.0.1 (pxe, xdp)"))),
+                (Stage::Tftp, Some((11, "undionly.kpxe 100 B done"))),
+                (Stage::Script, Some((12, "/grub/grub.cfg (grub)"))),
+                (Stage::Artifacts, Some((13, "vmlinuz"))),
+                (Stage::Booted, Some((14, "up"))),
+            ]
+        );
+        assert_eq!(h.boot_mac, Some(MAC.to_string()));
+        assert!(p.get(other).is_some_and(|h| h.dhcp.is_some()));
     }
 
     #[test]

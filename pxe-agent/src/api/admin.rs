@@ -1,8 +1,9 @@
 //! Routes of the two admin listeners. The metrics listener serves
 //! `/metrics` and `/healthz`, open, with no per-host identifier. The API
 //! listener serves the JSON API behind the [`gate`](crate::api::gate):
-//! `/api/v1/discovered`, `/api/v1/leases`, `/api/v1/hosts`, the live trace
-//! of one machine (`/api/v1/trace/<mac>`), and the out-of-band endpoints
+//! `/api/v1/discovered`, `/api/v1/leases`, `/api/v1/peers`,
+//! `/api/v1/hosts`, the live trace of one machine
+//! (`/api/v1/trace/<mac>`), and the out-of-band endpoints
 //! (`/api/v1/hosts/<host>/{power,bootdev,bmc,recover}`, `/api/v1/audit`),
 //! where every call on hardware is in the audit log before its answer goes
 //! out. The netboot endpoints (`/api/v1/hosts/<host>/netboot/done`,
@@ -127,7 +128,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
     let gauges = *lock(&s.serving.gauges);
     // The lease store's lock may be held through a commit (an fsync).
     let leases = {
-        let state = s.boot.state.clone();
+        let state = s.boot.shared.clone();
         tokio::task::spawn_blocking(move || {
             let store = lock(&state.leases);
             [LeaseState::Bound, LeaseState::Declined].map(|st| (st, store.count(st)))
@@ -135,22 +136,22 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         .await
         .map_err(|e| internal("leases", e))?
     };
-    let discovered = lock(&s.boot.state.discovered).len();
+    let discovered = lock(&s.boot.shared.discovered).len();
     let tftp = s.boot.tftp_stats.get().map(|t| t.snapshot());
     let recovery = s.oob.control.view().metrics.clone();
     let mut page = metrics::render(&metrics::Page {
         fast: &fast,
         gauges: &gauges,
-        slow: &s.boot.state.stats,
-        health: &s.boot.state.health,
+        slow: &s.boot.shared.stats,
+        health: &s.boot.shared.health,
         discovered,
-        traced: s.boot.state.progress.trace().traced(),
-        xdp_events_lost: s.boot.state.progress.xdp_events_lost(),
+        traced: s.boot.shared.progress.trace().traced(),
+        xdp_events_lost: s.boot.shared.progress.xdp_events_lost(),
         leases: &leases,
         tftp,
         http: s.boot.http_stats.snapshot(),
     });
-    page.push_str(&metrics::render_share(&s.boot.state.share()));
+    page.push_str(&metrics::render_share(&s.boot.shared.share()));
     let owned = s
         .oob
         .control
@@ -160,11 +161,11 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         .filter(|h| h.managed && h.owned)
         .count();
     page.push_str(&metrics::render_host_records(
-        &s.boot.state.host_records,
+        &s.boot.shared.host_records,
         owned,
     ));
-    page.push_str(&metrics::render_other_servers(&s.boot.state.other_servers));
-    let netboot = &s.boot.state.netboot;
+    page.push_str(&metrics::render_other_servers(&s.boot.shared.other_servers));
+    let netboot = &s.boot.shared.netboot;
     page.push_str(&metrics::render_netboot(
         &netboot.counters,
         netboot.done().len(),
@@ -185,7 +186,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
 /// in force, the slow path runs and the state store can be written;
 /// otherwise 503 with one line per problem.
 async fn healthz(State(s): State<Arc<AdminState>>) -> (StatusCode, String) {
-    let problems = s.boot.state.health.check();
+    let problems = s.boot.shared.health.check();
     if problems.is_empty() {
         (StatusCode::OK, "ok\n".to_string())
     } else {
@@ -198,17 +199,17 @@ async fn healthz(State(s): State<Arc<AdminState>>) -> (StatusCode, String) {
 
 /// Unknown clients, most recently seen first.
 async fn discovered(State(s): State<Arc<AdminState>>) -> Json<Vec<Discovered>> {
-    Json(lock(&s.boot.state.discovered).list())
+    Json(lock(&s.boot.shared.discovered).list())
 }
 
 /// How this agent shares the discovery pools.
 async fn peers(State(s): State<Arc<AdminState>>) -> Json<PeersView> {
-    Json(peers_view(&s.boot.state))
+    Json(peers_view(&s.boot.shared))
 }
 
 /// Pool leases, including quarantined addresses.
 async fn leases(State(s): State<Arc<AdminState>>) -> Result<Json<Vec<LeaseView>>, ApiError> {
-    let state = s.boot.state.clone();
+    let state = s.boot.shared.clone();
     let list = tokio::task::spawn_blocking(move || lock(&state.leases).list())
         .await
         .map_err(|e| internal("leases", e))?
@@ -232,7 +233,7 @@ async fn trace(
         .map_err(|e| (StatusCode::BAD_REQUEST, format!("{e}\n")))?;
     let watch = s
         .boot
-        .state
+        .shared
         .progress
         .trace()
         .watch(mac)
@@ -269,7 +270,7 @@ fn json_line(event: &TraceEvent) -> String {
 
 /// Every inventory host, with how far its current boot got.
 async fn hosts(State(s): State<Arc<AdminState>>) -> Json<Vec<HostView>> {
-    Json(host_views(&s.boot.state, &s.oob.control, &s.oob.fallbacks))
+    Json(host_views(&s.boot.shared, &s.oob.control, &s.oob.fallbacks))
 }
 
 /// `POST /api/v1/hosts/<host>/power` body.
@@ -452,7 +453,7 @@ async fn netboot_settle(
         duration_ms: 0,
     };
     record_entry(&s.oob, entry).await?;
-    if !s.boot.state.netboot_in_force(NETBOOT_IN_FORCE).await {
+    if !s.boot.shared.netboot_in_force(NETBOOT_IN_FORCE).await {
         return Err((
             StatusCode::SERVICE_UNAVAILABLE,
             "recorded, but not yet in force on the fast path (see the agent's log)\n",
@@ -477,20 +478,20 @@ async fn netboot_done(
     axum::extract::Path(name): axum::extract::Path<String>,
     Extension(caller): Extension<Caller>,
 ) -> Response {
-    let inv = s.boot.state.inventory();
+    let inv = s.boot.shared.inventory();
     let host = match netboot_host(&inv, &name, true) {
         Ok(host) => host,
         Err(refused) => return refused,
     };
-    let changed = match s.boot.state.netboot_done(host.mac, Actor::Operator) {
+    let changed = match s.boot.shared.netboot_done(host.mac, Actor::Operator) {
         Ok(changed) => changed,
         Err(e) => return store_failed(e),
     };
     if let Err(answer) = netboot_settle(&s, caller, &name, "netboot-done", changed).await {
         return answer;
     }
-    let inv = s.boot.state.inventory();
-    Json(netboot_view(&inv, &s.boot.state.netboot, &host)).into_response()
+    let inv = s.boot.shared.inventory();
+    Json(netboot_view(&inv, &s.boot.shared.netboot, &host)).into_response()
 }
 
 /// `POST /api/v1/hosts/<host>/reprovision`: arms the host again and, with
@@ -510,12 +511,12 @@ async fn reprovision(
             Err(e) => return bad_request(format!("malformed reprovision request: {e}")),
         }
     };
-    let inv = s.boot.state.inventory();
+    let inv = s.boot.shared.inventory();
     let host = match netboot_host(&inv, &name, false) {
         Ok(host) => host,
         Err(refused) => return refused,
     };
-    let changed = match s.boot.state.netboot_arm(host.mac) {
+    let changed = match s.boot.shared.netboot_arm(host.mac) {
         Ok(changed) => changed,
         Err(e) => return store_failed(e),
     };
@@ -531,11 +532,11 @@ async fn reprovision(
         None
     };
     let status = power.as_ref().map_or(StatusCode::OK, outcome_status);
-    let inv = s.boot.state.inventory();
+    let inv = s.boot.shared.inventory();
     let view = ReprovisionView {
         host: name,
         mac: host.mac.to_string(),
-        netboot: netboot_view(&inv, &s.boot.state.netboot, &host),
+        netboot: netboot_view(&inv, &s.boot.shared.netboot, &host),
         power,
     };
     (status, Json(view)).into_response()

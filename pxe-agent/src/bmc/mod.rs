@@ -4,10 +4,11 @@
 //! types it speaks in, [`BmcError`], the BMC address format
 //! ([`address::BmcAddress`]), the credentials ([`credential`]) and a host's
 //! BMC settings ([`settings`]). The IPMI driver lives in [`ipmi`], its wire
-//! commands in [`command`]; the Redfish driver in [`redfish`];
-//! [`driver::Driver`] is the one type callers build from a host's
-//! settings, [`fallback`] its per-host fallback from one driver to the
-//! other; [`fake`] is a simulated BMC for tests of the callers.
+//! commands in [`command`], the replay that diagnoses a failed handshake
+//! in `rakp`; the Redfish driver in [`redfish`]. [`driver::Driver`] is the
+//! one type callers build from a host's settings: one driver alone
+//! ([`single`]) or two, with [`fallback`]'s per-host fallback from one to
+//! the other. [`fake`] is a simulated BMC for tests of the callers.
 //!
 //! It does not decide *when* to power-cycle or re-provision a host: that is
 //! the recovery controller's job, which (like the CLI and the API) only calls

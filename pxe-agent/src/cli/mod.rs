@@ -1,5 +1,7 @@
-//! The command line: its flags and subcommands ([`Cli`], [`Command`]), and
-//! one module for what each subcommand does with the library.
+//! The command line: its flags and subcommands ([`Cli`], [`Command`]), one
+//! module for what each subcommand (or family of them) does with the
+//! library, and what they share: how to reach the agent ([`agent`]) and
+//! the runtime ([`runtime`]).
 
 pub mod agent;
 pub mod bmc;

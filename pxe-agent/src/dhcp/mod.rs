@@ -8,7 +8,8 @@
 //! fast path's replies into the host records (`host_table`) and bodies the
 //! maps hold; `request` is the parsed request. `server` is the slow path's
 //! serve loop and the only part that touches sockets; none of it touches
-//! the BPF maps.
+//! the BPF maps. `fixture` is what the unit tests of `decide` and
+//! `fast_path` share.
 
 pub mod decide;
 pub mod encode;

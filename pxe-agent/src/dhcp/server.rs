@@ -5,10 +5,10 @@
 //! `decide`, settles pool leases for a whole batch in one durable commit, and
 //! sends each reply where RFC 2131 section 4.1 says: to the relay, to
 //! ciaddr, or as a raw frame to a client that has no address yet. It owns
-//! delivery, rate limiting and the slow path's counters; policy stays in
-//! `decide`. A second instance on the PXE boot server port (4011) reads
-//! proxyDHCP clients' follow-up requests and answers each where it came
-//! from ([`serve_boot_server`]).
+//! delivery and rate limiting, and counts what it does in the shared
+//! state's `SlowPathStats`; policy stays in `decide`. A second instance on
+//! the PXE boot server port (4011) reads proxyDHCP clients' follow-up
+//! requests and answers each where it came from ([`serve_boot_server`]).
 
 use std::{
     fmt::Write as _,
@@ -529,14 +529,15 @@ impl SlowPath<'_> {
                     Some(peer) => peer.to_string(),
                     None => format!("{dest:?}"),
                 };
-                self.trace(req, what, || match &reply.file {
+                let sent = || match &reply.file {
                     Some(file) => format!("{} file {file} to {}", reply.yiaddr, to()),
                     None => format!("{} to {}", reply.yiaddr, to()),
-                });
+                };
+                let traced = || trace_detail(req, sent());
                 let detail = format!("{what} {} (slow path)", reply.yiaddr);
                 self.state
                     .progress
-                    .dhcp(req.chaddr, clock::now_ms(), detail);
+                    .dhcp_answer(req.chaddr, clock::now_ms(), what, traced, detail);
             }
             Err(e) => {
                 debug!(mac = %req.chaddr, error = %e, "failed to send reply");
@@ -546,14 +547,13 @@ impl SlowPath<'_> {
         }
     }
 
-    /// Publishes a step of `req`'s client to the live trace, if it is traced.
+    /// Publishes a step of `req`'s client that is no answer sent (a request
+    /// ignored or limited, a release, a failed send) to the live trace, if
+    /// it is traced. An answer sent is a serving event (`send`).
     fn trace(&self, req: &Request, what: &str, detail: impl FnOnce() -> String) {
         let trace = self.state.progress.trace();
         trace.publish(req.chaddr, TracePath::Dhcp, what, || {
-            let kind = req
-                .msg_type
-                .map_or("bootp".to_string(), |t| format!("{t:?}"));
-            format!("{kind} xid {:#010x}: {}", req.xid, detail())
+            trace_detail(req, detail())
         });
     }
 
@@ -671,4 +671,13 @@ fn client(req: &Request) -> Client<'_> {
         mac: req.chaddr.0,
         client_id: req.more.client_id.as_deref(),
     }
+}
+
+/// A live trace event's detail for a step of `req`'s client: the request's
+/// message type and xid, then `detail`.
+fn trace_detail(req: &Request, detail: String) -> String {
+    let kind = req
+        .msg_type
+        .map_or("bootp".to_string(), |t| format!("{t:?}"));
+    format!("{kind} xid {:#010x}: {detail}", req.xid)
 }

@@ -62,20 +62,20 @@ async fn boot_script(
     else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let Some(ip) = state.state.address_of(mac).await else {
+    let Some(ip) = state.shared.address_of(mac).await else {
         return StatusCode::NOT_FOUND.into_response();
     };
     if client_ip(peer) != Some(ip) {
         let why = || format!("/boot/{name} from {peer}, not {ip}");
         state
-            .state
+            .shared
             .progress
             .trace()
             .publish(mac, TracePath::Http, "refused", why);
         warn!(%mac, %peer, expected = %ip, "script refused: not the host's address");
         return StatusCode::FORBIDDEN.into_response();
     }
-    let inv = state.state.inventory();
+    let inv = state.shared.inventory();
     let host = inv.host_by_mac(mac);
     let Some(profile) = host
         .map(|h| inv.profile_of(h))
@@ -91,13 +91,13 @@ async fn boot_script(
         labels: host.map_or(&no_labels, |h| &h.labels),
     };
     // A script fetched is a new boot: its token replaces the last one.
-    let epoch = state.state.progress.new_token_epoch(mac, clock::now_ms());
+    let epoch = state.shared.progress.new_token_epoch(mac, clock::now_ms());
     let token = state.token_key.issue(mac, epoch);
     // A host given no boot file now boots its disk, whatever it fetched
     // the script for.
     let exit_profile;
     let profile = if host.is_some_and(|h| inv.withholds_boot(h)) {
-        crate::netboot::Counters::bump(&state.state.netboot.counters.exit_scripts);
+        crate::netboot::Counters::bump(&state.shared.netboot.counters.exit_scripts);
         exit_profile = script::local_disk(profile);
         &exit_profile
     } else {
@@ -105,16 +105,14 @@ async fn boot_script(
     };
     match script::render(profile, &target, state.server_for(ip).ip, Some(&token)) {
         Ok(text) => {
-            let what = || format!("/boot/{name} from {peer}");
-            state
-                .state
-                .progress
-                .trace()
-                .publish(mac, TracePath::Http, "script", what);
-            state
-                .state
-                .progress
-                .script(mac, clock::now_ms(), format!("/boot/{name}"));
+            state.shared.progress.script_served(
+                mac,
+                clock::now_ms(),
+                TracePath::Http,
+                "script",
+                || format!("/boot/{name} from {peer}"),
+                format!("/boot/{name}"),
+            );
             ([("content-type", "text/plain; charset=utf-8")], text).into_response()
         }
         Err(e) => {
@@ -135,44 +133,42 @@ async fn booted(
     let Ok(mac) = mac.parse::<MacAddr>() else {
         return StatusCode::NOT_FOUND;
     };
-    let Some(ip) = state.state.address_of(mac).await else {
+    let Some(ip) = state.shared.address_of(mac).await else {
         return StatusCode::NOT_FOUND;
     };
     if client_ip(peer) != Some(ip) {
         let why = || format!("from {peer}, not {ip}");
         state
-            .state
+            .shared
             .progress
             .trace()
             .publish(mac, TracePath::PhoneHome, "refused", why);
         warn!(%mac, %peer, "phone-home refused: not the host's address");
         return StatusCode::FORBIDDEN;
     }
-    if state.state.inventory().ipxe.phone_home_token == PhoneHomeToken::Required
+    if state.shared.inventory().ipxe.phone_home_token == PhoneHomeToken::Required
         && let Err(refusal) = check_token(&state, mac, query.as_deref())
     {
         refuse_phone_home(&state, mac, peer, refusal);
         return StatusCode::FORBIDDEN;
     }
     let note: String = body.chars().take(200).filter(|c| !c.is_control()).collect();
-    let trace = state.state.progress.trace();
-    trace.publish(mac, TracePath::PhoneHome, "booted", || {
-        format!("{note:?} from {peer}")
-    });
-    state.state.progress.booted(
+    let detail = if note.is_empty() {
+        "booted".to_string()
+    } else {
+        note.clone()
+    };
+    state.shared.progress.phoned_home(
         mac,
         clock::now_ms(),
-        if note.is_empty() {
-            "booted".into()
-        } else {
-            note
-        },
+        || format!("{note:?} from {peer}"),
+        detail,
     );
-    let inv = state.state.inventory();
+    let inv = state.shared.inventory();
     if let Some(host) = inv.host_by_mac(mac)
         && inv.netboot_of(host) == Netboot::Once
     {
-        match state.state.netboot_done(mac, Actor::PhoneHome) {
+        match state.shared.netboot_done(mac, Actor::PhoneHome) {
             Ok(true) => info!(%mac, "provisioning done: no boot file from now on"),
             Ok(false) => {}
             Err(e) => {
@@ -188,7 +184,7 @@ async fn booted(
 fn check_token(state: &BootState, mac: MacAddr, query: Option<&str>) -> Result<(), Refusal> {
     let presented = token::from_query(query).ok_or(Refusal::Missing)?;
     let epoch = state.token_key.check(mac, presented)?;
-    if state.state.progress.accept_token_epoch(mac, epoch) {
+    if state.shared.progress.accept_token_epoch(mac, epoch) {
         Ok(())
     } else {
         Err(Refusal::Stale)
@@ -208,7 +204,7 @@ fn refuse_phone_home(state: &BootState, mac: MacAddr, peer: SocketAddr, refusal:
     };
     limit::Stats::bump(counter);
     state
-        .state
+        .shared
         .progress
         .trace()
         .publish(mac, TracePath::PhoneHome, "refused", || {
@@ -236,17 +232,13 @@ fn refuse_phone_home(state: &BootState, mac: MacAddr, peer: SocketAddr, refusal:
 /// while it commits: that lookup, and the note, go to the blocking pool.
 pub fn record_fetch(state: &BootState, peer: SocketAddr, path: &str) {
     let Some(ip) = client_ip(peer) else { return };
-    let shared = state.state.clone();
+    let shared = state.shared.clone();
     let path = path.to_string();
     let record = move |shared: &crate::state::State, mac: MacAddr| {
-        let fetched = || format!("{path} from {peer}");
-        shared
-            .progress
-            .trace()
-            .publish(mac, TracePath::Http, "fetch", fetched);
-        shared.progress.artifact(
+        shared.progress.artifact_fetched(
             mac,
             clock::now_ms(),
+            || format!("{path} from {peer}"),
             path.trim_start_matches('/').to_string(),
         );
     };
@@ -327,9 +319,9 @@ async fn serve_from(
         return StatusCode::NOT_FOUND.into_response();
     };
     if let Some(ip) = client_ip(peer)
-        && state.state.inventory().withholds_boot_at(ip)
+        && state.shared.inventory().withholds_boot_at(ip)
     {
-        crate::netboot::Counters::bump(&state.state.netboot.counters.refused_http);
+        crate::netboot::Counters::bump(&state.shared.netboot.counters.refused_http);
         debug!(%path, %peer, "refused: netboot gives this host no boot file now");
         return (
             StatusCode::FORBIDDEN,

@@ -115,7 +115,7 @@ fn is_config(profile: &Profile, name: &str) -> bool {
 /// looking the client up.
 pub fn is_any_config(state: &BootState, name: &str) -> bool {
     state
-        .state
+        .shared
         .inventory()
         .profiles
         .iter()
@@ -127,10 +127,10 @@ pub fn is_any_config(state: &BootState, name: &str) -> bool {
 /// with a new phone-home token. Looks pool clients up in the lease store
 /// (which may block briefly).
 pub fn config_for(state: &BootState, ip: Ipv4Addr, name: &str, via: TracePath) -> Option<String> {
-    let inv = state.state.inventory();
+    let inv = state.shared.inventory();
     let (mac, host) = match inv.host_by_ip(ip) {
         Some(host) => (host.mac, Some(host)),
-        None => (state.state.mac_with_lease(ip)?, None),
+        None => (state.shared.mac_with_lease(ip)?, None),
     };
     let profile = match host {
         Some(h) => inv.profile_of(h),
@@ -149,14 +149,17 @@ pub fn config_for(state: &BootState, ip: Ipv4Addr, name: &str, via: TracePath) -
         labels: host.map_or(&no_labels, |h| &h.labels),
     };
     let now = clock::now_ms();
-    let epoch = state.state.progress.new_token_epoch(mac, now);
+    let epoch = state.shared.progress.new_token_epoch(mac, now);
     let token = state.token_key.issue(mac, epoch);
     let text = render(profile, &target, state.server_for(ip).ip, Some(&token));
-    let progress = &state.state.progress;
-    progress
-        .trace()
-        .publish(mac, via, "grub.cfg", || format!("/{name} for {ip}"));
-    progress.script(mac, now, format!("/{name} (grub)"));
+    state.shared.progress.script_served(
+        mac,
+        now,
+        via,
+        "grub.cfg",
+        || format!("/{name} for {ip}"),
+        format!("/{name} (grub)"),
+    );
     Some(text)
 }
 

@@ -23,7 +23,7 @@ use crate::{dhcp::Server, state::State, tftp};
 /// What the boot server needs to answer.
 pub struct BootState {
     /// Inventory, leases, progress and health, as every service reads them.
-    pub state: Arc<State>,
+    pub shared: Arc<State>,
     /// The server of each interface, in the order given (never empty).
     pub servers: Vec<Server>,
     /// Served at `/`: the TFTP root (iPXE binaries), so the UEFI HTTP boot
@@ -46,7 +46,7 @@ impl BootState {
     /// The server a client at `client` reaches: the interface whose
     /// address is in the client's subnet, else the first one.
     pub fn server_for(&self, client: Ipv4Addr) -> Server {
-        let inv = self.state.inventory();
+        let inv = self.shared.inventory();
         let subnet = inv.subnets.iter().find(|s| s.contains(client));
         subnet
             .and_then(|s| self.servers.iter().find(|srv| s.contains(srv.ip)))

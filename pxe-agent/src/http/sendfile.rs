@@ -284,7 +284,7 @@ async fn file_for(state: &BootState, head: &Head, peer: SocketAddr) -> Option<st
         return None;
     }
     if let std::net::IpAddr::V4(ip) = peer.ip()
-        && state.state.inventory().withholds_boot_at(ip)
+        && state.shared.inventory().withholds_boot_at(ip)
     {
         return None;
     }
@@ -568,7 +568,7 @@ hosts:
             let inv = Inventory::parse(Path::new("t.yaml"), INV).expect("valid inventory");
             let leases = LeaseStore::open(&root.join("leases.redb")).expect("lease store");
             let state = Arc::new(BootState {
-                state: Arc::new(State::new(
+                shared: Arc::new(State::new(
                     Arc::new(inv),
                     leases,
                     16,

@@ -235,7 +235,7 @@ fn record(state: &State, e: &ServedEvent, clocks: &Clocks) {
     let class = BootClass::ALL
         .get(usize::from(e.class))
         .map_or("?".to_string(), |c| format!("{c:?}").to_lowercase());
-    state.progress.dhcp(
+    state.progress.xdp_answer(
         MacAddr(e.mac),
         clocks.wall_ms_of(e.at_ns),
         format!("{what} {ip} ({class}, xdp)"),
