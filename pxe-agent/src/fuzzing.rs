@@ -25,11 +25,7 @@ use crate::{
         ipmi::completion_code_byte,
     },
     dhcp::{Answer, Decision, Request, Server, decide, encode, fast_path, pool_reply, template},
-    http::{
-        artifacts::parse_range,
-        grub,
-        script::{self, Target},
-    },
+    http::{artifacts::parse_range, grub, plan::Target, script},
     inventory::Inventory,
     tftp::{
         option::{self, BLKSIZE_RANGE, DEFAULT_BLKSIZE, Limits, MAX_WINDOWSIZE, TIMEOUT_RANGE},

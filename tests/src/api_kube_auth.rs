@@ -12,7 +12,8 @@ use std::{
 
 use axum::http::{HeaderMap, Method};
 use pxe_agent::api::{
-    gate::{Access, Gate, Identities, Refusal},
+    access::{Access, Refusal},
+    gate::{Gate, Identities},
     kube_auth::Reviewer,
 };
 use serde_json::{Value, json};

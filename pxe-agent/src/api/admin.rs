@@ -25,7 +25,8 @@ use serde::Deserialize;
 
 use crate::{
     api::{
-        gate::{self, Caller, Gate},
+        access::Caller,
+        gate::{self, Gate},
         metrics,
     },
     audit::{AuditLog, Entry},

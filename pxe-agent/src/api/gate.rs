@@ -24,8 +24,8 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-pub use crate::api::access::{Access, Caller, Refusal, Verb};
 use crate::api::{
+    access::{Access, Caller, Refusal, Verb},
     auth::{Tokens, bearer},
     kube_auth::Reviewer,
 };

@@ -20,7 +20,7 @@ use axum::{
 use tracing::{debug, error, info, warn};
 
 use super::{
-    BootState, artifacts, grub, limit, script,
+    BootState, artifacts, grub, limit, plan, script,
     token::{self, Refusal},
 };
 use crate::{
@@ -84,7 +84,7 @@ async fn boot_script(
         return StatusCode::NOT_FOUND.into_response();
     };
     let no_labels = Default::default();
-    let target = script::Target {
+    let target = plan::Target {
         mac,
         ip,
         hostname: host.and_then(|h| h.hostname.as_deref()),

@@ -10,8 +10,7 @@ use std::net::Ipv4Addr;
 
 use minijinja::{Environment, context};
 
-use super::plan::{BootPlan, plan};
-pub use super::plan::{TOKEN_PLACEHOLDER, Target};
+use super::plan::{BootPlan, Target, plan};
 use crate::{inventory::Profile, mac::MacAddr};
 
 /// The script every profile renders with: chain elsewhere, boot the local
