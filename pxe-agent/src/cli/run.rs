@@ -103,7 +103,8 @@ pub struct RunArgs {
     /// How often to check the inventory file for changes, in milliseconds.
     #[arg(long, default_value_t = 250)]
     reload_ms: u64,
-    /// Directory for the lease database.
+    /// Directory of the agent's records: leases, netboot and recovery
+    /// state, the phone-home token key and, by default, the audit log.
     #[arg(long, default_value = "/var/lib/pxe-agent")]
     state_dir: PathBuf,
     /// Slow-path requests per second one MAC may send (burst: twice that).
@@ -267,7 +268,7 @@ impl TryFrom<RunArgs> for RunConfig {
             args.bmc_concurrency > 0
                 && args.power_ons_per_second > 0.0
                 && args.slow_path_rate_threshold > 0.0,
-            "--power-ons-per-second and --slow-path-rate-threshold must be positive"
+            "--bmc-concurrency, --power-ons-per-second and --slow-path-rate-threshold must be positive"
         );
         anyhow::ensure!(
             args.rate_per_mac > 0.0 && args.rate_unknown > 0.0,
@@ -636,7 +637,7 @@ mod tests {
         assert_eq!(refused(&["--rate-per-mac", "0"]), "rates must be positive");
         assert_eq!(
             refused(&["--bmc-concurrency", "0"]),
-            "--power-ons-per-second and --slow-path-rate-threshold must be positive"
+            "--bmc-concurrency, --power-ons-per-second and --slow-path-rate-threshold must be positive"
         );
         assert_eq!(
             refused(&["--peers", "kube", "--peer-lease-seconds", "0"]),
