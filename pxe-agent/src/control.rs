@@ -38,6 +38,7 @@ use crate::{
         Sequencer,
     },
     share::Share,
+    shutdown::Shutdown,
 };
 
 /// How often boot progress and the slow path's request rate are read.
@@ -393,11 +394,11 @@ pub struct Fleet {
     pub hold: Duration,
 }
 
-/// Starts the task serving `inv`; it ends when `shutdown` turns true.
+/// Starts the task serving `inv`; it ends when `shutdown` stops.
 pub fn start<B: Bmc + 'static>(
     inputs: Inputs<B>,
     inv: Arc<Inventory>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
 ) -> (Handle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(QUEUE);
     let (inv_tx, inv_rx) = watch::channel(inv);
@@ -485,7 +486,7 @@ impl<B: Bmc + 'static> Task<B> {
         mut self,
         mut rx: mpsc::Receiver<Request>,
         mut inv_rx: watch::Receiver<Arc<Inventory>>,
-        mut shutdown: watch::Receiver<bool>,
+        mut shutdown: Shutdown,
     ) {
         let first = inv_rx.borrow_and_update().clone();
         self.apply(first);
@@ -504,7 +505,7 @@ impl<B: Bmc + 'static> Task<B> {
             .map_or(POLL, |at| Duration::from_millis(at.saturating_sub(now)))
             .min(POLL);
             tokio::select! {
-                _ = shutdown.wait_for(|stop| *stop) => break,
+                () = shutdown.stopped() => break,
                 Some(req) = rx.recv() => self.request(req),
                 Ok(()) = inv_rx.changed() => {
                     let inv = inv_rx.borrow_and_update().clone();

@@ -7,7 +7,7 @@
 //!
 //! - vocabulary: `mac`, `clock`, `netdev`, `wire`, `rawsock`, `logging`,
 //!   `audit`, `health`, `terminal`, `when`, `trust`, `open_files`,
-//!   `metrics`, `share`;
+//!   `metrics`, `share`, `shutdown`;
 //! - engines: `bmc`, `tftp`, `trace`, `discovered`, `ratelimit`,
 //!   `mac_records`, `client`;
 //! - model: `inventory`, `netboot`;
@@ -51,6 +51,7 @@ pub mod rawsock;
 pub mod recovery;
 pub mod rollout;
 pub mod share;
+pub mod shutdown;
 pub mod state;
 pub mod terminal;
 pub mod tftp;

@@ -30,6 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "open_files",
             "metrics",
             "share",
+            "shutdown",
         ],
     ),
     (

@@ -642,7 +642,7 @@ mod tests {
         router: Router,
         fake: FakeBmc,
         dir: PathBuf,
-        _stop: watch::Sender<bool>,
+        _stop: Trigger,
     }
 
     impl Drop for Fixture {
@@ -651,7 +651,7 @@ mod tests {
         }
     }
 
-    use tokio::sync::watch;
+    use crate::shutdown::{Shutdown, Trigger};
 
     async fn fixture(name: &str, with_tokens: bool) -> Fixture {
         let dir = std::env::temp_dir().join(format!("pxe-admin-{}-{name}", std::process::id()));
@@ -685,7 +685,7 @@ mod tests {
             share: Box::new(|| Arc::new(crate::share::Share::alone())),
             fleet: None,
         };
-        let (stop, shutdown) = watch::channel(false);
+        let (stop, shutdown) = Shutdown::new();
         let (handle, _task) = control::start(inputs, inv, shutdown);
         let identities = if with_tokens {
             std::fs::write(dir.join("tokens"), format!("ops {TOKEN}\n")).expect("tokens");

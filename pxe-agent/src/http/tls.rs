@@ -23,10 +23,9 @@ use rustls::{
     server::{ClientHello, ResolvesServerCert},
     sign::CertifiedKey,
 };
-use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::trust;
+use crate::{shutdown::Shutdown, trust};
 
 /// Where the serving certificate and its key are.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -374,13 +373,13 @@ pub async fn reload(
     serving: Arc<ServingCert>,
     stats: Arc<TlsStats>,
     interval: Duration,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = shutdown.stopped() => return,
             _ = tick.tick() => {}
         }
         match reloader.check() {

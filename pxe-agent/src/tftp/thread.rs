@@ -10,7 +10,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+
+use crate::shutdown::{Shutdown, Trigger};
 
 use super::{ServeError, Server, Stats, TftpConfig, TransferEvent};
 
@@ -19,7 +21,7 @@ const EVENT_QUEUE: usize = 1024;
 
 /// A running server on its own thread; stopped and joined on drop.
 pub struct ServerThread {
-    stop: watch::Sender<bool>,
+    stop: Trigger,
     thread: Option<JoinHandle<Result<(), ServeError>>>,
     stats: Arc<Stats>,
     events: Mutex<mpsc::Receiver<TransferEvent>>,
@@ -38,7 +40,7 @@ impl ServerThread {
             .enable_all()
             .build()
             .map_err(ServeError::Thread)?;
-        let (stop, stopped) = watch::channel(false);
+        let (stop, stopped) = Shutdown::new();
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
         let thread = std::thread::Builder::new()
             .name("tftp".into())
@@ -89,7 +91,7 @@ impl ServerThread {
     }
 
     fn join(&mut self) -> Result<(), ServeError> {
-        let _ = self.stop.send(true);
+        self.stop.stop();
         match self.thread.take() {
             Some(thread) => thread.join().map_err(|_| ServeError::Panicked)?,
             None => Ok(()),

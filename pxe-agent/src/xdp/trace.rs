@@ -6,12 +6,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use aya::maps::{Array, HashMap, MapData, RingBuf};
 use pxe_ebpf_common::{Counter, TraceKey, TraceRecord};
-use tokio::{io::unix::AsyncFd, sync::watch};
+use tokio::io::unix::AsyncFd;
 use tracing::warn;
 
 use crate::{
     clock::Clocks,
     mac::MacAddr,
+    shutdown::Shutdown,
     trace::{Hub, KernelFilter, TracePath},
 };
 
@@ -67,7 +68,7 @@ impl KernelFilter for TraceFilter {
 }
 
 /// Reads verdict records into `hub` until shutdown.
-pub async fn stream(ring: RingBuf<MapData>, hub: Arc<Hub>, mut shutdown: watch::Receiver<bool>) {
+pub async fn stream(ring: RingBuf<MapData>, hub: Arc<Hub>, mut shutdown: Shutdown) {
     // SAFETY: the ring owns its map's file descriptor, which stays open
     // and unreplaced while the AsyncFd owns the ring.
     let mut ring = match unsafe { AsyncFd::register(ring) } {
@@ -79,7 +80,7 @@ pub async fn stream(ring: RingBuf<MapData>, hub: Arc<Hub>, mut shutdown: watch::
     };
     loop {
         let mut ready = tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = shutdown.stopped() => return,
             ready = ring.readable_mut() => match ready {
                 Ok(r) => r,
                 Err(e) => {
