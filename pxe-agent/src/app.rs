@@ -13,7 +13,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     sync::{
-        Arc, Mutex, OnceLock, PoisonError,
+        Arc, Mutex, OnceLock,
         atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant, SystemTime},
@@ -66,6 +66,7 @@ use crate::{
     share::{Share, host_records, membership},
     shutdown::Shutdown,
     state::State,
+    sync::lock,
     tftp,
     trace::TracePath,
     xdp::{self, AttachMode, Capacity, FastPath, events},
@@ -832,7 +833,7 @@ fn limit_panic_messages() {
     ONCE.call_once(|| {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut last = lock(&LAST);
             if last.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
                 *last = Some(std::time::Instant::now());
                 drop(last);
@@ -1369,12 +1370,7 @@ async fn monitor_health(programs: Vec<(String, u32)>, shared: Arc<State>, mut sh
                 Err(problems.join("; "))
             });
             if probe {
-                let result = shared
-                    .leases
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .probe()
-                    .map_err(|e| e.to_string());
+                let result = lock(&shared.leases).probe().map_err(|e| e.to_string());
                 shared.health.set_store(result);
             }
         })

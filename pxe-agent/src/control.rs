@@ -16,7 +16,7 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -39,6 +39,7 @@ use crate::{
     },
     share::Share,
     shutdown::Shutdown,
+    sync::lock,
 };
 
 /// How often boot progress and the slow path's request rate are read.
@@ -356,7 +357,7 @@ impl Handle {
     }
 
     pub fn view(&self) -> std::sync::MutexGuard<'_, View> {
-        self.view.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.view)
     }
 
     /// Puts a reloaded inventory in force: plans and BMCs.
@@ -831,7 +832,7 @@ impl<B: Bmc + 'static> Task<B> {
     }
 
     fn note_power(&mut self, mac: MacAddr, state: PowerState) {
-        let mut view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut view = lock(&self.view);
         view.power.insert(mac, (state, clock::now_ms()));
     }
 
@@ -900,7 +901,7 @@ impl<B: Bmc + 'static> Task<B> {
             })
             .collect();
         let metrics = recovery::metrics::render(&self.controller, &self.sequencer);
-        let mut view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut view = lock(&self.view);
         view.recovery = recovery;
         view.metrics = metrics;
     }

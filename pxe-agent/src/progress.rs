@@ -10,14 +10,14 @@
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc, Mutex,
         atomic::{AtomicU64, Ordering},
     },
 };
 
 use serde::{Deserialize, Serialize};
 
-use crate::{inventory::Host, mac::MacAddr, trace::Hub};
+use crate::{inventory::Host, mac::MacAddr, sync::lock, trace::Hub};
 
 /// How far a host got, in boot-chain order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -223,7 +223,7 @@ impl Progress {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Tracked> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner)
     }
 
     fn with(&self, mac: MacAddr, f: impl FnOnce(&mut HostProgress)) {

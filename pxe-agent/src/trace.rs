@@ -12,7 +12,7 @@
 use std::{
     collections::HashMap,
     sync::{
-        Arc, Mutex, OnceLock, PoisonError,
+        Arc, Mutex, OnceLock,
         atomic::{AtomicUsize, Ordering},
     },
 };
@@ -25,6 +25,7 @@ use crate::{
     clock,
     mac::MacAddr,
     shutdown::{Shutdown, Trigger},
+    sync::lock,
 };
 
 /// Events buffered for a slow watcher before it misses some.
@@ -220,7 +221,7 @@ impl Hub {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<MacAddr, usize>> {
-        self.watchers.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.watchers)
     }
 }
 

@@ -31,6 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "metrics",
             "share",
             "shutdown",
+            "sync",
         ],
     ),
     (

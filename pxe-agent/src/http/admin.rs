@@ -9,7 +9,7 @@
 //! `/reprovision`) act under the same gate and audit log, and answer once
 //! the change is in force on every route.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use axum::{
     Json, Router,
@@ -38,6 +38,7 @@ use crate::{
     metrics,
     netboot::Actor,
     rollout::Serving,
+    sync::lock,
     trace::{Next, TraceEvent, TracePath},
     view::{HostView, LeaseView, PeersView, ReprovisionView, host_views, netboot_view, peers_view},
     xdp::Stats,
@@ -115,10 +116,6 @@ fn internal(what: &str, e: impl std::fmt::Display) -> ApiError {
         StatusCode::INTERNAL_SERVER_ERROR,
         format!("failed to read {what}: {e}"),
     )
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiError> {

@@ -11,7 +11,7 @@ use std::{
     io,
     path::{Path, PathBuf},
     sync::{
-        Arc, PoisonError, RwLock,
+        Arc, RwLock,
         atomic::{AtomicI64, AtomicU64, Ordering},
     },
     time::Duration,
@@ -25,7 +25,11 @@ use rustls::{
 };
 use tracing::{info, warn};
 
-use crate::{shutdown::Shutdown, trust};
+use crate::{
+    shutdown::Shutdown,
+    sync::{read, write},
+    trust,
+};
 
 /// Where the serving certificate and its key are.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -234,18 +238,13 @@ impl ServingCert {
     }
 
     fn replace(&self, certified: Arc<CertifiedKey>) {
-        *self.0.write().unwrap_or_else(PoisonError::into_inner) = certified;
+        *write(&self.0) = certified;
     }
 }
 
 impl ResolvesServerCert for ServingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(
-            self.0
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone(),
-        )
+        Some(read(&self.0).clone())
     }
 }
 

@@ -5,14 +5,17 @@
 
 use std::{
     net::SocketAddr,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex},
     thread::JoinHandle,
     time::{Duration, Instant},
 };
 
 use tokio::sync::mpsc;
 
-use crate::shutdown::{Shutdown, Trigger};
+use crate::{
+    shutdown::{Shutdown, Trigger},
+    sync::lock,
+};
 
 use super::{ServeError, Server, Stats, TftpConfig, TransferEvent};
 
@@ -73,7 +76,7 @@ impl ServerThread {
     /// The next transfer event, waiting up to `timeout` for one.
     pub fn next_event(&self, timeout: Duration) -> Option<TransferEvent> {
         let deadline = Instant::now() + timeout;
-        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut events = lock(&self.events);
         loop {
             if let Ok(event) = events.try_recv() {
                 return Some(event);

@@ -2,7 +2,7 @@
 //! MACs (`TRACED`, `TRACE_GATE`) and the reader of its `TRACE` ring, which
 //! turns verdict records into trace events.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use aya::maps::{Array, HashMap, MapData, RingBuf};
 use pxe_ebpf_common::{Counter, TraceKey, TraceRecord};
@@ -13,6 +13,7 @@ use crate::{
     clock::Clocks,
     mac::MacAddr,
     shutdown::Shutdown,
+    sync::lock,
     trace::{Hub, KernelFilter, TracePath},
 };
 
@@ -35,7 +36,7 @@ impl TraceFilter {
 impl TraceFilter {
     /// Forgets every traced MAC and closes the gate.
     pub fn clear(&self) -> Result<(), aya::maps::MapError> {
-        let mut maps = self.maps.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut maps = lock(&self.maps);
         let (macs, gate) = &mut *maps;
         gate.set(0, 0, 0)?;
         let keys: Vec<TraceKey> = macs.keys().filter_map(Result::ok).collect();
@@ -51,7 +52,7 @@ impl TraceFilter {
 
 impl KernelFilter for TraceFilter {
     fn set(&self, mac: MacAddr, traced: bool, count: usize) -> Result<(), String> {
-        let mut maps = self.maps.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut maps = lock(&self.maps);
         let (macs, gate) = &mut *maps;
         let key = TraceKey::new(mac.0);
         // The gate opens after the MAC is in and closes before it leaves,
