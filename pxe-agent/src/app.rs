@@ -14,7 +14,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     sync::{
-        Arc, Mutex, OnceLock, PoisonError,
+        Arc, Mutex, OnceLock,
         atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant, SystemTime},
@@ -26,10 +26,7 @@ use axum::{
     extract::connect_info::Connected,
     serve::{IncomingStream, Listener, ListenerExt as _},
 };
-use tokio::{
-    net::TcpListener,
-    sync::{mpsc, watch},
-};
+use tokio::{net::TcpListener, sync::mpsc};
 use tracing::{error, info, warn};
 
 use crate::{
@@ -65,7 +62,9 @@ use crate::{
         trim_heap,
     },
     share::Share,
+    shutdown::Shutdown,
     state::State,
+    sync::lock,
     tftp,
     xdp::{self, AttachMode, Capacity, FastPath, events},
 };
@@ -321,8 +320,8 @@ pub fn limit_heap_arenas() {
     }
 }
 
-/// Runs until `shutdown` turns true.
-pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+/// Runs until `shutdown` stops.
+pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<()> {
     limit_panic_messages();
     fit_open_files(&mut cfg);
     let ifaces = resolve(&cfg.interfaces)?;
@@ -659,7 +658,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: watch::Receiver<bool>) -> any
         serving.clone(),
         shutdown.clone(),
     ));
-    let _ = shutdown.wait_for(|stop| *stop).await;
+    shutdown.stopped().await;
     info!("shutting down");
     // First, so the slow paths stop even if joining something below fails.
     stop.store(true, Ordering::Relaxed);
@@ -711,7 +710,7 @@ fn start_recovery(
     cfg: &RunConfig,
     state: &Arc<State>,
     fleet: Option<control::Fleet>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
 ) -> anyhow::Result<(Arc<admin::OobState>, tokio::task::JoinHandle<()>)> {
     let store =
         RecoveryStore::open_in(&cfg.state_dir).context("failed to open the recovery store")?;
@@ -833,7 +832,7 @@ fn limit_panic_messages() {
     ONCE.call_once(|| {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut last = lock(&LAST);
             if last.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
                 *last = Some(std::time::Instant::now());
                 drop(last);
@@ -849,11 +848,11 @@ fn limit_panic_messages() {
 fn watch_recovery(
     task: tokio::task::JoinHandle<()>,
     state: Arc<State>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let ended = task.await;
-        if *shutdown.borrow() {
+        if shutdown.is_stopped() {
             return;
         }
         let why = match ended {
@@ -895,7 +894,7 @@ async fn start_tftp(
     ifaces: &[Iface],
     root: &Path,
     boot: Arc<BootState>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<Result<(), tftp::ServeError>>>> {
     use socket2::{Domain, Protocol, Socket, Type};
     // A block must fit one frame on every interface (a VLAN's MTU may be
@@ -1046,7 +1045,7 @@ fn set_int_option(
 fn serve_http<L>(
     listener: L,
     router: Router,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) -> tokio::task::JoinHandle<std::io::Result<()>>
 where
     L: Listener<Addr = SocketAddr>,
@@ -1058,7 +1057,7 @@ where
             router.into_make_service_with_connect_info::<SocketAddr>(),
         )
         .with_graceful_shutdown(async move {
-            let _ = shutdown.wait_for(|stop| *stop).await;
+            shutdown.stopped().await;
         })
         .await
     })
@@ -1072,7 +1071,7 @@ async fn watch_inventory(
     servers: Vec<Server>,
     serving: Arc<Serving>,
     mut layout: Option<Layout>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let mut seen = fingerprint(&cfg.inventory);
     let mut tick = tokio::time::interval(cfg.reload_interval);
@@ -1080,7 +1079,7 @@ async fn watch_inventory(
     let mut retry_at: Option<std::time::Instant> = None;
     loop {
         tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = shutdown.stopped() => return,
             _ = tick.tick() => {}
         }
         let now = fingerprint(&cfg.inventory);
@@ -1113,14 +1112,10 @@ async fn watch_inventory(
 /// Puts each netboot change in force on both paths: the inventory in force
 /// with the store's done hosts, recompiled; the map sync writes only the
 /// entries of the hosts that changed.
-async fn watch_netboot(
-    servers: Vec<Server>,
-    serving: Arc<Serving>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+async fn watch_netboot(servers: Vec<Server>, serving: Arc<Serving>, mut shutdown: Shutdown) {
     loop {
         tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = shutdown.stopped() => return,
             () = serving.state.netboot_changed.notified() => {}
         }
         let (serving, servers) = (serving.clone(), servers.clone());
@@ -1347,16 +1342,12 @@ const STORE_PROBE_EVERY: Duration = Duration::from_secs(5);
 /// the interface and our program's id there), and whether the state store
 /// can still be written. Both questions block, so they run on the blocking
 /// pool.
-async fn monitor_health(
-    programs: Vec<(String, u32)>,
-    shared: Arc<State>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+async fn monitor_health(programs: Vec<(String, u32)>, shared: Arc<State>, mut shutdown: Shutdown) {
     let mut tick = tokio::time::interval(HEALTH_EVERY);
     let mut last_probe: Option<std::time::Instant> = None;
     loop {
         tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = shutdown.stopped() => return,
             _ = tick.tick() => {}
         }
         let probe = last_probe.is_none_or(|t| t.elapsed() >= STORE_PROBE_EVERY);
@@ -1378,12 +1369,7 @@ async fn monitor_health(
                 Err(problems.join("; "))
             });
             if probe {
-                let result = shared
-                    .leases
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .probe()
-                    .map_err(|e| e.to_string());
+                let result = lock(&shared.leases).probe().map_err(|e| e.to_string());
                 shared.health.set_store(result);
             }
         })

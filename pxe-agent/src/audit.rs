@@ -9,10 +9,12 @@ use std::{
     fs::{File, OpenOptions},
     io::{self, BufRead as _, BufReader, Write as _},
     path::{Path, PathBuf},
-    sync::{Mutex, PoisonError},
+    sync::Mutex,
 };
 
 use serde::{Deserialize, Serialize};
+
+use crate::sync::lock;
 
 /// One action, as recorded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -101,7 +103,7 @@ impl AuditLog {
     pub fn record(&self, entry: &Entry) -> Result<(), AuditError> {
         let mut line = serde_json::to_vec(entry).expect("an entry serializes");
         line.push(b'\n');
-        let file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let file = lock(&self.file);
         let write_error = |source| AuditError::Write {
             path: self.path.clone(),
             source,

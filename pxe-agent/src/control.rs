@@ -16,7 +16,7 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -38,6 +38,8 @@ use crate::{
         Sequencer,
     },
     share::Share,
+    shutdown::Shutdown,
+    sync::lock,
 };
 
 /// How often boot progress and the slow path's request rate are read.
@@ -355,7 +357,7 @@ impl Handle {
     }
 
     pub fn view(&self) -> std::sync::MutexGuard<'_, View> {
-        self.view.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.view)
     }
 
     /// Puts a reloaded inventory in force: plans and BMCs.
@@ -393,11 +395,11 @@ pub struct Fleet {
     pub hold: Duration,
 }
 
-/// Starts the task serving `inv`; it ends when `shutdown` turns true.
+/// Starts the task serving `inv`; it ends when `shutdown` stops.
 pub fn start<B: Bmc + 'static>(
     inputs: Inputs<B>,
     inv: Arc<Inventory>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
 ) -> (Handle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(QUEUE);
     let (inv_tx, inv_rx) = watch::channel(inv);
@@ -485,7 +487,7 @@ impl<B: Bmc + 'static> Task<B> {
         mut self,
         mut rx: mpsc::Receiver<Request>,
         mut inv_rx: watch::Receiver<Arc<Inventory>>,
-        mut shutdown: watch::Receiver<bool>,
+        mut shutdown: Shutdown,
     ) {
         let first = inv_rx.borrow_and_update().clone();
         self.apply(first);
@@ -504,7 +506,7 @@ impl<B: Bmc + 'static> Task<B> {
             .map_or(POLL, |at| Duration::from_millis(at.saturating_sub(now)))
             .min(POLL);
             tokio::select! {
-                _ = shutdown.wait_for(|stop| *stop) => break,
+                () = shutdown.stopped() => break,
                 Some(req) = rx.recv() => self.request(req),
                 Ok(()) = inv_rx.changed() => {
                     let inv = inv_rx.borrow_and_update().clone();
@@ -830,7 +832,7 @@ impl<B: Bmc + 'static> Task<B> {
     }
 
     fn note_power(&mut self, mac: MacAddr, state: PowerState) {
-        let mut view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut view = lock(&self.view);
         view.power.insert(mac, (state, clock::now_ms()));
     }
 
@@ -899,7 +901,7 @@ impl<B: Bmc + 'static> Task<B> {
             })
             .collect();
         let metrics = recovery::metrics::render(&self.controller, &self.sequencer);
-        let mut view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut view = lock(&self.view);
         view.recovery = recovery;
         view.metrics = metrics;
     }

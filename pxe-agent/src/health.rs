@@ -7,11 +7,13 @@
 
 use std::{
     sync::{
-        Mutex, PoisonError,
+        Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
+
+use crate::sync::lock;
 
 /// How long the slow path may go without a turn of its loop before it counts
 /// as stalled: its socket's read timeout is 100 ms and a batch takes a few.
@@ -52,7 +54,7 @@ impl Default for Health {
 
 impl Health {
     fn problems(&self) -> std::sync::MutexGuard<'_, Problems> {
-        self.problems.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.problems)
     }
 
     fn now_ms(&self) -> u64 {

@@ -9,7 +9,7 @@
 //!
 //! - vocabulary: `mac`, `clock`, `netdev`, `wire`, `rawsock`, `logging`,
 //!   `audit`, `health`, `terminal`, `when`, `trust`, `open_files`,
-//!   `metrics`, `share`;
+//!   `metrics`, `share`, `shutdown`, `sync`;
 //! - engines: `bmc`, `tftp`, `trace`, `discovered`, `ratelimit`,
 //!   `mac_records`, `client`;
 //! - model: `inventory`, `netboot`;
@@ -55,7 +55,9 @@ pub mod rawsock;
 pub mod recovery;
 pub mod rollout;
 pub mod share;
+pub mod shutdown;
 pub mod state;
+pub mod sync;
 pub mod terminal;
 pub mod tftp;
 pub mod trace;

@@ -20,7 +20,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
     sync::{
-        Mutex, PoisonError,
+        Mutex,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     mac::MacAddr,
     mac_records::{self, ReadError},
+    sync::lock,
 };
 
 /// The file name under the state directory.
@@ -225,7 +226,7 @@ impl NetbootStore {
 
     /// Sends every local change from now on to `tx` (the peers' writer).
     pub fn publish_to(&self, tx: tokio::sync::mpsc::UnboundedSender<(MacAddr, Record)>) {
-        *self.publish.lock().unwrap_or_else(PoisonError::into_inner) = Some(tx);
+        *lock(&self.publish) = Some(tx);
     }
 
     /// Every record, for the peers' writer to share what it holds.
@@ -270,7 +271,7 @@ impl NetbootStore {
             by,
         };
         self.write(&mut records, mac, record)?;
-        if let Some(tx) = &*self.publish.lock().unwrap_or_else(PoisonError::into_inner) {
+        if let Some(tx) = &*lock(&self.publish) {
             let _ = tx.send((mac, record));
         }
         Ok(true)
@@ -303,7 +304,7 @@ impl NetbootStore {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<MacAddr, Record>> {
-        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.records)
     }
 }
 

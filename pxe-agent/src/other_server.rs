@@ -11,7 +11,7 @@ use std::{
     collections::BTreeMap,
     net::Ipv4Addr,
     sync::{
-        Mutex, PoisonError,
+        Mutex,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -22,6 +22,7 @@ use crate::{
     inventory::{Host, Inventory, Netboot},
     mac::MacAddr,
     share::Share,
+    sync::lock,
 };
 
 /// Whether `host` has state that only this agent keeps when agents share
@@ -54,7 +55,7 @@ impl OtherServers {
         };
         self.requests.fetch_add(1, Ordering::Relaxed);
         {
-            let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut warned = lock(&self.warned);
             if warned.contains_key(&host.mac) {
                 return false;
             }
@@ -77,9 +78,7 @@ impl OtherServers {
     /// Forgets the hosts that are not in `inv`, or no longer keep state
     /// here: such a host is warned about again if it comes back.
     pub fn retain(&self, inv: &Inventory) {
-        self.warned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.warned)
             .retain(|mac, _| inv.host_by_mac(*mac).is_some_and(|h| keeps_state(inv, h)));
     }
 
@@ -90,10 +89,7 @@ impl OtherServers {
 
     /// Hosts warned about (and still in the inventory).
     pub fn hosts(&self) -> usize {
-        self.warned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        lock(&self.warned).len()
     }
 }
 

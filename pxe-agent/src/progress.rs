@@ -13,7 +13,7 @@
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc, Mutex,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     inventory::Host,
     mac::MacAddr,
+    sync::lock,
     trace::{Hub, TracePath},
 };
 
@@ -232,7 +233,7 @@ impl Progress {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Tracked> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner)
     }
 
     fn with(&self, mac: MacAddr, f: impl FnOnce(&mut HostProgress)) {

@@ -6,7 +6,7 @@
 
 use std::{
     path::Path,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -19,6 +19,7 @@ use crate::{
     metrics::AgentGauges,
     netboot::NetbootStore,
     state::State,
+    sync::lock,
     xdp::{self, Capacity, FastPath, SyncError, sync_each},
 };
 
@@ -93,7 +94,7 @@ pub fn compile_each_beside(
     inv.serve_on(&servers.iter().map(|s| s.ip).collect::<Vec<_>>());
     // What is in force, taken under the lock and compiled beside without it.
     let in_force = running.map(|serving| {
-        let fast = serving.fast.lock().unwrap_or_else(PoisonError::into_inner);
+        let fast = lock(&serving.fast);
         let compiled: Vec<_> = fast
             .iter()
             .map(|f| f.in_step().then(|| f.current().compiled().clone()))
@@ -195,10 +196,7 @@ pub fn apply_inventory(
     before: Option<Layout>,
 ) -> (Reload, Option<Layout>) {
     let state = &serving.state;
-    let _applying = serving
-        .applying
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let _applying = lock(&serving.applying);
     let started = Instant::now();
     let in_force = state.inventory();
     let loaded = load_provisioned(
@@ -248,10 +246,7 @@ pub fn load_provisioned(
 
 pub fn apply_netboot(servers: &[Server], serving: &Serving) {
     let state = &serving.state;
-    let _applying = serving
-        .applying
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let _applying = lock(&serving.applying);
     let current = state.inventory();
     let done = state.netboot.done();
     if current.provisioned == done {
@@ -261,7 +256,7 @@ pub fn apply_netboot(servers: &[Server], serving: &Serving) {
     inv.provisioned = done;
     let label = Path::new("netboot state");
     let in_force: Vec<_> = {
-        let fast = serving.fast.lock().unwrap_or_else(PoisonError::into_inner);
+        let fast = lock(&serving.fast);
         fast.iter()
             .map(|f| f.in_step().then(|| f.current().compiled().clone()))
             .collect()
@@ -310,11 +305,7 @@ fn apply_compiled(
 ) -> Reload {
     let health = &serving.state.health;
     let rejected = || {
-        serving
-            .gauges
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .reloads_rejected += 1;
+        lock(&serving.gauges).reloads_rejected += 1;
     };
     let (inv, templates) = match prepared {
         Ok(prepared) => prepared,
@@ -325,7 +316,7 @@ fn apply_compiled(
         }
     };
     let count = templates.iter().map(template::Compiled::replies).sum();
-    let mut fast = serving.fast.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut fast = lock(&serving.fast);
     // The maps were sized at start; an inventory past them is refused
     // whole, like any other invalid one.
     let too_big = fast
@@ -371,10 +362,7 @@ fn apply_compiled(
     let took = reload.map(|started| started.elapsed());
     trim_heap();
     {
-        let mut gauges = serving
-            .gauges
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut gauges = lock(&serving.gauges);
         gauges.hosts = hosts;
         gauges.templates = count;
         gauges.map_writes += map_writes_of(&report);
@@ -413,10 +401,7 @@ pub fn map_writes_of(report: &xdp::maps::SyncReport) -> u64 {
 /// while it compiled is looked at again.
 pub fn apply_from_source(serving: &Serving, prepared: Prepared) -> bool {
     let applied = {
-        let _applying = serving
-            .applying
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let _applying = lock(&serving.applying);
         // The objects were read before: the gauge times compile and sync
         // here.
         apply_prepared(Ok(prepared), serving, Instant::now()) == Reload::Applied

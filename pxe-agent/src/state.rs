@@ -8,7 +8,7 @@
 
 use std::{
     net::Ipv4Addr,
-    sync::{Arc, Mutex, PoisonError, RwLock, atomic::AtomicU64},
+    sync::{Arc, Mutex, RwLock, atomic::AtomicU64},
 };
 
 use pxe_ebpf_common::Counter;
@@ -22,6 +22,7 @@ use crate::{
     netboot::{Actor, NetbootStore, StoreError},
     progress::Progress,
     share::Share,
+    sync::{lock, read, write},
 };
 
 /// What the services share (see the module doc).
@@ -152,28 +153,22 @@ impl State {
 
     /// How the pools are shared now ([`Share::alone`] without peers).
     pub fn share(&self) -> Arc<Share> {
-        self.share
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        read(&self.share).clone()
     }
 
     /// Swaps in a new membership.
     pub fn set_share(&self, share: Share) {
-        *self.share.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(share);
+        *write(&self.share) = Arc::new(share);
     }
 
     /// The serving inventory.
     pub fn inventory(&self) -> Arc<Inventory> {
-        self.inventory
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        read(&self.inventory).clone()
     }
 
     /// The pool address `mac` holds (bound or offered).
     pub fn lease_of(&self, mac: MacAddr) -> Option<Ipv4Addr> {
-        let store = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        let store = lock(&self.leases);
         store
             .lease_of_mac(mac.0)
             .filter(|l| matches!(l.state, LeaseState::Bound | LeaseState::Offered))
@@ -182,33 +177,21 @@ impl State {
 
     /// The MAC holding the pool lease of `ip`.
     pub fn mac_with_lease(&self, ip: Ipv4Addr) -> Option<MacAddr> {
-        let store = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        let store = lock(&self.leases);
         store.bound_at(ip).map(MacAddr)
     }
 
     /// Swaps in a new inventory; MACs it now lists leave the discovered set.
     pub fn replace_inventory(&self, inv: Arc<Inventory>) {
-        self.discovered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .adopt_known(|mac| inv.host_by_mac(mac).is_some());
-        self.leases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .set_lease_key(inv.discovery.lease_key);
+        lock(&self.discovered).adopt_known(|mac| inv.host_by_mac(mac).is_some());
+        lock(&self.leases).set_lease_key(inv.discovery.lease_key);
         // A reload that changed hosts' settings, not which MACs are whose,
         // leaves what progress tracks as it is.
         if !self.inventory().same_ports(&inv) {
             self.progress.set_hosts(&inv.hosts);
         }
         self.other_servers.retain(&inv);
-        let old = std::mem::replace(
-            &mut *self
-                .inventory
-                .write()
-                .unwrap_or_else(PoisonError::into_inner),
-            inv,
-        );
+        let old = std::mem::replace(&mut *write(&self.inventory), inv);
         // The lock is not held while a fleet's hosts are freed.
         drop(old);
     }

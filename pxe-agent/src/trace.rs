@@ -12,16 +12,21 @@
 use std::{
     collections::HashMap,
     sync::{
-        Arc, Mutex, OnceLock, PoisonError,
+        Arc, Mutex, OnceLock,
         atomic::{AtomicUsize, Ordering},
     },
 };
 
 use pxe_ebpf_common::MAX_TRACED;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast;
 
-use crate::{clock, mac::MacAddr};
+use crate::{
+    clock,
+    mac::MacAddr,
+    shutdown::{Shutdown, Trigger},
+    sync::lock,
+};
 
 /// Events buffered for a slow watcher before it misses some.
 const CAPACITY: usize = 1024;
@@ -92,9 +97,9 @@ pub struct Hub {
     watchers: Mutex<HashMap<MacAddr, usize>>,
     kernel: OnceLock<Box<dyn KernelFilter>>,
     tx: broadcast::Sender<Arc<TraceEvent>>,
-    /// Turns true at shutdown: every watch ends, so the streams serving
+    /// Stopped at shutdown: every watch ends, so the streams serving
     /// them end and the admin server can stop.
-    closed: watch::Sender<bool>,
+    closed: Trigger,
 }
 
 impl Default for Hub {
@@ -104,7 +109,8 @@ impl Default for Hub {
             watchers: Mutex::new(HashMap::new()),
             kernel: OnceLock::new(),
             tx: broadcast::channel(CAPACITY).0,
-            closed: watch::Sender::new(false),
+            // Watches subscribe as they start.
+            closed: Shutdown::new().0,
         }
     }
 }
@@ -117,7 +123,7 @@ impl Hub {
 
     /// Ends every watch, now and later.
     pub fn close(&self) {
-        self.closed.send_replace(true);
+        self.closed.stop();
     }
 
     /// Whether anyone watches `mac`.
@@ -215,7 +221,7 @@ impl Hub {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<MacAddr, usize>> {
-        self.watchers.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.watchers)
     }
 }
 
@@ -224,7 +230,7 @@ pub struct Watch {
     hub: Arc<Hub>,
     mac: MacAddr,
     rx: broadcast::Receiver<Arc<TraceEvent>>,
-    closed: watch::Receiver<bool>,
+    closed: Shutdown,
 }
 
 /// What a watcher gets next.
@@ -244,7 +250,7 @@ impl Watch {
         loop {
             let received = tokio::select! {
                 r = self.rx.recv() => r,
-                _ = self.closed.wait_for(|closed| *closed) => return Next::Closed,
+                () = self.closed.stopped() => return Next::Closed,
             };
             match received {
                 Ok(event) if event.mac == mac => return Next::Event(event),

@@ -29,6 +29,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "open_files",
             "metrics",
             "share",
+            "shutdown",
+            "sync",
         ],
     ),
     (

@@ -10,7 +10,7 @@
 //! `/reprovision`) act under the same gate and audit log, and answer once
 //! the change is in force on every route.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use axum::{
     Json, Router,
@@ -40,6 +40,7 @@ use crate::{
     mac::MacAddr,
     netboot::Actor,
     rollout::Serving,
+    sync::lock,
     trace::{Next, TraceEvent, TracePath},
     view::{HostView, LeaseView, PeersView, ReprovisionView, host_views, netboot_view, peers_view},
     xdp::Stats,
@@ -117,10 +118,6 @@ fn internal(what: &str, e: impl std::fmt::Display) -> ApiError {
         StatusCode::INTERNAL_SERVER_ERROR,
         format!("failed to read {what}: {e}"),
     )
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiError> {
@@ -644,7 +641,7 @@ mod tests {
         router: Router,
         fake: FakeBmc,
         dir: PathBuf,
-        _stop: watch::Sender<bool>,
+        _stop: Trigger,
     }
 
     impl Drop for Fixture {
@@ -653,7 +650,7 @@ mod tests {
         }
     }
 
-    use tokio::sync::watch;
+    use crate::shutdown::{Shutdown, Trigger};
 
     async fn fixture(name: &str, with_tokens: bool) -> Fixture {
         let dir = std::env::temp_dir().join(format!("pxe-admin-{}-{name}", std::process::id()));
@@ -687,7 +684,7 @@ mod tests {
             share: Box::new(|| Arc::new(crate::share::Share::alone())),
             fleet: None,
         };
-        let (stop, shutdown) = watch::channel(false);
+        let (stop, shutdown) = Shutdown::new();
         let (handle, _task) = control::start(inputs, inv, shutdown);
         let identities = if with_tokens {
             std::fs::write(dir.join("tokens"), format!("ops {TOKEN}\n")).expect("tokens");

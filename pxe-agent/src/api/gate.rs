@@ -10,7 +10,7 @@ use std::{
     fmt,
     net::{IpAddr, Ipv6Addr, SocketAddr},
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc, Mutex,
         atomic::{AtomicU64, Ordering},
     },
     time::Instant,
@@ -24,10 +24,13 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use crate::api::{
-    access::{Access, Caller, Refusal, Verb},
-    auth::{Tokens, bearer},
-    kube_auth::Reviewer,
+use crate::{
+    api::{
+        access::{Access, Caller, Refusal, Verb},
+        auth::{Tokens, bearer},
+        kube_auth::Reviewer,
+    },
+    sync::lock,
 };
 
 /// How callers prove who they are.
@@ -225,7 +228,7 @@ impl Gate {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Failures> {
-        self.failures.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.failures)
     }
 }
 

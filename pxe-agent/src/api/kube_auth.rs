@@ -12,7 +12,7 @@ use std::{
     collections::{BTreeMap, HashMap},
     fmt,
     hash::Hash,
-    sync::{Mutex, PoisonError},
+    sync::Mutex,
     time::{Duration, Instant},
 };
 
@@ -29,6 +29,7 @@ use sha1::Sha1;
 use crate::{
     api::access::{Access, Caller, Refusal},
     http::token::fill_random,
+    sync::lock,
 };
 
 /// The API group, resource and subresource a Role grants the API's verbs
@@ -176,10 +177,6 @@ impl Reviewer {
         .await?;
         Ok(answer.status.as_ref().is_some_and(allowed))
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The answer of a review `call`, or `Unavailable` when it failed or took

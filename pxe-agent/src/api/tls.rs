@@ -11,7 +11,7 @@ use std::{
     io,
     path::{Path, PathBuf},
     sync::{
-        Arc, PoisonError, RwLock,
+        Arc, RwLock,
         atomic::{AtomicI64, AtomicU64, Ordering},
     },
     time::Duration,
@@ -23,10 +23,13 @@ use rustls::{
     server::{ClientHello, ResolvesServerCert},
     sign::CertifiedKey,
 };
-use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::trust;
+use crate::{
+    shutdown::Shutdown,
+    sync::{read, write},
+    trust,
+};
 
 /// Where the serving certificate and its key are.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -235,18 +238,13 @@ impl ServingCert {
     }
 
     fn replace(&self, certified: Arc<CertifiedKey>) {
-        *self.0.write().unwrap_or_else(PoisonError::into_inner) = certified;
+        *write(&self.0) = certified;
     }
 }
 
 impl ResolvesServerCert for ServingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(
-            self.0
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone(),
-        )
+        Some(read(&self.0).clone())
     }
 }
 
@@ -374,13 +372,13 @@ pub async fn reload(
     serving: Arc<ServingCert>,
     stats: Arc<TlsStats>,
     interval: Duration,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = shutdown.stopped() => return,
             _ = tick.tick() => {}
         }
         match reloader.check() {

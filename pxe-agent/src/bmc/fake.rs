@@ -13,9 +13,11 @@
 
 use std::{
     collections::VecDeque,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex},
     time::Duration,
 };
+
+use crate::sync::lock;
 
 use super::{
     Bmc, BmcError, BmcInfo, BootDevice, BootFlags, BootTarget, CommandName, PowerAction, PowerState,
@@ -99,7 +101,7 @@ impl FakeBmc {
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Chassis) -> T) -> T {
-        f(&mut self.chassis.lock().unwrap_or_else(PoisonError::into_inner))
+        f(&mut lock(&self.chassis))
     }
 
     /// The name errors carry, like a real driver's `host:port`.

@@ -12,7 +12,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     future::Future,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -26,6 +26,7 @@ use crate::{
     audit::{AuditLog, Entry},
     clock::now_ms,
     metrics::exposition::{Exposition, Kind},
+    sync::lock,
 };
 
 /// Metric name of the fallbacks made.
@@ -138,10 +139,6 @@ impl std::fmt::Debug for Fallbacks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fallbacks").finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Fallbacks {

@@ -20,7 +20,7 @@ use std::{
     net::ToSocketAddrs as _,
     panic::{AssertUnwindSafe, catch_unwind},
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc, Mutex,
         atomic::{AtomicU64, Ordering},
     },
     thread,
@@ -36,6 +36,8 @@ use ipmi_rs::{
         RmcpIpmiReceiveError, V2_0ActivationError,
     },
 };
+
+use crate::sync::lock;
 
 use super::{
     Bmc, BmcAddress, BmcError, BmcInfo, BootFlags, BootTarget, CommandName, Credentials,
@@ -208,7 +210,7 @@ impl IpmiBmc {
             let end = Instant::now() + deadline;
             catch_unwind(AssertUnwindSafe(|| op(&inner, end))).unwrap_or_else(|_| {
                 // The session may be mid-exchange: never reuse it.
-                *inner.session.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                *lock(&inner.session) = None;
                 Err(inner.protocol(ProtocolError::LibraryPanic))
             })
         });
@@ -298,7 +300,7 @@ impl Inner {
         self.with_session(end, |ipmi| {
             self.send(ipmi, GetChassisStatus, CommandName::GetChassisStatus)
         })?;
-        let mut guard = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = lock(&self.session);
         let Some(ipmi) = guard.as_mut() else {
             return Err(self.timeout());
         };
@@ -387,7 +389,7 @@ impl Inner {
         mut f: impl FnMut(&mut Ipmi<Rmcp>) -> Result<T, Failure>,
     ) -> Result<T, BmcError> {
         let policy = &self.policy;
-        let mut guard = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = lock(&self.session);
         let mut backoff = policy.initial_backoff;
         let mut attempt = 0;
         loop {

@@ -20,7 +20,7 @@ use std::{
     collections::HashSet,
     fmt,
     path::PathBuf,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -39,7 +39,10 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::trust::{self, Trust, TrustError};
+use crate::{
+    sync::lock,
+    trust::{self, Trust, TrustError},
+};
 
 use super::{
     Bmc, BmcAddress, BmcError, BmcInfo, BootDevice, BootFlags, BootTarget, Credentials,
@@ -181,9 +184,7 @@ fn connector(
         // Never used for TLS; nothing to read.
         None
     } else if tls.insecure {
-        let mut warned = WARNED_INSECURE
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut warned = lock(&WARNED_INSECURE);
         if warned.get_or_insert_default().insert(bmc.to_owned()) {
             warn!(
                 bmc,

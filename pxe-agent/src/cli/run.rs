@@ -18,10 +18,10 @@ use pxe_agent::{
     logging::LogFormat,
     ratelimit::Rate,
     recovery::{self, SequencePolicy},
+    shutdown::Shutdown,
     tftp,
     xdp::AttachMode,
 };
-use tokio::sync::watch;
 
 use super::{
     oob::EchoArg,
@@ -458,12 +458,12 @@ fn with_server_ip(
 pub fn run(cfg: RunConfig) -> anyhow::Result<()> {
     let rt = runtime()?;
     rt.block_on(async move {
-        let (tx, rx) = watch::channel(false);
+        let (trigger, shutdown) = Shutdown::new();
         tokio::spawn(async move {
             wait_for_signal().await;
-            let _ = tx.send(true);
+            trigger.stop();
         });
-        app::run(cfg, rx).await
+        app::run(cfg, shutdown).await
     })
 }
 

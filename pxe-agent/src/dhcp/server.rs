@@ -16,7 +16,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr, UdpSocket},
     panic::{self, AssertUnwindSafe},
     sync::{
-        Arc, PoisonError,
+        Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
@@ -41,6 +41,7 @@ use crate::{
     ratelimit::{Limited, Limiter, Rate},
     rawsock::RawSocket,
     state::State,
+    sync::{lock, read},
     trace::TracePath,
     wire::{Endpoint, udp_frame},
 };
@@ -198,12 +199,7 @@ impl SlowPath<'_> {
         if received.is_empty() {
             return;
         }
-        let inv = self
-            .state
-            .inventory
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let inv = read(&self.state.inventory).clone();
         let (now, mono) = (clock::now_secs(), self.started.elapsed().as_secs_f64());
         let mut pending = Vec::new();
         for (slot, (len, from)) in buf.iter().zip(received) {
@@ -584,17 +580,11 @@ impl SlowPath<'_> {
     }
 
     fn leases(&self) -> std::sync::MutexGuard<'_, LeaseStore> {
-        self.state
-            .leases
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state.leases)
     }
 
     fn discovered(&self) -> std::sync::MutexGuard<'_, Registry> {
-        self.state
-            .discovered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state.discovered)
     }
 
     fn lease_error(&mut self, e: &crate::lease::LeaseError) {

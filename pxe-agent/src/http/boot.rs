@@ -28,6 +28,7 @@ use crate::{
     inventory::{Netboot, PhoneHomeToken},
     mac::MacAddr,
     netboot::Actor,
+    sync::lock,
     trace::TracePath,
 };
 
@@ -211,10 +212,7 @@ fn refuse_phone_home(state: &BootState, mac: MacAddr, peer: SocketAddr, refusal:
             format!("{why}, from {peer}")
         });
     let now = clock::now_ms();
-    let mut logged = state
-        .refusal_log
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut logged = lock(&state.refusal_log);
     let last = logged.get(&mac).copied();
     if last.is_none_or(|at| now.saturating_sub(at) >= REFUSAL_LOG_EVERY_MS) {
         // Only hosts with an address reach here, so the map is bounded by

@@ -32,10 +32,12 @@ use hyper_util::{
 use tokio::{
     io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, Interest, ReadBuf},
     net::{TcpListener, TcpStream},
-    sync::{OwnedSemaphorePermit, Semaphore, watch},
+    sync::{OwnedSemaphorePermit, Semaphore},
     time::{Instant, Sleep},
 };
 use tracing::debug;
+
+use crate::shutdown::Shutdown;
 
 use super::{
     BootState, artifacts,
@@ -55,7 +57,7 @@ pub async fn serve(
     router: Router,
     state: Arc<BootState>,
     limits: Limits,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut backoff = AcceptBackoff::default();
@@ -72,7 +74,7 @@ pub async fn serve(
                     "every boot HTTP connection slot taken"
                 );
                 tokio::select! {
-                    _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+                    () = shutdown.stopped() => return Ok(()),
                     permit = slots.clone().acquire_owned() => {
                         permit.map_err(io::Error::other)?
                     }
@@ -80,7 +82,7 @@ pub async fn serve(
             }
         };
         let accepted = tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+            () = shutdown.stopped() => return Ok(()),
             accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
@@ -93,7 +95,7 @@ pub async fn serve(
                 Stats::bump(&state.http_stats.accept_errors);
                 let pause = backoff.failed(&e);
                 tokio::select! {
-                    _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+                    () = shutdown.stopped() => return Ok(()),
                     () = tokio::time::sleep(pause) => continue,
                 }
             }
@@ -523,7 +525,7 @@ mod tests {
     use super::*;
     use crate::{
         dhcp::Server, http::boot, inventory::Inventory, lease::LeaseStore, progress::Progress,
-        state::State,
+        shutdown::Trigger, state::State,
     };
 
     const INV: &str = r#"
@@ -545,7 +547,7 @@ hosts:
         addr: SocketAddr,
         state: Arc<BootState>,
         root: PathBuf,
-        _stop: watch::Sender<bool>,
+        _stop: Trigger,
     }
 
     impl Drop for TestServer {
@@ -588,7 +590,7 @@ hosts:
             });
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
             let addr = listener.local_addr().expect("address");
-            let (stop, shutdown) = watch::channel(false);
+            let (stop, shutdown) = Shutdown::new();
             tokio::spawn(serve(
                 listener,
                 boot::router(state.clone()),

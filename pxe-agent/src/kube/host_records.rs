@@ -37,7 +37,7 @@ use kube::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use super::coordination::{HOST_LABEL, leases_api};
@@ -47,6 +47,7 @@ use crate::{
     progress::{Stage, Step},
     ratelimit::TokenBucket,
     recovery,
+    shutdown::Shutdown,
     state::State,
 };
 
@@ -253,7 +254,7 @@ pub async fn run(
     client: Client,
     state: Arc<State>,
     mut links: Links,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let (api, namespace) = leases_api(client, cfg.namespace.as_deref());
     let (tx, mut events) = mpsc::channel(1024);
@@ -290,7 +291,7 @@ pub async fn run(
     round.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let flush = tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => break,
+            () = shutdown.stopped() => break,
             Some(event) = events.recv() => {
                 keeper.event(event);
                 false
@@ -311,7 +312,7 @@ pub async fn run(
         };
         if flush {
             tokio::select! {
-                _ = shutdown.wait_for(|stop| *stop) => break,
+                () = shutdown.stopped() => break,
                 () = keeper.flush() => {}
             }
         }

@@ -29,11 +29,10 @@ use kube::{
     Api, Client,
     api::{ListParams, PostParams},
 };
-use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
 use super::coordination::{HOST_LABEL, leases_api};
-use crate::{clock, share::Share, state::State};
+use crate::{clock, share::Share, shutdown::Shutdown, state::State};
 
 /// The annotation on each slot Lease that says how many slots its holder
 /// cuts the pools into: agents that disagree would cut overlapping slices.
@@ -223,12 +222,7 @@ fn longest_pool_lease(state: &State) -> Option<i64> {
 /// `shutdown`. Never releases the slot: a departed agent's clients keep
 /// their addresses until they expire, and only then may its slice be
 /// reused (see the module doc).
-pub async fn run(
-    cfg: Config,
-    client: Client,
-    state: Arc<State>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+pub async fn run(cfg: Config, client: Client, state: Arc<State>, mut shutdown: Shutdown) {
     let (api, _) = leases_api(client, cfg.namespace.as_deref());
     let period =
         Duration::from_millis(u64::from(cfg.lease_secs) * 1000 / 3).max(Duration::from_millis(200));
@@ -247,7 +241,7 @@ pub async fn run(
         state.set_share(m.share());
         tokio::select! {
             _ = tokio::time::sleep(period) => {}
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = shutdown.stopped() => return,
         }
     }
 }

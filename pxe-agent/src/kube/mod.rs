@@ -38,7 +38,7 @@ use kube::{
     runtime::{WatchStreamExt as _, watcher},
 };
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use self::{
@@ -53,6 +53,7 @@ use crate::{
     mac::MacAddr,
     ratelimit::TokenBucket,
     rollout::{Prepared, Serving},
+    shutdown::Shutdown,
     view::{HostView, for_each_host_view},
 };
 
@@ -556,7 +557,7 @@ impl Source {
         serving: Arc<Serving>,
         fallbacks: Arc<Fallbacks>,
         apply: Apply,
-        mut shutdown: watch::Receiver<bool>,
+        mut shutdown: Shutdown,
     ) {
         let (out_tx, out_rx) = mpsc::channel(64);
         let writer = tokio::spawn(status_writer(
@@ -579,7 +580,7 @@ impl Source {
                 }
             };
             tokio::select! {
-                () = stopped(&mut shutdown) => break,
+                () = shutdown.stopped() => break,
                 update = self.rx.recv() => {
                     let Some(update) = update else { break };
                     if self.update(update) && due.is_none() {
@@ -742,11 +743,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
-/// Resolves once shutdown is asked for (no guard held across awaits).
-async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|stop| *stop).await;
-}
-
 /// One object's wanted status (compact JSON, interned), and whether the
 /// watch already shows it.
 struct Want {
@@ -772,7 +768,7 @@ async fn status_writer(
     settings: KubeSettings,
     stats: Arc<KubeStats>,
     mut rx: mpsc::Receiver<Outgoing>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let mut outbox = Outbox::default();
     let mut versions: HashMap<ObjRef, String> = HashMap::new();
@@ -798,7 +794,7 @@ async fn status_writer(
             bucket.wait()
         };
         tokio::select! {
-            () = stopped(&mut shutdown) => return,
+            () = shutdown.stopped() => return,
             msg = rx.recv() => {
                 let Some(out) = msg else { return };
                 for want in out.statuses {

@@ -5,6 +5,8 @@
 //! because redb's own reaction to the failure (refusing everything after
 //! it, `PreviousIo`, until the file is opened again) is what is tested.
 
+use crate::sync::lock;
+
 use super::{
     LeaseError, LeaseStore, RequestOutcome,
     tests::{POOL, T0, bind, mac},
@@ -14,7 +16,7 @@ use std::{
     io,
     path::Path,
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
 };
@@ -29,7 +31,7 @@ struct Disk {
 
 impl Disk {
     fn file(&self) -> std::sync::MutexGuard<'_, InMemoryBackend> {
-        self.bytes.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.bytes)
     }
 
     fn check_space(&self) -> Result<(), io::Error> {

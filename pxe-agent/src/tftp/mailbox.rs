@@ -15,10 +15,12 @@ use std::{
     io,
     net::{Shutdown, UdpSocket},
     os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{Arc, Mutex, MutexGuard},
 };
 
 use socket2::SockRef;
+
+use crate::sync::lock;
 
 use super::request::ReadRequest;
 
@@ -144,7 +146,7 @@ impl Mailbox {
     }
 
     fn inbox(&self) -> MutexGuard<'_, Inbox> {
-        self.inbox.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inbox)
     }
 }
 

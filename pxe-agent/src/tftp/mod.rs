@@ -5,8 +5,9 @@
 //!
 //! This module owns the TFTP protocol and the root jail. It does not bind
 //! sockets or decide where the root is: [`serve`] (or [`Server::serve`])
-//! takes an already-bound UDP socket, a [`TftpConfig`] and a shutdown watch;
-//! the agent reports progress from the [`TransferEvent`]s and [`Stats`].
+//! takes an already-bound UDP socket, a [`TftpConfig`] and a
+//! [`Shutdown`](crate::shutdown::Shutdown); the agent reports progress from
+//! the [`TransferEvent`]s and [`Stats`].
 //!
 //! - `packet`: wire format, pure.
 //! - `option`: option negotiation, pure.

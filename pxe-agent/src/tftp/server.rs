@@ -32,12 +32,12 @@ use std::{
 use socket2::SockRef;
 use tokio::{
     net::UdpSocket,
-    sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch},
+    sync::{OwnedSemaphorePermit, Semaphore, mpsc},
     time::Instant,
 };
 use tracing::{debug, info, warn};
 
-use crate::{clock, logging::Every};
+use crate::{clock, logging::Every, shutdown::Shutdown};
 
 use super::{
     ConfigError, Generated, Outcome, Stats, TftpConfig, TransferEvent, bump,
@@ -101,13 +101,13 @@ impl std::fmt::Debug for Server {
     }
 }
 
-/// Serves `socket` with `cfg` until `shutdown` turns true (or its sender is
+/// Serves `socket` with `cfg` until `shutdown` stops (asked, or its trigger
 /// dropped). Shorthand for [`Server::new`] then [`Server::serve`].
 pub async fn serve(
     socket: UdpSocket,
     cfg: TftpConfig,
     events: Option<mpsc::Sender<TransferEvent>>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
 ) -> Result<(), ServeError> {
     Server::new(cfg)?.serve(socket, events, shutdown).await
 }
@@ -148,7 +148,7 @@ impl Server {
         self.root.dir()
     }
 
-    /// Serves until `shutdown` turns true (or its sender is dropped); then
+    /// Serves until `shutdown` stops (asked, or its trigger dropped); then
     /// stops taking requests, abandons transfers in progress and waits for
     /// their threads to end.
     ///
@@ -161,7 +161,7 @@ impl Server {
         self,
         socket: UdpSocket,
         events: Option<mpsc::Sender<TransferEvent>>,
-        mut shutdown: watch::Receiver<bool>,
+        mut shutdown: Shutdown,
     ) -> Result<(), ServeError> {
         let local = socket.local_addr().map_err(ServeError::LocalAddr)?;
         // A socket bound to a device keeps its transfers on that device.
@@ -199,7 +199,7 @@ impl Server {
         loop {
             tokio::select! {
                 biased;
-                () = stopped(&mut shutdown) => break,
+                () = shutdown.stopped() => break,
                 // Before new requests: the waiting ones came first.
                 permit = listener.permits.clone().acquire_owned(),
                     if !listener.waiting.is_empty() =>
@@ -228,13 +228,6 @@ impl Server {
         info!(abandoned, "TFTP server stopped");
         Ok(())
     }
-}
-
-/// Resolves once `shutdown` is true or its sender is gone. The watch's
-/// guard is dropped here, not held across the loop's awaits, which keeps
-/// the serve future `Send`.
-async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
 struct Listener {

@@ -7,11 +7,13 @@
 use std::{
     collections::HashMap,
     net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
 
 use tokio::sync::mpsc;
+
+use crate::sync::lock;
 
 use super::{
     Generated, Stats, TransferEvent, bump, mailbox::Mailbox, option, path::Root, spin::SpinSlots,
@@ -65,13 +67,13 @@ impl Shared {
     }
 
     pub fn peers(&self) -> MutexGuard<'_, HashMap<SocketAddr, PeerEntry>> {
-        self.peers.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.peers)
     }
 
     /// Notes that `ip` aborted a transfer after its first packet.
     pub fn probed(&self, ip: IpAddr) {
         let now = std::time::Instant::now();
-        let mut probed = self.probed.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut probed = lock(&self.probed);
         // Bounded by what can follow within the window: forget the rest.
         if probed.len() >= PROBED_PRUNE_AT {
             probed.retain(|_, at| now.duration_since(*at) < PROBE_FOLLOWS_WITHIN);
@@ -81,7 +83,7 @@ impl Shared {
 
     /// Whether `ip` probed within [`PROBE_FOLLOWS_WITHIN`]; forgets it.
     pub fn follows_probe(&self, ip: IpAddr) -> bool {
-        let mut probed = self.probed.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut probed = lock(&self.probed);
         probed
             .remove(&ip)
             .is_some_and(|at| at.elapsed() < PROBE_FOLLOWS_WITHIN)

@@ -15,12 +15,9 @@ use std::{
     },
     time::Duration,
 };
-use tokio::{
-    net::UdpSocket,
-    sync::{mpsc, watch},
-    task::JoinHandle,
-    time::timeout,
-};
+use tokio::{net::UdpSocket, sync::mpsc, task::JoinHandle, time::timeout};
+
+use crate::shutdown::{Shutdown, Trigger};
 
 /// How long a test waits for a packet it expects.
 const EXPECT: Duration = Duration::from_secs(5);
@@ -71,7 +68,7 @@ struct Harness {
     addr: SocketAddr,
     stats: Arc<Stats>,
     events: mpsc::Receiver<TransferEvent>,
-    stop: watch::Sender<bool>,
+    stop: Trigger,
     task: JoinHandle<Result<(), ServeError>>,
     dir: Scratch,
 }
@@ -98,7 +95,7 @@ impl Harness {
         let stats = server.stats();
         let socket = UdpSocket::bind("127.0.0.1:0").await.expect("bind");
         let addr = socket.local_addr().expect("addr");
-        let (stop, stopped) = watch::channel(false);
+        let (stop, stopped) = Shutdown::new();
         let (tx, events) = mpsc::channel(64);
         let task = tokio::spawn(server.serve(socket, Some(tx), stopped));
         Harness {
@@ -126,7 +123,8 @@ impl Harness {
     }
 
     async fn shutdown(self) {
-        self.stop.send(true).expect("server gone");
+        assert!(!self.task.is_finished(), "server gone before shutdown");
+        self.stop.stop();
         let result = timeout(EXPECT, self.task)
             .await
             .expect("server did not stop");
@@ -1040,7 +1038,8 @@ async fn shutdown_abandons_transfers_in_progress() {
     let stats = h.stats.clone();
     assert_eq!(stats.snapshot().active, 2);
     let started = std::time::Instant::now();
-    h.stop.send(true).expect("server gone");
+    assert!(!h.task.is_finished(), "server gone before shutdown");
+    h.stop.stop();
     timeout(EXPECT, &mut h.task)
         .await
         .expect("server did not stop")

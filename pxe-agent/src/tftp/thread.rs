@@ -5,12 +5,17 @@
 
 use std::{
     net::SocketAddr,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex},
     thread::JoinHandle,
     time::{Duration, Instant},
 };
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+
+use crate::{
+    shutdown::{Shutdown, Trigger},
+    sync::lock,
+};
 
 use super::{ServeError, Server, Stats, TftpConfig, TransferEvent};
 
@@ -19,7 +24,7 @@ const EVENT_QUEUE: usize = 1024;
 
 /// A running server on its own thread; stopped and joined on drop.
 pub struct ServerThread {
-    stop: watch::Sender<bool>,
+    stop: Trigger,
     thread: Option<JoinHandle<Result<(), ServeError>>>,
     stats: Arc<Stats>,
     events: Mutex<mpsc::Receiver<TransferEvent>>,
@@ -38,7 +43,7 @@ impl ServerThread {
             .enable_all()
             .build()
             .map_err(ServeError::Thread)?;
-        let (stop, stopped) = watch::channel(false);
+        let (stop, stopped) = Shutdown::new();
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
         let thread = std::thread::Builder::new()
             .name("tftp".into())
@@ -71,7 +76,7 @@ impl ServerThread {
     /// The next transfer event, waiting up to `timeout` for one.
     pub fn next_event(&self, timeout: Duration) -> Option<TransferEvent> {
         let deadline = Instant::now() + timeout;
-        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut events = lock(&self.events);
         loop {
             if let Ok(event) = events.try_recv() {
                 return Some(event);
@@ -89,7 +94,7 @@ impl ServerThread {
     }
 
     fn join(&mut self) -> Result<(), ServeError> {
-        let _ = self.stop.send(true);
+        self.stop.stop();
         match self.thread.take() {
             Some(thread) => thread.join().map_err(|_| ServeError::Panicked)?,
             None => Ok(()),

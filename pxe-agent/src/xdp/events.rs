@@ -18,10 +18,9 @@ use std::{
 
 use aya::maps::{MapData, MapError, PerCpuArray};
 use pxe_ebpf_common::{BootClass, EVENT_SLOTS, ServedEvent, bootp};
-use tokio::sync::watch;
 use tracing::warn;
 
-use crate::{clock::Clocks, logging::Every, mac::MacAddr, state::State};
+use crate::{clock::Clocks, logging::Every, mac::MacAddr, shutdown::Shutdown, state::State};
 
 /// How often the slots are drained. The XDP program writes without waking
 /// the reader (a wake-up per reply would cost more than the reply), so the
@@ -187,17 +186,13 @@ impl Drop for EventReader {
 }
 
 /// Reads events until shutdown.
-pub async fn stream(
-    mut reader: EventReader,
-    state: Arc<State>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+pub async fn stream(mut reader: EventReader, state: Arc<State>, mut shutdown: Shutdown) {
     let mut tick = tokio::time::interval(DRAIN_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut warn_lost = Every::new(Duration::from_secs(10));
     loop {
         tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = shutdown.stopped() => return,
             _ = tick.tick() => {
                 let clocks = Clocks::now();
                 match reader.drain(|event| record(&state, event, &clocks)) {

@@ -2,16 +2,18 @@
 //! MACs (`TRACED`, `TRACE_GATE`) and the reader of its `TRACE` ring, which
 //! turns verdict records into trace events.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use aya::maps::{Array, HashMap, MapData, RingBuf};
 use pxe_ebpf_common::{Counter, TraceKey, TraceRecord};
-use tokio::{io::unix::AsyncFd, sync::watch};
+use tokio::io::unix::AsyncFd;
 use tracing::warn;
 
 use crate::{
     clock::Clocks,
     mac::MacAddr,
+    shutdown::Shutdown,
+    sync::lock,
     trace::{Hub, KernelFilter, TracePath},
 };
 
@@ -34,7 +36,7 @@ impl TraceFilter {
 impl TraceFilter {
     /// Forgets every traced MAC and closes the gate.
     pub fn clear(&self) -> Result<(), aya::maps::MapError> {
-        let mut maps = self.maps.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut maps = lock(&self.maps);
         let (macs, gate) = &mut *maps;
         gate.set(0, 0, 0)?;
         let keys: Vec<TraceKey> = macs.keys().filter_map(Result::ok).collect();
@@ -50,7 +52,7 @@ impl TraceFilter {
 
 impl KernelFilter for TraceFilter {
     fn set(&self, mac: MacAddr, traced: bool, count: usize) -> Result<(), String> {
-        let mut maps = self.maps.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut maps = lock(&self.maps);
         let (macs, gate) = &mut *maps;
         let key = TraceKey::new(mac.0);
         // The gate opens after the MAC is in and closes before it leaves,
@@ -67,7 +69,7 @@ impl KernelFilter for TraceFilter {
 }
 
 /// Reads verdict records into `hub` until shutdown.
-pub async fn stream(ring: RingBuf<MapData>, hub: Arc<Hub>, mut shutdown: watch::Receiver<bool>) {
+pub async fn stream(ring: RingBuf<MapData>, hub: Arc<Hub>, mut shutdown: Shutdown) {
     // SAFETY: the ring owns its map's file descriptor, which stays open
     // and unreplaced while the AsyncFd owns the ring.
     let mut ring = match unsafe { AsyncFd::register(ring) } {
@@ -79,7 +81,7 @@ pub async fn stream(ring: RingBuf<MapData>, hub: Arc<Hub>, mut shutdown: watch::
     };
     loop {
         let mut ready = tokio::select! {
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = shutdown.stopped() => return,
             ready = ring.readable_mut() => match ready {
                 Ok(r) => r,
                 Err(e) => {
