@@ -787,7 +787,7 @@ mod tests {
         .await;
         assert_eq!(status, StatusCode::OK, "{body}");
         let out: Outcome = serde_json::from_str(&body).expect("outcome");
-        assert_eq!(out.power.as_deref(), Some("on"));
+        assert_eq!(out.power, Some(PowerState::On));
         assert_eq!(f.fake.power_state(), PowerState::On);
         let (status, body) = send(
             &f.router,
