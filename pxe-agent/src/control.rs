@@ -898,12 +898,11 @@ impl<B: Bmc + 'static> Task<B> {
             .controller
             .snapshot()
             .into_iter()
-            .filter_map(|mut s| {
-                let mac: MacAddr = s.mac.parse().ok()?;
+            .map(|mut s| {
                 if share.is_shared() {
-                    s.owner = share.host_owner_name(mac).map(str::to_owned);
+                    s.owner = share.host_owner_name(s.mac).map(str::to_owned);
                 }
-                Some((mac, s))
+                (s.mac, s)
             })
             .collect();
         let metrics = recovery::metrics::render(&self.controller, &self.sequencer);

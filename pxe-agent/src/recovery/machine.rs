@@ -129,7 +129,7 @@ pub struct LastTransition {
 /// One host as `pxe-agent hosts` and the API show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HostStatus {
-    pub mac: String,
+    pub mac: MacAddr,
     pub state: State,
     pub attempt: u32,
     pub max_attempts: Option<u32>,
@@ -920,7 +920,7 @@ impl Controller {
 
 fn status(mac: MacAddr, host: &Host) -> HostStatus {
     HostStatus {
-        mac: mac.to_string(),
+        mac,
         state: host.record.state,
         attempt: host.record.attempt,
         max_attempts: host.plan.map(|p| p.settings.max_attempts),
