@@ -12,7 +12,7 @@ use crate::{
     bmc::{Fallbacks, driver, fallback::FallbackEvent},
     control::{self, Outcome},
     inventory::{Host, Inventory, Netboot},
-    lease::Lease,
+    lease::{Lease, LeaseState},
     mac::MacAddr,
     netboot::{NetbootStore, Phase},
     progress::{HostProgress, Stage},
@@ -22,9 +22,9 @@ use crate::{
 /// A lease as the API shows it.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct LeaseView {
-    pub mac: String,
+    pub mac: MacAddr,
     pub ip: Ipv4Addr,
-    pub state: String,
+    pub state: LeaseState,
     /// Unix seconds.
     pub expires: u64,
     pub hostname: Option<String>,
@@ -37,9 +37,9 @@ pub struct LeaseView {
 impl From<&Lease> for LeaseView {
     fn from(l: &Lease) -> LeaseView {
         LeaseView {
-            mac: MacAddr(l.mac).to_string(),
+            mac: MacAddr(l.mac),
             ip: l.ip,
-            state: format!("{:?}", l.state).to_lowercase(),
+            state: l.state,
             expires: l.expires,
             hostname: l.hostname.clone(),
             client_id: l.client_id.as_deref().map(|id| {
@@ -277,4 +277,38 @@ pub struct ReprovisionView {
     pub mac: String,
     pub netboot: NetbootView,
     pub power: Option<Outcome>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_shows_its_mac_and_state_as_text() {
+        for (state, text) in [
+            (LeaseState::Offered, "offered"),
+            (LeaseState::Bound, "bound"),
+            (LeaseState::Declined, "declined"),
+            (LeaseState::Released, "released"),
+        ] {
+            let lease = Lease {
+                mac: [0x52, 0x54, 0, 0x12, 0x34, 0x5a],
+                ip: Ipv4Addr::new(10, 66, 200, 7),
+                state,
+                expires: 1_000,
+                hostname: None,
+                client_id: Some(vec![1, 0x52, 0x54, 0, 0x12, 0x34, 0x5a]),
+            };
+            let view = LeaseView::from(&lease);
+            let json = serde_json::to_value(&view).expect("json");
+            assert_eq!(json["mac"], "52:54:00:12:34:5a");
+            assert_eq!(json["state"], text);
+            assert_eq!(json["client_id"], "01:52:54:00:12:34:5a");
+            assert_eq!(state.to_string(), text);
+            assert_eq!(
+                serde_json::from_value::<LeaseView>(json).expect("back"),
+                view
+            );
+        }
+    }
 }
