@@ -151,8 +151,10 @@ pub fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCo
             targets(
                 hosts,
                 select,
-                list.into_iter()
-                    .map(|h| (h.hostname.clone().unwrap_or(h.mac.clone()), h.bmc, h.labels)),
+                list.into_iter().map(|h| {
+                    let name = h.hostname.clone().unwrap_or_else(|| h.mac.to_string());
+                    (name, h.bmc, h.labels)
+                }),
             )?
         } else {
             targets(hosts, select, std::iter::empty())?

@@ -534,7 +534,7 @@ async fn reprovision(
     let inv = s.boot.state.inventory();
     let view = ReprovisionView {
         host: name,
-        mac: host.mac.to_string(),
+        mac: host.mac,
         netboot: netboot_view(&inv, &s.boot.state.netboot, &host),
         power,
     };
