@@ -243,7 +243,7 @@ async fn trace(
                 Next::Event(event) => json_line(&event),
                 Next::Lost(n) => json_line(&TraceEvent {
                     at_ms: clock::now_ms(),
-                    mac: watch.mac().to_string(),
+                    mac: watch.mac(),
                     path: TracePath::Agent,
                     what: "lost".into(),
                     detail: format!("{n} events lost: this watcher fell behind"),
