@@ -382,6 +382,23 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stages_serialize_as_their_text() {
+        for stage in [
+            Stage::Dhcp,
+            Stage::Tftp,
+            Stage::Script,
+            Stage::Artifacts,
+            Stage::Booted,
+        ] {
+            assert_eq!(
+                serde_json::to_value(stage).expect("json"),
+                stage.as_str(),
+                "{stage:?}"
+            );
+        }
+    }
     use crate::clock::{self, Clocks};
 
     const MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);

@@ -97,17 +97,6 @@ pub enum Watch {
     UntilBootActivity,
 }
 
-impl Watch {
-    /// The API and CLI text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Watch::Counting => "counting",
-            Watch::CheckingPower => "checking-power",
-            Watch::UntilBootActivity => "until-boot-activity",
-        }
-    }
-}
-
 /// The after-boot boot device still to be set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AfterBootJob {
