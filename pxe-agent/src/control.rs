@@ -16,6 +16,7 @@
 
 use std::{
     collections::HashMap,
+    fmt,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -144,13 +145,6 @@ fn device_name(d: BootDevice) -> &'static str {
     }
 }
 
-fn power_name(p: PowerState) -> &'static str {
-    match p {
-        PowerState::On => "on",
-        PowerState::Off => "off",
-    }
-}
-
 /// The boot flags as the API shows them.
 fn flags_name(f: BootFlags) -> String {
     if !f.valid || f.selector == 0 {
@@ -205,36 +199,74 @@ pub struct InfoView {
     pub model: Option<String>,
 }
 
+/// Whether an operator's call succeeded: `ok` or `error` in the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallResult {
+    /// Nothing failed (what an outcome is until [`Outcome::fail`]).
+    #[default]
+    Ok,
+    Error,
+}
+
+impl CallResult {
+    /// The CLI text, the same as the serde form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallResult::Ok => "ok",
+            CallResult::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for CallResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What came of one operator's call on one host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Outcome {
     /// The host as asked (name or MAC).
     pub host: String,
-    pub mac: Option<String>,
-    /// `ok` or `error`.
-    pub result: String,
-    /// Power state read or reached (`on`, `off`), when known.
-    pub power: Option<String>,
-    /// The boot device read back.
+    pub mac: Option<MacAddr>,
+    /// [`CallResult::Error`] exactly when `failure` is set (see
+    /// [`Outcome::fail`]).
+    pub result: CallResult,
+    /// Power state read or reached, when known.
+    pub power: Option<PowerState>,
+    /// The boot device read back, as text (`pxe persistent efi`, `none`).
     pub boot_device: Option<String>,
     pub info: Option<InfoView>,
     /// The recovery state after a `recover`.
-    pub recovery: Option<String>,
+    pub recovery: Option<recovery::State>,
     pub failure: Option<Failure>,
     pub error: Option<String>,
     pub duration_ms: u64,
 }
 
 impl Outcome {
-    fn failed(host: &str, mac: Option<MacAddr>, failure: Failure, error: String) -> Outcome {
+    /// A call on `host` (`mac` once found) that has not failed (yet).
+    pub fn new(host: &str, mac: Option<MacAddr>) -> Outcome {
         Outcome {
             host: host.to_string(),
-            mac: mac.map(|m| m.to_string()),
-            result: "error".into(),
-            failure: Some(failure),
-            error: Some(error),
+            mac,
             ..Outcome::default()
         }
+    }
+
+    fn failed(host: &str, mac: Option<MacAddr>, failure: Failure, error: String) -> Outcome {
+        let mut out = Outcome::new(host, mac);
+        out.fail(failure, error);
+        out
+    }
+
+    /// Marks the call failed, for `failure`, with `error` as its message.
+    pub fn fail(&mut self, failure: Failure, error: String) {
+        self.result = CallResult::Error;
+        self.failure = Some(failure);
+        self.error = Some(error);
     }
 
     pub fn is_ok(&self) -> bool {
@@ -256,16 +288,13 @@ impl Outcome {
 pub async fn perform<B: Bmc>(bmc: &B, op: Op, out: &mut Outcome) -> Result<(), BmcError> {
     match op {
         Op::PowerStatus => {
-            out.power = Some(power_name(bmc.power_status().await?).into());
+            out.power = Some(bmc.power_status().await?);
         }
         Op::Power(action) => {
             bmc.power(action).await?;
             // What the chassis reports right after is what it reached or
             // is on its way from; a failed read does not undo the action.
-            out.power = match bmc.power_status().await {
-                Ok(p) => Some(power_name(p).into()),
-                Err(_) => None,
-            };
+            out.power = bmc.power_status().await.ok();
         }
         Op::BootDevice(target) => {
             bmc.set_boot_device(target).await?;
@@ -285,7 +314,7 @@ pub async fn perform<B: Bmc>(bmc: &B, op: Op, out: &mut Outcome) -> Result<(), B
                 vendor: info.vendor.clone(),
                 model: info.model.clone(),
             });
-            out.power = Some(power_name(bmc.power_status().await?).into());
+            out.power = Some(bmc.power_status().await?);
             out.boot_device = Some(flags_name(bmc.boot_device().await?));
         }
         Op::Recover => {}
@@ -626,18 +655,13 @@ impl<B: Bmc + 'static> Task<B> {
         if op == Op::Recover {
             let now = clock::now_ms();
             let mut out = match self.controller.request(mac, now) {
-                Ok(()) => Outcome {
-                    host: host.clone(),
-                    mac: Some(mac.to_string()),
-                    result: "ok".into(),
-                    ..Outcome::default()
-                },
+                Ok(()) => Outcome::new(&host, Some(mac)),
                 Err(e) => Outcome::failed(&host, Some(mac), Failure::Refused, e.to_string()),
             };
             // The first actions go to the sequencer now, so the state
             // answered is the one the host is in.
             self.step();
-            out.recovery = self.controller.status(mac).map(|s| s.state.to_string());
+            out.recovery = self.controller.status(mac).map(|s| s.state);
             out.duration_ms = elapsed_ms(asked);
             let _ = reply.send(out);
             return;
@@ -757,12 +781,7 @@ impl<B: Bmc + 'static> Task<B> {
                 continue;
             };
             self.manual.spawn(async move {
-                let mut out = Outcome {
-                    host: pending.host.clone(),
-                    mac: Some(action.mac.to_string()),
-                    result: "ok".into(),
-                    ..Outcome::default()
-                };
+                let mut out = Outcome::new(&pending.host, Some(action.mac));
                 // On a task of its own, so that a panic in the call is this
                 // host's error and this task always comes back: the
                 // sequencer's slot is always freed.
@@ -778,11 +797,7 @@ impl<B: Bmc + 'static> Task<B> {
                         result.err()
                     }
                     Err(e) => {
-                        out = Outcome {
-                            host: pending.host.clone(),
-                            mac: Some(action.mac.to_string()),
-                            ..Outcome::default()
-                        };
+                        out = Outcome::new(&pending.host, Some(action.mac));
                         Some(if e.is_panic() {
                             "the BMC call panicked".to_string()
                         } else {
@@ -791,9 +806,7 @@ impl<B: Bmc + 'static> Task<B> {
                     }
                 };
                 if let Some(error) = failed {
-                    out.result = "error".into();
-                    out.failure = Some(Failure::Bmc);
-                    out.error = Some(error);
+                    out.fail(Failure::Bmc, error);
                 }
                 out.duration_ms = elapsed_ms(pending.asked);
                 (action, pending, out)
@@ -820,12 +833,7 @@ impl<B: Bmc + 'static> Task<B> {
 
     fn finish(&mut self, ticket: Action, pending: Pending, outcome: Outcome) {
         self.sequencer.finished(&ticket);
-        if let Some(p) = outcome.power.as_deref() {
-            let state = if p == "on" {
-                PowerState::On
-            } else {
-                PowerState::Off
-            };
+        if let Some(state) = outcome.power {
             self.note_power(ticket.mac, state);
         }
         let _ = pending.reply.send(outcome);
@@ -892,12 +900,11 @@ impl<B: Bmc + 'static> Task<B> {
             .controller
             .snapshot()
             .into_iter()
-            .filter_map(|mut s| {
-                let mac: MacAddr = s.mac.parse().ok()?;
+            .map(|mut s| {
                 if share.is_shared() {
-                    s.owner = share.host_owner_name(mac).map(str::to_owned);
+                    s.owner = share.host_owner_name(s.mac).map(str::to_owned);
                 }
-                Some((mac, s))
+                (s.mac, s)
             })
             .collect();
         let metrics = recovery::metrics::render(&self.controller, &self.sequencer);
@@ -921,4 +928,30 @@ fn millis(d: Duration) -> u64 {
 
 fn elapsed_ms(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outcome_shows_its_typed_fields_as_the_api_text() {
+        let mac = MacAddr([0x52, 0x54, 0, 0x12, 0x34, 0x5a]);
+        let mut out = Outcome::new("node-1", Some(mac));
+        out.power = Some(PowerState::Off);
+        out.recovery = Some(recovery::State::AwaitingBootFile);
+        let json = serde_json::to_value(&out).expect("json");
+        assert_eq!(json["mac"], "52:54:00:12:34:5a");
+        assert_eq!(json["result"], "ok");
+        assert_eq!(json["power"], "off");
+        assert_eq!(json["recovery"], "awaiting-boot-file");
+        assert_eq!(serde_json::from_value::<Outcome>(json).expect("back"), out);
+
+        let failed = Outcome::failed("nobody", None, Failure::UnknownHost, "no host".into());
+        let json = serde_json::to_value(&failed).expect("json");
+        assert_eq!(json["result"], "error");
+        assert_eq!(json["failure"], "unknown-host");
+        assert!(json["mac"].is_null() && json["power"].is_null());
+        assert!(!failed.is_ok());
+    }
 }

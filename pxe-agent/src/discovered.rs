@@ -11,7 +11,7 @@ use crate::mac::MacAddr;
 /// One unknown client as last seen.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Discovered {
-    pub mac: String,
+    pub mac: MacAddr,
     /// Unix seconds.
     pub first_seen: u64,
     pub last_seen: u64,
@@ -59,7 +59,7 @@ impl Registry {
             self.evict_oldest();
         }
         let entry = self.hosts.entry(mac).or_insert_with(|| Discovered {
-            mac: mac.to_string(),
+            mac,
             first_seen: now,
             last_seen: now,
             requests: 0,
@@ -164,7 +164,9 @@ mod tests {
             (Some(7), Some("PXEClient"), Some("spare-7"))
         );
         assert_eq!(d.ip, Some(Ipv4Addr::new(10, 66, 200, 1)));
-        assert_eq!(d.mac, "02:00:00:00:00:01");
+        assert_eq!(d.mac, mac(1));
+        let json = serde_json::to_value(d).expect("json");
+        assert_eq!(json["mac"], "02:00:00:00:00:01");
     }
 
     #[test]
@@ -174,8 +176,8 @@ mod tests {
         r.record(mac(2), Sighting::default(), 2);
         r.record(mac(1), Sighting::default(), 3);
         r.record(mac(3), Sighting::default(), 4);
-        let macs: Vec<String> = r.list().into_iter().map(|d| d.mac).collect();
-        assert_eq!(macs, vec!["02:00:00:00:00:03", "02:00:00:00:00:01"]);
+        let macs: Vec<MacAddr> = r.list().into_iter().map(|d| d.mac).collect();
+        assert_eq!(macs, vec![mac(3), mac(1)]);
     }
 
     #[test]
@@ -187,9 +189,6 @@ mod tests {
         r.record(mac(2), Sighting::default(), 1);
         r.record(mac(3), Sighting::default(), 1);
         r.adopt_known(|m| m == mac(3));
-        assert_eq!(
-            r.list().iter().map(|d| d.mac.clone()).collect::<Vec<_>>(),
-            [mac(2).to_string()]
-        );
+        assert_eq!(r.list().iter().map(|d| d.mac).collect::<Vec<_>>(), [mac(2)]);
     }
 }

@@ -61,6 +61,15 @@ impl Phase {
     }
 }
 
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Armed => "armed",
+            Phase::Done => "done",
+        })
+    }
+}
+
 /// Who changed the record last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

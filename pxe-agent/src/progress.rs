@@ -38,6 +38,19 @@ pub enum Stage {
     Booted,
 }
 
+impl Stage {
+    /// The CLI text, the same as the serde form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Dhcp => "dhcp",
+            Stage::Tftp => "tftp",
+            Stage::Script => "script",
+            Stage::Artifacts => "artifacts",
+            Stage::Booted => "booted",
+        }
+    }
+}
+
 /// One step with its time (unix milliseconds) and detail.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Step {
@@ -45,13 +58,13 @@ pub struct Step {
     pub detail: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostProgress {
-    pub mac: String,
+    pub mac: MacAddr,
     /// The port the host's last DHCP request came from: which of its MACs
     /// the current boot is on. For a host with one MAC, that MAC.
     #[serde(default)]
-    pub boot_mac: Option<String>,
+    pub boot_mac: Option<MacAddr>,
     pub dhcp: Option<Step>,
     pub tftp: Option<Step>,
     pub script: Option<Step>,
@@ -71,6 +84,22 @@ pub struct HostProgress {
 }
 
 impl HostProgress {
+    /// `mac` with nothing seen yet.
+    pub fn new(mac: MacAddr) -> HostProgress {
+        HostProgress {
+            mac,
+            boot_mac: None,
+            dhcp: None,
+            tftp: None,
+            script: None,
+            artifact: None,
+            artifacts_fetched: 0,
+            booted: None,
+            declined: None,
+            token_epoch: 0,
+        }
+    }
+
     /// The boot steps in boot-chain order.
     pub fn steps(&self) -> [(Stage, Option<&Step>); 5] {
         [
@@ -169,10 +198,7 @@ impl Tracked {
             }
             self.order.insert(tick, mac);
         }
-        let mut progress = HostProgress {
-            mac: mac.to_string(),
-            ..Default::default()
-        };
+        let mut progress = HostProgress::new(mac);
         f(&mut progress);
         self.hosts.insert(
             mac,
@@ -345,7 +371,7 @@ impl Progress {
     /// A DHCP answer to `mac`, which is also the port the host boots on.
     fn dhcp(&self, mac: MacAddr, at_ms: u64, detail: String) {
         self.with(mac, |p| {
-            p.boot_mac = Some(mac.to_string());
+            p.boot_mac = Some(mac);
             p.dhcp = Some(Step { at_ms, detail });
         });
     }
@@ -433,7 +459,7 @@ impl Progress {
             .values()
             .map(|e| e.progress.clone())
             .collect();
-        all.sort_by(|a, b| a.mac.cmp(&b.mac));
+        all.sort_by_key(|p| p.mac);
         all
     }
 }
@@ -441,6 +467,23 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stages_serialize_as_their_text() {
+        for stage in [
+            Stage::Dhcp,
+            Stage::Tftp,
+            Stage::Script,
+            Stage::Artifacts,
+            Stage::Booted,
+        ] {
+            assert_eq!(
+                serde_json::to_value(stage).expect("json"),
+                stage.as_str(),
+                "{stage:?}"
+            );
+        }
+    }
     use crate::clock::{self, Clocks};
 
     const MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
@@ -557,7 +600,7 @@ mod tests {
                 (Stage::Booted, Some((14, "up"))),
             ]
         );
-        assert_eq!(h.boot_mac, Some(MAC.to_string()));
+        assert_eq!(h.boot_mac, Some(MAC));
         assert!(p.get(other).is_some_and(|h| h.dhcp.is_some()));
     }
 
@@ -639,15 +682,12 @@ mod tests {
         p.booted(primary, 2_000, "phone-home".into());
         assert_eq!(p.len(), 1, "one entry for the host");
         let entry = p.get(primary).expect("tracked");
-        assert_eq!(entry.mac, primary.to_string());
-        assert_eq!(entry.boot_mac, Some(second.to_string()));
+        assert_eq!(entry.mac, primary);
+        assert_eq!(entry.boot_mac, Some(second));
         assert_eq!(entry.stage(), Some(Stage::Booted));
         assert_eq!(p.get(second), Some(entry));
         p.dhcp(primary, 3_000, "ack 10.0.0.11".into());
-        assert_eq!(
-            p.get(second).and_then(|e| e.boot_mac),
-            Some(primary.to_string())
-        );
+        assert_eq!(p.get(second).and_then(|e| e.boot_mac), Some(primary));
     }
 
     #[test]

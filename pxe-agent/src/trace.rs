@@ -66,7 +66,7 @@ impl TracePath {
 pub struct TraceEvent {
     /// Unix milliseconds.
     pub at_ms: u64,
-    pub mac: String,
+    pub mac: MacAddr,
     pub path: TracePath,
     /// A short keyword: the XDP counter (`tx_offer`, `pass_ipxe`), the
     /// slow path's answer (`offer`, `ack`, `nak`, `ignore`), `done`, ...
@@ -170,7 +170,7 @@ impl Hub {
         // No receiver left: the watcher is leaving, nothing to do.
         let _ = self.tx.send(Arc::new(TraceEvent {
             at_ms,
-            mac: mac.to_string(),
+            mac,
             path,
             what: what.to_string(),
             detail,
@@ -246,14 +246,13 @@ pub enum Next {
 impl Watch {
     /// The next event of this watcher's MAC. Cancel-safe.
     pub async fn next(&mut self) -> Next {
-        let mac = self.mac.to_string();
         loop {
             let received = tokio::select! {
                 r = self.rx.recv() => r,
                 () = self.closed.stopped() => return Next::Closed,
             };
             match received {
-                Ok(event) if event.mac == mac => return Next::Event(event),
+                Ok(event) if event.mac == self.mac => return Next::Event(event),
                 Ok(_) => {}
                 Err(broadcast::error::RecvError::Lagged(n)) => return Next::Lost(n),
                 // The hub holds the sender and outlives every watch.
@@ -304,7 +303,7 @@ mod tests {
         let Next::Event(event) = watch.next().await else {
             panic!("lost events")
         };
-        assert_eq!(event.mac, A.to_string());
+        assert_eq!(event.mac, A);
         assert_eq!((event.path, event.what.as_str()), (TracePath::Tftp, "done"));
         assert_eq!(event.detail, "ipxe.efi");
         hub.close();
@@ -336,7 +335,7 @@ mod tests {
     fn events_serialize_as_one_json_line() {
         let event = TraceEvent {
             at_ms: 1,
-            mac: A.to_string(),
+            mac: A,
             path: TracePath::PhoneHome,
             what: "booted".into(),
             detail: "ok".into(),
@@ -344,6 +343,7 @@ mod tests {
         let line = serde_json::to_string(&event).expect("json");
         assert!(!line.contains('\n'));
         assert!(line.contains(r#""path":"phone-home""#), "{line}");
+        assert!(line.contains(r#""mac":"52:54:00:00:00:01""#), "{line}");
         assert_eq!(
             serde_json::from_str::<TraceEvent>(&line).expect("parses"),
             event

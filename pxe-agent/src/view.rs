@@ -9,22 +9,23 @@ use std::{collections::BTreeMap, net::Ipv4Addr};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    bmc::{Fallbacks, driver, fallback::FallbackEvent},
+    bmc::{Fallbacks, PowerState, driver, fallback::FallbackEvent},
     control::{self, Outcome},
     inventory::{Host, Inventory, Netboot},
-    lease::Lease,
+    lease::{Lease, LeaseState},
     mac::MacAddr,
-    netboot::{NetbootStore, Phase},
+    netboot::{Actor, NetbootStore, Phase},
     progress::{HostProgress, Stage},
+    recovery::{self, Watch},
     state::State,
 };
 
 /// A lease as the API shows it.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct LeaseView {
-    pub mac: String,
+    pub mac: MacAddr,
     pub ip: Ipv4Addr,
-    pub state: String,
+    pub state: LeaseState,
     /// Unix seconds.
     pub expires: u64,
     pub hostname: Option<String>,
@@ -37,9 +38,9 @@ pub struct LeaseView {
 impl From<&Lease> for LeaseView {
     fn from(l: &Lease) -> LeaseView {
         LeaseView {
-            mac: MacAddr(l.mac).to_string(),
+            mac: MacAddr(l.mac),
             ip: l.ip,
-            state: format!("{:?}", l.state).to_lowercase(),
+            state: l.state,
             expires: l.expires,
             hostname: l.hostname.clone(),
             client_id: l.client_id.as_deref().map(|id| {
@@ -105,7 +106,7 @@ pub fn peers_view(state: &State) -> PeersView {
 /// An inventory host with its boot progress.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct HostView {
-    pub mac: String,
+    pub mac: MacAddr,
     pub ip: Ipv4Addr,
     pub hostname: Option<String>,
     pub profile: String,
@@ -116,23 +117,23 @@ pub struct HostView {
     /// Has a `bmc` block.
     #[serde(default)]
     pub bmc: bool,
-    /// Last known power state (`on`, `off`), from the last BMC call.
+    /// Last known power state, from the last BMC call.
     #[serde(default)]
-    pub power: Option<String>,
+    pub power: Option<PowerState>,
     /// Unix milliseconds the power state was learnt.
     #[serde(default)]
     pub power_at_ms: Option<u64>,
     /// Recovery state (`idle`, `awaiting-dhcp`, ...) of a host with a BMC.
     #[serde(default)]
-    pub recovery: Option<String>,
+    pub recovery: Option<recovery::State>,
     /// Recovery attempts made in the current recovery.
     #[serde(default)]
     pub attempts: Option<u32>,
     /// An idle `expect_boot` host whose deadline does not count:
     /// `checking-power` (asking its BMC whether it runs) or
-    /// `until-boot-activity` (it ran when added).
+    /// `until-boot-activity` (it ran when added); never `counting`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recovery_watch: Option<String>,
+    pub recovery_watch: Option<Watch>,
     /// The BMC driver the host's next call starts with (`redfish`,
     /// `ipmi`).
     #[serde(default)]
@@ -146,11 +147,11 @@ pub struct HostView {
     pub bmc_last_fallback: Option<FallbackEvent>,
     /// Every MAC of the host, `mac` first.
     #[serde(default)]
-    pub macs: Vec<String>,
+    pub macs: Vec<MacAddr>,
     /// The MAC the host last booted from: the port of its last DHCP
     /// request (`progress.boot_mac`).
     #[serde(default)]
-    pub boot_mac: Option<String>,
+    pub boot_mac: Option<MacAddr>,
     /// The host's `netboot` policy and provisioning state.
     #[serde(default)]
     pub netboot: NetbootView,
@@ -186,14 +187,15 @@ pub fn for_each_host_view(
     inv.hosts
         .iter()
         .map(|h| {
-            let progress = state.progress.get(h.mac).unwrap_or_else(|| HostProgress {
-                mac: h.mac.to_string(),
-                ..Default::default()
-            });
+            let progress = state
+                .progress
+                .get(h.mac)
+                .unwrap_or_else(|| HostProgress::new(h.mac));
             let driver_status = h.bmc.as_ref().map(|b| driver::status(b, fallbacks));
-            let boot_mac = progress.boot_mac.clone();
+            let recovery = view.recovery.get(&h.mac);
+            let boot_mac = progress.boot_mac;
             HostView {
-                mac: h.mac.to_string(),
+                mac: h.mac,
                 ip: h.ip,
                 hostname: h.hostname.as_deref().map(str::to_owned),
                 profile: inv.profile_of(h).name.clone(),
@@ -201,25 +203,15 @@ pub fn for_each_host_view(
                 progress,
                 labels: h.labels.clone(),
                 bmc: h.bmc.is_some(),
-                power: view.power.get(&h.mac).map(|(p, _)| {
-                    match p {
-                        crate::bmc::PowerState::On => "on",
-                        crate::bmc::PowerState::Off => "off",
-                    }
-                    .to_string()
-                }),
+                power: view.power.get(&h.mac).map(|(p, _)| *p),
                 power_at_ms: view.power.get(&h.mac).map(|(_, at)| *at),
-                recovery: view.recovery.get(&h.mac).map(|r| r.state.to_string()),
-                attempts: view.recovery.get(&h.mac).map(|r| r.attempt),
-                recovery_watch: view
-                    .recovery
-                    .get(&h.mac)
-                    .filter(|r| r.watch != crate::recovery::Watch::Counting)
-                    .map(|r| r.watch.as_str().to_string()),
+                recovery: recovery.map(|r| r.state),
+                attempts: recovery.map(|r| r.attempt),
+                recovery_watch: recovery.map(|r| r.watch).filter(|w| *w != Watch::Counting),
                 bmc_driver: driver_status.as_ref().map(|d| d.driver.clone()),
                 bmc_fallback_until_ms: driver_status.as_ref().and_then(|d| d.held_until_ms),
                 bmc_last_fallback: driver_status.and_then(|d| d.last_fallback),
-                macs: h.ports().iter().map(ToString::to_string).collect(),
+                macs: h.ports().to_vec(),
                 boot_mac,
                 netboot: netboot_view(&inv, &state.netboot, h),
                 // Owners act on BMCs: hosts without one have none.
@@ -236,16 +228,16 @@ pub fn for_each_host_view(
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct NetbootView {
     /// `always`, `once` or `never`.
-    pub policy: String,
+    pub policy: Netboot,
     /// `armed` or `done` for `once`; `None` otherwise.
     #[serde(default)]
-    pub state: Option<String>,
+    pub state: Option<Phase>,
     /// Unix milliseconds of the last change, when recorded.
     #[serde(default)]
     pub since_ms: Option<u64>,
     /// `phone-home` or `operator`, when recorded.
     #[serde(default)]
-    pub by: Option<String>,
+    pub by: Option<Actor>,
     /// Whether every route gives the host its boot file now.
     pub boots: bool,
 }
@@ -255,16 +247,11 @@ pub fn netboot_view(inv: &Inventory, store: &NetbootStore, host: &Host) -> Netbo
     let record = store.record(host.mac);
     let once = policy == Netboot::Once;
     NetbootView {
-        policy: policy.to_string(),
-        state: once.then(|| {
-            match record.map(|r| r.phase) {
-                Some(Phase::Done) => "done",
-                _ => "armed",
-            }
-            .to_string()
-        }),
+        policy,
+        // No record: armed.
+        state: once.then(|| record.map_or(Phase::Armed, |r| r.phase)),
         since_ms: record.filter(|_| once).map(|r| r.since_ms),
-        by: record.filter(|_| once).map(|r| r.by.to_string()),
+        by: record.filter(|_| once).map(|r| r.by),
         boots: !inv.withholds_boot(host),
     }
 }
@@ -273,8 +260,100 @@ pub fn netboot_view(inv: &Inventory, store: &NetbootStore, host: &Host) -> Netbo
 /// when the host was power-cycled.
 #[derive(Serialize, Deserialize, Debug)]
 pub struct ReprovisionView {
+    /// The host as asked (name or MAC).
     pub host: String,
-    pub mac: String,
+    pub mac: MacAddr,
     pub netboot: NetbootView,
     pub power: Option<Outcome>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host as `/api/v1/hosts` showed it when these fields were text:
+    /// the typed view reads it and writes it back the same.
+    #[test]
+    fn a_host_view_reads_and_writes_the_api_text_unchanged() {
+        let text = serde_json::json!({
+            "mac": "52:54:00:12:34:5a",
+            "ip": "10.66.1.10",
+            "hostname": "node-1",
+            "profile": "worker",
+            "stage": "dhcp",
+            "progress": {
+                "mac": "52:54:00:12:34:5a",
+                "boot_mac": "52:54:00:12:34:5b",
+                "dhcp": {"at_ms": 1000, "detail": "ack 10.66.1.10"},
+                "tftp": null,
+                "script": null,
+                "artifact": null,
+                "artifacts_fetched": 0,
+                "booted": null,
+                "declined": null,
+            },
+            "labels": {"rack": "r1"},
+            "bmc": true,
+            "power": "on",
+            "power_at_ms": 900,
+            "recovery": "awaiting-boot-file",
+            "attempts": 1,
+            "recovery_watch": "until-boot-activity",
+            "bmc_driver": "ipmi",
+            "bmc_fallback_until_ms": null,
+            "bmc_last_fallback": null,
+            "macs": ["52:54:00:12:34:5a", "52:54:00:12:34:5b"],
+            "boot_mac": "52:54:00:12:34:5b",
+            "netboot": {
+                "policy": "once",
+                "state": "done",
+                "since_ms": 2000,
+                "by": "phone-home",
+                "boots": false,
+            },
+            "owner": "node-b",
+        });
+        let view: HostView = serde_json::from_value(text.clone()).expect("a host view");
+        assert_eq!(view.power, Some(PowerState::On));
+        assert_eq!(view.recovery, Some(recovery::State::AwaitingBootFile));
+        assert_eq!(view.recovery_watch, Some(Watch::UntilBootActivity));
+        assert_eq!(
+            view.boot_mac,
+            Some(MacAddr([0x52, 0x54, 0, 0x12, 0x34, 0x5b]))
+        );
+        assert_eq!(
+            (view.netboot.policy, view.netboot.state, view.netboot.by),
+            (Netboot::Once, Some(Phase::Done), Some(Actor::PhoneHome))
+        );
+        assert_eq!(serde_json::to_value(&view).expect("json"), text);
+    }
+
+    #[test]
+    fn a_lease_shows_its_mac_and_state_as_text() {
+        for (state, text) in [
+            (LeaseState::Offered, "offered"),
+            (LeaseState::Bound, "bound"),
+            (LeaseState::Declined, "declined"),
+            (LeaseState::Released, "released"),
+        ] {
+            let lease = Lease {
+                mac: [0x52, 0x54, 0, 0x12, 0x34, 0x5a],
+                ip: Ipv4Addr::new(10, 66, 200, 7),
+                state,
+                expires: 1_000,
+                hostname: None,
+                client_id: Some(vec![1, 0x52, 0x54, 0, 0x12, 0x34, 0x5a]),
+            };
+            let view = LeaseView::from(&lease);
+            let json = serde_json::to_value(&view).expect("json");
+            assert_eq!(json["mac"], "52:54:00:12:34:5a");
+            assert_eq!(json["state"], text);
+            assert_eq!(json["client_id"], "01:52:54:00:12:34:5a");
+            assert_eq!(state.to_string(), text);
+            assert_eq!(
+                serde_json::from_value::<LeaseView>(json).expect("back"),
+                view
+            );
+        }
+    }
 }

@@ -242,7 +242,7 @@ async fn trace(
                 Next::Event(event) => json_line(&event),
                 Next::Lost(n) => json_line(&TraceEvent {
                     at_ms: clock::now_ms(),
-                    mac: watch.mac().to_string(),
+                    mac: watch.mac(),
                     path: TracePath::Agent,
                     what: "lost".into(),
                     detail: format!("{n} events lost: this watcher fell behind"),
@@ -533,7 +533,7 @@ async fn reprovision(
     let inv = s.boot.shared.inventory();
     let view = ReprovisionView {
         host: name,
-        mac: host.mac.to_string(),
+        mac: host.mac,
         netboot: netboot_view(&inv, &s.boot.shared.netboot, &host),
         power,
     };
@@ -786,7 +786,7 @@ mod tests {
         .await;
         assert_eq!(status, StatusCode::OK, "{body}");
         let out: Outcome = serde_json::from_str(&body).expect("outcome");
-        assert_eq!(out.power.as_deref(), Some("on"));
+        assert_eq!(out.power, Some(PowerState::On));
         assert_eq!(f.fake.power_state(), PowerState::On);
         let (status, body) = send(
             &f.router,

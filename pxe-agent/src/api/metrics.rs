@@ -160,16 +160,13 @@ pub fn render(p: &Page) -> String {
     )
     .value(p.xdp_events_lost);
     let mut f = o.family(LEASES, Kind::Gauge, "Pool leases, by state.");
-    for (name, state) in [
-        ("bound", LeaseState::Bound),
-        ("declined", LeaseState::Declined),
-    ] {
+    for state in [LeaseState::Bound, LeaseState::Declined] {
         let n = p
             .leases
             .iter()
             .find(|(s, _)| *s == state)
             .map_or(0, |(_, n)| *n);
-        f.sample(&[("state", name)], n);
+        f.sample(&[("state", state.as_str())], n);
     }
     if let Some(t) = p.tftp {
         render_tftp(&mut o, &t);

@@ -60,11 +60,29 @@ pub trait Bmc: Send + Sync {
     fn info(&self) -> impl Future<Output = Result<BmcInfo, BmcError>> + Send;
 }
 
-/// The host's power as the chassis reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The host's power as the chassis reports it; `on` or `off` in the API,
+/// the CLI and the Kubernetes status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PowerState {
     On,
     Off,
+}
+
+impl PowerState {
+    /// The API and CLI text, the same as the serde form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PowerState::On => "on",
+            PowerState::Off => "off",
+        }
+    }
+}
+
+impl fmt::Display for PowerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A Chassis Control request (IPMI 2.0 §28.3, data byte 1).
@@ -309,5 +327,24 @@ impl BmcError {
                 | BmcError::NotAdvertised { .. }
                 | BmcError::Credentials { .. }
         ) || matches!(self, BmcError::BothFailed { second, .. } if second.is_permanent())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn power_state_serializes_as_its_text() {
+        for state in [PowerState::On, PowerState::Off] {
+            let json = serde_json::to_string(&state).expect("json");
+            assert_eq!(json, format!("\"{state}\""));
+            assert_eq!(
+                serde_json::from_str::<PowerState>(&json).expect("parses"),
+                state
+            );
+        }
+        assert_eq!(PowerState::On.as_str(), "on");
+        assert_eq!(PowerState::Off.as_str(), "off");
     }
 }

@@ -6,9 +6,11 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Subcommand;
 use pxe_agent::{
+    bmc::PowerState,
     clock,
     discovered::Discovered,
-    progress::Step,
+    progress::{Stage, Step},
+    recovery::{State, Watch},
     terminal::{self, Align, Table},
     view::{HostView, NetbootView, ReprovisionView},
     when,
@@ -91,12 +93,11 @@ fn hosts_table(api: &ApiArgs) -> anyhow::Result<ExitCode> {
         let p = &h.progress;
         let middle = p.script.as_ref().or(p.tftp.as_ref()).cloned();
         let mut row = vec![
-            h.mac.clone(),
+            h.mac.to_string(),
             h.ip.to_string(),
             terminal::escape(h.hostname.as_deref().unwrap_or("-")).into_owned(),
-            h.stage
-                .map_or("-".to_string(), |s| format!("{s:?}").to_lowercase()),
-            h.power.as_deref().unwrap_or("-").to_string(),
+            h.stage.map_or("-", Stage::as_str).to_string(),
+            h.power.map_or("-", PowerState::as_str).to_string(),
             bmc_column(&h, now),
             recovery_cell(&h),
             h.attempts.map_or("-".to_string(), |a| a.to_string()),
@@ -109,7 +110,7 @@ fn hosts_table(api: &ApiArgs) -> anyhow::Result<ExitCode> {
             step(&p.dhcp),
             step(&middle),
             step(&p.booted),
-            h.boot_mac.as_deref().unwrap_or("-").to_string(),
+            h.boot_mac.map_or("-".to_string(), |m| m.to_string()),
             step(&p.declined),
         ]);
         table.row(row);
@@ -189,18 +190,18 @@ fn netboot_cell(n: &NetbootView, now: u64) -> String {
             format!("{} {state} ({by}, {})", n.policy, when::ago(at, now))
         }
         (Some(state), _, _) => format!("{} {state}", n.policy),
-        _ => n.policy.clone(),
+        _ => n.policy.to_string(),
     }
 }
 
 /// The RECOVERY cell: the state, and why an idle `expect_boot` host's
 /// deadline does not count.
 fn recovery_cell(h: &HostView) -> String {
-    let state = h.recovery.as_deref().unwrap_or("-");
-    match h.recovery_watch.as_deref() {
-        Some("checking-power") => format!("{state} (checking)"),
-        Some("until-boot-activity") => format!("{state} (running)"),
-        _ => state.to_string(),
+    let state = h.recovery.map_or("-", State::as_str);
+    match h.recovery_watch {
+        Some(Watch::CheckingPower) => format!("{state} (checking)"),
+        Some(Watch::UntilBootActivity) => format!("{state} (running)"),
+        Some(Watch::Counting) | None => state.to_string(),
     }
 }
 

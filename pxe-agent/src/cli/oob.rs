@@ -151,8 +151,10 @@ pub fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCo
             targets(
                 hosts,
                 select,
-                list.into_iter()
-                    .map(|h| (h.hostname.clone().unwrap_or(h.mac.clone()), h.bmc, h.labels)),
+                list.into_iter().map(|h| {
+                    let name = h.hostname.clone().unwrap_or_else(|| h.mac.to_string());
+                    (name, h.bmc, h.labels)
+                }),
             )?
         } else {
             targets(hosts, select, std::iter::empty())?
@@ -174,7 +176,7 @@ pub fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCo
             for o in &outcomes {
                 let detail = o
                     .recovery
-                    .clone()
+                    .map(|state| state.to_string())
                     .or_else(|| {
                         o.info.as_ref().map(|i| match &i.vendor {
                             Some(vendor) => format!(
@@ -197,7 +199,7 @@ pub fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCo
                 table.row(vec![
                     terminal::escape(&o.host).into_owned(),
                     o.result.to_string(),
-                    o.power.as_deref().unwrap_or("-").to_string(),
+                    o.power.map_or("-", |p| p.as_str()).to_string(),
                     format!("{}ms", o.duration_ms),
                     terminal::escape(detail.trim_end()).into_owned(),
                     terminal::escape(o.error.as_deref().unwrap_or("-")).into_owned(),
@@ -237,13 +239,11 @@ fn through_agent(
             Some(body) => api.request("POST", &url, Some(body)),
             None => api.request("GET", &url, None),
         };
-        let failed = |error: String| Outcome {
-            host: host.clone(),
-            result: "error".into(),
-            failure: Some(control::Failure::Unavailable),
-            error: Some(error),
-            duration_ms: started.elapsed().as_millis() as u64,
-            ..Outcome::default()
+        let failed = |error: String| {
+            let mut out = Outcome::new(host, None);
+            out.fail(control::Failure::Unavailable, error);
+            out.duration_ms = started.elapsed().as_millis() as u64;
+            out
         };
         match answer {
             Ok((_, text)) => match serde_json::from_str::<Outcome>(&text) {
@@ -301,35 +301,24 @@ async fn direct(
     let calls = hosts.into_iter().map(|name| async move {
         let at_ms = clock::now_ms();
         let started = std::time::Instant::now();
-        let mut out = Outcome {
-            host: name.clone(),
-            result: "ok".into(),
-            ..Outcome::default()
-        };
-        let fail = |out: &mut Outcome, failure, error: String| {
-            out.result = "error".into();
-            out.failure = Some(failure);
-            out.error = Some(error);
-        };
+        let mut out = Outcome::new(&name, None);
         match control::find_host(inv, &name) {
-            None => fail(
-                &mut out,
+            None => out.fail(
                 control::Failure::UnknownHost,
                 format!("no inventory host is named {name:?}"),
             ),
             Some(host) => {
-                out.mac = Some(host.mac.to_string());
+                out.mac = Some(host.mac);
                 match &host.bmc {
-                    None => fail(
-                        &mut out,
+                    None => out.fail(
                         control::Failure::NoBmc,
                         format!("host {} has no bmc block in the inventory", host.label()),
                     ),
                     Some(s) => match Driver::for_host_in(s, RetryPolicy::default(), echo, record) {
-                        Err(e) => fail(&mut out, control::Failure::NoBmc, e.to_string()),
+                        Err(e) => out.fail(control::Failure::NoBmc, e.to_string()),
                         Ok(bmc) => {
                             if let Err(e) = control::perform(&bmc, op, &mut out).await {
-                                fail(&mut out, control::Failure::Bmc, e.to_string());
+                                out.fail(control::Failure::Bmc, e.to_string());
                             }
                         }
                     },

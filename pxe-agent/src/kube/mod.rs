@@ -645,10 +645,8 @@ impl Source {
     fn wanted(&mut self, serving: &Serving, fallbacks: &Fallbacks) -> Outgoing {
         let mut views: HashMap<MacAddr, HostView> = HashMap::new();
         for_each_host_view(&serving.state, &serving.control, fallbacks, |view| {
-            if status::matters(&view)
-                && let Ok(mac) = view.mac.parse::<MacAddr>()
-            {
-                views.insert(mac, view);
+            if status::matters(&view) {
+                views.insert(view.mac, view);
             }
         });
         let now = crate::clock::now_ms();

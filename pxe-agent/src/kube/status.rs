@@ -18,7 +18,7 @@ use std::{
 use serde_json::{Value, json};
 
 use super::objects::ObjRef;
-use crate::view::HostView;
+use crate::{recovery::State, view::HostView};
 
 /// The statuses waiting to be written, one per object, oldest first, as
 /// compact JSON text shared between the objects that want the same (at
@@ -207,8 +207,8 @@ pub fn status_of(
     status["lastDhcp"] = step(|p| &p.dhcp).and_then(|s| rfc3339(s.at_ms)).into();
     status["bootFile"] = step(|p| &p.tftp).map(|s| s.detail.clone()).into();
     status["lastPhoneHome"] = step(|p| &p.booted).and_then(|s| rfc3339(s.at_ms)).into();
-    status["powerState"] = view.and_then(|v| v.power.clone()).into();
-    status["recovery"] = match view.and_then(|v| v.recovery.clone()) {
+    status["powerState"] = json!(view.and_then(|v| v.power));
+    status["recovery"] = match view.and_then(|v| v.recovery) {
         Some(state) => json!({"state": state, "attempts": view.and_then(|v| v.attempts)}),
         None => Value::Null,
     };
@@ -226,7 +226,7 @@ pub fn seen(view: &HostView) -> bool {
     view.stage.is_some()
         || view.progress.dhcp.is_some()
         || view.power.is_some()
-        || view.recovery.as_deref().is_some_and(|r| r != "idle")
+        || view.recovery.is_some_and(|r| r != State::Idle)
 }
 
 /// Whether `view` changes the status [`status_of`] makes: the host was

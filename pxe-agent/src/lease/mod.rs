@@ -152,8 +152,10 @@ impl fmt::Display for Pool {
     }
 }
 
-/// What an address is doing for the MAC a [`Lease`] names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What an address is doing for the MAC a [`Lease`] names; `offered`,
+/// `bound`, `declined` or `released` in the API and the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LeaseState {
     /// Offered to the MAC and held for it for a short while; in memory only.
     Offered,
@@ -165,6 +167,24 @@ pub enum LeaseState {
     /// Released by the MAC: free for anyone, and remembered as the MAC's
     /// previous address until someone else takes it.
     Released,
+}
+
+impl LeaseState {
+    /// The API and metrics text, the same as the serde form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseState::Offered => "offered",
+            LeaseState::Bound => "bound",
+            LeaseState::Declined => "declined",
+            LeaseState::Released => "released",
+        }
+    }
+}
+
+impl fmt::Display for LeaseState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One address and the MAC it is (or was) leased to.

@@ -97,17 +97,6 @@ pub enum Watch {
     UntilBootActivity,
 }
 
-impl Watch {
-    /// The API and CLI text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Watch::Counting => "counting",
-            Watch::CheckingPower => "checking-power",
-            Watch::UntilBootActivity => "until-boot-activity",
-        }
-    }
-}
-
 /// The after-boot boot device still to be set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AfterBootJob {
@@ -129,7 +118,7 @@ pub struct LastTransition {
 /// One host as `pxe-agent hosts` and the API show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HostStatus {
-    pub mac: String,
+    pub mac: MacAddr,
     pub state: State,
     pub attempt: u32,
     pub max_attempts: Option<u32>,
@@ -920,7 +909,7 @@ impl Controller {
 
 fn status(mac: MacAddr, host: &Host) -> HostStatus {
     HostStatus {
-        mac: mac.to_string(),
+        mac,
         state: host.record.state,
         attempt: host.record.attempt,
         max_attempts: host.plan.map(|p| p.settings.max_attempts),

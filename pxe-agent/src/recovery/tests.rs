@@ -1108,3 +1108,14 @@ async fn a_booted_host_gained_keeps_a_fresh_heartbeat_watch_and_a_queued_action_
     b.ctl.activate(b.now);
     assert_eq!(b.ctl.tick(b.now).len(), 1, "a new action once owned again");
 }
+
+#[test]
+fn states_serialize_as_their_text() {
+    for state in State::ALL {
+        assert_eq!(
+            serde_json::to_value(state).expect("json"),
+            state.as_str(),
+            "{state:?}"
+        );
+    }
+}
