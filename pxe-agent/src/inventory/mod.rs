@@ -29,7 +29,8 @@ use std::{
     sync::Arc,
 };
 
-pub use crate::mac::{MacAddr, ParseMacError};
+use crate::mac::MacAddr;
+
 pub use error::{LoadError, Problem};
 pub use extra::ExtraOptions;
 pub use file::Loaded;
