@@ -135,6 +135,18 @@ impl HostProgress {
 /// guard and the discovered registry track.
 pub const DEFAULT_CAPACITY: usize = 65_536;
 
+/// A serving event after DHCP ([`Progress::served`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Served<'a> {
+    /// A boot script (an iPXE script, a grub.cfg) served over `via`, named
+    /// `what` in the trace.
+    Script { via: TracePath, what: &'a str },
+    /// A boot file or artifact fetched over HTTP.
+    Artifact,
+    /// The phone-home of the system the host booted.
+    PhoneHome,
+}
+
 pub struct Progress {
     inner: Mutex<Tracked>,
     /// The live trace: here because every service that records progress
@@ -327,45 +339,27 @@ impl Progress {
         self.tftp(mac, at_ms, detail);
     }
 
-    /// A boot script (an iPXE script, a grub.cfg) served to `mac` over
-    /// `via`, named `what` in the trace.
-    pub fn script_served(
+    /// What a host fetched after DHCP, over HTTP or TFTP: its trace event
+    /// (named by `served`) and its boot step.
+    pub fn served(
         &self,
         mac: MacAddr,
         at_ms: u64,
-        via: TracePath,
-        what: &str,
+        served: Served<'_>,
         trace_detail: impl FnOnce() -> String,
         detail: String,
     ) {
+        let (via, what) = match served {
+            Served::Script { via, what } => (via, what),
+            Served::Artifact => (TracePath::Http, "fetch"),
+            Served::PhoneHome => (TracePath::PhoneHome, "booted"),
+        };
         self.trace.publish_at(at_ms, mac, via, what, trace_detail);
-        self.script(mac, at_ms, detail);
-    }
-
-    /// A boot file or artifact `mac` fetched over HTTP.
-    pub fn artifact_fetched(
-        &self,
-        mac: MacAddr,
-        at_ms: u64,
-        trace_detail: impl FnOnce() -> String,
-        detail: String,
-    ) {
-        self.trace
-            .publish_at(at_ms, mac, TracePath::Http, "fetch", trace_detail);
-        self.artifact(mac, at_ms, detail);
-    }
-
-    /// The phone-home of the system `mac` booted.
-    pub fn phoned_home(
-        &self,
-        mac: MacAddr,
-        at_ms: u64,
-        trace_detail: impl FnOnce() -> String,
-        detail: String,
-    ) {
-        self.trace
-            .publish_at(at_ms, mac, TracePath::PhoneHome, "booted", trace_detail);
-        self.booted(mac, at_ms, detail);
+        match served {
+            Served::Script { .. } => self.script(mac, at_ms, detail),
+            Served::Artifact => self.artifact(mac, at_ms, detail),
+            Served::PhoneHome => self.booted(mac, at_ms, detail),
+        }
     }
 
     /// A DHCP answer to `mac`, which is also the port the host boots on.
@@ -518,21 +512,30 @@ mod tests {
             "offer 10.0.0.1 (slow path)".into(),
         );
         p.tftp_transfer(MAC, 11, "done", "undionly.kpxe 100 B done".into());
-        p.script_served(
+        p.served(
             MAC,
             12,
-            TracePath::Tftp,
-            "grub.cfg",
+            Served::Script {
+                via: TracePath::Tftp,
+                what: "grub.cfg",
+            },
             || "/grub/grub.cfg for 10.0.0.1".into(),
             "/grub/grub.cfg (grub)".into(),
         );
-        p.artifact_fetched(
+        p.served(
             MAC,
             13,
+            Served::Artifact,
             || "/vmlinuz from 10.0.0.1:5000".into(),
             "vmlinuz".into(),
         );
-        p.phoned_home(MAC, 14, || "\"up\" from 10.0.0.1:5001".into(), "up".into());
+        p.served(
+            MAC,
+            14,
+            Served::PhoneHome,
+            || "\"up\" from 10.0.0.1:5001".into(),
+            "up".into(),
+        );
         // Nothing is built for a MAC nobody traces.
         let other = MacAddr([2, 0, 0, 0, 0, 2]);
         p.dhcp_answer(

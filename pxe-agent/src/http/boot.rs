@@ -28,6 +28,7 @@ use crate::{
     inventory::{Netboot, PhoneHomeToken},
     mac::MacAddr,
     netboot::Actor,
+    progress::Served,
     sync::lock,
     trace::TracePath,
 };
@@ -106,11 +107,13 @@ async fn boot_script(
     };
     match script::render(profile, &target, state.server_for(ip).ip, Some(&token)) {
         Ok(text) => {
-            state.shared.progress.script_served(
+            state.shared.progress.served(
                 mac,
                 clock::now_ms(),
-                TracePath::Http,
-                "script",
+                Served::Script {
+                    via: TracePath::Http,
+                    what: "script",
+                },
                 || format!("/boot/{name} from {peer}"),
                 format!("/boot/{name}"),
             );
@@ -159,9 +162,10 @@ async fn booted(
     } else {
         note.clone()
     };
-    state.shared.progress.phoned_home(
+    state.shared.progress.served(
         mac,
         clock::now_ms(),
+        Served::PhoneHome,
         || format!("{note:?} from {peer}"),
         detail,
     );
@@ -233,9 +237,10 @@ pub fn record_fetch(state: &BootState, peer: SocketAddr, path: &str) {
     let shared = state.shared.clone();
     let path = path.to_string();
     let record = move |shared: &crate::state::State, mac: MacAddr| {
-        shared.progress.artifact_fetched(
+        shared.progress.served(
             mac,
             clock::now_ms(),
+            Served::Artifact,
             || format!("{path} from {peer}"),
             path.trim_start_matches('/').to_string(),
         );

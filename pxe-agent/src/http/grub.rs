@@ -21,6 +21,7 @@ use super::{
 use crate::{
     clock,
     inventory::{Profile, grub_path},
+    progress::Served,
     tftp,
     trace::TracePath,
 };
@@ -152,11 +153,13 @@ pub fn config_for(state: &BootState, ip: Ipv4Addr, name: &str, via: TracePath) -
     let epoch = state.shared.progress.new_token_epoch(mac, now);
     let token = state.token_key.issue(mac, epoch);
     let text = render(profile, &target, state.server_for(ip).ip, Some(&token));
-    state.shared.progress.script_served(
+    state.shared.progress.served(
         mac,
         now,
-        via,
-        "grub.cfg",
+        Served::Script {
+            via,
+            what: "grub.cfg",
+        },
         || format!("/{name} for {ip}"),
         format!("/{name} (grub)"),
     );
