@@ -67,12 +67,32 @@ fn layer_of(module: &str) -> Option<usize> {
 
 /// The code of `text` without comments (line and block; string contents
 /// that look like comments are rare in `use` lines and cut at worst the
-/// rest of their line) and without the test module that ends a file.
+/// rest of their line) and without its `#[cfg(test)] mod tests { ... }`
+/// block: what comes after that block still counts.
 fn code(text: &str) -> String {
-    let text = match text.find("#[cfg(test)]\nmod tests") {
-        Some(at) => &text[..at],
-        None => text,
+    let code = without_comments(text);
+    let Some(at) = code.find("#[cfg(test)]\nmod tests") else {
+        return code;
     };
+    let Some(open) = code[at..].find('{').map(|i| at + i) else {
+        return code[..at].to_string();
+    };
+    let mut depth = 0usize;
+    for (i, ch) in code[open..].char_indices() {
+        match ch {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            _ => continue,
+        }
+        if depth == 0 {
+            return format!("{}{}", &code[..at], &code[open + i + 1..]);
+        }
+    }
+    code[..at].to_string()
+}
+
+/// `text` with its line and block comments left out.
+fn without_comments(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while !rest.is_empty() {
@@ -270,6 +290,10 @@ fn an_upward_import_is_refused() {
             "use crate::{\n    inventory::{Host, Inventory},\n    state::State,\n};\n\
              #[cfg(test)]\nmod tests {\n    use crate::app::run;\n}\n",
         ),
+        file(
+            "clock.rs",
+            "#[cfg(test)]\nmod tests {\n    fn f() { let _ = \"{}\"; }\n}\nuse crate::view::HostView;\n",
+        ),
         file("newthing.rs", "use crate::mac::MacAddr;\n"),
         file("trace.rs", "#[cfg(test)]\nmod golden;\n"),
         file("trace/golden.rs", "use crate::app::run;\n"),
@@ -280,6 +304,7 @@ fn an_upward_import_is_refused() {
         problems,
         [
             "module newthing is in no layer: add it to LAYERS",
+            "clock.rs imports view (paths) from clock (vocabulary): a layer above its own",
             "mac.rs imports app (wiring) from mac (vocabulary): a layer above its own",
         ],
     );
