@@ -470,12 +470,12 @@ impl Vm {
             let mut words = rest.split_whitespace();
             if words.next().is_some_and(|m| m.eq_ignore_ascii_case(mac)) {
                 self.report.booted_after.get_or_insert(at);
-                self.report.ip = words.next().map(str::to_owned);
+                self.report.ip = words.next().map(|w| unmixed(w).to_owned());
             }
         } else if let Some(rest) = marker_args(line, PHONED_HOME_MARKER) {
             let mut words = rest.split_whitespace();
             if words.next().is_some_and(|m| m.eq_ignore_ascii_case(mac)) {
-                self.report.phoned_home = words.next() == Some("ok");
+                self.report.phoned_home = words.next().map(unmixed) == Some("ok");
                 self.report.phoned_home_after = Some(at);
             }
         } else if let Some(rest) = marker_args(line, FAILED_MARKER) {
@@ -521,6 +521,13 @@ fn marker_args<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
     let at = line.find(marker)?;
     let rest = &line[at + marker.len()..];
     rest.starts_with(' ').then_some(rest)
+}
+
+/// A marker's word without a kernel message the console wrote into the
+/// same line right after it (`10.66.2.3[    5.1] ...`): the guest's own
+/// output and printk share the serial port.
+fn unmixed(word: &str) -> &str {
+    word.split('[').next().unwrap_or(word)
 }
 
 /// A console line without ANSI escape sequences, carriage returns and
@@ -577,6 +584,9 @@ mod tests {
             Some(" 52:54:00:12:34:56 10.66.1.10")
         );
         assert_eq!(marker_args("PXE-AGENT-BOOTEDX", BOOTED_MARKER), None);
+        // A kernel message written into the line right after the address.
+        assert_eq!(unmixed("10.66.2.3[    4.39]"), "10.66.2.3");
+        assert_eq!(unmixed("ok"), "ok");
         assert_eq!(marker_args("nothing here", BOOTED_MARKER), None);
     }
 
