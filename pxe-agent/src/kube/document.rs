@@ -160,12 +160,13 @@ pub struct Built<P> {
     pub degraded: BTreeMap<ObjRef, Vec<String>>,
 }
 
-/// Where each entry of the document came from.
+/// Where each entry of the document came from: the hosts' by reference to
+/// their parts (at fleet size a copy of each name would be megabytes).
 #[derive(Default)]
-struct Origins {
+struct Origins<'a> {
     subnets: Vec<ObjRef>,
     profiles: Vec<(String, ObjRef)>,
-    hosts: Vec<(ObjRef, Option<MacAddr>, Option<String>)>,
+    hosts: Vec<(&'a ObjRef, &'a HostEntry)>,
     discovery: Option<ObjRef>,
     ipxe: Option<ObjRef>,
 }
@@ -328,10 +329,12 @@ fn spec(object: &Value) -> Result<&serde_json::Map<String, Value>, String> {
 enum Part {
     Network {
         subnets: Vec<Yaml>,
-        discovery: Option<Yaml>,
-        ipxe: Option<Yaml>,
+        // Boxed, as the profile's entry: a fleet has a part a host, and
+        // each is as large as the largest variant.
+        discovery: Option<Box<Yaml>>,
+        ipxe: Option<Box<Yaml>>,
     },
-    Profile(Yaml),
+    Profile(Box<Yaml>),
     Host {
         entry: HostEntry,
         profile: String,
@@ -409,16 +412,16 @@ fn alone(part: &Part) -> Option<Yaml> {
                 ("hosts", empty()),
             ];
             if let Some(d) = discovery {
-                pairs.push(("discovery", d.clone()));
+                pairs.push(("discovery", (**d).clone()));
             }
             if let Some(i) = ipxe {
-                pairs.push(("ipxe", i.clone()));
+                pairs.push(("ipxe", (**i).clone()));
             }
             Some(mapping(pairs))
         }
         Part::Profile(p) => Some(mapping(vec![
             ("subnets", empty()),
-            ("profiles", Yaml::Sequence(vec![p.clone()])),
+            ("profiles", Yaml::Sequence(vec![(**p).clone()])),
             ("hosts", empty()),
         ])),
         Part::Host { .. } => None,
@@ -439,8 +442,8 @@ fn part_of<O>(at: &ObjRef, object: &Value, snapshot: &Snapshot<O>) -> Result<Par
             };
             Part::Network {
                 subnets,
-                discovery: spec.get("discovery").map(to_file_shape),
-                ipxe: spec.get("ipxe").map(to_file_shape),
+                discovery: spec.get("discovery").map(|d| Box::new(to_file_shape(d))),
+                ipxe: spec.get("ipxe").map(|i| Box::new(to_file_shape(i))),
             }
         }
         Kind::BootProfile => {
@@ -456,7 +459,7 @@ fn part_of<O>(at: &ObjRef, object: &Value, snapshot: &Snapshot<O>) -> Result<Par
                     map.insert("bmc".into(), block);
                 }
             }
-            Part::Profile(entry)
+            Part::Profile(Box::new(entry))
         }
         Kind::BootHost => {
             let spec = spec(object).map_err(one)?;
@@ -558,8 +561,11 @@ pub fn build<P, O: AsObject>(
     prepare: &dyn Fn(Inventory, &Path) -> Result<P, LoadError>,
 ) -> Built<P> {
     let mut refused: BTreeMap<ObjRef, Vec<String>> = BTreeMap::new();
-    let mut parts: Vec<(ObjRef, Part)> = Vec::new();
-    for (at, object) in snapshot.objects() {
+    let objects = snapshot.objects();
+    // Sized up front: a list grown by doubling holds its old and new
+    // buffers at once, at fleet size tens of megabytes.
+    let mut parts: Vec<(ObjRef, Part)> = Vec::with_capacity(objects.len());
+    for (at, object) in objects {
         // Parsed one at a time: the objects are kept as text.
         let object: Cow<'_, Value> = object.value();
         match part_of(&at, &object, snapshot) {
@@ -765,10 +771,19 @@ fn cascade(parts: &[(ObjRef, Part)], refused: &mut BTreeMap<ObjRef, Vec<String>>
 fn assemble<'a>(
     live: &[&'a (ObjRef, Part)],
     bad_profiles: &BTreeSet<&str>,
-) -> (Yaml, Vec<&'a str>, Origins, BTreeMap<ObjRef, Vec<String>>) {
+) -> (
+    Yaml,
+    Vec<&'a str>,
+    Origins<'a>,
+    BTreeMap<ObjRef, Vec<String>>,
+) {
     let mut degraded = BTreeMap::new();
-    let mut origins = Origins::default();
-    let (mut subnets, mut profiles, mut hosts) = (Vec::new(), Vec::new(), Vec::new());
+    let mut origins = Origins {
+        hosts: Vec::with_capacity(live.len()),
+        ..Origins::default()
+    };
+    let (mut subnets, mut profiles) = (Vec::new(), Vec::new());
+    let mut hosts = Vec::with_capacity(live.len());
     let (mut discovery, mut ipxe) = (None, None);
     for (at, part) in live {
         match part {
@@ -795,22 +810,20 @@ fn assemble<'a>(
                         )],
                     );
                 } else if let Some(d) = d {
-                    discovery = Some(d.clone());
+                    discovery = Some((**d).clone());
                     origins.discovery = Some(at.clone());
                 }
                 if let Some(i) = i {
-                    ipxe = Some(i.clone());
+                    ipxe = Some((**i).clone());
                     origins.ipxe = Some(at.clone());
                 }
             }
             Part::Profile(p) => {
-                profiles.push(p.clone());
+                profiles.push((**p).clone());
                 origins.profiles.push((at.name.to_string(), at.clone()));
             }
             Part::Host { entry, .. } => {
-                origins
-                    .hosts
-                    .push((at.clone(), entry.mac, entry.hostname.clone()));
+                origins.hosts.push((at, entry));
                 hosts.push(&*entry.yaml);
             }
         }
@@ -840,10 +853,13 @@ fn attribute(problem: &Problem, origins: &Origins) -> Option<ObjRef> {
             .iter()
             .enumerate()
             .rev()
-            .find(|(index, (_, mac, hostname))| {
-                let name = hostname.as_deref().map(|h| h.escape_debug().to_string());
+            .find(|(index, (_, entry))| {
+                let name = entry
+                    .hostname
+                    .as_deref()
+                    .map(|h| h.escape_debug().to_string());
                 let labels = [
-                    match (mac, &name) {
+                    match (entry.mac, &name) {
                         (Some(mac), Some(name)) => Some(format!("{name} ({mac})")),
                         (Some(mac), None) => Some(mac.to_string()),
                         _ => None,
@@ -855,7 +871,7 @@ fn attribute(problem: &Problem, origins: &Origins) -> Option<ObjRef> {
                 ];
                 labels.iter().flatten().any(|l| l == label)
             })
-            .map(|(_, (at, _, _))| at.clone());
+            .map(|(_, (at, _))| (*at).clone());
     }
     let field = problem.field.as_str();
     let indexed = |prefix: &str| -> Option<&str> {
