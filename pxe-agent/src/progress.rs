@@ -349,17 +349,13 @@ impl Progress {
         trace_detail: impl FnOnce() -> String,
         detail: String,
     ) {
-        let (via, what) = match served {
-            Served::Script { via, what } => (via, what),
-            Served::Artifact => (TracePath::Http, "fetch"),
-            Served::PhoneHome => (TracePath::PhoneHome, "booted"),
+        let (via, what, step): (_, _, fn(&Self, MacAddr, u64, String)) = match served {
+            Served::Script { via, what } => (via, what, Self::script),
+            Served::Artifact => (TracePath::Http, "fetch", Self::artifact),
+            Served::PhoneHome => (TracePath::PhoneHome, "booted", Self::booted),
         };
         self.trace.publish_at(at_ms, mac, via, what, trace_detail);
-        match served {
-            Served::Script { .. } => self.script(mac, at_ms, detail),
-            Served::Artifact => self.artifact(mac, at_ms, detail),
-            Served::PhoneHome => self.booted(mac, at_ms, detail),
-        }
+        step(self, mac, at_ms, detail);
     }
 
     /// A DHCP answer to `mac`, which is also the port the host boots on.
@@ -461,6 +457,7 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::{self, Clocks};
 
     #[test]
     fn stages_serialize_as_their_text() {
@@ -478,7 +475,6 @@ mod tests {
             );
         }
     }
-    use crate::clock::{self, Clocks};
 
     const MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 
