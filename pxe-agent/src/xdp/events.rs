@@ -195,7 +195,16 @@ pub async fn stream(mut reader: EventReader, state: Arc<State>, mut shutdown: Sh
             () = shutdown.stopped() => return,
             _ = tick.tick() => {
                 let clocks = Clocks::now();
-                match reader.drain(|event| record(&state, event, &clocks)) {
+                // Each CPU has its own ring, read one after the other: the
+                // answers are recorded in the order the program sent them,
+                // so a host's last port is the one it booted on last.
+                let mut drained = Vec::new();
+                let result = reader.drain(|event| drained.push(*event));
+                drained.sort_by_key(|e| e.at_ns);
+                for event in &drained {
+                    record(&state, event, &clocks);
+                }
+                match result {
                     Ok(d) if d.lost > 0 => {
                         state.progress.missed_xdp_events(d.lost);
                         if let Some(unlogged) = warn_lost.admit(Instant::now()) {
