@@ -49,6 +49,18 @@ use crate::bmc_sim::{
 /// How often the watcher looks for requests and for QEMU exiting.
 const TICK: Duration = Duration::from_millis(20);
 
+/// How a guest's BMC is spoken to: ipmi_sim answers a power request only
+/// when the chassis program has exited, which waits (at most 10 s) for the
+/// watcher to start or stop QEMU. Each attempt waits past that, so a slow
+/// start on a busy machine is answered, not retried as a second power-on.
+pub const GUEST_POLICY: RetryPolicy = RetryPolicy {
+    deadline: Duration::from_secs(30),
+    attempt_timeout: Duration::from_secs(12),
+    initial_backoff: Duration::from_millis(200),
+    max_backoff: Duration::from_secs(1),
+    max_attempts: 2,
+};
+
 /// The address of BMC `index` (0-based) on the BMC network.
 pub fn bmc_ip(index: usize) -> String {
     assert!(index < 250, "the BMC network holds 250 BMCs");
@@ -318,9 +330,10 @@ impl GuestBmc {
         &self.guest
     }
 
-    /// The Administrator's IPMI client (run it with [`GuestBmc::run`]).
-    pub fn client(&self, policy: RetryPolicy) -> IpmiBmc {
-        self.sim.admin(policy)
+    /// The Administrator's IPMI client (run it with [`GuestBmc::run`]),
+    /// patient enough for a chassis that starts QEMU ([`GUEST_POLICY`]).
+    pub fn client(&self) -> IpmiBmc {
+        self.sim.admin(GUEST_POLICY)
     }
 
     /// Runs `f` where the agent runs: the boot lab's server namespace.
@@ -548,7 +561,7 @@ hosts:
         let status = bmc.ipmitool(&["power", "status"]).expect("ipmitool");
         assert!(status.contains("is off"), "ipmitool: {status}");
 
-        let client = bmc.client(quick());
+        let client = bmc.client();
         let before = SystemTime::now();
         let c = client.clone();
         let power = bmc.run(move || async move {
@@ -596,7 +609,7 @@ hosts:
     #[test]
     fn guest_left_on_disk_does_not_network_boot_until_pxe_and_a_cycle() {
         let (bmc, lab) = guest_lab("pxbmcdisk");
-        let client = bmc.client(quick());
+        let client = bmc.client();
         let c = client.clone();
         bmc.run(move || async move {
             c.set_boot_device(target(BootDevice::Disk)).await?;
