@@ -1,5 +1,5 @@
 //! DHCPv4 policy, replies and wire encoding, shared by the slow path and the
-//! XDP templates.
+//! XDP templates; and DHCPv6's wire layer (`v6`).
 //!
 //! `decide` is the one place where DHCP policy lives; `fast_path` projects
 //! it onto the requests the XDP program can answer exactly; `reply` is the
@@ -9,7 +9,8 @@
 //! maps hold; `request` is the parsed request. `server` is the slow path's
 //! serve loop and the only part that touches sockets; none of it touches
 //! the BPF maps. `fixture` is what the unit tests of `decide` and
-//! `fast_path` share.
+//! `fast_path` share. `v6` holds DHCPv6's wire formats: what a request
+//! carries, who is asking, and the reply model and its encoding.
 
 pub mod decide;
 pub mod encode;
@@ -19,6 +20,7 @@ pub mod reply;
 pub mod request;
 pub mod server;
 pub mod template;
+pub mod v6;
 
 pub use decide::{Answer, PoolAsk, Pools, decide, decide_shared, pool_reply};
 pub use encode::encode;
