@@ -24,7 +24,10 @@ use crate::{
         decode_rakp_answers,
         ipmi::completion_code_byte,
     },
-    dhcp::{Answer, Decision, Request, Server, decide, encode, fast_path, pool_reply, template},
+    dhcp::{
+        Answer, Decision, Request, Server, decide, encode, fast_path, pool_reply, template,
+        v6::{Answer6, Request6, Server6, decide6, encode6},
+    },
     http::{artifacts::parse_range, grub, plan::Target, script},
     inventory::Inventory,
     tftp::{
@@ -41,6 +44,7 @@ pub type Entry = fn(&[u8]);
 /// regression directories and `cargo xtask fuzz --target` name them.
 pub const TARGETS: &[(&str, Entry)] = &[
     ("dhcp_request", dhcp_request),
+    ("dhcp6_request", dhcp6_request),
     ("tftp_request", tftp_request),
     ("inventory", inventory),
     ("ipxe_script", ipxe_script),
@@ -100,6 +104,76 @@ pub fn dhcp_request(data: &[u8]) {
     let msg = Message::decode(&mut Decoder::new(&bytes)).expect("an encoded reply decodes");
     assert_eq!(msg.xid(), req.xid);
     assert_eq!(msg.chaddr(), &req.chaddr.0);
+}
+
+/// The DHCPv6 server the DHCPv6 target answers as.
+static SERVER6: LazyLock<Server6> = LazyLock::new(|| Server6 {
+    ip: "fd00:66::1".parse().expect("an address"),
+    duid: vec![0, 3, 0, 1, 0x02, 0, 0, 0, 0, 0x01],
+});
+
+/// An inventory with IPv6 reservations, one by MAC and one by UUID, and a
+/// profile that boots every firmware class: DHCPv6 messages are decided
+/// against it.
+static EXAMPLE6: LazyLock<Inventory> = LazyLock::new(|| {
+    Inventory::parse(
+        Path::new("dhcp6.yaml"),
+        r#"
+subnets:
+  - {cidr: 10.66.0.0/16, router: 10.66.0.1}
+  - {cidr: "fd00:66::/64", dns: ["fd00:66::53"], domain: lab.example, ra: {}}
+profiles:
+  - name: all
+    boot: {bios: undionly.kpxe, uefi: ipxe.efi, http: "http://{server}:8080/ipxe.efi"}
+hosts:
+  - {mac: "52:54:00:12:34:56", ip: 10.66.1.10, ipv6: "fd00:66::10", profile: all}
+  - {mac: "52:54:00:12:34:57", ip: 10.66.1.11, ipv6: "fd00:66::11", profile: all,
+     uuid: 8a5c2e6b-1e0f-4c1d-9b7a-0123456789ab}
+"#,
+    )
+    .expect("the DHCPv6 example inventory is valid")
+});
+
+/// A DHCPv6 message (the UDP payload), from an EUI-64 link-local source
+/// whose MAC is the first host's: parsed, decided, encoded. Properties: an
+/// answer decodes with dhcproto as a Relay-Reply when the message was
+/// relayed (one per hop) and otherwise as an Advertise or Reply carrying
+/// the message's transaction id, the client's DUID and this server's.
+pub fn dhcp6_request(data: &[u8]) {
+    use dhcproto::v6;
+    let Ok(req) = Request6::parse(data) else {
+        return;
+    };
+    let source = "fe80::5054:ff:fe12:3456".parse().expect("an address");
+    let reply = match decide6(&req, source, &EXAMPLE6, &SERVER6) {
+        Answer6::Reply(reply) | Answer6::ReservationDeclined { reply, .. } => reply,
+        Answer6::Ignore(_) => return,
+    };
+    let bytes = encode6(&reply, &req.relays);
+    if let Some(outer) = req.relays.first() {
+        let relay = v6::RelayMessage::decode(&mut Decoder::new(&bytes))
+            .expect("an encoded Relay-Reply decodes");
+        assert_eq!(relay.msg_type(), v6::MessageType::RelayRepl);
+        assert_eq!(relay.hop_count(), outer.hop_count);
+        assert_eq!(relay.peer_addr(), outer.peer_addr);
+        return;
+    }
+    let msg = v6::Message::decode(&mut Decoder::new(&bytes)).expect("an encoded reply decodes");
+    assert!(matches!(
+        msg.msg_type(),
+        v6::MessageType::Advertise | v6::MessageType::Reply
+    ));
+    assert_eq!(msg.xid(), req.xid);
+    assert_eq!(
+        msg.opts().get(v6::OptionCode::ServerId),
+        Some(&v6::DhcpOption::ServerId(SERVER6.duid.clone()))
+    );
+    if let Some(id) = &req.client_id {
+        assert_eq!(
+            msg.opts().get(v6::OptionCode::ClientId),
+            Some(&v6::DhcpOption::ClientId(id.to_vec()))
+        );
+    }
 }
 
 /// A TFTP datagram. Properties: a request's file name is either refused or

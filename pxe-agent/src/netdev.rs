@@ -1,6 +1,10 @@
-//! Facts about the provisioning interface: its IPv4 address and MAC.
+//! Facts about the provisioning interface: its addresses and MAC.
 
-use std::{ffi::CStr, fs, net::Ipv4Addr};
+use std::{
+    ffi::CStr,
+    fs,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetdevError {
@@ -57,35 +61,77 @@ pub fn mtu_of(iface: &str) -> Result<u32, NetdevError> {
     })
 }
 
-/// The first IPv4 address of `iface`.
+/// The kernel's index of interface `iface`.
+pub fn index_of(iface: &str) -> std::io::Result<u32> {
+    let name = std::ffi::CString::new(iface)
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: a NUL-terminated name.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(index)
+}
+
+/// The IPv4 address of `iface` (the first, when it has several).
 pub fn ipv4_of(iface: &str) -> Result<Ipv4Addr, NetdevError> {
+    addresses_of(iface)?
+        .into_iter()
+        .find_map(|ip| match ip {
+            IpAddr::V4(ip) => Some(ip),
+            IpAddr::V6(_) => None,
+        })
+        .ok_or_else(|| NetdevError::NoIpv4 {
+            iface: iface.to_string(),
+        })
+}
+
+/// The first IPv6 address of `iface` that a URL can name: not link-local
+/// (which would need the client's own zone index), not loopback.
+pub fn ipv6_of(iface: &str) -> Result<Option<Ipv6Addr>, NetdevError> {
+    Ok(addresses_of(iface)?.into_iter().find_map(|ip| match ip {
+        IpAddr::V6(ip) if !ip.is_unicast_link_local() && !ip.is_loopback() => Some(ip),
+        _ => None,
+    }))
+}
+
+/// The addresses of `iface`, in the kernel's order.
+fn addresses_of(iface: &str) -> Result<Vec<IpAddr>, NetdevError> {
     let mut addrs: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs allocates a list that freeifaddrs releases below.
     if unsafe { libc::getifaddrs(&mut addrs) } != 0 {
         return Err(NetdevError::Getifaddrs(std::io::Error::last_os_error()));
     }
-    let mut found = None;
+    let mut found = Vec::new();
     let mut cur = addrs;
-    while !cur.is_null() && found.is_none() {
+    while !cur.is_null() {
         // SAFETY: `cur` is a node of the list getifaddrs returned.
         let ifa = unsafe { &*cur };
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
         let name = unsafe { CStr::from_ptr(ifa.ifa_name) };
         if !ifa.ifa_addr.is_null() && name.to_bytes() == iface.as_bytes() {
             // SAFETY: ifa_addr is non-null; sa_family says how to read it.
-            if i32::from(unsafe { (*ifa.ifa_addr).sa_family }) == libc::AF_INET {
-                // SAFETY: an AF_INET address is a sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                found = Some(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+            match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
+                libc::AF_INET => {
+                    // SAFETY: an AF_INET address is a sockaddr_in.
+                    let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                    found.push(IpAddr::from(Ipv4Addr::from(u32::from_be(
+                        sin.sin_addr.s_addr,
+                    ))));
+                }
+                libc::AF_INET6 => {
+                    // SAFETY: an AF_INET6 address is a sockaddr_in6.
+                    let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                    found.push(IpAddr::from(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
+                }
+                _ => {}
             }
         }
         cur = ifa.ifa_next;
     }
     // SAFETY: releases the list allocated above, exactly once.
     unsafe { libc::freeifaddrs(addrs) };
-    found.ok_or_else(|| NetdevError::NoIpv4 {
-        iface: iface.to_string(),
-    })
+    Ok(found)
 }
 
 /// The id of the XDP program attached to `iface`, if any, as the kernel
@@ -99,12 +145,7 @@ pub fn xdp_program_id(iface: &str) -> std::io::Result<Option<u32>> {
     const IFLA_XDP_DRV_PROG_ID: u16 = 5;
     const IFLA_XDP_SKB_PROG_ID: u16 = 6;
     const IFLA_XDP_HW_PROG_ID: u16 = 7;
-    let name = std::ffi::CString::new(iface).map_err(|_| Error::from(ErrorKind::InvalidInput))?;
-    // SAFETY: a NUL-terminated name.
-    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if index == 0 {
-        return Err(Error::last_os_error());
-    }
+    let index = index_of(iface)?;
     // SAFETY: plain socket creation; the fd is owned below.
     let fd = unsafe {
         libc::socket(

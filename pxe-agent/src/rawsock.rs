@@ -3,7 +3,6 @@
 //! frames on a link exactly as firmware does.
 
 use std::{
-    ffi::CString,
     io,
     os::fd::{AsFd, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
     time::Duration,
@@ -44,12 +43,7 @@ impl RawSocket {
         }
         // SAFETY: fd is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let name = CString::new(iface).map_err(io::Error::other)?;
-        // SAFETY: name is NUL-terminated.
-        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-        if ifindex == 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let ifindex = crate::netdev::index_of(iface)?;
         // SAFETY: an all-zero sockaddr_ll is valid; fields are set below.
         let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;

@@ -7,7 +7,7 @@
 //! the storm guard's buckets).
 
 use std::{
-    net::Ipv4Addr,
+    net::{IpAddr, Ipv4Addr},
     sync::{Arc, Mutex, RwLock, atomic::AtomicU64},
 };
 
@@ -23,6 +23,7 @@ use crate::{
     progress::Progress,
     share::Share,
     sync::{lock, read, write},
+    wire::canonical,
 };
 
 /// What the services share (see the module doc).
@@ -33,6 +34,7 @@ pub struct State {
     pub discovered: Mutex<Registry>,
     /// The slow path's counters, read by `/metrics`.
     pub stats: SlowPathStats,
+    pub stats6: Dhcp6Stats,
     /// Where each host is in its boot; the slow path records its answers.
     pub progress: Arc<Progress>,
     /// What `/healthz` reports; the slow path beats here.
@@ -85,6 +87,24 @@ pub struct SlowPathStats {
     pub not_ours: AtomicU64,
 }
 
+/// The DHCPv6 slow path's counters (`dhcp::v6::server`).
+#[derive(Default, Debug)]
+pub struct Dhcp6Stats {
+    pub rx: AtomicU64,
+    pub advertises: AtomicU64,
+    pub replies: AtomicU64,
+    /// Requests not answered, by reason (indexed by `Counter`, the same
+    /// reasons as IPv4's).
+    pub ignored: [AtomicU64; Counter::Count as usize],
+    /// Messages that do not parse as DHCPv6 client or relay messages.
+    pub malformed: AtomicU64,
+    /// Declines of a reserved address by its own host.
+    pub reservation_declines: AtomicU64,
+    pub send_errors: AtomicU64,
+    /// Requests whose handling panicked (contained, request dropped).
+    pub panics: AtomicU64,
+}
+
 impl State {
     pub fn new(
         inventory: Arc<Inventory>,
@@ -101,6 +121,7 @@ impl State {
             leases: Mutex::new(leases),
             discovered: Mutex::new(Registry::new(discovered_capacity)),
             stats: SlowPathStats::default(),
+            stats6: Dhcp6Stats::default(),
             progress,
             health,
             share: RwLock::new(Arc::new(Share::alone())),
@@ -211,12 +232,29 @@ impl State {
             .flatten()
     }
 
+    /// Whether a client at `peer` may fetch what is `mac`'s (its script,
+    /// its phone-home): `peer` is `ip`, the address [`State::address_of`]
+    /// gave, or the host's reserved IPv6 address.
+    pub fn is_address_of(&self, mac: MacAddr, ip: Ipv4Addr, peer: IpAddr) -> bool {
+        match canonical(peer) {
+            IpAddr::V4(peer) => peer == ip,
+            IpAddr::V6(peer) => self
+                .inventory()
+                .host_by_mac(mac)
+                .is_some_and(|h| h.ipv6() == Some(peer)),
+        }
+    }
+
     /// The MAC behind a client address, for recording progress: a
     /// reservation at once, a pool lease from the blocking pool.
-    pub async fn mac_at(self: &Arc<Self>, ip: Ipv4Addr) -> Option<MacAddr> {
-        if let Some(host) = self.inventory().host_by_ip(ip) {
+    pub async fn mac_at(self: &Arc<Self>, ip: IpAddr) -> Option<MacAddr> {
+        if let Some(host) = self.inventory().host_at(ip) {
             return Some(host.mac);
         }
+        // Pool leases are IPv4's.
+        let IpAddr::V4(ip) = canonical(ip) else {
+            return None;
+        };
         let state = self.clone();
         tokio::task::spawn_blocking(move || state.mac_with_lease(ip))
             .await

@@ -1,8 +1,18 @@
 //! Ethernet/IPv4/UDP framing for DHCP replies sent as raw frames, to clients
 //! that have no address yet (RFC 2131 section 4.1). Owns header layout and
-//! checksums; not the DHCP payload.
+//! checksums; not the DHCP payload. And how a peer's address off a socket
+//! is read ([`canonical`]).
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// A peer address as policy knows it: an IPv4-mapped IPv6 address (a
+/// dual-stack socket's view of an IPv4 peer) is the IPv4 address.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    }
+}
 
 pub const ETH_HLEN: usize = 14;
 pub const IPV4_HLEN: usize = 20;

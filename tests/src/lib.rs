@@ -29,6 +29,8 @@ mod bmc;
 #[cfg(test)]
 mod boot_vm;
 #[cfg(test)]
+mod dhcp6;
+#[cfg(test)]
 mod differential;
 #[cfg(test)]
 mod e2e;

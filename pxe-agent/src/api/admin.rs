@@ -141,6 +141,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         fast: &fast,
         gauges: &gauges,
         slow: &s.boot.shared.stats,
+        slow6: &s.boot.shared.stats6,
         health: &s.boot.shared.health,
         discovered,
         traced: s.boot.shared.progress.trace().traced(),

@@ -19,7 +19,7 @@ use crate::{
         *,
     },
     share::Share,
-    state::SlowPathStats,
+    state::{Dhcp6Stats, SlowPathStats},
     tftp::StatsSnapshot,
     xdp::Stats,
 };
@@ -29,6 +29,9 @@ pub struct Page<'a> {
     pub fast: &'a Stats,
     pub gauges: &'a AgentGauges,
     pub slow: &'a SlowPathStats,
+    /// The DHCPv6 slow path's: its samples carry `family="ipv6"` in the
+    /// slow path's families, whose IPv4 samples stay unlabelled.
+    pub slow6: &'a Dhcp6Stats,
     pub health: &'a crate::health::Health,
     pub discovered: usize,
     /// MACs `pxe-agent trace` watches now.
@@ -55,12 +58,14 @@ pub fn render(p: &Page) -> String {
         f.sample(&[("outcome", c.name())], p.fast.get(c));
     }
     let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    const V6: (&str, &str) = ("family", "ipv6");
     o.family(
         SLOW_RX,
         Kind::Counter,
         "Requests the userspace slow path read.",
     )
-    .value(load(&p.slow.rx));
+    .sample(&[], load(&p.slow.rx))
+    .sample(&[V6], load(&p.slow6.rx));
     let mut f = o.family(
         SLOW_REPLIES,
         Kind::Counter,
@@ -75,6 +80,12 @@ pub fn render(p: &Page) -> String {
     ] {
         f.sample(&[("type", kind)], load(c));
     }
+    for (kind, c) in [
+        ("advertise", &p.slow6.advertises),
+        ("reply", &p.slow6.replies),
+    ] {
+        f.sample(&[V6, ("type", kind)], load(c));
+    }
     let mut f = o.family(
         SLOW_IGNORED,
         Kind::Counter,
@@ -84,6 +95,12 @@ pub fn render(p: &Page) -> String {
         let n = load(&p.slow.ignored[c as usize]);
         if n > 0 {
             f.sample(&[("reason", c.name())], n);
+        }
+    }
+    for c in Counter::ALL {
+        let n = load(&p.slow6.ignored[c as usize]);
+        if n > 0 {
+            f.sample(&[V6, ("reason", c.name())], n);
         }
     }
     let mut f = o.family(
@@ -114,6 +131,13 @@ pub fn render(p: &Page) -> String {
     ] {
         f.sample(&[("kind", kind)], load(c));
     }
+    for (kind, c) in [
+        ("malformed", &p.slow6.malformed),
+        ("send", &p.slow6.send_errors),
+        ("panic", &p.slow6.panics),
+    ] {
+        f.sample(&[V6, ("kind", kind)], load(c));
+    }
     let mut f = o.family(
         SLOW_DECLINES_REFUSED,
         Kind::Counter,
@@ -131,7 +155,8 @@ pub fn render(p: &Page) -> String {
         Kind::Counter,
         "DHCPDECLINEs of a reserved address by its own host: another machine uses it (`pxe-agent hosts` names the host).",
     )
-    .value(load(&p.slow.reservation_declines));
+    .sample(&[], load(&p.slow.reservation_declines))
+    .sample(&[V6], load(&p.slow6.reservation_declines));
     o.family(
         SLOW_RESTARTS,
         Kind::Counter,

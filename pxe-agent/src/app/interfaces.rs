@@ -106,6 +106,9 @@ pub fn interfaces_of_node(dir: &Path, node: &str) -> anyhow::Result<Vec<Interfac
 pub(super) struct Iface {
     pub(super) name: String,
     pub(super) server: Server,
+    /// Its IPv6 address a boot URL can name, if it has one: DHCPv6 is
+    /// served there, and IPv6 clients are sent to it.
+    pub(super) ip6: Option<std::net::Ipv6Addr>,
 }
 
 /// The server of each interface: its MAC, and its address as given or read.
@@ -126,6 +129,7 @@ pub(super) fn resolve(interfaces: &[Interface]) -> anyhow::Result<Vec<Iface>> {
         out.push(Iface {
             name: i.name.clone(),
             server: Server { ip, mac },
+            ip6: netdev::ipv6_of(&i.name)?,
         });
     }
     Ok(out)

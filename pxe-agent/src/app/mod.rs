@@ -67,7 +67,7 @@ pub use self::{
 use self::{
     interfaces::{detach_unserved, resolve, start_pinned},
     oob::{ApiTls, api_gate, api_tls, start_recovery, watch_recovery},
-    services::{serve_http, start_slow_path, start_tftp},
+    services::{serve_http, start_dhcp6, start_slow_path, start_tftp},
     watch::{monitor_health, watch_inventory, watch_netboot},
 };
 
@@ -285,6 +285,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
     let mut slow_threads = Vec::with_capacity(ifaces.len());
     for iface in &ifaces {
         slow_threads.push(start_slow_path(&cfg, iface, state.clone(), stop.clone())?);
+        slow_threads.extend(start_dhcp6(&cfg, iface, state.clone(), stop.clone())?);
     }
     let events: Vec<_> = fasts
         .iter_mut()
@@ -306,6 +307,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
     let boot = Arc::new(BootState {
         shared: state.clone(),
         servers: servers.clone(),
+        servers6: ifaces.iter().filter_map(|i| i.ip6).collect(),
         boot_root: cfg.boot_root.clone(),
         artifacts: cfg.artifacts.clone(),
         tftp_stats: OnceLock::new(),

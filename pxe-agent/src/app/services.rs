@@ -3,7 +3,7 @@
 //! the socket options that keep DHCP first in the host's queues.
 
 use std::{
-    net::{Ipv4Addr, SocketAddr},
+    net::{IpAddr, Ipv4Addr, SocketAddr},
     path::Path,
     sync::{
         Arc,
@@ -70,9 +70,6 @@ pub(super) async fn start_tftp(
     };
     let gate_state = boot.shared.clone();
     let gate: tftp::Gate = Arc::new(move |ip| {
-        let std::net::IpAddr::V4(ip) = ip else {
-            return None;
-        };
         if !gate_state.inventory().withholds_boot_at(ip) {
             return None;
         }
@@ -86,30 +83,44 @@ pub(super) async fn start_tftp(
     boot.tftp_stats.set(server.stats()).ok();
     let mut socks = Vec::with_capacity(ifaces.len());
     for iface in ifaces {
-        let sock = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
+        // IPv6 too where the interface has an address for boot URLs; a
+        // transfer's socket takes its listener's family (`tftp::worker`).
+        let wildcards = std::iter::once(IpAddr::from(Ipv4Addr::UNSPECIFIED)).chain(
+            iface
+                .ip6
+                .map(|_| IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)),
+        );
+        for wildcard in wildcards {
+            let sock = Socket::new(
+                Domain::for_address(SocketAddr::new(wildcard, 69)),
+                Type::DGRAM,
+                Some(Protocol::UDP),
+            )
             .context("failed to open the TFTP socket")?;
-        sock.set_reuse_address(true)?;
-        sock.bind_device(Some(iface.name.as_bytes()))
-            .with_context(|| format!("failed to bind the TFTP socket to {}", iface.name))?;
-        sock.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, 69)).into())
-            .with_context(|| format!("failed to bind UDP port 69 on {}", iface.name))?;
-        // A room powering on sends thousands of read requests within a
-        // second; the default buffer holds a few hundred.
-        if let Err(e) = force_recv_buffer(&sock, TFTP_RCVBUF) {
-            warn!(iface = %iface.name, error = %e, "could not enlarge the TFTP socket's receive buffer");
+            if wildcard.is_ipv6() {
+                sock.set_only_v6(true)?;
+            }
+            sock.set_reuse_address(true)?;
+            sock.bind_device(Some(iface.name.as_bytes()))
+                .with_context(|| format!("failed to bind the TFTP socket to {}", iface.name))?;
+            sock.bind(&SocketAddr::new(wildcard, 69).into())
+                .with_context(|| {
+                    format!("failed to bind UDP port 69 ({wildcard}) on {}", iface.name)
+                })?;
+            // A room powering on sends thousands of read requests within a
+            // second; the default buffer holds a few hundred.
+            if let Err(e) = force_recv_buffer(&sock, TFTP_RCVBUF) {
+                warn!(iface = %iface.name, error = %e, "could not enlarge the TFTP socket's receive buffer");
+            }
+            sock.set_nonblocking(true)?;
+            socks.push(tokio::net::UdpSocket::from_std(sock.into())?);
+            info!(iface = %iface.name, root = %root.display(), %wildcard, "serving TFTP on UDP port 69");
         }
-        sock.set_nonblocking(true)?;
-        socks.push(tokio::net::UdpSocket::from_std(sock.into())?);
-        info!(iface = %iface.name, root = %root.display(), "serving TFTP on UDP port 69");
     }
     let (tx, mut rx) = tokio::sync::mpsc::channel::<tftp::TransferEvent>(1024);
     tokio::spawn(async move {
         while let Some(event) = rx.recv().await {
-            let ip = match event.peer.ip() {
-                std::net::IpAddr::V4(ip) => ip,
-                std::net::IpAddr::V6(ip) => ip.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
-            };
-            let Some(mac) = boot.shared.mac_at(ip).await else {
+            let Some(mac) = boot.shared.mac_at(event.peer.ip()).await else {
                 continue;
             };
             let at = clock::unix_ms(event.finished);
@@ -295,6 +306,69 @@ pub(super) fn start_boot_server(
         .spawn(move || supervise_slow_path(&sock, &raw, server, &shared, limits, &stop, true))
         .context("failed to start the PXE boot server thread")?;
     Ok(())
+}
+
+/// Starts DHCPv6 on the interface when it has an IPv6 address a boot URL
+/// can name (`dhcp::v6::server`), and the router advertisements of the
+/// subnets that ask for them (`dhcp::v6::advert`); without one, or when UDP 547 cannot be
+/// bound there (another DHCPv6 server holds it), says so and serves IPv4
+/// only.
+pub(super) fn start_dhcp6(
+    cfg: &RunConfig,
+    iface: &Iface,
+    shared: Arc<State>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<Option<std::thread::JoinHandle<()>>> {
+    use crate::dhcp::v6::{Server6, advert, server as server6};
+    let Some(ip) = iface.ip6 else {
+        info!(iface = %iface.name, "no IPv6 address beyond link-local: DHCPv6 not served there");
+        return Ok(None);
+    };
+    let duid =
+        server6::load_or_create_duid(&cfg.state_dir, iface.server.mac).with_context(|| {
+            format!(
+                "failed to keep the DHCPv6 server DUID in {}",
+                cfg.state_dir.display()
+            )
+        })?;
+    let index = netdev::index_of(&iface.name)
+        .with_context(|| format!("failed to find interface {}", iface.name))?;
+    let sock = match server6::bind(&iface.name, index) {
+        Ok(sock) => sock,
+        Err(e) => {
+            warn!(iface = %iface.name, error = %e, "DHCPv6 not served: UDP port 547 could not be bound or ff02::1:2 joined");
+            return Ok(None);
+        }
+    };
+    info!(iface = %iface.name, server = %ip, "DHCPv6 listening on UDP port 547");
+    match advert::open(&iface.name, index) {
+        Ok(sock) => {
+            let (shared, stop, mac) = (shared.clone(), stop.clone(), iface.server.mac);
+            std::thread::Builder::new()
+                .name("ra".into())
+                .spawn(move || advert::serve(&sock, index, ip, mac, &shared, &stop))
+                .context("failed to start the router advertisement thread")?;
+        }
+        Err(e) => {
+            warn!(iface = %iface.name, error = %e, "no router advertisements: the ICMPv6 socket could not be opened");
+        }
+    }
+    let server = Server6 { ip, duid };
+    std::thread::Builder::new()
+        .name("dhcp6".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    server6::serve(&sock, &server, &shared, &stop);
+                }));
+                if let Err(panic) = run {
+                    error!(panic = %panic_message(panic.as_ref()), "DHCPv6 died; starting it again");
+                    std::thread::sleep(SLOW_PATH_RESTART);
+                }
+            }
+        })
+        .context("failed to start the DHCPv6 thread")
+        .map(Some)
 }
 
 /// Pause before a slow path that died is started again.

@@ -55,18 +55,20 @@ fn requested(req: &Request, server: &Server) -> Wanted {
     }
 }
 
-/// Picks the boot answer: `None` when the profile answers boot requests
-/// but not this firmware class (the caller declines).
+/// Picks the boot answer, for both address families: `None` when the
+/// profile answers boot requests but not this firmware class (the caller
+/// declines). `server` is the server's address as a URL writes it
+/// (`10.66.0.1`, `[fd00:66::1]`), which replaces `{server}`.
 pub(super) fn boot_answer(
     profile: &Profile,
     boot: Option<&BootFiles>,
     class: BootClass,
     ipxe: Option<&str>,
     mac: MacAddr,
-    server: &Server,
+    server: &str,
 ) -> Option<Boot> {
     let expand = |s: &str| {
-        s.replace(SERVER_PLACEHOLDER, &server.ip.to_string())
+        s.replace(SERVER_PLACEHOLDER, server)
             .replace(MAC_PLACEHOLDER, &mac.to_string())
     };
     if let Some(script) = ipxe {
@@ -227,8 +229,15 @@ pub fn decide_shared(req: &Request, inv: &Inventory, server: &Server, pools: &Po
     let ipxe = req
         .is_ipxe(&inv.ipxe.user_class)
         .then_some(inv.ipxe.script.as_str());
-    let boot =
-        boot_answer(profile, boot.as_ref(), class, ipxe, host.mac, server).unwrap_or(Boot::None);
+    let boot = boot_answer(
+        profile,
+        boot.as_ref(),
+        class,
+        ipxe,
+        host.mac,
+        &server.ip.to_string(),
+    )
+    .unwrap_or(Boot::None);
     let mut reply = build(&Subject::host(inv, host), kind, boot, &rule_options, server);
     if inv.withholds_boot(host) {
         withhold_boot(&mut reply);
@@ -306,7 +315,14 @@ fn proxy(
         .is_ipxe(&inv.ipxe.user_class)
         .then_some(inv.ipxe.script.as_str());
     // Boot information is all a proxy has to give.
-    let boot = match boot_answer(profile, boot.as_ref(), class, ipxe, req.chaddr, server) {
+    let boot = match boot_answer(
+        profile,
+        boot.as_ref(),
+        class,
+        ipxe,
+        req.chaddr,
+        &server.ip.to_string(),
+    ) {
         Some(Boot::None) | None => return Answer::Ignore(Counter::PassUnsupportedClient),
         Some(boot) => boot,
     };
@@ -430,7 +446,14 @@ pub fn pool_reply(
                 .is_ipxe(&inv.ipxe.user_class)
                 .then_some(inv.ipxe.script.as_str());
             (
-                boot_answer(profile, boot.as_ref(), class, ipxe, req.chaddr, server),
+                boot_answer(
+                    profile,
+                    boot.as_ref(),
+                    class,
+                    ipxe,
+                    req.chaddr,
+                    &server.ip.to_string(),
+                ),
                 options,
             )
         }

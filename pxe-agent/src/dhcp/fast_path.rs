@@ -104,7 +104,15 @@ fn kernel_answers(profile: &Profile, host: &Host, class: BootClass, server: &Ser
     let Some((boot, _)) = rules.boot_for_arches(&host.labels, class.arches()) else {
         return false;
     };
-    boot_answer(profile, boot.as_ref(), class, None, host.mac, server).is_some()
+    boot_answer(
+        profile,
+        boot.as_ref(),
+        class,
+        None,
+        host.mac,
+        &server.ip.to_string(),
+    )
+    .is_some()
 }
 
 /// Where the kernel's part of proxyDHCP ends, for a host of a subnet in

@@ -1,5 +1,5 @@
-//! DHCPv4 policy, replies and wire encoding, shared by the slow path and the
-//! XDP templates; and DHCPv6's wire layer (`v6`).
+//! DHCP policy, replies and wire encoding, shared by the slow path and the
+//! XDP templates; DHCPv6 beside them (`v6`) under the same policy.
 //!
 //! `decide` is the one place where DHCP policy lives; `fast_path` projects
 //! it onto the requests the XDP program can answer exactly; `reply` is the
@@ -9,8 +9,9 @@
 //! maps hold; `request` is the parsed request. `server` is the slow path's
 //! serve loop and the only part that touches sockets; none of it touches
 //! the BPF maps. `fixture` is what the unit tests of `decide` and
-//! `fast_path` share. `v6` holds DHCPv6's wire formats: what a request
-//! carries, who is asking, and the reply model and its encoding.
+//! `fast_path` share. `v6` is DHCPv6: its wire formats, who is asking, its
+//! message flow (which takes the boot answer from `decide`), its server and
+//! the router advertisements that start it.
 
 pub mod decide;
 pub mod encode;

@@ -45,11 +45,10 @@ pub fn router(state: Arc<BootState>) -> Router {
         .with_state(state)
 }
 
-fn client_ip(peer: SocketAddr) -> Option<std::net::Ipv4Addr> {
-    match peer.ip() {
-        std::net::IpAddr::V4(ip) => Some(ip),
-        std::net::IpAddr::V6(ip) => ip.to_ipv4_mapped(),
-    }
+/// The client's address as policy knows it (an IPv4 peer of a dual-stack
+/// listener is its IPv4 address).
+fn client_ip(peer: SocketAddr) -> std::net::IpAddr {
+    crate::wire::canonical(peer.ip())
 }
 
 /// `GET /boot/<mac>.ipxe`.
@@ -67,7 +66,7 @@ async fn boot_script(
     let Some(ip) = state.shared.address_of(mac).await else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    if client_ip(peer) != Some(ip) {
+    if !state.shared.is_address_of(mac, ip, peer.ip()) {
         let why = || format!("/boot/{name} from {peer}, not {ip}");
         state
             .shared
@@ -105,7 +104,12 @@ async fn boot_script(
     } else {
         profile
     };
-    match script::render(profile, &target, state.server_for(ip).ip, Some(&token)) {
+    match script::render(
+        profile,
+        &target,
+        state.server_for(client_ip(peer)),
+        Some(&token),
+    ) {
         Ok(text) => {
             state.shared.progress.served(
                 mac,
@@ -140,7 +144,7 @@ async fn booted(
     let Some(ip) = state.shared.address_of(mac).await else {
         return StatusCode::NOT_FOUND;
     };
-    if client_ip(peer) != Some(ip) {
+    if !state.shared.is_address_of(mac, ip, peer.ip()) {
         let why = || format!("from {peer}, not {ip}");
         state
             .shared
@@ -233,7 +237,7 @@ fn refuse_phone_home(state: &BootState, mac: MacAddr, peer: SocketAddr, refusal:
 /// client is found through the lease store, whose lock the slow path holds
 /// while it commits: that lookup, and the note, go to the blocking pool.
 pub fn record_fetch(state: &BootState, peer: SocketAddr, path: &str) {
-    let Some(ip) = client_ip(peer) else { return };
+    let ip = client_ip(peer);
     let shared = state.shared.clone();
     let path = path.to_string();
     let record = move |shared: &crate::state::State, mac: MacAddr| {
@@ -245,10 +249,14 @@ pub fn record_fetch(state: &BootState, peer: SocketAddr, path: &str) {
             path.trim_start_matches('/').to_string(),
         );
     };
-    if let Some(host) = shared.inventory().host_by_ip(ip) {
+    if let Some(host) = shared.inventory().host_at(ip) {
         let mac = host.mac;
         return record(&shared, mac);
     }
+    // Pool leases are IPv4's.
+    let std::net::IpAddr::V4(ip) = ip else {
+        return;
+    };
     tokio::task::spawn_blocking(move || {
         if let Some(mac) = shared.mac_with_lease(ip) {
             record(&shared, mac);
@@ -284,9 +292,8 @@ async fn boot_file(
     // shim over UEFI HTTP boot asks for `<dir>//grubx64.efi`: leading `/`
     // are dropped, as the TFTP server drops them.
     let path = path.trim_start_matches('/').to_owned();
-    if let Some(ip) = client_ip(peer)
-        && grub::is_any_config(&state, &path)
-    {
+    if grub::is_any_config(&state, &path) {
+        let ip = client_ip(peer);
         let shared = state.clone();
         let name = path.clone();
         let config = tokio::task::spawn_blocking(move || {
@@ -321,9 +328,7 @@ async fn serve_from(
     let Some(root) = root else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    if let Some(ip) = client_ip(peer)
-        && state.shared.inventory().withholds_boot_at(ip)
-    {
+    if state.shared.inventory().withholds_boot_at(client_ip(peer)) {
         crate::netboot::Counters::bump(&state.shared.netboot.counters.refused_http);
         debug!(%path, %peer, "refused: netboot gives this host no boot file now");
         return (

@@ -8,11 +8,7 @@
 //! host boots (`http::plan`), what a token is (`http::token`) or which URLs
 //! grub can read (`inventory::grub_path`, which the inventory checks).
 
-use std::{
-    net::{IpAddr, Ipv4Addr},
-    path::Path,
-    sync::Arc,
-};
+use std::{net::IpAddr, path::Path, sync::Arc};
 
 use super::{
     BootState,
@@ -35,7 +31,12 @@ fn quote(word: &str) -> String {
 /// The grub.cfg of `target` under `profile`. The kernel and initrd URLs
 /// were checked when the inventory was loaded; one grub cannot read makes
 /// a config that says so and stops.
-pub fn render(profile: &Profile, target: &Target, server: Ipv4Addr, token: Option<&str>) -> String {
+pub fn render(
+    profile: &Profile,
+    target: &Target,
+    server: impl Into<IpAddr>,
+    token: Option<&str>,
+) -> String {
     let who = target
         .hostname
         .map_or_else(|| target.mac.to_string(), str::to_owned);
@@ -126,12 +127,13 @@ pub fn is_any_config(state: &BootState, name: &str) -> bool {
 /// The grub.cfg for the client at `ip` asking for `name`, if `name` is the
 /// config of the profile that client boots; each one made is a new boot
 /// with a new phone-home token. Looks pool clients up in the lease store
-/// (which may block briefly).
-pub fn config_for(state: &BootState, ip: Ipv4Addr, name: &str, via: TracePath) -> Option<String> {
+/// (which may block briefly); those are IPv4's.
+pub fn config_for(state: &BootState, ip: IpAddr, name: &str, via: TracePath) -> Option<String> {
     let inv = state.shared.inventory();
-    let (mac, host) = match inv.host_by_ip(ip) {
-        Some(host) => (host.mac, Some(host)),
-        None => (state.shared.mac_with_lease(ip)?, None),
+    let (mac, host, address) = match (inv.host_at(ip), crate::wire::canonical(ip)) {
+        (Some(host), _) => (host.mac, Some(host), host.ip),
+        (None, IpAddr::V4(v4)) => (state.shared.mac_with_lease(v4)?, None, v4),
+        (None, IpAddr::V6(_)) => return None,
     };
     let profile = match host {
         Some(h) => inv.profile_of(h),
@@ -145,14 +147,14 @@ pub fn config_for(state: &BootState, ip: Ipv4Addr, name: &str, via: TracePath) -
     let no_labels = Default::default();
     let target = Target {
         mac,
-        ip,
+        ip: address,
         hostname: host.and_then(|h| h.hostname.as_deref()),
         labels: host.map_or(&no_labels, |h| &h.labels),
     };
     let now = clock::now_ms();
     let epoch = state.shared.progress.new_token_epoch(mac, now);
     let token = state.token_key.issue(mac, epoch);
-    let text = render(profile, &target, state.server_for(ip).ip, Some(&token));
+    let text = render(profile, &target, state.server_for(ip), Some(&token));
     state.shared.progress.served(
         mac,
         now,
@@ -171,18 +173,17 @@ pub struct TftpConfigs(pub Arc<BootState>);
 
 impl tftp::Generated for TftpConfigs {
     fn file(&self, peer: IpAddr, name: &Path) -> Option<Vec<u8>> {
-        let IpAddr::V4(ip) = peer else { return None };
         let name = name.to_str()?;
         if !is_any_config(&self.0, name) {
             return None;
         }
-        config_for(&self.0, ip, name, TracePath::Tftp).map(String::into_bytes)
+        config_for(&self.0, peer, name, TracePath::Tftp).map(String::into_bytes)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::{collections::BTreeMap, net::Ipv4Addr};
 
     use super::*;
     use crate::{

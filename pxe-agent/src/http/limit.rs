@@ -49,16 +49,32 @@ impl Default for Limits {
 /// ones past it resend their SYN after 1, 3, 7... seconds.
 pub const BACKLOG: u32 = 65535;
 
-/// Binds the boot listener with [`BACKLOG`].
+/// Binds the boot listener with [`BACKLOG`]. The IPv4 wildcard (the
+/// default) becomes one dual-stack socket on the IPv6 wildcard, so that
+/// IPv6 clients reach the same listener and its bounds; where the host has
+/// no IPv6, the IPv4 wildcard as asked.
 pub fn bind(addr: std::net::SocketAddr) -> io::Result<tokio::net::TcpListener> {
-    let sock = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    sock.set_reuseaddr(true)?;
-    sock.bind(addr)?;
-    sock.listen(BACKLOG)
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+    if addr.ip() == Ipv4Addr::UNSPECIFIED
+        && let Ok(listener) = bind_one(SocketAddr::from((Ipv6Addr::UNSPECIFIED, addr.port())))
+    {
+        return Ok(listener);
+    }
+    bind_one(addr)
+}
+
+fn bind_one(addr: std::net::SocketAddr) -> io::Result<tokio::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    if addr.is_ipv6() {
+        // Dual-stack for the wildcard, whatever the node's bindv6only says.
+        sock.set_only_v6(!addr.ip().is_unspecified())?;
+    }
+    sock.set_reuse_address(true)?;
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(i32::try_from(BACKLOG).unwrap_or(i32::MAX))?;
+    tokio::net::TcpListener::from_std(sock.into())
 }
 
 /// Counters of the boot listener, exported on /metrics.

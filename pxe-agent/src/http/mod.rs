@@ -13,7 +13,7 @@ pub mod sendfile;
 pub mod token;
 
 use std::{
-    net::Ipv4Addr,
+    net::IpAddr,
     path::PathBuf,
     sync::{Arc, OnceLock},
 };
@@ -26,6 +26,8 @@ pub struct BootState {
     pub shared: Arc<State>,
     /// The server of each interface, in the order given (never empty).
     pub servers: Vec<Server>,
+    /// The IPv6 address of each interface that has one a URL can name.
+    pub servers6: Vec<std::net::Ipv6Addr>,
     /// Served at `/`: the TFTP root (iPXE binaries), so the UEFI HTTP boot
     /// URL of a DHCP answer resolves here too.
     pub boot_root: Option<PathBuf>,
@@ -43,15 +45,34 @@ pub struct BootState {
 }
 
 impl BootState {
-    /// The server a client at `client` reaches: the interface whose
-    /// address is in the client's subnet, else the first one.
-    pub fn server_for(&self, client: Ipv4Addr) -> Server {
+    /// The address a client at `client` reaches the agent at, of the
+    /// client's family: the interface's whose address is in the client's
+    /// subnet, else the first interface's (its IPv4 address when no
+    /// interface has an IPv6 one).
+    pub fn server_for(&self, client: IpAddr) -> IpAddr {
         let inv = self.shared.inventory();
-        let subnet = inv.subnets.iter().find(|s| s.contains(client));
-        subnet
-            .and_then(|s| self.servers.iter().find(|srv| s.contains(srv.ip)))
-            .or(self.servers.first())
-            .copied()
-            .expect("an agent serves at least one interface")
+        let first = || {
+            IpAddr::V4(
+                self.servers
+                    .first()
+                    .expect("an agent serves at least one interface")
+                    .ip,
+            )
+        };
+        match crate::wire::canonical(client) {
+            IpAddr::V4(client) => inv
+                .subnets
+                .iter()
+                .find(|s| s.contains(client))
+                .and_then(|s| self.servers.iter().find(|srv| s.contains(srv.ip)))
+                .map_or_else(first, |srv| IpAddr::V4(srv.ip)),
+            IpAddr::V6(client) => inv
+                .subnets6
+                .iter()
+                .find(|s| s.contains(client))
+                .and_then(|s| self.servers6.iter().find(|srv| s.contains(**srv)))
+                .or(self.servers6.first())
+                .map_or_else(first, |srv| IpAddr::V6(*srv)),
+        }
     }
 }

@@ -4,11 +4,14 @@
 //! line. The iPXE script (`http::script`) and grub.cfg (`http::grub`)
 //! both render this plan; neither decides it.
 
-use std::{collections::BTreeMap, net::Ipv4Addr};
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, Ipv4Addr},
+};
 
 use super::token::CMDLINE_PARAM;
 use crate::{
-    inventory::{MAC_PLACEHOLDER, Profile, SERVER_PLACEHOLDER},
+    inventory::{MAC_PLACEHOLDER, Profile, SERVER_PLACEHOLDER, server_in_url},
     mac::MacAddr,
 };
 
@@ -44,9 +47,15 @@ pub enum BootPlan {
 
 /// The plan for `target` under `profile`. With a `token`, a kernel's
 /// command line ends with `pxe_agent.token=<token>`.
-pub fn plan(profile: &Profile, target: &Target, server: Ipv4Addr, token: Option<&str>) -> BootPlan {
+pub fn plan(
+    profile: &Profile,
+    target: &Target,
+    server: impl Into<IpAddr>,
+    token: Option<&str>,
+) -> BootPlan {
+    let server = server_in_url(server.into());
     let expand = |s: &str| {
-        s.replace(SERVER_PLACEHOLDER, &server.to_string())
+        s.replace(SERVER_PLACEHOLDER, &server)
             .replace(MAC_PLACEHOLDER, &target.mac.to_string())
             .replace(TOKEN_PLACEHOLDER, token.unwrap_or_default())
     };

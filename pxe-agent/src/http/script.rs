@@ -6,8 +6,6 @@
 //! token); not what the host boots (`http::plan`), who may fetch a script
 //! (`http::boot`) or what a token is (`http::token`).
 
-use std::net::Ipv4Addr;
-
 use minijinja::{Environment, context};
 
 use super::plan::{BootPlan, Target, plan};
@@ -58,9 +56,10 @@ pub struct RenderError {
 pub fn render(
     profile: &Profile,
     target: &Target,
-    server: Ipv4Addr,
+    server: impl Into<std::net::IpAddr>,
     token: Option<&str>,
 ) -> Result<String, RenderError> {
+    let server = server.into();
     let (chain, local_disk, kernel, initrd, cmdline) = match plan(profile, target, server, token) {
         BootPlan::Chain(url) => (Some(url), false, None, Vec::new(), None),
         BootPlan::LocalDisk => (None, true, None, Vec::new(), None),
@@ -87,7 +86,7 @@ pub fn render(
             ip => target.ip.to_string(),
             hostname => target.hostname,
             labels => target.labels,
-            server => server.to_string(),
+            server => crate::inventory::server_in_url(server),
             profile => profile.name,
             chain => chain,
             local_disk => local_disk,
@@ -101,7 +100,7 @@ pub fn render(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::{collections::BTreeMap, net::Ipv4Addr};
 
     use super::*;
 

@@ -101,6 +101,8 @@ pub async fn serve(
             }
         };
         backoff.succeeded();
+        // An IPv4 client of the dual-stack listener is its IPv4 address.
+        let peer = SocketAddr::new(crate::wire::canonical(peer.ip()), peer.port());
         let (router, state) = (router.clone(), state.clone());
         tokio::spawn(async move {
             let _open = OpenConnection::new(&state.http_stats);
@@ -285,9 +287,7 @@ async fn file_for(state: &BootState, head: &Head, peer: SocketAddr) -> Option<st
     if head.method != Method::GET && head.method != Method::HEAD {
         return None;
     }
-    if let std::net::IpAddr::V4(ip) = peer.ip()
-        && state.shared.inventory().withholds_boot_at(ip)
-    {
+    if state.shared.inventory().withholds_boot_at(peer.ip()) {
         return None;
     }
     // Percent-encoded or query-carrying paths, scripts and the API: axum's.
@@ -581,6 +581,7 @@ hosts:
                     ip: Ipv4Addr::LOCALHOST,
                     mac: [2, 0, 0, 0, 0, 1],
                 }],
+                servers6: Vec::new(),
                 boot_root: Some(root.join("boot")),
                 artifacts: None,
                 tftp_stats: OnceLock::new(),

@@ -8,11 +8,13 @@
 //! options out of packets, substitute the `{server}` and `{mac}`
 //! placeholders, hand out pool leases, or watch the file for changes.
 
+mod check6;
 mod error;
 mod extra;
 mod file;
 mod grub_path;
 mod hostname;
+mod ipv6;
 mod oob;
 mod option;
 mod patch;
@@ -24,7 +26,7 @@ mod validate;
 use std::{
     collections::BTreeMap,
     fmt,
-    net::Ipv4Addr,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -36,6 +38,7 @@ pub use extra::ExtraOptions;
 pub use file::Loaded;
 pub use grub_path::grub_path;
 pub use hostname::Hostname;
+pub use ipv6::{Advertise, DEFAULT_LEASE_TIME_V6, Host6, Range6, Subnet6, parse_uuid, uuid_text};
 pub use oob::{
     AfterBoot, DEFAULT_BOOT_FILE_DEADLINE, DEFAULT_DHCP_DEADLINE, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RECOVERY_DEADLINE, DEFAULT_SCRIPT_DEADLINE, RecoverySettings, SecretSource,
@@ -52,6 +55,16 @@ pub use crate::bmc::settings::{
 /// Placeholder in boot strings for the server's address, substituted when
 /// answers are built; the inventory keeps it as written.
 pub const SERVER_PLACEHOLDER: &str = "{server}";
+
+/// What [`SERVER_PLACEHOLDER`] becomes for a server at `ip`: the address
+/// as a URL's host writes it (`10.66.0.1`, `[fd00:66::1]`, RFC 3986
+/// section 3.2.2).
+pub fn server_in_url(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(ip) => ip.to_string(),
+        IpAddr::V6(ip) => format!("[{ip}]"),
+    }
+}
 
 /// Placeholder in the iPXE script and chain URLs for the client's MAC in
 /// lowercase colon form (`52:54:00:12:34:56`), substituted when answers are
@@ -84,7 +97,10 @@ pub fn default_ipxe_script(http_port: u16) -> String {
 /// are still found, by a scan, but a MAC changed in place is not.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Inventory {
+    /// The IPv4 subnets of `subnets:`, in the order written.
     pub subnets: Vec<Subnet>,
+    /// The IPv6 subnets of `subnets:`, in the order written.
+    pub subnets6: Vec<Subnet6>,
     pub profiles: Vec<Profile>,
     pub hosts: Vec<Arc<Host>>,
     /// What to do with machines that are not in `hosts`.
@@ -115,6 +131,9 @@ struct HostIndex {
     by_mac: Box<[(MacAddr, u32)]>,
     /// By address.
     by_ip: Box<[(Ipv4Addr, u32)]>,
+    /// By IPv6 address and by system UUID, for the hosts that have them.
+    by_ip6: Box<[(Ipv6Addr, u32)]>,
+    by_uuid: Box<[([u8; 16], u32)]>,
     /// `hosts.len()` when the index was built.
     hosts: usize,
 }
@@ -126,6 +145,14 @@ impl HostIndex {
 
     fn ip(&self, ip: Ipv4Addr) -> Option<usize> {
         lookup(&self.by_ip, &ip)
+    }
+
+    fn ip6(&self, ip: Ipv6Addr) -> Option<usize> {
+        lookup(&self.by_ip6, &ip)
+    }
+
+    fn uuid(&self, uuid: &[u8; 16]) -> Option<usize> {
+        lookup(&self.by_uuid, uuid)
     }
 }
 
@@ -347,6 +374,8 @@ pub struct Host {
     pub recovery: Option<Box<RecoverySettings>>,
     /// Overrides its profile's [`Profile::netboot`].
     pub netboot: Option<Netboot>,
+    /// Its IPv6 address and system UUID, when it has either.
+    pub v6: Option<Box<Host6>>,
 }
 
 /// `netboot:` on a profile or host: when the host is given a boot file.
@@ -385,6 +414,16 @@ impl Host {
         } else {
             std::slice::from_ref(&self.mac)
         }
+    }
+
+    /// Its reserved IPv6 address, if it has one.
+    pub fn ipv6(&self) -> Option<Ipv6Addr> {
+        self.v6.as_ref().and_then(|v6| v6.ip).map(|(ip, _)| ip)
+    }
+
+    /// Its system UUID (`uuid:`), if the inventory gives one.
+    pub fn uuid(&self) -> Option<&[u8; 16]> {
+        self.v6.as_ref().and_then(|v6| v6.uuid.as_ref())
     }
 
     /// How messages name this host: `node-1 (52:54:00:12:34:56)`, or just
@@ -619,6 +658,7 @@ impl Inventory {
     pub fn same_replies_context(&self, other: &Inventory) -> bool {
         let Inventory {
             subnets,
+            subnets6,
             profiles,
             hosts: _,
             discovery,
@@ -628,6 +668,7 @@ impl Inventory {
             index: _,
         } = self;
         *subnets == other.subnets
+            && *subnets6 == other.subnets6
             && *profiles == other.profiles
             && *discovery == other.discovery
             && *ipxe == other.ipxe
@@ -657,13 +698,18 @@ impl Inventory {
         let ports = self.hosts.iter().map(|h| h.ports().len()).sum();
         let mut by_mac = Vec::with_capacity(ports);
         let mut by_ip = Vec::with_capacity(self.hosts.len());
+        let (mut by_ip6, mut by_uuid) = (Vec::new(), Vec::new());
         for (at, host) in self.hosts.iter().enumerate() {
             by_mac.extend(host.ports().iter().map(|&mac| (mac, position(at))));
             by_ip.push((host.ip, position(at)));
+            by_ip6.extend(host.ipv6().map(|ip| (ip, position(at))));
+            by_uuid.extend(host.uuid().map(|&uuid| (uuid, position(at))));
         }
         self.index = HostIndex {
             by_mac: sorted_index(by_mac),
             by_ip: sorted_index(by_ip),
+            by_ip6: sorted_index(by_ip6),
+            by_uuid: sorted_index(by_uuid),
             hosts: self.hosts.len(),
         };
     }
@@ -720,6 +766,44 @@ impl Inventory {
         self.hosts.iter().find(|host| host.ip == ip).map(|h| &**h)
     }
 
+    /// The host reserved `ip`, of either family: TFTP and HTTP know a
+    /// client by the address it comes from. An IPv4-mapped IPv6 address (as
+    /// a dual-stack socket shows an IPv4 peer) is the IPv4 address.
+    pub fn host_at(&self, ip: IpAddr) -> Option<&Host> {
+        match crate::wire::canonical(ip) {
+            IpAddr::V4(ip) => self.host_by_ip(ip),
+            IpAddr::V6(ip) => self.host_by_ip6(ip),
+        }
+    }
+
+    /// The host reserved the IPv6 address `ip`, through the index.
+    pub fn host_by_ip6(&self, ip: Ipv6Addr) -> Option<&Host> {
+        self.indexed(self.index.ip6(ip), |host| host.ipv6() == Some(ip))
+    }
+
+    /// The host whose `uuid:` is `uuid`, through the index.
+    pub fn host_by_uuid(&self, uuid: &[u8; 16]) -> Option<&Host> {
+        self.indexed(self.index.uuid(uuid), |host| host.uuid() == Some(uuid))
+    }
+
+    /// The host an index points at when it is the one `is` looks for; a
+    /// scan when the index is visibly stale (see [`Inventory`]).
+    fn indexed(&self, at: Option<usize>, is: impl Fn(&Host) -> bool) -> Option<&Host> {
+        if let Some(host) = at.and_then(|at| self.hosts.get(at)).filter(|h| is(h)) {
+            return Some(host);
+        }
+        if self.index.hosts == self.hosts.len() && at.is_none() {
+            return None;
+        }
+        self.hosts.iter().find(|host| is(host)).map(|h| &**h)
+    }
+
+    /// The IPv6 subnet of `host`'s IPv6 address, if it has one.
+    pub fn subnet6_of(&self, host: &Host) -> Option<&Subnet6> {
+        let (_, at) = host.v6.as_ref()?.ip?;
+        self.subnets6.get(at)
+    }
+
     /// Points the default iPXE script URL at the agent's boot HTTP server
     /// on `http_port`; an `ipxe.script` set in the file is kept as written.
     pub fn use_http_port(&mut self, http_port: u16) {
@@ -758,8 +842,8 @@ impl Inventory {
 
     /// Whether the host reserved `ip` is given no boot file (TFTP and HTTP
     /// know a client by its address).
-    pub fn withholds_boot_at(&self, ip: Ipv4Addr) -> bool {
-        self.host_by_ip(ip).is_some_and(|h| self.withholds_boot(h))
+    pub fn withholds_boot_at(&self, ip: IpAddr) -> bool {
+        self.host_at(ip).is_some_and(|h| self.withholds_boot(h))
     }
 
     /// The profile unknown machines get, when discovery names one.

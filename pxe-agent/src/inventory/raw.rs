@@ -51,6 +51,24 @@ pub(super) struct RawSubnet {
     pub pool: Option<RawRange>,
     #[serde(default)]
     pub mode: super::SubnetMode,
+    /// IPv6 only: router advertisements the agent sends on the subnet's
+    /// link.
+    pub ra: Option<RawRa>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRa {
+    /// The M flag: addresses come from DHCPv6.
+    #[serde(default = "yes")]
+    pub managed: bool,
+    /// The O flag: other configuration comes from DHCPv6.
+    #[serde(default = "yes")]
+    pub other: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Deserialize)]
@@ -137,6 +155,11 @@ pub(super) struct RawHost {
     #[serde(default)]
     pub macs: Option<Vec<String>>,
     pub ip: String,
+    /// Its reserved IPv6 address, in an IPv6 subnet of the list.
+    pub ipv6: Option<String>,
+    /// Its SMBIOS system UUID: how DHCPv6 knows a firmware whose DUID
+    /// carries no MAC.
+    pub uuid: Option<String>,
     pub hostname: Option<String>,
     pub profile: String,
     #[serde(default)]

@@ -118,6 +118,7 @@ fn full_format_parses_into_the_model() {
             bmc: None,
             recovery: None,
             netboot: None,
+            v6: None,
         })]
     );
 }

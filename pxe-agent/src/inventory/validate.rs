@@ -5,14 +5,14 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    net::Ipv4Addr,
+    net::{Ipv4Addr, Ipv6Addr},
     sync::Arc,
 };
 
 use super::{
-    BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Inventory, IpxeSettings,
-    LeaseKey, MAC_PLACEHOLDER, Match, Netboot, PhoneHomeToken, Problem, Profile, Range, Rule,
-    SERVER_PLACEHOLDER, Subnet, SubnetMode,
+    BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Host6, Inventory,
+    IpxeSettings, LeaseKey, MAC_PLACEHOLDER, Match, Netboot, PhoneHomeToken, Problem, Profile,
+    Range, Rule, SERVER_PLACEHOLDER, Subnet, Subnet6, SubnetMode, check6,
     oob::{self, Secrets},
     option,
     raw::{
@@ -68,9 +68,13 @@ pub(super) fn validate_in_batches<E>(
     secrets: &mut Secrets<'_>,
 ) -> Result<Result<Inventory, Vec<Problem>>, E> {
     let mut problems = Vec::new();
-    let subnets = subnets(&frame.subnets, &mut problems);
+    let (subnets, subnets6) = subnets(&frame.subnets, &mut problems);
     let profiles = profiles(&frame.profiles, &mut problems);
-    let mut check = HostCheck::new(&subnets, (&frame.profiles, &profiles), expected);
+    let mut check = HostCheck::new(
+        (&frame.subnets, &subnets, &subnets6),
+        (&frame.profiles, &profiles),
+        expected,
+    );
     for batch in batches {
         check.batch(batch?, secrets, &mut problems);
     }
@@ -85,14 +89,17 @@ pub(super) fn validate_in_batches<E>(
     if !problems.is_empty() {
         return Ok(Err(problems));
     }
-    // Every `None` below was recorded as a problem, so none is left here and
-    // the host indices into `subnets` stay valid after flattening. The hosts
+    // Every `None` below was recorded as a problem or stands for a subnet of
+    // the other family, so the host indices into `subnets` and `subnets6`
+    // (positions among their family's entries) stay valid after flattening.
+    // The hosts
     // go into a vector of exactly their number: collected from a flatten,
     // which cannot tell its length, they would get up to twice that.
     let mut kept = Vec::with_capacity(hosts.len());
     kept.extend(hosts.into_iter().flatten());
     Ok(Ok(Inventory {
         subnets: subnets.into_iter().flatten().collect(),
+        subnets6: subnets6.into_iter().flatten().collect(),
         profiles,
         hosts: kept,
         discovery,
@@ -103,10 +110,16 @@ pub(super) fn validate_in_batches<E>(
     }))
 }
 
-/// One entry per raw subnet, `None` where the CIDR is unusable. A subnet
-/// with other problems is still returned so hosts can be checked against it.
-fn subnets(raw: &[RawSubnet], problems: &mut Vec<Problem>) -> Vec<Option<Subnet>> {
+/// The IPv4 subnets, one entry per raw subnet (`None` where the CIDR is
+/// unusable or is IPv6), and the IPv6 ones, one per IPv6 entry (`None`
+/// where unusable). A subnet with other problems is still returned so hosts
+/// can be checked against it.
+fn subnets(
+    raw: &[RawSubnet],
+    problems: &mut Vec<Problem>,
+) -> (Vec<Option<Subnet>>, Vec<Option<Subnet6>>) {
     let mut out: Vec<Option<Subnet>> = Vec::with_capacity(raw.len());
+    let mut out6: Vec<Option<Subnet6>> = Vec::new();
     for (index, entry) in raw.iter().enumerate() {
         let mut report = |key: &str, message: String| {
             problems.push(Problem::new(
@@ -115,6 +128,11 @@ fn subnets(raw: &[RawSubnet], problems: &mut Vec<Problem>) -> Vec<Option<Subnet>
                 message,
             ));
         };
+        if check6::is_ipv6(entry) {
+            out6.push(check6::subnet6(index, entry, &out6, &mut report));
+            out.push(None);
+            continue;
+        }
 
         let subnet = match parse_cidr(&entry.cidr) {
             Ok((address, prefix)) => {
@@ -199,6 +217,7 @@ fn subnets(raw: &[RawSubnet], problems: &mut Vec<Problem>) -> Vec<Option<Subnet>
             .as_ref()
             .and_then(|pool| check_pool(pool, subnet.as_ref(), router, &mut report));
         check_proxy(entry, &mut report);
+        check6::ipv6_only_keys(entry, &mut report);
 
         out.push(subnet.map(|subnet| Subnet {
             router,
@@ -207,7 +226,7 @@ fn subnets(raw: &[RawSubnet], problems: &mut Vec<Problem>) -> Vec<Option<Subnet>
             ..subnet
         }));
     }
-    out
+    (out, out6)
 }
 
 /// A proxyDHCP subnet hands out no addresses: the address server's pool is
@@ -679,6 +698,10 @@ fn too_long(text: &str, limit: usize, container: &str) -> Option<String> {
 /// first MAC and its hostname as written.
 struct HostCheck<'a> {
     subnets: &'a [Option<Subnet>],
+    subnets6: &'a [Option<Subnet6>],
+    /// Per raw subnet: its position among the IPv4 subnets, the index a
+    /// host keeps.
+    v4_position: Vec<usize>,
     /// The profiles as written (for their `bmc` and `recovery` defaults)
     /// and as checked, one entry each.
     raw_profiles: &'a [RawProfile],
@@ -687,22 +710,41 @@ struct HostCheck<'a> {
     names: Vec<(Option<MacAddr>, Option<Box<str>>)>,
     mac_owner: HashMap<MacAddr, usize>,
     ip_owner: HashMap<Ipv4Addr, usize>,
+    /// Empty in a fleet without IPv6 or UUIDs.
+    ip6_owner: HashMap<Ipv6Addr, usize>,
+    uuid_owner: HashMap<[u8; 16], usize>,
     hosts: Vec<Option<Arc<Host>>>,
 }
 
 impl<'a> HostCheck<'a> {
     fn new(
-        subnets: &'a [Option<Subnet>],
+        (raw_subnets, subnets, subnets6): (
+            &[RawSubnet],
+            &'a [Option<Subnet>],
+            &'a [Option<Subnet6>],
+        ),
         (raw_profiles, profiles): (&'a [RawProfile], &'a [Profile]),
         expected: usize,
     ) -> HostCheck<'a> {
+        let v4_position = raw_subnets
+            .iter()
+            .scan(0, |next, entry| {
+                let at = *next;
+                *next += usize::from(!check6::is_ipv6(entry));
+                Some(at)
+            })
+            .collect();
         HostCheck {
             subnets,
+            subnets6,
+            v4_position,
             raw_profiles,
             profiles,
             names: Vec::with_capacity(expected),
             mac_owner: HashMap::with_capacity(expected),
             ip_owner: HashMap::with_capacity(expected),
+            ip6_owner: HashMap::new(),
+            uuid_owner: HashMap::new(),
             hosts: Vec::with_capacity(expected),
         }
     }
@@ -834,6 +876,39 @@ impl<'a> HostCheck<'a> {
             }
         }
 
+        let ipv6 = entry
+            .ipv6
+            .as_deref()
+            .and_then(|text| check6::host_ipv6(text, this.subnets6, &mut report));
+        let owns_ipv6 = match ipv6.and_then(|(ip, _)| this.ip6_owner.get(&ip).map(|&f| (ip, f))) {
+            Some((ip, first)) => {
+                report(
+                    "ipv6",
+                    format!("{ip} is already assigned to {}", this.label(first)),
+                );
+                false
+            }
+            None => true,
+        };
+        let uuid = entry
+            .uuid
+            .as_deref()
+            .and_then(|text| check6::host_uuid(text, &mut report));
+        let owns_uuid = match uuid.and_then(|uuid| this.uuid_owner.get(&uuid)) {
+            Some(&first) => {
+                report(
+                    "uuid",
+                    format!(
+                        "{} is already the uuid of {}",
+                        entry.uuid.as_deref().unwrap_or_default(),
+                        this.label(first)
+                    ),
+                );
+                false
+            }
+            None => true,
+        };
+
         let profile = this.profiles.iter().position(|p| p.name == entry.profile);
         if profile.is_none() {
             report("profile", unknown_profile(&entry.profile, this.profiles));
@@ -881,6 +956,13 @@ impl<'a> HostCheck<'a> {
         if let (Some(ip), true) = (ip, owns_ip) {
             self.ip_owner.insert(ip, index);
         }
+        if let (Some((ip, _)), true) = (ipv6, owns_ipv6) {
+            self.ip6_owner.insert(ip, index);
+        }
+        if let (Some(uuid), true) = (uuid, owns_uuid) {
+            self.uuid_owner.insert(uuid, index);
+        }
+        let v6 = (ipv6.is_some() || uuid.is_some()).then(|| Box::new(Host6 { ip: ipv6, uuid }));
         match (mac, ip, subnet, profile) {
             (Some(mac), Some(ip), Some(subnet), Some(profile)) if problems.len() == before => {
                 Some(Host {
@@ -890,12 +972,13 @@ impl<'a> HostCheck<'a> {
                     ip,
                     hostname: entry.hostname.as_deref().and_then(Hostname::new),
                     profile,
-                    subnet,
+                    subnet: self.v4_position[subnet],
                     labels: entry.labels.clone(),
                     options: options.into(),
                     bmc: bmc.map(Box::new),
                     recovery: recovery.map(Box::new),
                     netboot,
+                    v6,
                 })
             }
             _ => None,

@@ -728,10 +728,7 @@ impl VethPeer {
 
 /// The index of interface `name`, if there is one.
 fn ifindex(name: &str) -> Option<u32> {
-    let name = std::ffi::CString::new(name).ok()?;
-    // SAFETY: name is NUL-terminated.
-    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    (index != 0).then_some(index)
+    crate::netdev::index_of(name).ok()
 }
 
 impl Drop for FastPath {

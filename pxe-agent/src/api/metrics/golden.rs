@@ -54,6 +54,18 @@ fn the_page_is_written_as_before() {
     ]);
     // Only the reasons seen are listed.
     s.ignored[Counter::PassUnknownHost as usize].store(9, Ordering::Relaxed);
+    let slow6 = crate::state::Dhcp6Stats::default();
+    let s6 = &slow6;
+    number(&[
+        &s6.rx,
+        &s6.advertises,
+        &s6.replies,
+        &s6.malformed,
+        &s6.reservation_declines,
+        &s6.send_errors,
+        &s6.panics,
+    ]);
+    s6.ignored[Counter::DropOtherServer as usize].store(8, Ordering::Relaxed);
     let health = Health::default();
     health.slow_path_restarts.store(2, Ordering::Relaxed);
     let tftp = StatsSnapshot {
@@ -88,6 +100,7 @@ fn the_page_is_written_as_before() {
             fast: &fast,
             gauges: &gauges,
             slow: &slow,
+            slow6: &slow6,
             health: &health,
             discovered: 31,
             traced: 32,
@@ -196,6 +209,7 @@ pxe_xdp_packets_total{outcome="pass_client_uuid"} 121
 # HELP pxe_slow_requests_total Requests the userspace slow path read.
 # TYPE pxe_slow_requests_total counter
 pxe_slow_requests_total 1
+pxe_slow_requests_total{family="ipv6"} 1
 # HELP pxe_slow_replies_total Replies sent by the slow path, by message type.
 # TYPE pxe_slow_replies_total counter
 pxe_slow_replies_total{type="offer"} 2
@@ -203,9 +217,12 @@ pxe_slow_replies_total{type="ack"} 3
 pxe_slow_replies_total{type="nak"} 4
 pxe_slow_replies_total{type="proxy_offer"} 5
 pxe_slow_replies_total{type="proxy_ack"} 6
+pxe_slow_replies_total{family="ipv6",type="advertise"} 2
+pxe_slow_replies_total{family="ipv6",type="reply"} 3
 # HELP pxe_slow_ignored_total Requests the slow path did not answer, by reason.
 # TYPE pxe_slow_ignored_total counter
 pxe_slow_ignored_total{reason="pass_unknown_host"} 9
+pxe_slow_ignored_total{family="ipv6",reason="drop_other_server"} 8
 # HELP pxe_slow_ratelimited_total Requests dropped by the storm guard, by bucket.
 # TYPE pxe_slow_ratelimited_total counter
 pxe_slow_ratelimited_total{scope="mac"} 7
@@ -221,6 +238,9 @@ pxe_slow_errors_total{kind="pool_exhausted"} 11
 pxe_slow_errors_total{kind="lease_store"} 12
 pxe_slow_errors_total{kind="send"} 17
 pxe_slow_errors_total{kind="panic"} 18
+pxe_slow_errors_total{family="ipv6",kind="malformed"} 4
+pxe_slow_errors_total{family="ipv6",kind="send"} 6
+pxe_slow_errors_total{family="ipv6",kind="panic"} 7
 # HELP pxe_slow_declines_refused_total DHCPDECLINEs of pool addresses not acted on, by reason: the address was not given to that MAC, or quarantining it would pass the MAC's or the pool's limit.
 # TYPE pxe_slow_declines_refused_total counter
 pxe_slow_declines_refused_total{reason="not_given"} 13
@@ -229,6 +249,7 @@ pxe_slow_declines_refused_total{reason="pool_limit"} 15
 # HELP pxe_reservation_declines_total DHCPDECLINEs of a reserved address by its own host: another machine uses it (`pxe-agent hosts` names the host).
 # TYPE pxe_reservation_declines_total counter
 pxe_reservation_declines_total 16
+pxe_reservation_declines_total{family="ipv6"} 5
 # HELP pxe_slow_path_restarts_total Times the slow path was started again after it died.
 # TYPE pxe_slow_path_restarts_total counter
 pxe_slow_path_restarts_total 2

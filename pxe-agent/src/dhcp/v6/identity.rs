@@ -37,15 +37,15 @@
 //! So for `-uuid 2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3d4e`, iPXE sends
 //! `2b 6a 81 e4 5b 6f 4c 2a 9d 3e 7f 0a 1b 2c 3d 4e` and OVMF sends
 //! `e4 81 6a 2b 6f 5b 2a 4c 9d 3e 7f 0a 1b 2c 3d 4e`. [`Duid::Uuid`] holds
-//! the 16 bytes as sent, so [`uuid_text`] of it is the operator's text for
-//! iPXE, and [`uuid_text`] of [`swap_uuid_fields`] of it is for edk2;
+//! the 16 bytes as sent, so [`uuid_text`](crate::inventory::uuid_text) of it is the operator's text for
+//! iPXE, and [`uuid_text`](crate::inventory::uuid_text) of [`swap_uuid_fields`] of it is for edk2;
 //! [`Duid::system_uuids`] gives both and [`Duid::names_uuid`] matches
 //! either. Nothing in a DUID says which firmware sent it (a request's user
 //! class `iPXE` does). Matching either would take two machines whose UUIDs
 //! are each other's field swap for each other; real UUIDs are not such
 //! pairs.
 
-use std::{fmt::Write as _, net::Ipv6Addr};
+use std::net::Ipv6Addr;
 
 use crate::mac::MacAddr;
 
@@ -114,7 +114,7 @@ impl Duid {
     }
 
     /// Whether this is a DUID-UUID of `uuid` (in text order, as
-    /// [`parse_uuid`] returns it) under either convention.
+    /// [`parse_uuid`](crate::inventory::parse_uuid) returns it) under either convention.
     pub fn names_uuid(&self, uuid: &[u8; 16]) -> bool {
         self.system_uuids()
             .is_some_and(|readings| readings.contains(uuid))
@@ -184,53 +184,10 @@ pub fn eui64_link_local(mac: MacAddr) -> Ipv6Addr {
     ])
 }
 
-/// The canonical text of a UUID's 16 bytes, read in order: 8-4-4-4-12
-/// lowercase hex digits.
-pub fn uuid_text(uuid: &[u8; 16]) -> String {
-    let mut text = String::with_capacity(36);
-    for (i, byte) in uuid.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            text.push('-');
-        }
-        // Writing to a String cannot fail.
-        let _ = write!(text, "{byte:02x}");
-    }
-    text
-}
-
-/// Reads the canonical text of a UUID (8-4-4-4-12 hex digits, any case,
-/// optionally in braces) into its 16 bytes in the order the text reads
-/// them.
-pub fn parse_uuid(text: &str) -> Result<[u8; 16], String> {
-    let inner = match (text.strip_prefix('{'), text.strip_suffix('}')) {
-        (Some(_), Some(_)) if text.len() >= 2 => &text[1..text.len() - 1],
-        (None, None) => text,
-        _ => return Err(format!("{text:?} has an unmatched brace")),
-    };
-    let groups: Vec<&str> = inner.split('-').collect();
-    if groups.len() != 5 || groups.iter().map(|g| g.len()).ne([8, 4, 4, 4, 12]) {
-        return Err(format!(
-            "{text:?} is not a uuid (expected 8-4-4-4-12 hex digits, such as \
-             2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3d4e)"
-        ));
-    }
-    let digits = groups.concat();
-    if let Some(bad) = digits.chars().find(|c| !c.is_ascii_hexdigit()) {
-        return Err(format!(
-            "{text:?} is not a uuid: {bad:?} is not a hex digit"
-        ));
-    }
-    let mut uuid = [0u8; 16];
-    for (byte, pair) in uuid.iter_mut().zip(digits.as_bytes().chunks_exact(2)) {
-        let pair = std::str::from_utf8(pair).map_err(|_| format!("{text:?} is not a uuid"))?;
-        *byte = u8::from_str_radix(pair, 16).map_err(|_| format!("{text:?} is not a uuid"))?;
-    }
-    Ok(uuid)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inventory::{parse_uuid, uuid_text};
 
     const MAC: MacAddr = MacAddr([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]);
 
@@ -359,58 +316,6 @@ mod tests {
         ] {
             let addr: Ipv6Addr = addr.parse().expect("an address");
             assert_eq!(mac_from_eui64(addr), None, "{addr}");
-        }
-    }
-
-    #[test]
-    fn uuid_text_is_canonical_and_parses_back() {
-        let uuid = [
-            0x2b, 0x6a, 0x81, 0xe4, 0x5b, 0x6f, 0x4c, 0x2a, 0x9d, 0x3e, 0x7f, 0x0a, 0x1b, 0x2c,
-            0x3d, 0x4e,
-        ];
-        assert_eq!(uuid_text(&uuid), "2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3d4e");
-        for text in [
-            "2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3d4e",
-            "2B6A81E4-5B6F-4C2A-9D3E-7F0A1B2C3D4E",
-            "{2b6a81e4-5b6f-4C2A-9d3e-7f0a1b2c3d4e}",
-        ] {
-            assert_eq!(parse_uuid(text), Ok(uuid), "{text}");
-        }
-    }
-
-    #[test]
-    fn malformed_uuid_text_is_refused_with_the_reason() {
-        for (text, says) in [
-            ("", "expected 8-4-4-4-12"),
-            ("2b6a81e45b6f4c2a9d3e7f0a1b2c3d4e", "expected 8-4-4-4-12"),
-            ("2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3d4", "expected 8-4-4-4-12"),
-            (
-                "2b6a81e4-5b6f4-c2a-9d3e-7f0a1b2c3d4e",
-                "expected 8-4-4-4-12",
-            ),
-            (
-                "2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3d4e-",
-                "expected 8-4-4-4-12",
-            ),
-            ("{2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3d4e", "unmatched brace"),
-            ("2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3d4e}", "unmatched brace"),
-            ("{", "unmatched brace"),
-            (
-                "2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3d4g",
-                "'g' is not a hex digit",
-            ),
-            (
-                "2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3d+e",
-                "'+' is not a hex digit",
-            ),
-            // Twelve bytes in the last group, but not twelve digits.
-            (
-                "2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3dé",
-                "'é' is not a hex digit",
-            ),
-        ] {
-            let err = parse_uuid(text).expect_err(text);
-            assert!(err.contains(says), "{text:?}: {err}");
         }
     }
 }

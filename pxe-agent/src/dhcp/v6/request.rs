@@ -548,7 +548,7 @@ pub(super) mod fixture {
 #[cfg(test)]
 mod tests {
     use super::{fixture::*, *};
-    use crate::dhcp::v6::identity::{parse_uuid, uuid_text};
+    use crate::inventory::{parse_uuid, uuid_text};
 
     #[test]
     fn an_ipxe_solicit_parses() {

@@ -1,0 +1,571 @@
+//! DHCPv6 policy (RFC 8415 section 18.3): which host is asking and what
+//! it is told. The boot answer is the one policy's (`dhcp::decide`): the
+//! same profile, rules, firmware classes, iPXE chain and `netboot` state
+//! as over IPv4; this file owns only the DHCPv6 message flow and how a
+//! client is known without a `chaddr`.
+//!
+//! Which host: a DUID-LL or DUID-LLT carries a MAC; a DUID-UUID is matched
+//! against the hosts' `uuid:` (in iPXE's byte order or edk2's); otherwise the MAC of an EUI-64 link-local
+//! source address (a client on the agent's link), or the client link-layer
+//! address a relay adds (option 79, RFC 6939). The first that names a host
+//! of the inventory wins. A client none of them names is unknown.
+
+use std::net::Ipv6Addr;
+
+use dhcproto::v6::MessageType;
+use pxe_ebpf_common::{BootClass, Counter, VendorClass, boot_class};
+
+use super::{
+    identity::{Duid, mac_from_eui64},
+    reply::{IaNaReply, Lifetimes, Reply6, Status, StatusCode6},
+    request::Request6,
+};
+use crate::{
+    dhcp::{decide::boot_answer, reply::Boot},
+    inventory::{Host, Inventory, Subnet6, Traits},
+    mac::MacAddr,
+};
+
+/// This agent as a DHCPv6 server on one link.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Server6 {
+    /// The address boot URLs name: the agent's address on the link's
+    /// subnet (not its link-local one, which a URL cannot carry usefully).
+    pub ip: Ipv6Addr,
+    /// The server identifier (option 2), the same across restarts.
+    pub duid: Vec<u8>,
+}
+
+/// The preference (option 7) of an answer to a reserved host: 255 tells
+/// the client to take it at once instead of waiting for other servers'
+/// (RFC 8415 section 18.2.1), as a host of the inventory is ours.
+const RESERVED_PREFERENCE: u8 = 255;
+
+/// What to do with a request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer6 {
+    Reply(Box<Reply6>),
+    /// No answer; the counter says why (the same reasons as IPv4).
+    Ignore(Counter),
+    /// A reserved host declined its address (another machine uses it):
+    /// answered, and recorded for the operator.
+    ReservationDeclined {
+        reply: Box<Reply6>,
+        ip: Ipv6Addr,
+    },
+}
+
+/// The host `req` comes from, and how it was known. `source` is the
+/// address the message came from (the client's link-local address, or the
+/// relay's).
+pub fn identify<'a>(req: &Request6, source: Ipv6Addr, inv: &'a Inventory) -> Option<&'a Host> {
+    let duid = req.client_id.as_deref().map(Duid::parse);
+    let by_duid = || match &duid {
+        Some(Duid::LinkLayerTime(mac) | Duid::LinkLayer(mac)) => inv.host_by_mac(*mac),
+        // As iPXE or as edk2 lays the UUID out (`identity`).
+        Some(uuid @ Duid::Uuid(_)) => uuid
+            .system_uuids()
+            .into_iter()
+            .flatten()
+            .find_map(|uuid| inv.host_by_uuid(&uuid)),
+        _ => None,
+    };
+    // The client's own address: the innermost relay's peer address when
+    // relayed, else where the message came from.
+    let peer = req.relays.last().map_or(source, |hop| hop.peer_addr);
+    let by_link_local = || mac_from_eui64(peer).and_then(|mac| inv.host_by_mac(mac));
+    let by_relay = || {
+        req.relays
+            .iter()
+            .rev()
+            .find_map(|hop| hop.client_link_layer)
+            .and_then(|mac| inv.host_by_mac(mac))
+    };
+    by_duid().or_else(by_link_local).or_else(by_relay)
+}
+
+/// The one policy's answer to a DHCPv6 request from `source`.
+pub fn decide6(req: &Request6, source: Ipv6Addr, inv: &Inventory, server: &Server6) -> Answer6 {
+    // RFC 8415 section 16: every message but an Information-Request names
+    // its client, and a message naming another server is not ours.
+    let Some(client_id) = req.client_id.as_deref() else {
+        if req.msg_type != MessageType::InformationRequest {
+            return Answer6::Ignore(Counter::PassMalformed);
+        }
+        return information(req, None, inv, server);
+    };
+    let to_us = match req.server_id.as_deref() {
+        Some(id) if id != server.duid.as_slice() => {
+            return Answer6::Ignore(Counter::DropOtherServer);
+        }
+        Some(_) => true,
+        None => false,
+    };
+    let host = identify(req, source, inv);
+    let named = matches!(
+        req.msg_type,
+        MessageType::Request | MessageType::Renew | MessageType::Release | MessageType::Decline
+    );
+    // Section 16.3-16.10: these must name the server, the others must not.
+    if named != to_us && req.msg_type != MessageType::InformationRequest {
+        return Answer6::Ignore(Counter::PassMalformed);
+    }
+    if req.msg_type == MessageType::InformationRequest {
+        return information(req, host, inv, server);
+    }
+    let Some(host) = host else {
+        return Answer6::Ignore(Counter::PassUnknownHost);
+    };
+    let Some((ip, subnet)) = host.ipv6().zip(inv.subnet6_of(host)) else {
+        // Known over IPv4 only: another server may have its IPv6 address.
+        return Answer6::Ignore(Counter::PassUnknownHost);
+    };
+    if let Some(hop) = req.relays.last()
+        && !hop.link_addr.is_unspecified()
+        && !subnet.contains(hop.link_addr)
+    {
+        // Reserved elsewhere: this relay's link is not where it lives.
+        return Answer6::Ignore(Counter::PassRelay);
+    }
+    let mut reply = base(req, client_id, server);
+    match req.msg_type {
+        MessageType::Solicit if req.rapid_commit => {
+            reply.msg_type = MessageType::Reply;
+            reply.rapid_commit = true;
+        }
+        MessageType::Solicit => {
+            reply.msg_type = MessageType::Advertise;
+            reply.preference = Some(RESERVED_PREFERENCE);
+        }
+        MessageType::Request | MessageType::Renew | MessageType::Rebind => {}
+        MessageType::Confirm => {
+            // Section 18.3.3: whether the addresses it holds are on its
+            // link; with none to judge, no answer.
+            let held: Vec<Ipv6Addr> = req.ia_na.iter().flat_map(|ia| ia.addrs.clone()).collect();
+            if held.is_empty() {
+                return Answer6::Ignore(Counter::PassMalformed);
+            }
+            reply.status = Some(if held.iter().all(|a| subnet.contains(*a)) {
+                status(StatusCode6::Success, "on link")
+            } else {
+                status(StatusCode6::NotOnLink, "not on this link")
+            });
+            return Answer6::Reply(Box::new(reply));
+        }
+        MessageType::Release => {
+            // A reservation stays the host's; nothing to free.
+            reply.status = Some(status(StatusCode6::Success, "released"));
+            return Answer6::Reply(Box::new(reply));
+        }
+        MessageType::Decline => {
+            reply.status = Some(status(StatusCode6::Success, "declined"));
+            let declined = req.ia_na.iter().flat_map(|ia| &ia.addrs).any(|a| *a == ip);
+            return if declined {
+                Answer6::ReservationDeclined {
+                    reply: Box::new(reply),
+                    ip,
+                }
+            } else {
+                Answer6::Reply(Box::new(reply))
+            };
+        }
+        _ => return Answer6::Ignore(Counter::PassMessageType),
+    }
+    reply.ia_na = req
+        .ia_na
+        .iter()
+        .map(|ia| lease(ia.iaid, ip, subnet))
+        .collect();
+    options(&mut reply, req, Some(host), subnet, inv, server);
+    Answer6::Reply(Box::new(reply))
+}
+
+/// An Information-Request (section 18.3.6): the subnet's options and the
+/// boot answer, no address. iPXE sends one after a router advertisement
+/// with only the O flag.
+fn information(req: &Request6, host: Option<&Host>, inv: &Inventory, server: &Server6) -> Answer6 {
+    let subnet = host
+        .and_then(|h| inv.subnet6_of(h))
+        .or_else(|| inv.subnets6.iter().find(|s| s.contains(server.ip)));
+    let Some(subnet) = subnet else {
+        return Answer6::Ignore(Counter::PassUnknownHost);
+    };
+    let mut reply = base(req, req.client_id.as_deref().unwrap_or_default(), server);
+    if req.client_id.is_none() {
+        reply.client_id = None;
+    }
+    options(&mut reply, req, host, subnet, inv, server);
+    Answer6::Reply(Box::new(reply))
+}
+
+/// A Reply to `req` naming both ends, nothing else yet.
+fn base(req: &Request6, client_id: &[u8], server: &Server6) -> Reply6 {
+    Reply6 {
+        msg_type: MessageType::Reply,
+        xid: req.xid,
+        server_id: server.duid.clone(),
+        client_id: Some(client_id.to_vec()),
+        ia_na: Vec::new(),
+        status: None,
+        preference: None,
+        rapid_commit: false,
+        dns: Vec::new(),
+        domain_search: Vec::new(),
+        boot_url: None,
+        boot_params: Vec::new(),
+        vendor_class: None,
+    }
+}
+
+/// The host's reservation in the IA the client named: valid for the
+/// subnet's lease time, renewed at half and rebound at four fifths of it
+/// (RFC 8415 section 21.4's recommended 0.5 and 0.8).
+fn lease(iaid: u32, ip: Ipv6Addr, subnet: &Subnet6) -> IaNaReply {
+    let valid = subnet.lease_time;
+    IaNaReply {
+        iaid,
+        t1: valid / 2,
+        t2: valid / 5 * 4,
+        addrs: vec![Lifetimes {
+            addr: ip,
+            preferred: valid,
+            valid,
+        }],
+        status: None,
+    }
+}
+
+fn status(code: StatusCode6, message: &str) -> Status {
+    Status::new(code, message)
+}
+
+/// The subnet's options and, for a host, its boot answer: option 59 as a
+/// URL (`tftp://[server]/file` for PXE, the HTTP URL for HTTP boot, the
+/// script for iPXE), with option 16 echoed to an HTTP boot client (UEFI
+/// counts an answer as an HTTP boot offer only then).
+fn options(
+    reply: &mut Reply6,
+    req: &Request6,
+    host: Option<&Host>,
+    subnet: &Subnet6,
+    inv: &Inventory,
+    server: &Server6,
+) {
+    reply.dns.clone_from(&subnet.dns);
+    reply.domain_search = subnet.domain.iter().cloned().collect();
+    let Some(host) = host else {
+        return;
+    };
+    if inv.withholds_boot(host) {
+        return;
+    }
+    let vendor = req
+        .vendor_text()
+        .map_or(VendorClass::None, VendorClass::from_prefix);
+    let class = boot_class(req.arch, vendor).unwrap_or(BootClass::Plain);
+    let traits = Traits {
+        arch: req.arch,
+        vendor_class: req.vendor_text(),
+        user_classes: &req.user_classes,
+        circuit_id: None,
+    };
+    let profile = inv.profile_of(host);
+    let (boot, _ipv4_options) = profile.boot_for(&host.labels, &traits);
+    let ipxe = req
+        .has_user_class(inv.ipxe.user_class.as_bytes())
+        .then_some(inv.ipxe.script.as_str());
+    let address = format!("[{}]", server.ip);
+    let boot = boot_answer(profile, boot.as_ref(), class, ipxe, host.mac, &address);
+    reply.boot_url = match boot {
+        Some(Boot::Tftp(file)) => {
+            Some(format!("tftp://{address}/{}", file.trim_start_matches('/')))
+        }
+        Some(Boot::Http(url) | Boot::Ipxe(url)) => Some(url),
+        Some(Boot::None) | None => None,
+    };
+    if class == BootClass::Http && reply.boot_url.is_some() {
+        reply.vendor_class = req.vendor_class.clone();
+    }
+}
+
+/// The MAC a request names its client by, for progress and traces: the
+/// host's when known, else what its DUID or link-local address carries.
+pub fn client_mac(req: &Request6, source: Ipv6Addr) -> Option<MacAddr> {
+    match req.client_id.as_deref().map(Duid::parse) {
+        Some(Duid::LinkLayerTime(mac) | Duid::LinkLayer(mac)) => Some(mac),
+        _ => mac_from_eui64(req.relays.last().map_or(source, |hop| hop.peer_addr)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::dhcp::v6::{
+        identity::eui64_link_local,
+        request::{IaNa, RelayHop, VendorClass6},
+    };
+
+    const HOST_1: MacAddr = MacAddr([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]);
+    const UUID_2: [u8; 16] = [
+        0x8a, 0x5c, 0x2e, 0x6b, 0x1e, 0x0f, 0x4c, 0x1d, 0x9b, 0x7a, 0x01, 0x23, 0x45, 0x67, 0x89,
+        0xab,
+    ];
+
+    fn inventory(extra: &str) -> Inventory {
+        let text = format!(
+            r#"
+subnets:
+  - {{cidr: 10.66.0.0/16, router: 10.66.0.1}}
+  - {{cidr: "fd00:66::/64", dns: ["fd00:66::53"], domain: lab.example, lease_time: 600}}
+profiles:
+  - name: all
+    boot: {{bios: undionly.kpxe, uefi: ipxe.efi, http: "http://{{server}}:8080/ipxe.efi"}}
+hosts:
+  - {{mac: "52:54:00:12:34:56", ip: 10.66.1.10, ipv6: "fd00:66::10", profile: all}}
+  - {{mac: "52:54:00:12:34:57", ip: 10.66.1.11, ipv6: "fd00:66::11", profile: all,
+     uuid: 8A5C2E6B-1E0F-4C1D-9B7A-0123456789AB}}
+  - {{mac: "52:54:00:12:34:58", ip: 10.66.1.12, profile: all}}
+{extra}"#
+        );
+        Inventory::parse(Path::new("hosts.yaml"), &text).expect("valid")
+    }
+
+    fn server() -> Server6 {
+        Server6 {
+            ip: "fd00:66::1".parse().unwrap(),
+            duid: vec![0, 3, 0, 1, 2, 0, 0, 0, 0, 1],
+        }
+    }
+
+    fn duid_llt(mac: MacAddr) -> Box<[u8]> {
+        let mut duid = vec![0, 1, 0, 1, 0x2e, 0x6b, 0x1e, 0x0f];
+        duid.extend_from_slice(&mac.0);
+        duid.into()
+    }
+
+    fn duid_uuid(uuid: [u8; 16]) -> Box<[u8]> {
+        let mut duid = vec![0, 4];
+        duid.extend_from_slice(&uuid);
+        duid.into()
+    }
+
+    fn solicit(client_id: Box<[u8]>) -> Request6 {
+        Request6 {
+            msg_type: MessageType::Solicit,
+            xid: [1, 2, 3],
+            client_id: Some(client_id),
+            server_id: None,
+            ia_na: vec![IaNa {
+                iaid: 7,
+                t1: 0,
+                t2: 0,
+                addrs: Vec::new(),
+            }],
+            oro: vec![23, 24, 59],
+            rapid_commit: false,
+            user_classes: Vec::new(),
+            vendor_class: None,
+            arch: None,
+            nii: None,
+            relays: Vec::new(),
+        }
+    }
+
+    fn firmware(mut req: Request6, vendor: &str, arch: u16) -> Request6 {
+        req.vendor_class = Some(VendorClass6 {
+            enterprise: 343,
+            data: vec![vendor.as_bytes().to_vec()],
+        });
+        req.arch = Some(arch);
+        req
+    }
+
+    /// Somewhere on the link, not an EUI-64 address.
+    fn stranger() -> Ipv6Addr {
+        "fe80::1234:5678:9abc:def0".parse().unwrap()
+    }
+
+    fn reply(answer: Answer6) -> Reply6 {
+        match answer {
+            Answer6::Reply(reply) => *reply,
+            other => panic!("expected a reply, got {other:?}"),
+        }
+    }
+
+    fn address(reply: &Reply6) -> Option<Ipv6Addr> {
+        reply.ia_na.first()?.addrs.first().map(|l| l.addr)
+    }
+
+    #[test]
+    fn a_solicit_by_duid_llt_is_advertised_the_reservation_in_its_ia() {
+        let inv = inventory("");
+        let advertise = reply(decide6(
+            &solicit(duid_llt(HOST_1)),
+            stranger(),
+            &inv,
+            &server(),
+        ));
+        assert_eq!(advertise.msg_type, MessageType::Advertise);
+        assert_eq!(advertise.xid, [1, 2, 3]);
+        assert_eq!(advertise.preference, Some(255));
+        assert_eq!(advertise.server_id, server().duid);
+        assert_eq!(advertise.ia_na[0].iaid, 7);
+        assert_eq!((advertise.ia_na[0].t1, advertise.ia_na[0].t2), (300, 480));
+        assert_eq!(address(&advertise), Some("fd00:66::10".parse().unwrap()));
+        assert_eq!(advertise.dns, ["fd00:66::53".parse::<Ipv6Addr>().unwrap()]);
+        assert_eq!(advertise.domain_search, ["lab.example"]);
+        // A plain client is told no boot file.
+        assert_eq!(advertise.boot_url, None);
+    }
+
+    #[test]
+    fn firmware_is_known_by_its_uuid_and_told_its_boot_file_as_a_url() {
+        let inv = inventory("");
+        let pxe = firmware(
+            solicit(duid_uuid(UUID_2)),
+            "PXEClient:Arch:00007:UNDI:003016",
+            7,
+        );
+        let advertise = reply(decide6(&pxe, stranger(), &inv, &server()));
+        assert_eq!(address(&advertise), Some("fd00:66::11".parse().unwrap()));
+        assert_eq!(
+            advertise.boot_url.as_deref(),
+            Some("tftp://[fd00:66::1]/ipxe.efi")
+        );
+        assert_eq!(advertise.vendor_class, None);
+
+        // UEFI HTTP boot with Rapid Commit: a Reply at once, option 16 echoed.
+        let mut http = firmware(
+            solicit(duid_uuid(UUID_2)),
+            "HTTPClient:Arch:00016:UNDI:003000",
+            16,
+        );
+        http.rapid_commit = true;
+        let answer = reply(decide6(&http, stranger(), &inv, &server()));
+        assert_eq!(answer.msg_type, MessageType::Reply);
+        assert!(answer.rapid_commit);
+        assert_eq!(
+            answer.boot_url.as_deref(),
+            Some("http://[fd00:66::1]:8080/ipxe.efi")
+        );
+        assert_eq!(answer.vendor_class, http.vendor_class);
+
+        // iPXE is sent to its script: the chainload loop ends there.
+        let mut ipxe = firmware(
+            solicit(duid_uuid(UUID_2)),
+            "PXEClient:Arch:00007:UNDI:003016",
+            7,
+        );
+        ipxe.user_classes = vec![b"iPXE".to_vec()];
+        let answer = reply(decide6(&ipxe, stranger(), &inv, &server()));
+        assert_eq!(
+            answer.boot_url.as_deref(),
+            Some("http://[fd00:66::1]:8080/boot/52:54:00:12:34:57.ipxe")
+        );
+    }
+
+    #[test]
+    fn without_a_mac_in_the_duid_the_link_local_address_or_the_relay_names_the_host() {
+        let inv = inventory("");
+        let unknown_uuid = duid_uuid([7; 16]);
+        let req = solicit(unknown_uuid.clone());
+        assert_eq!(
+            decide6(&req, stranger(), &inv, &server()),
+            Answer6::Ignore(Counter::PassUnknownHost)
+        );
+        let advertise = reply(decide6(&req, eui64_link_local(HOST_1), &inv, &server()));
+        assert_eq!(address(&advertise), Some("fd00:66::10".parse().unwrap()));
+
+        // Relayed: the relay's option 79, from a link in the host's subnet.
+        let mut relayed = solicit(unknown_uuid);
+        relayed.relays = vec![RelayHop {
+            hop_count: 0,
+            link_addr: "fd00:66::2".parse().unwrap(),
+            peer_addr: stranger(),
+            interface_id: Some(b"eth0.66".to_vec()),
+            client_link_layer: Some(HOST_1),
+        }];
+        let relay = "fd00:66::2".parse().unwrap();
+        let advertise = reply(decide6(&relayed, relay, &inv, &server()));
+        assert_eq!(address(&advertise), Some("fd00:66::10".parse().unwrap()));
+        // From a relay on another link, the reservation is not this link's.
+        relayed.relays[0].link_addr = "fd00:99::2".parse().unwrap();
+        assert_eq!(
+            decide6(&relayed, relay, &inv, &server()),
+            Answer6::Ignore(Counter::PassRelay)
+        );
+    }
+
+    #[test]
+    fn the_message_flow_follows_rfc_8415() {
+        let inv = inventory("");
+        let mut request = solicit(duid_llt(HOST_1));
+        request.msg_type = MessageType::Request;
+        // A Request must name a server, and only this one is answered.
+        assert_eq!(
+            decide6(&request, stranger(), &inv, &server()),
+            Answer6::Ignore(Counter::PassMalformed)
+        );
+        request.server_id = Some(vec![0, 3, 0, 1, 9, 9, 9, 9, 9, 9].into());
+        assert_eq!(
+            decide6(&request, stranger(), &inv, &server()),
+            Answer6::Ignore(Counter::DropOtherServer)
+        );
+        request.server_id = Some(server().duid.into());
+        let answer = reply(decide6(&request, stranger(), &inv, &server()));
+        assert_eq!(answer.msg_type, MessageType::Reply);
+        assert_eq!(address(&answer), Some("fd00:66::10".parse().unwrap()));
+
+        // Confirm: on link or not.
+        let mut confirm = solicit(duid_llt(HOST_1));
+        confirm.msg_type = MessageType::Confirm;
+        confirm.ia_na[0].addrs = vec!["fd00:66::10".parse().unwrap()];
+        let answer = reply(decide6(&confirm, stranger(), &inv, &server()));
+        assert_eq!(answer.status.map(|s| s.code), Some(StatusCode6::Success));
+        confirm.ia_na[0].addrs = vec!["fd00:99::10".parse().unwrap()];
+        let answer = reply(decide6(&confirm, stranger(), &inv, &server()));
+        assert_eq!(answer.status.map(|s| s.code), Some(StatusCode6::NotOnLink));
+
+        // Decline of its own reservation is reported.
+        let mut decline = request.clone();
+        decline.msg_type = MessageType::Decline;
+        decline.ia_na[0].addrs = vec!["fd00:66::10".parse().unwrap()];
+        assert!(matches!(
+            decide6(&decline, stranger(), &inv, &server()),
+            Answer6::ReservationDeclined { ip, .. } if ip == "fd00:66::10".parse::<Ipv6Addr>().unwrap()
+        ));
+
+        // An Information-Request from anyone gets the link's settings.
+        let mut info = solicit(duid_uuid([7; 16]));
+        info.msg_type = MessageType::InformationRequest;
+        info.ia_na.clear();
+        let answer = reply(decide6(&info, stranger(), &inv, &server()));
+        assert!(answer.ia_na.is_empty() && answer.boot_url.is_none());
+        assert_eq!(answer.dns, ["fd00:66::53".parse::<Ipv6Addr>().unwrap()]);
+
+        // A host without an IPv6 address is left to other servers.
+        let third = MacAddr([0x52, 0x54, 0x00, 0x12, 0x34, 0x58]);
+        assert_eq!(
+            decide6(&solicit(duid_llt(third)), stranger(), &inv, &server()),
+            Answer6::Ignore(Counter::PassUnknownHost)
+        );
+    }
+
+    #[test]
+    fn a_host_given_no_boot_file_gets_its_address_only_as_over_ipv4() {
+        let inv = inventory(
+            "  - {mac: \"52:54:00:12:34:59\", ip: 10.66.1.13, ipv6: \"fd00:66::13\", profile: all, netboot: never}\n",
+        );
+        let mac = MacAddr([0x52, 0x54, 0x00, 0x12, 0x34, 0x59]);
+        let pxe = firmware(
+            solicit(duid_llt(mac)),
+            "PXEClient:Arch:00007:UNDI:003016",
+            7,
+        );
+        let advertise = reply(decide6(&pxe, stranger(), &inv, &server()));
+        assert_eq!(address(&advertise), Some("fd00:66::13".parse().unwrap()));
+        assert_eq!(advertise.boot_url, None);
+    }
+}

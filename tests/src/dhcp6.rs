@@ -1,0 +1,439 @@
+//! DHCPv6 with real clients: ISC dhclient and dhcpcd get their hosts'
+//! IPv6 reservations from the agent run as the DaemonSet runs it, on a
+//! veth lab whose server end has an IPv6 address beside its IPv4 one;
+//! dhcpcd starts DHCPv6 only on the M flag of the agent's own router
+//! advertisement; a MAC the inventory does not list gets nothing. Then the
+//! rest of the chain from the host's IPv6 address: its boot file over
+//! TFTP, its script (whose URLs name the agent's IPv6 address), an
+//! artifact and the phone-home, which another address is refused.
+
+use std::{
+    fs,
+    os::unix::process::CommandExt as _,
+    thread,
+    time::{Duration, Instant},
+};
+
+use xtask::Lab;
+
+use crate::agent::{Privileges, Scratch, Served, script};
+
+/// The server end's IPv6 address and subnet.
+const SERVER_IP6: &str = "fd00:66::1";
+
+const INVENTORY: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+    router: 10.66.0.1
+  - cidr: fd00:66::/64
+    dns: ["fd00:66::53"]
+    domain: lab.example
+    lease_time: 600
+    ra: {}
+profiles:
+  - name: worker
+    boot: {uefi: ipxe.efi, bios: undionly.kpxe}
+    kernel: "http://{server}:8080/artifacts/vmlinuz"
+    cmdline: console=ttyS0
+hosts:
+  - mac: "52:54:00:66:00:01"
+    ip: 10.66.1.1
+    ipv6: "fd00:66::101"
+    hostname: six-1
+    profile: worker
+  - mac: "52:54:00:66:00:02"
+    ip: 10.66.1.2
+    ipv6: "fd00:66::102"
+    hostname: six-2
+    profile: worker
+"#;
+
+/// Gives the server end its IPv6 address and waits until both ends'
+/// addresses have passed duplicate address detection, so that the agent
+/// finds its address at start and the clients can send from their
+/// link-local ones.
+fn add_ipv6(lab: &mut Lab) {
+    lab.run_in(
+        lab.server_ns(),
+        &[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{SERVER_IP6}/64"),
+            "dev",
+            lab.server_if(),
+            "nodad",
+        ],
+    )
+    .expect("server IPv6 address");
+    wait_link_local(lab, lab.server_ns(), lab.server_if());
+    wait_link_local(lab, lab.client_ns(), lab.client_if());
+}
+
+/// Waits until `iface` in `ns` has a link-local address past duplicate
+/// address detection.
+fn wait_link_local(lab: &Lab, ns: &str, iface: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let shown = lab
+            .run_in(ns, &["ip", "-6", "addr", "show", "dev", iface])
+            .expect("ip addr");
+        if shown.contains("fe80::") && !shown.contains("tentative") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{iface} in {ns} has no usable link-local address:\n{shown}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Makes the client a machine with `mac`: its link-local address becomes
+/// the one made from that MAC (EUI-64), as a machine's own is, and the
+/// server forgets the link-layer address it knew for the old one.
+fn become_machine(served: &Served, mac: &str) {
+    let lab = &served.lab;
+    served.set_client_mac(mac);
+    let octets: Vec<u8> = mac
+        .split(':')
+        .map(|o| u8::from_str_radix(o, 16).expect("hex"))
+        .collect();
+    let eui64 = format!(
+        "fe80::{:02x}{:02x}:{:02x}ff:fe{:02x}:{:02x}{:02x}/64",
+        octets[0] ^ 0x02,
+        octets[1],
+        octets[2],
+        octets[3],
+        octets[4],
+        octets[5]
+    );
+    let (ns, iface) = (lab.client_ns(), lab.client_if());
+    lab.run_in(
+        ns,
+        &["ip", "-6", "addr", "flush", "dev", iface, "scope", "link"],
+    )
+    .expect("drop the old link-local address");
+    lab.run_in(
+        ns,
+        &["ip", "-6", "addr", "add", &eui64, "dev", iface, "nodad"],
+    )
+    .expect("the machine's link-local address");
+    lab.run_in(
+        lab.server_ns(),
+        &["ip", "neigh", "flush", "dev", lab.server_if()],
+    )
+    .expect("flush the server's neighbours");
+}
+
+/// Runs `dhclient -6` once in the client namespace (at most `timeout_s`
+/// seconds) and stops the daemon it leaves; returns its lease file, empty
+/// when it got no lease.
+fn dhclient6(served: &Served, tag: &str, timeout_s: u32) -> String {
+    let (lease, pid, conf) = (
+        served.dir.path(&format!("dhclient6-{tag}.leases")),
+        served.dir.path(&format!("dhclient6-{tag}.pid")),
+        served.dir.path(&format!("dhclient6-{tag}.conf")),
+    );
+    fs::write(&conf, format!("timeout {timeout_s};\n")).expect("dhclient config");
+    let out = served
+        .client_cmd("dhclient")
+        .args(["-6", "-1", "-v", "-sf", "/bin/true", "-cf"])
+        .arg(&conf)
+        .arg("-lf")
+        .arg(&lease)
+        .arg("-pf")
+        .arg(&pid)
+        .arg(served.lab.client_if())
+        .output()
+        .expect("run dhclient");
+    if let Some(p) = fs::read_to_string(&pid)
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+    {
+        // SAFETY: signals the PID our own dhclient wrote.
+        unsafe { libc::kill(p, libc::SIGTERM) };
+    }
+    let file = fs::read_to_string(&lease).unwrap_or_default();
+    eprintln!(
+        "dhclient -6 ({tag}): {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    file
+}
+
+/// Runs `dhcpcd -6` once and returns what its hook saw: it solicits a
+/// router, and starts stateful DHCPv6 when an advertisement has the M
+/// flag.
+fn dhcpcd6(served: &Served) -> String {
+    let hook = script(
+        &served.dir.0,
+        "dhcpcd6.sh",
+        r#"echo "reason=$reason ia=$new_dhcp6_ia_na1_ia_addr1 dns=$new_dhcp6_name_servers ra_flags=$nd1_flags""#,
+    );
+    let conf = served.dir.path("dhcpcd6.conf");
+    fs::write(&conf, "ipv6only\n").expect("dhcpcd config");
+    let out_path = served.dir.path("dhcpcd6.out");
+    let out = fs::File::create(&out_path).expect("dhcpcd output file");
+    let mut child = served
+        .client_cmd("sh")
+        .arg("-c")
+        .arg(r#"mount -t tmpfs tmpfs /var/lib/dhcpcd && exec dhcpcd "$@""#)
+        .arg("dhcpcd")
+        .args(["-6", "-d", "--oneshot", "--nobackground", "-t", "15", "-f"])
+        .arg(&conf)
+        .arg("-c")
+        .arg(&hook)
+        .arg(served.lab.client_if())
+        .stdout(out.try_clone().expect("fd"))
+        .stderr(out)
+        .process_group(0)
+        .spawn()
+        .expect("run dhcpcd");
+    let pgid = child.id() as i32;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("wait dhcpcd").is_none() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: signals the process group of the dhcpcd we started.
+    unsafe { libc::kill(-pgid, libc::SIGTERM) };
+    let _ = child.wait();
+    fs::read_to_string(&out_path).unwrap_or_default()
+}
+
+/// The agent's server DUID as dhclient prints it in a lease file
+/// (`option dhcp6.server-id 0:3:0:1:...;`).
+fn server_duid(served: &Served) -> String {
+    let hex = fs::read_to_string(served.dir.path("state/dhcpv6-duid")).expect("server DUID file");
+    let hex = hex.trim();
+    (0..hex.len())
+        .step_by(2)
+        .map(|at| {
+            format!(
+                "{:x}",
+                u8::from_str_radix(&hex[at..at + 2], 16).expect("hex")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The agent's DHCPv6 samples, for failure messages.
+fn ipv6_samples(served: &Served) -> Vec<(String, u64)> {
+    served
+        .stats()
+        .into_iter()
+        .filter(|(name, _)| name.contains("family=\"ipv6\""))
+        .collect()
+}
+
+fn sample(served: &Served, name: &str) -> u64 {
+    served.stats().get(name).copied().unwrap_or(0)
+}
+
+#[test]
+fn dhclient_and_dhcpcd_get_their_ipv6_reservations_from_the_agent_as_deployed() {
+    let served =
+        Served::start_as_prepared("pxdhcp6", INVENTORY, &[], Privileges::DaemonSet, add_ipv6);
+
+    become_machine(&served, "52:54:00:66:00:01");
+    let lease = dhclient6(&served, "known", 15);
+    assert!(
+        lease.contains("iaaddr fd00:66::101 {"),
+        "dhclient -6 did not get six-1's reservation:\n{lease}\nagent log:\n{}",
+        served.log()
+    );
+    let duid = server_duid(&served);
+    assert!(
+        lease.contains(&format!("option dhcp6.server-id {duid};")),
+        "the lease is not from the agent (server id {duid}):\n{lease}"
+    );
+    assert!(
+        lease.contains("option dhcp6.name-servers fd00:66::53;"),
+        "{lease}"
+    );
+    assert!(lease.contains("max-life 600;"), "{lease}");
+
+    become_machine(&served, "52:54:00:66:00:02");
+    let seen = dhcpcd6(&served);
+    assert!(
+        seen.contains("ia=fd00:66::102"),
+        "dhcpcd -6 did not get six-2's reservation:\n{seen}\nagent's DHCPv6 counters: {:#?}\nagent log:\n{}",
+        ipv6_samples(&served),
+        served.log()
+    );
+    // It asked for DHCPv6 because the agent's advertisement said M and O.
+    assert!(
+        seen.contains("reason=ROUTERADVERT") && seen.contains("ra_flags=MO"),
+        "{seen}"
+    );
+    let assigned = served
+        .lab
+        .run_in(
+            served.lab.client_ns(),
+            &["ip", "-6", "addr", "show", "dev", served.lab.client_if()],
+        )
+        .expect("ip addr");
+    eprintln!("client addresses after dhcpcd:\n{assigned}");
+
+    // A MAC the inventory does not list is left to other servers.
+    let ignored = r#"pxe_slow_ignored_total{family="ipv6",reason="pass_unknown_host"}"#;
+    let before = sample(&served, ignored);
+    become_machine(&served, "52:54:00:66:00:99");
+    let lease = dhclient6(&served, "unknown", 3);
+    assert!(
+        !lease.contains("iaaddr"),
+        "an unknown MAC got a lease:\n{lease}"
+    );
+    assert!(sample(&served, ignored) > before, "{:#?}", served.stats());
+
+    let replies = r#"pxe_slow_replies_total{family="ipv6",type="reply"}"#;
+    let advertises = r#"pxe_slow_replies_total{family="ipv6",type="advertise"}"#;
+    assert!(sample(&served, replies) >= 2, "{:#?}", served.stats());
+    assert!(sample(&served, advertises) >= 2, "{:#?}", served.stats());
+    // Boot progress knows the hosts by their MACs.
+    let hosts = served.cli(&["hosts"]);
+    assert!(
+        hosts.contains("six-1") && hosts.contains("DHCPv6"),
+        "{hosts}"
+    );
+}
+
+/// curl in the client namespace; its output, and whether it succeeded.
+fn curl(served: &Served, args: &[&str]) -> (bool, String) {
+    let out = served
+        .client_cmd("curl")
+        .args(["-s", "--max-time", "10"])
+        .args(args)
+        .output()
+        .expect("run curl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn the_chain_runs_over_ipv6_from_the_hosts_ipv6_address() {
+    let files = Scratch::new("pxdhcp6-files");
+    fs::create_dir_all(files.path("boot")).expect("boot root");
+    fs::create_dir_all(files.path("artifacts")).expect("artifacts");
+    fs::write(files.path("boot/undionly.kpxe"), b"the boot file").expect("boot file");
+    fs::write(files.path("artifacts/vmlinuz"), b"the kernel").expect("kernel");
+    let (boot, artifacts) = (files.path("boot"), files.path("artifacts"));
+    let args = [
+        "--boot-root",
+        boot.to_str().expect("utf-8"),
+        "--artifacts",
+        artifacts.to_str().expect("utf-8"),
+    ];
+    let served = Served::start_as_prepared(
+        "pxchain6",
+        INVENTORY,
+        &args,
+        Privileges::DaemonSet,
+        add_ipv6,
+    );
+    become_machine(&served, "52:54:00:66:00:01");
+    let lab = &served.lab;
+    lab.run_in(
+        lab.client_ns(),
+        &[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            "fd00:66::101/64",
+            "dev",
+            lab.client_if(),
+            "nodad",
+        ],
+    )
+    .expect("the host's address");
+
+    let (ok, file) = curl(&served, &["tftp://[fd00:66::1]/undionly.kpxe"]);
+    assert!(
+        ok && file == "the boot file",
+        "TFTP over IPv6: {file:?}\n{}",
+        served.log()
+    );
+
+    let script_url = "http://[fd00:66::1]:8080/boot/52:54:00:66:00:01.ipxe";
+    let (ok, script) = curl(&served, &["-f", script_url]);
+    assert!(ok, "script over IPv6 refused:\n{}", served.log());
+    let kernel = script
+        .lines()
+        .find(|l| l.starts_with("kernel "))
+        .unwrap_or_else(|| panic!("no kernel line:\n{script}"));
+    assert!(
+        kernel.contains("http://[fd00:66::1]:8080/artifacts/vmlinuz"),
+        "the script does not send an IPv6 client to the agent's IPv6 address: {kernel}"
+    );
+    let token = kernel
+        .split_whitespace()
+        .find_map(|a| a.strip_prefix("pxe_agent.token="))
+        .unwrap_or_else(|| panic!("no token: {kernel}"));
+
+    let (ok, body) = curl(
+        &served,
+        &["-f", "http://[fd00:66::1]:8080/artifacts/vmlinuz"],
+    );
+    assert!(ok && body == "the kernel", "artifact over IPv6: {body:?}");
+
+    // Another address on the segment may not fetch the host's script.
+    lab.run_in(
+        lab.client_ns(),
+        &[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            "fd00:66::199/64",
+            "dev",
+            lab.client_if(),
+            "nodad",
+        ],
+    )
+    .expect("a stranger's address");
+    let (_, code) = curl(
+        &served,
+        &[
+            "--interface",
+            "fd00:66::199",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            script_url,
+        ],
+    );
+    assert_eq!(code, "403", "a script for six-1 went to another address");
+
+    let phone_home =
+        format!("http://[fd00:66::1]:8080/api/v1/hosts/52:54:00:66:00:01/booted?token={token}");
+    let (_, code) = curl(
+        &served,
+        &[
+            "--interface",
+            "fd00:66::101",
+            "-X",
+            "POST",
+            "-d",
+            "up",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &phone_home,
+        ],
+    );
+    assert_eq!(code, "204", "phone-home over IPv6:\n{}", served.log());
+    let hosts = served.cli(&["hosts"]);
+    let row = hosts
+        .lines()
+        .find(|l| l.starts_with("52:54:00:66:00:01"))
+        .unwrap_or_else(|| panic!("six-1 not listed:\n{hosts}"));
+    assert!(row.contains("booted"), "{hosts}");
+}
