@@ -131,6 +131,12 @@ fn become_machine(served: &Served, mac: &str) {
 /// seconds) and stops the daemon it leaves; returns its lease file, empty
 /// when it got no lease.
 fn dhclient6(served: &Served, tag: &str, timeout_s: u32) -> String {
+    let (ns, iface) = (served.lab.client_ns(), served.lab.client_if());
+    dhclient6_in(served, ns, iface, tag, timeout_s)
+}
+
+/// [`dhclient6`] on `iface` in namespace `ns`.
+fn dhclient6_in(served: &Served, ns: &str, iface: &str, tag: &str, timeout_s: u32) -> String {
     let (lease, pid, conf) = (
         served.dir.path(&format!("dhclient6-{tag}.leases")),
         served.dir.path(&format!("dhclient6-{tag}.pid")),
@@ -138,14 +144,15 @@ fn dhclient6(served: &Served, tag: &str, timeout_s: u32) -> String {
     );
     fs::write(&conf, format!("timeout {timeout_s};\n")).expect("dhclient config");
     let out = served
-        .client_cmd("dhclient")
+        .lab
+        .cmd_in(ns, "dhclient")
         .args(["-6", "-1", "-v", "-sf", "/bin/true", "-cf"])
         .arg(&conf)
         .arg("-lf")
         .arg(&lease)
         .arg("-pf")
         .arg(&pid)
-        .arg(served.lab.client_if())
+        .arg(iface)
         .output()
         .expect("run dhclient");
     if let Some(p) = fs::read_to_string(&pid)
@@ -436,4 +443,133 @@ fn the_chain_runs_over_ipv6_from_the_hosts_ipv6_address() {
         .find(|l| l.starts_with("52:54:00:66:00:01"))
         .unwrap_or_else(|| panic!("six-1 not listed:\n{hosts}"));
     assert!(row.contains("booted"), "{hosts}");
+}
+
+/// A relayed IPv6 segment: the client behind ISC `dhcrelay -6` (which adds
+/// the interface-id), two links from the agent.
+///
+/// ```text
+/// server ns                   relay ns (the lab's client ns)             client ns
+/// pxsrv0 fd00:66::1/64 ──── pxcli0 fd00:66::2/64 │ pxrly0 fd00:77::1/64 ──── pxcli0
+/// agent                     dhcrelay -6 -l pxrly0 -u fd00:66::1%pxcli0     dhclient -6
+/// ```
+#[test]
+fn a_client_behind_dhcrelay_6_gets_its_reservation_through_the_relay() {
+    const RELAYED: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+  - cidr: 10.77.0.0/24
+  - cidr: fd00:77::/64
+    dns: ["fd00:77::53"]
+profiles:
+  - name: worker
+    boot: {uefi: ipxe.efi}
+hosts:
+  - mac: "52:54:00:77:00:50"
+    ip: 10.77.0.50
+    ipv6: "fd00:77::50"
+    hostname: rack7-node50
+    profile: worker
+"#;
+    let mut served =
+        Served::start_as_prepared("pxrelay6", RELAYED, &[], Privileges::DaemonSet, add_ipv6);
+    let relay_ns = served.lab.client_ns().to_owned();
+    let relay_up = served.lab.client_if().to_owned();
+    let server_ns = served.lab.server_ns().to_owned();
+    let link = served
+        .lab
+        .add_client_ns("client")
+        .expect("client namespace");
+    let client_ns = link.client_ns.clone();
+    let ip = |args: &[&str]| {
+        let mut cmd = std::process::Command::new("ip");
+        xtask::process::run(cmd.args(args)).unwrap_or_else(|e| panic!("ip {args:?}: {e:#}"));
+    };
+    // The client hangs off the relay, not off the server.
+    ip(&["-n", &server_ns, "link", "del", &link.server_if]);
+    ip(&[
+        "-n", &relay_ns, "link", "add", "pxrly0", "type", "veth", "peer", "name", "pxcli0",
+        "netns", &client_ns,
+    ]);
+    ip(&[
+        "-n",
+        &relay_ns,
+        "-6",
+        "addr",
+        "add",
+        "fd00:66::2/64",
+        "dev",
+        &relay_up,
+        "nodad",
+    ]);
+    ip(&[
+        "-n",
+        &relay_ns,
+        "-6",
+        "addr",
+        "add",
+        "fd00:77::1/64",
+        "dev",
+        "pxrly0",
+        "nodad",
+    ]);
+    ip(&["-n", &relay_ns, "link", "set", "pxrly0", "up"]);
+    ip(&[
+        "-n",
+        &client_ns,
+        "link",
+        "set",
+        "dev",
+        "pxcli0",
+        "address",
+        "52:54:00:77:00:50",
+    ]);
+    ip(&["-n", &client_ns, "link", "set", "pxcli0", "up"]);
+    ip(&[
+        "-n",
+        &server_ns,
+        "-6",
+        "route",
+        "add",
+        "fd00:77::/64",
+        "via",
+        "fd00:66::2",
+    ]);
+    served
+        .lab
+        .run_in(
+            &relay_ns,
+            &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"],
+        )
+        .expect("IPv6 forwarding in the relay namespace");
+    wait_link_local(&served.lab, &relay_ns, "pxrly0");
+    wait_link_local(&served.lab, &client_ns, "pxcli0");
+
+    let log = served.dir.path("dhcrelay6.log");
+    let out = fs::File::create(&log).expect("relay log");
+    let _relay = xtask::ChildGuard::spawn(
+        served
+            .lab
+            .cmd_in(&relay_ns, "dhcrelay")
+            .args(["-6", "-d", "--no-pid", "-I", "-l", "pxrly0", "-u"])
+            .arg(format!("{SERVER_IP6}%{relay_up}"))
+            .stdout(out.try_clone().expect("fd"))
+            .stderr(out),
+    )
+    .expect("spawn dhcrelay -6");
+    thread::sleep(Duration::from_secs(1));
+
+    let lease = dhclient6_in(&served, &client_ns, "pxcli0", "relayed", 15);
+    assert!(
+        lease.contains("iaaddr fd00:77::50 {"),
+        "dhclient -6 behind the relay did not get its reservation:\n{lease}\nrelay log:\n{}\n\
+         agent's DHCPv6 counters: {:#?}\nagent log:\n{}",
+        fs::read_to_string(&log).unwrap_or_default(),
+        ipv6_samples(&served),
+        served.log()
+    );
+    assert!(
+        lease.contains("option dhcp6.name-servers fd00:77::53;"),
+        "{lease}"
+    );
 }
