@@ -19,9 +19,9 @@ use xtask::Lab;
 use crate::agent::{Privileges, Scratch, Served, script};
 
 /// The server end's IPv6 address and subnet.
-const SERVER_IP6: &str = "fd00:66::1";
+pub(crate) const SERVER_IP6: &str = "fd00:66::1";
 
-const INVENTORY: &str = r#"
+pub(crate) const INVENTORY: &str = r#"
 subnets:
   - cidr: 10.66.0.0/16
     router: 10.66.0.1
@@ -52,7 +52,7 @@ hosts:
 /// addresses have passed duplicate address detection, so that the agent
 /// finds its address at start and the clients can send from their
 /// link-local ones.
-fn add_ipv6(lab: &mut Lab) {
+pub(crate) fn add_ipv6(lab: &mut Lab) {
     lab.run_in(
         lab.server_ns(),
         &[

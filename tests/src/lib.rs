@@ -43,6 +43,8 @@ mod fuzz_seeds;
 #[cfg(test)]
 mod hostile;
 #[cfg(test)]
+mod hostile6;
+#[cfg(test)]
 mod http_boot;
 #[cfg(test)]
 mod image;
