@@ -108,6 +108,12 @@ pub fn peers_view(state: &State) -> PeersView {
 pub struct HostView {
     pub mac: MacAddr,
     pub ip: Ipv4Addr,
+    /// Its reserved IPv6 address, when it has one (DHCPv6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6: Option<std::net::Ipv6Addr>,
+    /// Its system UUID (`uuid:`), as DUID-UUID firmware is known by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
     pub hostname: Option<String>,
     pub profile: String,
     pub stage: Option<Stage>,
@@ -197,6 +203,8 @@ pub fn for_each_host_view(
             HostView {
                 mac: h.mac,
                 ip: h.ip,
+                ipv6: h.ipv6(),
+                uuid: h.uuid().map(crate::inventory::uuid_text),
                 hostname: h.hostname.as_deref().map(str::to_owned),
                 profile: inv.profile_of(h).name.clone(),
                 stage: progress.stage(),

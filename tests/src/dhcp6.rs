@@ -306,6 +306,10 @@ fn dhclient_and_dhcpcd_get_their_ipv6_reservations_from_the_agent_as_deployed() 
         hosts.contains("six-1") && hosts.contains("DHCPv6"),
         "{hosts}"
     );
+    assert!(
+        hosts.contains("IPV6") && hosts.contains("fd00:66::101"),
+        "{hosts}"
+    );
 }
 
 /// curl in the client namespace; its output, and whether it succeeded.

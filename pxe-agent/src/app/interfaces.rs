@@ -2,7 +2,11 @@
 //! per node, resolved to their index and address, and the pinned XDP links
 //! of interfaces no longer served taken down.
 
-use std::{fmt, net::Ipv4Addr, path::Path};
+use std::{
+    fmt,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    path::Path,
+};
 
 use anyhow::Context as _;
 use tracing::{info, warn};
@@ -13,44 +17,56 @@ use crate::{
     xdp::{self, AttachMode, Capacity, FastPath},
 };
 
-/// An interface to serve, as `--interface NAME[=IP]` gives it.
+/// An interface to serve, as `--interface NAME[=IP[,IPV6]]` gives it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Interface {
     pub name: String,
     /// The server address its replies name (option 54, siaddr, `{server}`);
     /// defaults to the interface's IPv4 address.
     pub server_ip: Option<Ipv4Addr>,
+    /// The IPv6 address DHCPv6 answers and IPv6 clients' URLs name;
+    /// defaults to the interface's first that is not link-local.
+    pub server_ip6: Option<Ipv6Addr>,
 }
 
 impl std::str::FromStr for Interface {
     type Err = String;
 
-    /// `eth0` or `eth0.100=10.100.0.1`.
+    /// `eth0`, `eth0.100=10.100.0.1`, `eth0=fd00:66::1` or
+    /// `eth0=10.66.0.1,fd00:66::1`: at most one address of each family.
     fn from_str(s: &str) -> Result<Interface, String> {
-        let (name, ip) = match s.split_once('=') {
-            Some((name, ip)) => {
-                let ip = ip
-                    .parse()
-                    .map_err(|_| format!("{ip:?} is not an IPv4 address"))?;
-                (name, Some(ip))
-            }
+        let (name, addresses) = match s.split_once('=') {
+            Some((name, addresses)) => (name, Some(addresses)),
             None => (s, None),
         };
         if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(['/', ' ']) {
             return Err(format!("{name:?} is not an interface name"));
         }
-        Ok(Interface {
+        let mut out = Interface {
             name: name.to_string(),
-            server_ip: ip,
-        })
+            server_ip: None,
+            server_ip6: None,
+        };
+        for text in addresses.into_iter().flat_map(|a| a.split(',')) {
+            match text.parse::<IpAddr>() {
+                Ok(IpAddr::V4(ip)) if out.server_ip.is_none() => out.server_ip = Some(ip),
+                Ok(IpAddr::V6(ip)) if out.server_ip6.is_none() => out.server_ip6 = Some(ip),
+                Ok(_) => return Err(format!("{s:?} gives two addresses of one family")),
+                Err(_) => return Err(format!("{text:?} is not an IPv4 or IPv6 address")),
+            }
+        }
+        Ok(out)
     }
 }
 
 impl fmt::Display for Interface {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.server_ip {
-            Some(ip) => write!(f, "{}={ip}", self.name),
-            None => f.write_str(&self.name),
+        f.write_str(&self.name)?;
+        match (self.server_ip, self.server_ip6) {
+            (Some(v4), Some(v6)) => write!(f, "={v4},{v6}"),
+            (Some(v4), None) => write!(f, "={v4}"),
+            (None, Some(v6)) => write!(f, "={v6}"),
+            (None, None) => Ok(()),
         }
     }
 }
@@ -129,7 +145,10 @@ pub(super) fn resolve(interfaces: &[Interface]) -> anyhow::Result<Vec<Iface>> {
         out.push(Iface {
             name: i.name.clone(),
             server: Server { ip, mac },
-            ip6: netdev::ipv6_of(&i.name)?,
+            ip6: match i.server_ip6 {
+                Some(ip) => Some(ip),
+                None => netdev::ipv6_of(&i.name)?,
+            },
         });
     }
     Ok(out)
@@ -279,7 +298,7 @@ mod tests {
         let dir = interface_dir(&[("bad", "eth1\neth2=10.0.0.300\n"), ("empty", "# none\n")]);
         let err = interfaces_of_node(&dir, "bad").unwrap_err().to_string();
         assert!(
-            err.ends_with("bad:2: \"10.0.0.300\" is not an IPv4 address"),
+            err.ends_with("bad:2: \"10.0.0.300\" is not an IPv4 or IPv6 address"),
             "{err}"
         );
         let err = interfaces_of_node(&dir, "empty").unwrap_err().to_string();
@@ -297,17 +316,25 @@ mod tests {
             Interface {
                 name: "eth0.100".into(),
                 server_ip: Some(Ipv4Addr::new(10, 100, 0, 1)),
+                server_ip6: None,
             }
         );
         assert_eq!(vlan.to_string(), "eth0.100=10.100.0.1");
         let plain: Interface = "eth0".parse().expect("valid");
-        assert_eq!(plain.server_ip, None);
+        assert_eq!((plain.server_ip, plain.server_ip6), (None, None));
+        for text in ["eth1=fd00:66::1", "eth1=10.66.0.1,fd00:66::1"] {
+            let both: Interface = text.parse().expect("valid");
+            assert_eq!(both.server_ip6, Some("fd00:66::1".parse().unwrap()));
+            assert_eq!(both.to_string(), text);
+        }
         for bad in [
             "",
             "=10.0.0.1",
             "eth0=10.0.0",
             "eth0=",
             "a-name-far-too-long0",
+            "eth0=10.0.0.1,10.0.0.2",
+            "eth0=fd00::1,fd00::2",
         ] {
             assert!(bad.parse::<Interface>().is_err(), "{bad:?} was accepted");
         }

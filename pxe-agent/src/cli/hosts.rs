@@ -64,11 +64,14 @@ fn hosts_table(api: &ApiArgs) -> anyhow::Result<ExitCode> {
     // With peers, the agent that owns each host's recovery.
     let owners = list.iter().any(|h| h.owner.is_some());
     let owner_column = [("OWNER", 16, Align::Left)];
+    // With IPv6 reservations, each host's.
+    let six = list.iter().any(|h| h.ipv6.is_some());
+    let ipv6_column = [("IPV6", 25, Align::Left)];
     let mut table = Table::new(
         &[
+            &[("MAC", 17, Align::Left), ("IP", 15, Align::Left)][..],
+            if six { &ipv6_column[..] } else { &[] },
             &[
-                ("MAC", 17, Align::Left),
-                ("IP", 15, Align::Left),
                 ("HOSTNAME", 24, Align::Left),
                 ("STAGE", 9, Align::Left),
                 ("POWER", 7, Align::Left),
@@ -92,16 +95,18 @@ fn hosts_table(api: &ApiArgs) -> anyhow::Result<ExitCode> {
     for h in list {
         let p = &h.progress;
         let middle = p.script.as_ref().or(p.tftp.as_ref()).cloned();
-        let mut row = vec![
-            h.mac.to_string(),
-            h.ip.to_string(),
+        let mut row = vec![h.mac.to_string(), h.ip.to_string()];
+        if six {
+            row.push(h.ipv6.map_or("-".to_string(), |ip| ip.to_string()));
+        }
+        row.extend([
             terminal::escape(h.hostname.as_deref().unwrap_or("-")).into_owned(),
             h.stage.map_or("-", Stage::as_str).to_string(),
             h.power.map_or("-", PowerState::as_str).to_string(),
             bmc_column(&h, now),
             recovery_cell(&h),
             h.attempts.map_or("-".to_string(), |a| a.to_string()),
-        ];
+        ]);
         if owners {
             row.push(terminal::escape(h.owner.as_deref().unwrap_or("-")).into_owned());
         }

@@ -31,12 +31,14 @@ use super::{
 /// The flags of `pxe-agent run`.
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// Provisioning interface to serve, as NAME or NAME=SERVER_IP;
-    /// repeat it to serve several (VLAN sub-interfaces such as
-    /// eth0.100 included). Each gets its own XDP program, slow-path
-    /// and TFTP sockets, and answers the hosts of the subnets holding
-    /// its address (plus relayed requests) as SERVER_IP, by default
-    /// the interface's IPv4 address.
+    /// Provisioning interface to serve, as NAME or NAME=SERVER_IP
+    /// (an IPv4 address, an IPv6 one, or both comma-separated); repeat
+    /// it to serve several (VLAN sub-interfaces such as eth0.100
+    /// included). Each gets its own XDP program, slow-path and TFTP
+    /// sockets, and answers the hosts of the subnets holding its address
+    /// (plus relayed requests) as SERVER_IP, by default the interface's
+    /// IPv4 address; DHCPv6 is served where it has an IPv6 address
+    /// beyond its link-local one (or one is given).
     #[arg(
         long,
         short,
