@@ -20,7 +20,9 @@ use std::{
 use serde_json::Value;
 use serde_norway::Value as Yaml;
 
-use super::objects::{ANNOTATION_IP, ANNOTATION_PROFILE, AsObject, Kind, ObjRef};
+use super::objects::{
+    ANNOTATION_IP, ANNOTATION_IPV6, ANNOTATION_PROFILE, ANNOTATION_UUID, AsObject, Kind, ObjRef,
+};
 use crate::{
     bmc::Password,
     inventory::{Inventory, LoadError, MOST_CHANGED, Problem, SecretSource, splice},
@@ -510,6 +512,12 @@ fn part_of<O>(at: &ObjRef, object: &Value, snapshot: &Snapshot<O>) -> Result<Par
                 ("hostname", Yaml::String(at.name.to_string())),
                 ("profile", Yaml::String(profile.clone().unwrap_or_default())),
             ];
+            // Checked as the file's `ipv6` and `uuid` are.
+            for (key, annotation_key) in [("ipv6", ANNOTATION_IPV6), ("uuid", ANNOTATION_UUID)] {
+                if let Some(value) = annotation(annotation_key) {
+                    pairs.push((key, Yaml::String(value)));
+                }
+            }
             if let Some(bmc) = spec.get("bmc").and_then(Value::as_object) {
                 let mut block = serde_json::Map::new();
                 if let Some(a) = bmc.get("address") {

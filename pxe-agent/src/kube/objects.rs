@@ -29,6 +29,11 @@ pub const METAL3_VERSION: &str = "v1alpha1";
 /// Annotations giving a BareMetalHost what Metal3 has no field for.
 pub const ANNOTATION_IP: &str = "pxe-agent.io/ip";
 pub const ANNOTATION_PROFILE: &str = "pxe-agent.io/profile";
+/// The host's reserved IPv6 address, optional.
+pub const ANNOTATION_IPV6: &str = "pxe-agent.io/ipv6";
+/// The host's SMBIOS system UUID, optional: a BareMetalHost's status has
+/// the system's manufacturer, product and serial number, not its UUID.
+pub const ANNOTATION_UUID: &str = "pxe-agent.io/uuid";
 
 /// The kinds an inventory is built from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

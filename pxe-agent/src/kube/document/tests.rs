@@ -446,6 +446,64 @@ fn a_bare_metal_host_becomes_a_host() {
 }
 
 #[test]
+fn ipv6_reaches_the_inventory_from_boot_networks_boot_hosts_and_bare_metal_hosts() {
+    let mut s = snapshot();
+    let subnets = s.networks.get_mut("lab").expect("lab")["spec"]["subnets"]
+        .as_array_mut()
+        .expect("subnets");
+    subnets.push(
+        json!({"cidr": "fd00:66::/64", "dns": ["fd00:66::53"], "leaseTime": 600,
+                        "ra": {"other": false}}),
+    );
+    let node_2 = s.hosts.get_mut("node-2").expect("node-2");
+    node_2["spec"]["ipv6"] = "fd00:66::2".into();
+    node_2["spec"]["uuid"] = "2B6A81E4-5B6F-4C2A-9D3E-7F0A1B2C3D4E".into();
+    s.bare_metal.insert(
+        "worker-9".into(),
+        json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "BareMetalHost",
+            "metadata": {"name": "worker-9", "annotations": {
+                "pxe-agent.io/ip": "10.66.1.79", "pxe-agent.io/profile": "chained",
+                "pxe-agent.io/ipv6": "fd00:66::79",
+                "pxe-agent.io/uuid": "8a5c2e6b-1e0f-4c1d-9b7a-0123456789ab"}},
+            "spec": {"bootMACAddress": "52:54:00:aa:bb:09"},
+        }),
+    );
+    s.bare_metal.insert(
+        "worker-10".into(),
+        json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "BareMetalHost",
+            "metadata": {"name": "worker-10", "annotations": {
+                "pxe-agent.io/ip": "10.66.1.80", "pxe-agent.io/profile": "chained",
+                "pxe-agent.io/ipv6": "fd00:99::80"}},
+            "spec": {"bootMACAddress": "52:54:00:aa:bb:10"},
+        }),
+    );
+    let built = build_plain(&s);
+    let inv = built.result.expect("valid");
+    let six = &inv.subnets6[0];
+    assert_eq!(six.to_string(), "fd00:66::/64");
+    assert_eq!(six.ra.map(|ra| (ra.managed, ra.other)), Some((true, false)));
+    let uuid = crate::inventory::parse_uuid("2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3d4e").expect("uuid");
+    let node = inv.host_by_uuid(&uuid).expect("node-2 by its uuid");
+    assert_eq!(node.ipv6(), Some("fd00:66::2".parse().expect("address")));
+    let worker = inv
+        .host_by_ip6("fd00:66::79".parse().expect("address"))
+        .expect("the BareMetalHost's IPv6 address");
+    assert_eq!(worker.hostname.as_deref(), Some("worker-9"));
+    assert!(worker.uuid().is_some());
+    let refused = &built.refused[&ObjRef::new(Kind::BareMetalHost, "worker-10")];
+    assert!(
+        refused
+            .iter()
+            .any(|p| p.contains("fd00:99::80 is outside every IPv6 subnet")),
+        "{refused:?}"
+    );
+}
+
+#[test]
 fn a_refused_discovery_profile_turns_discovery_off_not_the_subnets() {
     let mut s = snapshot();
     s.profiles.get_mut("worker").expect("worker")["spec"]["kernel"] = Value::Null;
