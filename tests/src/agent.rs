@@ -706,12 +706,42 @@ impl Served {
 
     /// [`Served::dhcpcd`] with `extra` arguments before the interface.
     pub fn dhcpcd_with(&self, extra: &[&str]) -> BTreeMap<String, String> {
-        use std::os::unix::process::CommandExt as _;
-        let hook = script(
-            &self.dir.0,
-            "dhcpcd.sh",
+        let args = [
+            &[
+                "-4",
+                "--oneshot",
+                "--nobackground",
+                "--noarp",
+                "-t",
+                "15",
+                "-f",
+                "/dev/null",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let text = self.run_dhcpcd(
+            &args,
             r#"echo "reason=$reason ip=$new_ip_address server=$new_dhcp_server_identifier""#,
         );
+        vars(
+            text.lines()
+                .find(|l| l.contains("reason=BOUND"))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "dhcpcd reported no lease: {text}\nagent log:\n{}",
+                        self.log()
+                    )
+                }),
+        )
+    }
+
+    /// Runs `dhcpcd ARGS -c HOOK <client interface>` in the client
+    /// namespace, `hook` being a shell script body, for at most 20 s;
+    /// returns what it and its hook printed.
+    pub fn run_dhcpcd(&self, args: &[&str], hook: &str) -> String {
+        use std::os::unix::process::CommandExt as _;
+        let hook = script(&self.dir.0, "dhcpcd.sh", hook);
         let out_path = self.dir.path("dhcpcd.out");
         let out = std::fs::File::create(&out_path).expect("dhcpcd output file");
         // Its own process group, ended as a whole afterwards (its helpers
@@ -722,19 +752,9 @@ impl Served {
             .arg("-c")
             .arg(r#"mount -t tmpfs tmpfs /var/lib/dhcpcd && exec dhcpcd "$@""#)
             .arg("dhcpcd")
-            .args([
-                "-4",
-                "--oneshot",
-                "--nobackground",
-                "--noarp",
-                "-t",
-                "15",
-                "-f",
-                "/dev/null",
-                "-c",
-            ])
+            .args(args)
+            .arg("-c")
             .arg(&hook)
-            .args(extra)
             .arg(self.lab.client_if())
             .stdout(out.try_clone().expect("fd"))
             .stderr(out)
@@ -749,17 +769,7 @@ impl Served {
         // SAFETY: signals only the process group this test created.
         unsafe { libc::killpg(pgid, libc::SIGKILL) };
         let _ = child.wait();
-        let text = std::fs::read_to_string(&out_path).unwrap_or_default();
-        vars(
-            text.lines()
-                .find(|l| l.contains("reason=BOUND"))
-                .unwrap_or_else(|| {
-                    panic!(
-                        "dhcpcd reported no lease: {text}\nagent log:\n{}",
-                        self.log()
-                    )
-                }),
-        )
+        std::fs::read_to_string(&out_path).unwrap_or_default()
     }
 
     /// Runs ISC dhclient once (`-1`, no-op script) in the client namespace,

@@ -8,15 +8,13 @@
 //! artifact and the phone-home, which another address is refused.
 
 use std::{
-    fs,
-    os::unix::process::CommandExt as _,
-    thread,
+    fs, thread,
     time::{Duration, Instant},
 };
 
 use xtask::Lab;
 
-use crate::agent::{Privileges, Scratch, Served, script};
+use crate::agent::{Privileges, Scratch, Served};
 
 /// The server end's IPv6 address and subnet.
 pub(crate) const SERVER_IP6: &str = "fd00:66::1";
@@ -175,39 +173,13 @@ fn dhclient6_in(served: &Served, ns: &str, iface: &str, tag: &str, timeout_s: u3
 /// router, and starts stateful DHCPv6 when an advertisement has the M
 /// flag.
 fn dhcpcd6(served: &Served) -> String {
-    let hook = script(
-        &served.dir.0,
-        "dhcpcd6.sh",
-        r#"echo "reason=$reason ia=$new_dhcp6_ia_na1_ia_addr1 dns=$new_dhcp6_name_servers ra_flags=$nd1_flags""#,
-    );
     let conf = served.dir.path("dhcpcd6.conf");
     fs::write(&conf, "ipv6only\n").expect("dhcpcd config");
-    let out_path = served.dir.path("dhcpcd6.out");
-    let out = fs::File::create(&out_path).expect("dhcpcd output file");
-    let mut child = served
-        .client_cmd("sh")
-        .arg("-c")
-        .arg(r#"mount -t tmpfs tmpfs /var/lib/dhcpcd && exec dhcpcd "$@""#)
-        .arg("dhcpcd")
-        .args(["-6", "-d", "--oneshot", "--nobackground", "-t", "15", "-f"])
-        .arg(&conf)
-        .arg("-c")
-        .arg(&hook)
-        .arg(served.lab.client_if())
-        .stdout(out.try_clone().expect("fd"))
-        .stderr(out)
-        .process_group(0)
-        .spawn()
-        .expect("run dhcpcd");
-    let pgid = child.id() as i32;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().expect("wait dhcpcd").is_none() && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(50));
-    }
-    // SAFETY: signals the process group of the dhcpcd we started.
-    unsafe { libc::kill(-pgid, libc::SIGTERM) };
-    let _ = child.wait();
-    fs::read_to_string(&out_path).unwrap_or_default()
+    let conf = conf.to_str().expect("utf-8 path");
+    served.run_dhcpcd(
+        &["-6", "-d", "--oneshot", "--nobackground", "-t", "15", "-f", conf],
+        r#"echo "reason=$reason ia=$new_dhcp6_ia_na1_ia_addr1 dns=$new_dhcp6_name_servers ra_flags=$nd1_flags""#,
+    )
 }
 
 /// The agent's server DUID as dhclient prints it in a lease file

@@ -300,7 +300,8 @@ pub(crate) fn mutate(rng: &mut Rng, mut p: Vec<u8>) -> Vec<u8> {
     p
 }
 
-fn rss_kib(pid: u32) -> u64 {
+/// The resident set of process `pid`, KiB.
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("agent status");
     status
         .lines()

@@ -19,6 +19,7 @@ use pxe_agent::{
 use crate::{
     agent::{Privileges, Served},
     dhcp6::{INVENTORY, SERVER_IP6, add_ipv6},
+    hostile::rss_kib,
     raw::in_netns,
     rng::Rng,
 };
@@ -175,15 +176,6 @@ fn mutate(rng: &mut Rng, mut p: Vec<u8>) -> Vec<u8> {
         }
     }
     p
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("agent status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
 }
 
 /// A socket on the client's port in the client namespace, and where the
