@@ -17,9 +17,13 @@ pub enum ImportFrom {
         #[command(flatten)]
         out: ImportOutput,
     },
-    /// A kea-dhcp4 configuration file (JSON, comments allowed).
+    /// A kea-dhcp4 configuration file, a kea-dhcp6 one, or both (JSON,
+    /// comments allowed), told apart by their Dhcp4 and Dhcp6 objects; the
+    /// reservations of the two join into hosts by MAC.
     Kea {
-        file: PathBuf,
+        /// kea-dhcp4.conf, kea-dhcp6.conf, or both: one of each at most.
+        #[arg(required = true, num_args = 1..=2, value_name = "FILE")]
+        files: Vec<PathBuf>,
         #[command(flatten)]
         out: ImportOutput,
     },
@@ -38,8 +42,8 @@ pub struct ImportOutput {
 
 #[derive(Subcommand)]
 pub enum ExportTo {
-    /// A dnsmasq hosts file (`--dhcp-hostsfile`), one MAC,IP[,hostname]
-    /// line per host, on standard output.
+    /// A dnsmasq hosts file (`--dhcp-hostsfile`), one
+    /// MAC,IP[,[IPv6]][,hostname] line per host, on standard output.
     Dnsmasq { inventory: PathBuf },
 }
 
@@ -50,7 +54,7 @@ pub fn import(from: ImportFrom) -> anyhow::Result<ExitCode> {
     use pxe_agent::import;
     let (result, out) = match from {
         ImportFrom::Dnsmasq { files, out } => (import::dnsmasq::import(&files), out),
-        ImportFrom::Kea { file, out } => (import::kea::import(&file), out),
+        ImportFrom::Kea { files, out } => (import::kea::import(&files), out),
     };
     let imported = match result {
         Ok(i) => i,

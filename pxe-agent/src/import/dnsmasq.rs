@@ -1,19 +1,24 @@
 //! dnsmasq configuration and `--dhcp-hostsfile` files -> [`Translation`].
 //! Owns the reading of the options that decide a DHCP answer (`dhcp-range`,
 //! `dhcp-host`, `dhcp-boot`, `dhcp-match`, `dhcp-userclass`, `dhcp-option`,
-//! `domain`) and the evaluation of dnsmasq's tag logic for each firmware
-//! class, so that every reserved host gets the boot files dnsmasq would have
-//! sent it. Everything else is reported, with its file and line.
+//! `domain`; their IPv6 forms and `enable-ra` in `ipv6`) and the evaluation
+//! of dnsmasq's tag logic for each firmware class, so that every reserved
+//! host gets the boot files dnsmasq would have sent it. Everything else is
+//! reported, with its file and line.
+
+mod ipv6;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::Ipv4Addr,
+    net::{Ipv4Addr, Ipv6Addr},
     path::{Path, PathBuf},
 };
 
 use super::{
-    BootSet, HostOut, ImportError, Imported, Origin, Report, SubnetOut, Translation, mask_prefix,
-    valid_hostname,
+    BootSet, HostOut, ImportError, Imported, Origin, Report, Reservation6, Subnet6Out, SubnetOut,
+    Translation,
+    duid::{self, DuidName},
+    mask_prefix, valid_hostname,
 };
 use crate::mac::MacAddr;
 
@@ -114,6 +119,8 @@ struct HostLine {
     /// Every MAC of the line, in order, each once.
     macs: Vec<MacAddr>,
     ip: Ipv4Addr,
+    ipv6: Option<Ipv6Addr>,
+    uuid: Option<[u8; 16]>,
     hostname: Option<String>,
     tags: BTreeSet<String>,
     origin: Origin,
@@ -136,6 +143,14 @@ struct State {
     router: Option<Ipv4Addr>,
     dns: Vec<Ipv4Addr>,
     domain: Option<String>,
+    subnets6: Vec<Subnet6Out>,
+    /// `dhcp-host` lines with an IPv6 address and no IPv4 one.
+    reservations6: Vec<Reservation6>,
+    /// `option6:dns-server`, `option6:domain-search`.
+    dns6: Vec<Ipv6Addr>,
+    domain6: Option<String>,
+    /// `enable-ra`: router advertisements on every IPv6 subnet.
+    ra: bool,
     /// Files already read, so that a file naming itself is read once.
     seen: BTreeSet<PathBuf>,
 }
@@ -246,6 +261,7 @@ impl State {
                 "dhcp-match" => self.dhcp_match(value, &origin),
                 "dhcp-userclass" => self.userclass(value, &origin),
                 "dhcp-option" | "dhcp-option-force" => self.option(key, value, &origin),
+                "enable-ra" => self.enable_ra(&origin),
                 "domain" => {
                     let domain = value.split(',').next().unwrap_or("").trim();
                     if value.contains(',') {
@@ -303,6 +319,9 @@ impl State {
     fn host(&mut self, value: &str, origin: &Origin) {
         let mut macs = Vec::new();
         let mut ip = None;
+        let mut ipv6 = None;
+        let mut duid_mac = None;
+        let mut uuid = None;
         let mut hostname = None;
         let mut tags = BTreeSet::new();
         let mut lease = None;
@@ -314,12 +333,21 @@ impl State {
                 );
                 return;
             } else if let Some(id) = part.strip_prefix("id:") {
-                self.report.add(
-                    origin,
-                    format!(
-                        "client-id match id:{id} not translated: the inventory matches MACs only"
+                // dnsmasq reads an id with colons as hex (a DHCPv4 client
+                // id, a DHCPv6 DUID), one without as text.
+                let named = id.contains(':').then(|| duid::parse_hex(id)).flatten();
+                match named.as_deref().map(duid::read) {
+                    Some(Ok(DuidName::Mac(mac))) => duid_mac = Some(mac),
+                    Some(Ok(DuidName::Uuid(u))) => uuid = Some(u),
+                    Some(Err(why)) => self.report.add(
+                        origin,
+                        format!("client-id match id:{id} not translated ({why}): the inventory matches MACs, and the system UUID of a DUID-UUID"),
                     ),
-                );
+                    None => self.report.add(
+                        origin,
+                        format!("client-id match id:{id} not translated: the inventory matches MACs, and the system UUID of a DUID-UUID"),
+                    ),
+                }
             } else if let Some(tag) = part.strip_prefix("set:") {
                 tags.insert(tag.to_string());
             } else if part.starts_with("tag:") || part.starts_with("net:") {
@@ -331,8 +359,16 @@ impl State {
             } else if let Ok(addr) = part.parse::<Ipv4Addr>() {
                 ip = Some(addr);
             } else if part.starts_with('[') {
-                self.report
-                    .add(origin, format!("IPv6 address {part} not translated"));
+                if let Some(address) = self.host_ipv6(part, origin) {
+                    if ipv6.is_none() {
+                        ipv6 = Some(address);
+                    } else {
+                        self.report.add(
+                            origin,
+                            format!("IPv6 address {part} not translated: the inventory holds one IPv6 address a host, the first of the line"),
+                        );
+                    }
+                }
             } else if let Some(l) = parse_lease(part) {
                 lease = Some(l);
             } else if let Ok(mac) = part.parse::<MacAddr>() {
@@ -352,8 +388,53 @@ impl State {
                 "per-host lease time not translated: the subnet's lease time applies",
             );
         }
+        if let Some(mac) = duid_mac {
+            if macs.is_empty() {
+                if ip.is_some() {
+                    self.report.add(
+                        origin,
+                        format!("the DUID's MAC {mac} gets the IPv4 address too: dnsmasq gave it over DHCPv4 only to a client sending that DUID as its client id"),
+                    );
+                }
+                macs.push(mac);
+            } else if !macs.contains(&mac) {
+                self.report.add(
+                    origin,
+                    format!("DUID of MAC {mac} not translated: it is not one of the line's MACs, which the host is matched by"),
+                );
+            }
+        }
+        if let Some(name) = &hostname
+            && (ip.is_some() || ipv6.is_some())
+            && !valid_hostname(name)
+        {
+            self.report.add(
+                origin,
+                format!("hostname {name:?} not translated: the inventory takes letters, digits, '-' and '.', at most 63 bytes"),
+            );
+            hostname = None;
+        }
+        let mut seen = BTreeSet::new();
+        macs.retain(|mac| seen.insert(*mac));
         let Some(ip) = ip else {
-            if !macs.is_empty() {
+            if let Some(ip) = ipv6 {
+                if macs.is_empty() && uuid.is_none() {
+                    self.report.add(
+                        origin,
+                        format!("dhcp-host {value} left out: it names no MAC and no system UUID"),
+                    );
+                    return;
+                }
+                self.reservations6.push(Reservation6 {
+                    macs,
+                    uuid,
+                    ip,
+                    hostname,
+                    origin: origin.clone(),
+                });
+                return;
+            }
+            if !macs.is_empty() || uuid.is_some() {
                 self.report.add(
                     origin,
                     format!("dhcp-host {value} left out: no fixed address (dnsmasq leased it one from the range)"),
@@ -364,26 +445,17 @@ impl State {
         if macs.is_empty() {
             self.report.add(
                 origin,
-                format!("dhcp-host {value} left out: no MAC address"),
+                format!("dhcp-host {value} left out: no MAC address, which a host is matched by over DHCPv4"),
             );
             return;
         }
-        if let Some(name) = &hostname
-            && !valid_hostname(name)
-        {
-            self.report.add(
-                origin,
-                format!("hostname {name:?} not translated: the inventory takes letters, digits, '-' and '.', at most 63 bytes"),
-            );
-            hostname = None;
-        }
         // dnsmasq gives the address to whichever of the MACs asks: one host
         // with several ports (`macs`).
-        let mut seen = BTreeSet::new();
-        macs.retain(|mac| seen.insert(*mac));
         self.hosts.push(HostLine {
             macs,
             ip,
+            ipv6,
+            uuid,
             hostname,
             tags,
             origin: origin.clone(),
@@ -402,6 +474,10 @@ impl State {
             self.report
                 .add(origin, "dhcp-range set: tag not translated");
             parts.remove(0);
+        }
+        if let Some(start) = parts.first().and_then(|p| p.parse::<Ipv6Addr>().ok()) {
+            self.range6(value, start, &parts[1..], origin);
+            return;
         }
         let mut ips = Vec::new();
         let mut mode = None;
@@ -576,6 +652,10 @@ impl State {
         let Some((code, values)) = parts.split_first() else {
             return;
         };
+        if let Some(code) = code.strip_prefix("option6:") {
+            self.option6(key, value, &tags, code, values, origin);
+            return;
+        }
         let code = code.strip_prefix("option:").unwrap_or(code);
         let code = match code {
             "router" => "3",
@@ -702,6 +782,11 @@ impl State {
             s.dns.clone_from(&self.dns);
             s.domain.clone_from(&self.domain);
         }
+        for s in &mut self.subnets6 {
+            s.dns.clone_from(&self.dns6);
+            s.domain.clone_from(&self.domain6);
+            s.ra = self.ra;
+        }
         let mut report = std::mem::take(&mut self.report);
         // One evaluation (and one set of report lines) per distinct tag set.
         let mut sets: BTreeMap<BTreeSet<String>, BootSet> = BTreeMap::new();
@@ -722,13 +807,18 @@ impl State {
                 hostname: h.hostname.clone(),
                 boot,
                 options: BTreeMap::new(),
+                ipv6: h.ipv6,
+                uuid: h.uuid,
                 origin: h.origin.clone(),
+                origin6: None,
             });
         }
         Translation {
             source: source.to_string(),
             subnets: self.subnets,
+            subnets6: self.subnets6,
             hosts,
+            reservations6: self.reservations6,
             report,
         }
     }

@@ -1,15 +1,19 @@
-//! kea-dhcp4 configuration (JSON with Kea's comments) -> [`Translation`].
-//! Owns the comment stripping, the reading of `subnet4`, pools, reservations
-//! (per subnet and global), `option-data` and `client-classes`, and a small
+//! Kea configuration (JSON with Kea's comments) -> [`Translation`]. Owns
+//! the comment stripping, the telling apart of `Dhcp4` and `Dhcp6`
+//! configurations, the reading of `subnet4`, pools, reservations (per
+//! subnet and global), `option-data` and `client-classes`, and a small
 //! evaluator of the class `test` expressions Kea's documentation uses for
 //! PXE (option 93, 60, 77 and 175 tests, `member`, `and`/`or`/`not`), run
 //! for each firmware class so that every host gets the boot file Kea would
-//! have sent. Anything else is reported with its file and line.
+//! have sent. `Dhcp6` is read in `dhcp6`. Anything else is reported with
+//! its file and line.
+
+mod dhcp6;
 
 use std::{
     collections::{BTreeMap, HashMap},
     net::Ipv4Addr,
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use serde_json::Value;
@@ -20,13 +24,76 @@ use super::{
 };
 use crate::mac::MacAddr;
 
-/// Imports one kea-dhcp4 configuration file.
-pub fn import(path: &Path) -> Result<Imported, ImportError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ImportError::Read {
-        path: path.to_path_buf(),
-        source,
+/// Imports Kea configuration files: a kea-dhcp4 one, a kea-dhcp6 one, or
+/// both (or one file holding both objects), whose reservations join into
+/// hosts by MAC.
+pub fn import(paths: &[PathBuf]) -> Result<Imported, ImportError> {
+    let mut files = Vec::new();
+    for path in paths {
+        let text = std::fs::read_to_string(path).map_err(|source| ImportError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        files.push((path.clone(), text));
+    }
+    translate_files(&files)?.finish()
+}
+
+/// Translates Kea configuration files (path and text): each holds a
+/// `Dhcp4` or a `Dhcp6` object or both, and each kind may come once.
+pub fn translate_files(files: &[(PathBuf, String)]) -> Result<Translation, ImportError> {
+    let mut out = Translation::default();
+    let mut sources = Vec::new();
+    let mut first: [Option<&Path>; 2] = [None, None];
+    for (path, text) in files {
+        let (root, lines) = parse(path, text)?;
+        let objects = [("Dhcp4", root.get("Dhcp4")), ("Dhcp6", root.get("Dhcp6"))];
+        if objects.iter().all(|(_, o)| o.is_none()) {
+            return Err(ImportError::Parse {
+                origin: Origin::new(path, 1),
+                message: "no Dhcp4 or Dhcp6 object".into(),
+            });
+        }
+        for (kind, (name, object)) in objects.into_iter().enumerate() {
+            let Some(object) = object else {
+                continue;
+            };
+            let ctx = Ctx::new(path, lines.clone(), name);
+            if let Some(earlier) = first[kind].replace(path) {
+                return Err(ImportError::Parse {
+                    origin: ctx.origin(name),
+                    message: format!(
+                        "a second {name} configuration (the first is in {}): give one kea-dhcp4 and one kea-dhcp6 configuration at most",
+                        earlier.display()
+                    ),
+                });
+            }
+            let part = if kind == 0 {
+                sources.push(format!("kea-dhcp4 {}", path.display()));
+                translate4(ctx, object)
+            } else {
+                sources.push(format!("kea-dhcp6 {}", path.display()));
+                dhcp6::translate(ctx, object)
+            };
+            out.subnets.extend(part.subnets);
+            out.subnets6.extend(part.subnets6);
+            out.hosts.extend(part.hosts);
+            out.reservations6.extend(part.reservations6);
+            out.report.items.extend(part.report.items);
+        }
+    }
+    out.source = sources.join(", ");
+    Ok(out)
+}
+
+/// The JSON of `source` without comments, and the lines of its strings.
+fn parse(file: &Path, source: &str) -> Result<(Value, HashMap<String, Vec<usize>>), ImportError> {
+    let (json, lines) = strip_comments(source);
+    let root = serde_json::from_str(&json).map_err(|e| ImportError::Parse {
+        origin: Origin::new(file, e.line()),
+        message: e.to_string(),
     })?;
-    translate(path, &text)?.finish()
+    Ok((root, lines))
 }
 
 /// Kea's JSON without its comments (`//`, `#` and `/* */` outside strings;
@@ -393,15 +460,36 @@ fn eval(e: &Expr, probe: Probe, member: &dyn Fn(&str) -> bool) -> bool {
 struct Ctx<'a> {
     file: &'a Path,
     lines: HashMap<String, Vec<usize>>,
+    /// The line of the `Dhcp4` or `Dhcp6` key, where lookups start: a file
+    /// may hold both objects.
+    base: usize,
     report: Report,
 }
 
-impl Ctx<'_> {
-    /// The line of the string literal `value`: its first occurrence, else
-    /// the file's line 1. Values that repeat are looked up with
-    /// [`Ctx::origin_after`].
+impl<'a> Ctx<'a> {
+    fn new(file: &'a Path, lines: HashMap<String, Vec<usize>>, object: &str) -> Ctx<'a> {
+        let base = lines
+            .get(object)
+            .and_then(|l| l.first().copied())
+            .unwrap_or(1);
+        Ctx {
+            file,
+            lines,
+            base,
+            report: Report::default(),
+        }
+    }
+
+    /// The line of the string literal `value`: its first occurrence in the
+    /// object read, else the object's first line. Values that repeat are
+    /// looked up with [`Ctx::origin_after`].
     fn origin(&self, value: &str) -> Origin {
-        self.origin_after(value, 1)
+        self.origin_after(value, self.base)
+    }
+
+    /// The first line of `key` in the object read, else its first line.
+    fn key_line(&self, key: &str) -> usize {
+        self.origin(key).line
     }
 
     /// The first occurrence of `value` at or after line `base` (the line
@@ -505,26 +593,26 @@ fn pool_range(text: &str) -> Option<(Ipv4Addr, Ipv4Addr)> {
 /// boot answer depends on besides the request.
 type CacheKey = (Vec<String>, Option<String>, Option<usize>);
 
-/// Translates the configuration `source` read from `file`.
+/// Translates the kea-dhcp4 configuration `source` read from `file`.
 pub fn translate(file: &Path, source: &str) -> Result<Translation, ImportError> {
-    let (json, lines) = strip_comments(source);
-    let root: Value = serde_json::from_str(&json).map_err(|e| ImportError::Parse {
-        origin: Origin::new(file, e.line()),
-        message: e.to_string(),
-    })?;
+    let (root, lines) = parse(file, source)?;
     let Some(dhcp4) = root.get("Dhcp4") else {
         return Err(ImportError::Parse {
             origin: Origin::new(file, 1),
             message: "no Dhcp4 object".into(),
         });
     };
-    let mut ctx = Ctx {
-        file,
-        lines,
-        report: Report::default(),
-    };
+    let mut t = translate4(Ctx::new(file, lines, "Dhcp4"), dhcp4);
+    t.source = format!("kea-dhcp4 {}", file.display());
+    Ok(t)
+}
+
+/// The translation of a `Dhcp4` object.
+fn translate4(mut ctx: Ctx<'_>, dhcp4: &Value) -> Translation {
+    let file = ctx.file;
     let mut global = Net::default();
-    read_options(dhcp4, &mut global, &mut ctx, "global", 1);
+    let base = ctx.base;
+    read_options(dhcp4, &mut global, &mut ctx, "global", base);
     let global_lease = dhcp4.get("valid-lifetime").and_then(Value::as_u64);
     let global_boot = boot_file(dhcp4);
     for (key, why) in [
@@ -533,26 +621,15 @@ pub fn translate(file: &Path, source: &str) -> Result<Translation, ImportError> 
         ("next-server", "the agent names itself as the TFTP server"),
     ] {
         if dhcp4.get(key).is_some() {
-            let line = ctx
-                .lines
-                .get(key)
-                .and_then(|l| l.first().copied())
-                .unwrap_or(1);
             ctx.report.add(
-                &Origin::new(file, line),
+                &Origin::new(file, ctx.key_line(key)),
                 format!("{key} not translated: {why}"),
             );
         }
     }
     if dhcp4.get("shared-networks").is_some() {
         ctx.report.add(
-            &Origin::new(
-                file,
-                ctx.lines
-                    .get("shared-networks")
-                    .and_then(|l| l.first().copied())
-                    .unwrap_or(1),
-            ),
+            &Origin::new(file, ctx.key_line("shared-networks")),
             "shared-networks not translated: move their subnet4 entries to the top level",
         );
     }
@@ -812,15 +889,19 @@ pub fn translate(file: &Path, source: &str) -> Result<Translation, ImportError> 
             hostname,
             boot,
             options: BTreeMap::new(),
+            ipv6: None,
+            uuid: None,
             origin,
+            origin6: None,
         });
     }
-    Ok(Translation {
+    Translation {
         source: format!("kea-dhcp4 {}", file.display()),
         subnets,
         hosts,
         report: ctx.report,
-    })
+        ..Translation::default()
+    }
 }
 
 fn boot_set(

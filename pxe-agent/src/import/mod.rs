@@ -1,25 +1,29 @@
-//! Translation of other DHCP servers' configurations (dnsmasq, kea-dhcp4)
-//! into an inventory file, and of an inventory back to a dnsmasq hosts file.
-//! Owns the shared translation model (subnets, hosts with the boot answers
-//! each firmware class gets), the YAML it is written as, and the report of
-//! what could not be translated, each item with its file and line. It does
-//! not decide what is a valid inventory: the written text goes through
+//! Translation of other DHCP servers' configurations (dnsmasq, kea-dhcp4
+//! and kea-dhcp6) into an inventory file, and of an inventory back to a
+//! dnsmasq hosts file. Owns the shared translation model (subnets, hosts
+//! with the boot answers each firmware class gets; its IPv6 half is in
+//! `ipv6`), the YAML it is written as, and the report of what could not be
+//! translated, each item with its file and line. It does not decide what
+//! is a valid inventory: the written text goes through
 //! [`Inventory::parse`], the agent's own validation, before it is returned.
 
 pub mod dnsmasq;
+pub mod duid;
 pub mod export;
+pub mod ipv6;
 pub mod kea;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     fmt,
     fmt::Write as _,
-    net::Ipv4Addr,
+    net::{Ipv4Addr, Ipv6Addr},
     path::{Path, PathBuf},
 };
 
+pub use self::ipv6::{Reservation6, Subnet6Out};
 use crate::{
-    inventory::{Inventory, LoadError},
+    inventory::{Inventory, LoadError, uuid_text},
     mac::MacAddr,
 };
 
@@ -192,7 +196,14 @@ pub struct HostOut {
     pub boot: BootSet,
     /// Extra options: code -> value as YAML text (already quoted).
     pub options: BTreeMap<u8, String>,
+    /// Its reserved IPv6 address (`ipv6`).
+    pub ipv6: Option<Ipv6Addr>,
+    /// Its system UUID (`uuid`), from a DUID-UUID.
+    pub uuid: Option<[u8; 16]>,
     pub origin: Origin,
+    /// Where its IPv6 side was read, when another reservation than the
+    /// one at `origin` gave it.
+    pub origin6: Option<Origin>,
 }
 
 impl HostOut {
@@ -223,7 +234,10 @@ pub struct Translation {
     /// What was imported, for the file's header (`dnsmasq a.conf b.hosts`).
     pub source: String,
     pub subnets: Vec<SubnetOut>,
+    pub subnets6: Vec<Subnet6Out>,
     pub hosts: Vec<HostOut>,
+    /// IPv6 reservations still to join their hosts (see `ipv6`).
+    pub reservations6: Vec<Reservation6>,
     pub report: Report,
 }
 
@@ -284,11 +298,14 @@ pub fn mask_prefix(mask: Ipv4Addr) -> Option<u8> {
 }
 
 impl Translation {
-    /// Drops what the inventory would refuse (hosts outside every subnet,
-    /// duplicate MACs and addresses, hosts inside a pool) into the report,
-    /// writes the YAML and validates it with [`Inventory::parse`].
+    /// Joins the IPv6 reservations to their hosts, drops what the
+    /// inventory would refuse (hosts outside every subnet, duplicate MACs
+    /// and addresses, hosts inside a pool) into the report, writes the
+    /// YAML and validates it with [`Inventory::parse`].
     pub fn finish(mut self) -> Result<Imported, ImportError> {
+        self.join6();
         self.prune();
+        self.prune6();
         let yaml = self.render();
         Inventory::parse(Path::new("<imported inventory>"), &yaml).map_err(ImportError::Invalid)?;
         Ok(Imported {
@@ -390,7 +407,7 @@ impl Translation {
             "# Check it with `pxe-agent check`; what was not translated is in the import report."
         );
         out.push_str("\nsubnets:\n");
-        if self.subnets.is_empty() {
+        if self.subnets.is_empty() && self.subnets6.is_empty() {
             out.push_str("  []\n");
         }
         for s in &self.subnets {
@@ -415,6 +432,32 @@ impl Translation {
                     "    # Leased to unknown machines only with discovery on (see docs/inventory.md)."
                 );
                 let _ = writeln!(out, "    pool: {{start: {a}, end: {b}}}");
+            }
+        }
+        // IPv6 addresses are quoted: unquoted in a flow mapping, the last
+        // ':' of `fd00:66::` would be read as a key's.
+        for s in &self.subnets6 {
+            let _ = writeln!(out, "  # {}", s.origin);
+            let _ = writeln!(out, "  - cidr: \"{}/{}\"", s.network, s.prefix);
+            if !s.dns.is_empty() {
+                let dns: Vec<String> = s.dns.iter().map(|a| format!("\"{a}\"")).collect();
+                let _ = writeln!(out, "    dns: [{}]", dns.join(", "));
+            }
+            if let Some(d) = &s.domain {
+                let _ = writeln!(out, "    domain: {}", quote(d));
+            }
+            if let Some(l) = s.lease_time {
+                let _ = writeln!(out, "    lease_time: {l}");
+            }
+            if let Some((a, b)) = s.pool {
+                let _ = writeln!(
+                    out,
+                    "    # Checked, not yet leased from: the agent answers IPv6 reservations only."
+                );
+                let _ = writeln!(out, "    pool: {{start: \"{a}\", end: \"{b}\"}}");
+            }
+            if s.ra {
+                let _ = writeln!(out, "    ra: {{}}");
             }
         }
         let profiles = self.profiles();
@@ -447,7 +490,14 @@ impl Translation {
             out.push_str("  []\n");
         }
         for h in &self.hosts {
-            let _ = writeln!(out, "  # {}", h.origin);
+            match &h.origin6 {
+                Some(six) => {
+                    let _ = writeln!(out, "  # {}, {six}", h.origin);
+                }
+                None => {
+                    let _ = writeln!(out, "  # {}", h.origin);
+                }
+            }
             let _ = write!(
                 out,
                 "  - {{{}, ip: {}, profile: {}",
@@ -455,6 +505,12 @@ impl Translation {
                 h.ip,
                 profiles[&h.boot]
             );
+            if let Some(ip) = h.ipv6 {
+                let _ = write!(out, ", ipv6: \"{ip}\"");
+            }
+            if let Some(uuid) = &h.uuid {
+                let _ = write!(out, ", uuid: \"{}\"", uuid_text(uuid));
+            }
             if let Some(name) = &h.hostname {
                 let _ = write!(out, ", hostname: {}", quote(name));
             }
