@@ -136,9 +136,12 @@ hosts:
 
 /// A DHCPv6 message (the UDP payload), from an EUI-64 link-local source
 /// whose MAC is the first host's: parsed, decided, encoded. Properties: an
-/// answer decodes with dhcproto as a Relay-Reply when the message was
-/// relayed (one per hop) and otherwise as an Advertise or Reply carrying
-/// the message's transaction id, the client's DUID and this server's.
+/// answer is one Relay-Reply per relay the message came through, each with
+/// its relay's hop count, link and peer address, around an Advertise or
+/// Reply that dhcproto decodes, carrying the message's transaction id, the
+/// client's DUID and this server's. (The wrappers are read here, not by
+/// dhcproto, which reads a Relay-Reply's inner message as another relay
+/// message.)
 pub fn dhcp6_request(data: &[u8]) {
     use dhcproto::v6;
     let Ok(req) = Request6::parse(data) else {
@@ -150,15 +153,16 @@ pub fn dhcp6_request(data: &[u8]) {
         Answer6::Ignore(_) => return,
     };
     let bytes = encode6(&reply, &req.relays);
-    if let Some(outer) = req.relays.first() {
-        let relay = v6::RelayMessage::decode(&mut Decoder::new(&bytes))
-            .expect("an encoded Relay-Reply decodes");
-        assert_eq!(relay.msg_type(), v6::MessageType::RelayRepl);
-        assert_eq!(relay.hop_count(), outer.hop_count);
-        assert_eq!(relay.peer_addr(), outer.peer_addr);
-        return;
+    let mut inner = bytes.as_slice();
+    for hop in &req.relays {
+        let (header, options) = inner.split_at_checked(34).expect("a Relay-Reply header");
+        assert_eq!(header[0], 13, "a Relay-Reply");
+        assert_eq!(header[1], hop.hop_count);
+        assert_eq!(header[2..18], hop.link_addr.octets());
+        assert_eq!(header[18..34], hop.peer_addr.octets());
+        inner = relay_message(options).expect("a Relay-Reply carries option 9");
     }
-    let msg = v6::Message::decode(&mut Decoder::new(&bytes)).expect("an encoded reply decodes");
+    let msg = v6::Message::decode(&mut Decoder::new(inner)).expect("an encoded reply decodes");
     assert!(matches!(
         msg.msg_type(),
         v6::MessageType::Advertise | v6::MessageType::Reply
@@ -174,6 +178,20 @@ pub fn dhcp6_request(data: &[u8]) {
             Some(&v6::DhcpOption::ClientId(id.to_vec()))
         );
     }
+}
+
+/// The value of option 9 (the relayed message) among a relay message's
+/// options.
+fn relay_message(mut options: &[u8]) -> Option<&[u8]> {
+    while let [c0, c1, l0, l1, rest @ ..] = options {
+        let len = usize::from(u16::from_be_bytes([*l0, *l1]));
+        let value = rest.get(..len)?;
+        if u16::from_be_bytes([*c0, *c1]) == 9 {
+            return Some(value);
+        }
+        options = &rest[len..];
+    }
+    None
 }
 
 /// A TFTP datagram. Properties: a request's file name is either refused or

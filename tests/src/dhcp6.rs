@@ -282,6 +282,9 @@ fn dhclient_and_dhcpcd_get_their_ipv6_reservations_from_the_agent_as_deployed() 
         hosts.contains("IPV6") && hosts.contains("fd00:66::101"),
         "{hosts}"
     );
+    // dhclient sends a DUID-LLT: its MAC names the host.
+    let json = served.cli(&["hosts", "--output", "json"]);
+    assert!(json.contains("known by duid mac"), "{json}");
 }
 
 /// curl in the client namespace; its output, and whether it succeeded.

@@ -55,31 +55,68 @@ pub enum Answer6 {
     },
 }
 
+/// How a DHCPv6 client was known as a host of the inventory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KnownBy {
+    /// The MAC of its DUID-LL or DUID-LLT.
+    DuidMac,
+    /// Its DUID-UUID, against the host's `uuid`.
+    Uuid,
+    /// The MAC in its EUI-64 link-local address.
+    LinkLocal,
+    /// The client link-layer address its relay added (option 79).
+    Relay,
+}
+
+impl KnownBy {
+    /// As progress and traces say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KnownBy::DuidMac => "duid mac",
+            KnownBy::Uuid => "uuid",
+            KnownBy::LinkLocal => "link-local address",
+            KnownBy::Relay => "relay option 79",
+        }
+    }
+}
+
 /// The host `req` comes from, and how it was known. `source` is the
 /// address the message came from (the client's link-local address, or the
 /// relay's).
-pub fn identify<'a>(req: &Request6, source: Ipv6Addr, inv: &'a Inventory) -> Option<&'a Host> {
+pub fn identify<'a>(
+    req: &Request6,
+    source: Ipv6Addr,
+    inv: &'a Inventory,
+) -> Option<(&'a Host, KnownBy)> {
     let duid = req.client_id.as_deref().map(Duid::parse);
     let by_duid = || match &duid {
-        Some(Duid::LinkLayerTime(mac) | Duid::LinkLayer(mac)) => inv.host_by_mac(*mac),
+        Some(Duid::LinkLayerTime(mac) | Duid::LinkLayer(mac)) => {
+            inv.host_by_mac(*mac).map(|h| (h, KnownBy::DuidMac))
+        }
         // As iPXE or as edk2 lays the UUID out (`identity`).
         Some(uuid @ Duid::Uuid(_)) => uuid
             .system_uuids()
             .into_iter()
             .flatten()
-            .find_map(|uuid| inv.host_by_uuid(&uuid)),
+            .find_map(|uuid| inv.host_by_uuid(&uuid))
+            .map(|h| (h, KnownBy::Uuid)),
         _ => None,
     };
     // The client's own address: the innermost relay's peer address when
     // relayed, else where the message came from.
     let peer = req.relays.last().map_or(source, |hop| hop.peer_addr);
-    let by_link_local = || mac_from_eui64(peer).and_then(|mac| inv.host_by_mac(mac));
+    let by_link_local = || {
+        mac_from_eui64(peer)
+            .and_then(|mac| inv.host_by_mac(mac))
+            .map(|h| (h, KnownBy::LinkLocal))
+    };
     let by_relay = || {
         req.relays
             .iter()
             .rev()
             .find_map(|hop| hop.client_link_layer)
             .and_then(|mac| inv.host_by_mac(mac))
+            .map(|h| (h, KnownBy::Relay))
     };
     by_duid().or_else(by_link_local).or_else(by_relay)
 }
@@ -101,7 +138,7 @@ pub fn decide6(req: &Request6, source: Ipv6Addr, inv: &Inventory, server: &Serve
         Some(_) => true,
         None => false,
     };
-    let host = identify(req, source, inv);
+    let host = identify(req, source, inv).map(|(host, _)| host);
     let named = matches!(
         req.msg_type,
         MessageType::Request | MessageType::Renew | MessageType::Release | MessageType::Decline
@@ -477,6 +514,27 @@ hosts:
         );
         let advertise = reply(decide6(&req, eui64_link_local(HOST_1), &inv, &server()));
         assert_eq!(address(&advertise), Some("fd00:66::10".parse().unwrap()));
+        let known = |req: &Request6, source| identify(req, source, &inv).map(|(h, by)| (h.mac, by));
+        assert_eq!(
+            known(&req, eui64_link_local(HOST_1)),
+            Some((HOST_1, KnownBy::LinkLocal))
+        );
+        assert_eq!(
+            known(&solicit(duid_llt(HOST_1)), stranger()),
+            Some((HOST_1, KnownBy::DuidMac))
+        );
+        let host_2 = MacAddr([0x52, 0x54, 0x00, 0x12, 0x34, 0x57]);
+        // iPXE's order and edk2's (the first three fields swapped).
+        let mut edk2 = UUID_2;
+        edk2[..4].reverse();
+        edk2[4..6].reverse();
+        edk2[6..8].reverse();
+        for uuid in [UUID_2, edk2] {
+            assert_eq!(
+                known(&solicit(duid_uuid(uuid)), stranger()),
+                Some((host_2, KnownBy::Uuid))
+            );
+        }
 
         // Relayed: the relay's option 79, from a link in the host's subnet.
         let mut relayed = solicit(unknown_uuid);

@@ -133,10 +133,13 @@ fn handle(sock: &UdpSocket, bytes: &[u8], from: SocketAddrV6, server: &Server6, 
     };
     let inv = read(&state.inventory).clone();
     let source = *from.ip();
-    // Progress and traces name a client by its host's MAC when it is known.
-    let mac = identify(&req, source, &inv)
-        .map(|host| host.mac)
+    // Progress and traces name a client by its host's MAC when it is known,
+    // and say how it was known.
+    let known = identify(&req, source, &inv);
+    let mac = known
+        .map(|(host, _)| host.mac)
         .or_else(|| client_mac(&req, source));
+    let by = known.map_or("unknown", |(_, by)| by.as_str());
     let trace = |what: &str, detail: String| {
         if let Some(mac) = mac {
             state
@@ -156,7 +159,7 @@ fn handle(sock: &UdpSocket, bytes: &[u8], from: SocketAddrV6, server: &Server6, 
             bump(&stats.ignored[reason as usize]);
             trace(
                 "ignore",
-                format!("DHCPv6 {:?}: {}", req.msg_type, reason.name()),
+                format!("DHCPv6 {:?} ({by}): {}", req.msg_type, reason.name()),
             );
             return;
         }
@@ -170,7 +173,7 @@ fn handle(sock: &UdpSocket, bytes: &[u8], from: SocketAddrV6, server: &Server6, 
     // Answer where it came from: the client (port 546) or the relay (547),
     // on the link it came in on (the scope of a link-local source).
     match sock.send_to(&bytes, from) {
-        Ok(_) => record(state, &reply, &req, mac),
+        Ok(_) => record(state, &reply, &req, mac, by),
         Err(e) => {
             bump(&stats.send_errors);
             trace("send_failed", e.to_string());
@@ -179,7 +182,13 @@ fn handle(sock: &UdpSocket, bytes: &[u8], from: SocketAddrV6, server: &Server6, 
 }
 
 /// Counts a reply sent and records it in the client's boot progress.
-fn record(state: &State, reply: &Reply6, req: &Request6, mac: Option<crate::mac::MacAddr>) {
+fn record(
+    state: &State,
+    reply: &Reply6,
+    req: &Request6,
+    mac: Option<crate::mac::MacAddr>,
+    by: &str,
+) {
     let (counter, what) = match reply.msg_type {
         MessageType::Advertise => (&state.stats6.advertises, "advertise"),
         _ => (&state.stats6.replies, "reply"),
@@ -196,8 +205,14 @@ fn record(state: &State, reply: &Reply6, req: &Request6, mac: Option<crate::mac:
         .next()
         .unwrap_or_else(|| "no address".to_owned());
     let detail = match &reply.boot_url {
-        Some(url) => format!("DHCPv6 {what} {address} boot {url} (to {:?})", req.msg_type),
-        None => format!("DHCPv6 {what} {address} (to {:?})", req.msg_type),
+        Some(url) => format!(
+            "DHCPv6 {what} {address} boot {url} (to {:?}, known by {by})",
+            req.msg_type
+        ),
+        None => format!(
+            "DHCPv6 {what} {address} (to {:?}, known by {by})",
+            req.msg_type
+        ),
     };
     let traced = detail.clone();
     state
