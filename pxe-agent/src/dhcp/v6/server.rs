@@ -140,12 +140,13 @@ fn handle(sock: &UdpSocket, bytes: &[u8], from: SocketAddrV6, server: &Server6, 
         .map(|(host, _)| host.mac)
         .or_else(|| client_mac(&req, source));
     let by = known.map_or("unknown", |(_, by)| by.as_str());
-    let trace = |what: &str, detail: String| {
+    // The detail is made only when someone traces the client.
+    let trace = |what: &str, detail: &dyn Fn() -> String| {
         if let Some(mac) = mac {
             state
                 .progress
                 .trace()
-                .publish(mac, TracePath::Dhcp, what, || detail);
+                .publish(mac, TracePath::Dhcp, what, detail);
         }
     };
     let reply = match decide6(&req, source, &inv, server) {
@@ -157,17 +158,16 @@ fn handle(sock: &UdpSocket, bytes: &[u8], from: SocketAddrV6, server: &Server6, 
         }
         Answer6::Ignore(reason) => {
             bump(&stats.ignored[reason as usize]);
-            trace(
-                "ignore",
-                format!("DHCPv6 {:?} ({by}): {}", req.msg_type, reason.name()),
-            );
+            trace("ignore", &|| {
+                format!("DHCPv6 {:?} ({by}): {}", req.msg_type, reason.name())
+            });
             return;
         }
     };
     let Ok(bytes) = try_encode6(&reply, &req.relays) else {
         // Too long for its relays' wrappers, or a value no option holds.
         bump(&stats.send_errors);
-        trace("send_failed", "the reply does not encode".to_owned());
+        trace("send_failed", &|| "the reply does not encode".to_owned());
         return;
     };
     // Answer where it came from: the client (port 546) or the relay (547),
@@ -176,7 +176,7 @@ fn handle(sock: &UdpSocket, bytes: &[u8], from: SocketAddrV6, server: &Server6, 
         Ok(_) => record(state, &reply, &req, mac, by),
         Err(e) => {
             bump(&stats.send_errors);
-            trace("send_failed", e.to_string());
+            trace("send_failed", &|| e.to_string());
         }
     }
 }
