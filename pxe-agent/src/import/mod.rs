@@ -75,6 +75,27 @@ impl Report {
         self.items.push((origin.clone(), message.into()));
     }
 
+    /// A further dynamic range of a subnet already made: the first range
+    /// of a subnet is its pool, a second one is reported (both families).
+    pub(crate) fn another_range<A>(
+        &mut self,
+        origin: &Origin,
+        kept: &mut Option<(A, A)>,
+        pool: Option<(A, A)>,
+    ) {
+        if pool.is_none() {
+            return;
+        }
+        if kept.is_some() {
+            self.add(
+                origin,
+                "second range in one subnet: only the first is kept as the pool",
+            );
+        } else {
+            *kept = pool;
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
@@ -277,6 +298,20 @@ pub fn quote(s: &str) -> String {
     out
 }
 
+/// A subnet's DNS servers (as written: IPv6 ones quoted), domain and lease
+/// time, the lines both families' subnets share.
+fn write_settings(out: &mut String, dns: &[String], domain: Option<&str>, lease_time: Option<u32>) {
+    if !dns.is_empty() {
+        let _ = writeln!(out, "    dns: [{}]", dns.join(", "));
+    }
+    if let Some(d) = domain {
+        let _ = writeln!(out, "    domain: {}", quote(d));
+    }
+    if let Some(l) = lease_time {
+        let _ = writeln!(out, "    lease_time: {l}");
+    }
+}
+
 /// Parses `a.b.c.d/len` into network and prefix, refusing host bits.
 pub fn parse_cidr(text: &str) -> Option<(Ipv4Addr, u8)> {
     let (ip, len) = text.trim().split_once('/')?;
@@ -416,16 +451,8 @@ impl Translation {
             if let Some(r) = s.router {
                 let _ = writeln!(out, "    router: {r}");
             }
-            if !s.dns.is_empty() {
-                let dns: Vec<String> = s.dns.iter().map(ToString::to_string).collect();
-                let _ = writeln!(out, "    dns: [{}]", dns.join(", "));
-            }
-            if let Some(d) = &s.domain {
-                let _ = writeln!(out, "    domain: {}", quote(d));
-            }
-            if let Some(l) = s.lease_time {
-                let _ = writeln!(out, "    lease_time: {l}");
-            }
+            let dns: Vec<String> = s.dns.iter().map(ToString::to_string).collect();
+            write_settings(&mut out, &dns, s.domain.as_deref(), s.lease_time);
             if let Some((a, b)) = s.pool {
                 let _ = writeln!(
                     out,
@@ -439,16 +466,8 @@ impl Translation {
         for s in &self.subnets6 {
             let _ = writeln!(out, "  # {}", s.origin);
             let _ = writeln!(out, "  - cidr: \"{}/{}\"", s.network, s.prefix);
-            if !s.dns.is_empty() {
-                let dns: Vec<String> = s.dns.iter().map(|a| format!("\"{a}\"")).collect();
-                let _ = writeln!(out, "    dns: [{}]", dns.join(", "));
-            }
-            if let Some(d) = &s.domain {
-                let _ = writeln!(out, "    domain: {}", quote(d));
-            }
-            if let Some(l) = s.lease_time {
-                let _ = writeln!(out, "    lease_time: {l}");
-            }
+            let dns: Vec<String> = s.dns.iter().map(|a| format!("\"{a}\"")).collect();
+            write_settings(&mut out, &dns, s.domain.as_deref(), s.lease_time);
             if let Some((a, b)) = s.pool {
                 let _ = writeln!(
                     out,

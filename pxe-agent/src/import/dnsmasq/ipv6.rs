@@ -143,16 +143,7 @@ impl State {
             .iter_mut()
             .find(|s| s.network == network && s.prefix == prefix)
         {
-            if pool.is_some() {
-                if existing.pool.is_some() {
-                    self.report.add(
-                        origin,
-                        "second range in one subnet: only the first is kept as the pool",
-                    );
-                } else {
-                    existing.pool = pool;
-                }
-            }
+            self.report.another_range(origin, &mut existing.pool, pool);
             return;
         }
         if pool.is_some() {
