@@ -182,19 +182,18 @@ fn dhcpcd6(served: &Served) -> String {
     )
 }
 
+/// The server DUID the agent keeps in its state directory.
+pub(crate) fn server_duid_bytes(served: &Served) -> Vec<u8> {
+    let hex = fs::read_to_string(served.dir.path("state/dhcpv6-duid")).expect("server DUID file");
+    pxe_agent::inventory::decode_hex(hex.trim()).expect("a DUID in hex")
+}
+
 /// The agent's server DUID as dhclient prints it in a lease file
 /// (`option dhcp6.server-id 0:3:0:1:...;`).
 fn server_duid(served: &Served) -> String {
-    let hex = fs::read_to_string(served.dir.path("state/dhcpv6-duid")).expect("server DUID file");
-    let hex = hex.trim();
-    (0..hex.len())
-        .step_by(2)
-        .map(|at| {
-            format!(
-                "{:x}",
-                u8::from_str_radix(&hex[at..at + 2], 16).expect("hex")
-            )
-        })
+    server_duid_bytes(served)
+        .iter()
+        .map(|b| format!("{b:x}"))
         .collect::<Vec<_>>()
         .join(":")
 }

@@ -18,7 +18,7 @@ use pxe_agent::{
 
 use crate::{
     agent::{Privileges, Served},
-    dhcp6::{INVENTORY, SERVER_IP6, add_ipv6},
+    dhcp6::{INVENTORY, SERVER_IP6, add_ipv6, server_duid_bytes},
     hostile::rss_kib,
     raw::in_netns,
     rng::Rng,
@@ -198,15 +198,9 @@ fn client_socket(served: &Served) -> (UdpSocket, SocketAddrV6) {
 /// encoded as the server encodes it, with the DUID the agent keeps.
 fn expected(served: &Served, request: &[u8]) -> Vec<u8> {
     let inv = Inventory::parse(std::path::Path::new("inventory.yaml"), INVENTORY).expect("valid");
-    let hex = fs::read_to_string(served.dir.path("state/dhcpv6-duid")).expect("server DUID");
-    let hex = hex.trim();
-    let duid = (0..hex.len())
-        .step_by(2)
-        .map(|at| u8::from_str_radix(&hex[at..at + 2], 16).expect("hex"))
-        .collect();
     let server = Server6 {
         ip: SERVER_IP6.parse().expect("address"),
-        duid,
+        duid: server_duid_bytes(served),
     };
     let req = Request6::parse(request).expect("a valid request");
     match decide6(&req, "fe80::1234".parse().expect("a"), &inv, &server) {

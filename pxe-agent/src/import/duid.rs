@@ -46,13 +46,7 @@ pub fn parse_hex(text: &str) -> Option<Vec<u8>> {
             })
             .collect();
     }
-    if !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect()
+    crate::inventory::decode_hex(text).ok()
 }
 
 /// What `duid` names, or why it names nothing the inventory can match

@@ -44,6 +44,7 @@ pub use oob::{
     DEFAULT_RECOVERY_DEADLINE, DEFAULT_SCRIPT_DEADLINE, RecoverySettings, SecretSource,
     StageDeadlines, parse_duration,
 };
+pub use option::decode_hex;
 pub use patch::Layout;
 pub(crate) use patch::{MOST_CHANGED, splice};
 pub use rule::{BootAnswer, Match, Rule, Traits, circuit_id, parse_user_classes};

@@ -324,7 +324,9 @@ fn encode_string(text: &str) -> Result<Vec<u8>, String> {
     Ok(text.as_bytes().to_vec())
 }
 
-fn decode_hex(hex: &str) -> Result<Vec<u8>, String> {
+/// Bytes from an unseparated run of hex digit pairs, any case; the one
+/// hex reader of option values, DUIDs kept on disk and imported DUIDs.
+pub fn decode_hex(hex: &str) -> Result<Vec<u8>, String> {
     if let Some(bad) = hex.chars().find(|c| !c.is_ascii_hexdigit()) {
         return Err(format!(
             "hex value contains {bad:?}, which is not a hex digit"

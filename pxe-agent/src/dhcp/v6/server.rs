@@ -26,7 +26,7 @@ use super::{
     reply::{Reply6, try_encode6},
     request::Request6,
 };
-use crate::{clock, state::State, sync::read, trace::TracePath};
+use crate::{clock, inventory::decode_hex, state::State, sync::read, trace::TracePath};
 
 /// The DHCPv6 server port (RFC 8415 section 7.2).
 pub const SERVER_PORT: u16 = 547;
@@ -59,12 +59,17 @@ pub fn bind(iface: &str, ifindex: u32) -> io::Result<UdpSocket> {
 pub fn load_or_create_duid(dir: &Path, mac: [u8; 6]) -> io::Result<Vec<u8>> {
     let path = dir.join(DUID_FILE);
     match fs::read_to_string(&path) {
-        Ok(text) => parse_hex(text.trim()).ok_or_else(|| {
-            io::Error::other(format!(
-                "{} is not a DUID in hex; remove it to make a new one",
-                path.display()
-            ))
-        }),
+        // RFC 8415 section 11.1: a DUID is 2 to 130 bytes; ours are longer
+        // than a type alone.
+        Ok(text) => decode_hex(text.trim())
+            .ok()
+            .filter(|duid| (3..=130).contains(&duid.len()))
+            .ok_or_else(|| {
+                io::Error::other(format!(
+                    "{} is not a DUID in hex; remove it to make a new one",
+                    path.display()
+                ))
+            }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let mut duid = vec![0, 3, 0, 1];
             duid.extend_from_slice(&mac);
@@ -76,15 +81,6 @@ pub fn load_or_create_duid(dir: &Path, mac: [u8; 6]) -> io::Result<Vec<u8>> {
         }
         Err(e) => Err(e),
     }
-}
-
-fn parse_hex(text: &str) -> Option<Vec<u8>> {
-    let valid = text.len() >= 2 * 3 && text.len() <= 2 * 130 && text.len().is_multiple_of(2);
-    valid.then_some(())?;
-    (0..text.len())
-        .step_by(2)
-        .map(|at| u8::from_str_radix(text.get(at..at + 2)?, 16).ok())
-        .collect()
 }
 
 /// Serves until `stop` is set. A panic while handling one message is
