@@ -30,7 +30,9 @@ use crate::{
 /// recovers the host through. A host of a subnet in mode proxy is left out:
 /// there every REQUEST on port 67 names the server that leases its address.
 pub fn keeps_state(inv: &Inventory, host: &Host) -> bool {
-    !inv.subnet_of(host).is_proxy() && (inv.netboot_of(host) == Netboot::Once || host.bmc.is_some())
+    !inv.subnet_of(host)
+        .is_some_and(crate::inventory::Subnet::is_proxy)
+        && (inv.netboot_of(host) == Netboot::Once || host.bmc.is_some())
 }
 
 /// The hosts warned about and the REQUESTs counted (see the module doc).

@@ -217,32 +217,29 @@ impl State {
         drop(old);
     }
 
-    /// The address `mac` may fetch its script from: its reservation, or the
-    /// pool address it leased. A reserved host is answered at once; the
-    /// lease lookup may wait for the slow path's commit (an fsync) on the
-    /// lease store's lock, so it runs on the blocking pool.
-    pub async fn address_of(self: &Arc<Self>, mac: MacAddr) -> Option<Ipv4Addr> {
+    /// The address `mac` may fetch its script and phone home from, of the
+    /// family of `peer` (the address a request came from): its IPv4 or IPv6
+    /// reservation, else (IPv4) the pool address it leased. A reserved host
+    /// is answered at once; the lease lookup may wait for the slow path's
+    /// commit (an fsync) on the lease store's lock, so it runs on the
+    /// blocking pool.
+    pub async fn address_of(self: &Arc<Self>, mac: MacAddr, peer: IpAddr) -> Option<IpAddr> {
+        let peer = canonical(peer);
         if let Some(host) = self.inventory().host_by_mac(mac) {
-            return Some(host.ip);
+            return match peer {
+                IpAddr::V4(_) => host.ipv4().map(IpAddr::V4),
+                IpAddr::V6(_) => host.ipv6().map(IpAddr::V6),
+            };
+        }
+        if peer.is_ipv6() {
+            return None;
         }
         let state = self.clone();
         tokio::task::spawn_blocking(move || state.lease_of(mac))
             .await
             .ok()
             .flatten()
-    }
-
-    /// Whether a client at `peer` may fetch what is `mac`'s (its script,
-    /// its phone-home): `peer` is `ip`, the address [`State::address_of`]
-    /// gave, or the host's reserved IPv6 address.
-    pub fn is_address_of(&self, mac: MacAddr, ip: Ipv4Addr, peer: IpAddr) -> bool {
-        match canonical(peer) {
-            IpAddr::V4(peer) => peer == ip,
-            IpAddr::V6(peer) => self
-                .inventory()
-                .host_by_mac(mac)
-                .is_some_and(|h| h.ipv6() == Some(peer)),
-        }
+            .map(IpAddr::V4)
     }
 
     /// The MAC behind a client address, for recording progress: a

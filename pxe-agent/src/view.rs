@@ -107,7 +107,9 @@ pub fn peers_view(state: &State) -> PeersView {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct HostView {
     pub mac: MacAddr,
-    pub ip: Ipv4Addr,
+    /// Its reserved IPv4 address; a host served over IPv6 only has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<Ipv4Addr>,
     /// Its reserved IPv6 address, when it has one (DHCPv6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipv6: Option<std::net::Ipv6Addr>,
@@ -202,7 +204,7 @@ pub fn for_each_host_view(
             let boot_mac = progress.boot_mac;
             HostView {
                 mac: h.mac,
-                ip: h.ip,
+                ip: h.ipv4(),
                 ipv6: h.ipv6(),
                 uuid: h.uuid().map(crate::inventory::uuid_text),
                 hostname: h.hostname.as_deref().map(str::to_owned),

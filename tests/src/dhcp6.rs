@@ -423,6 +423,92 @@ fn the_chain_runs_over_ipv6_from_the_hosts_ipv6_address() {
     assert!(row.contains("booted"), "{hosts}");
 }
 
+/// An IPv6-only provisioning segment: the agent's interface has no IPv4
+/// address and the host has only `ipv6:`.
+const IPV6_ONLY: &str = r#"
+subnets:
+  - cidr: fd00:66::/64
+    lease_time: 600
+    ra: {}
+profiles:
+  - name: worker
+    boot: {uefi: ipxe.efi, bios: undionly.kpxe}
+    kernel: "http://{server}:8080/artifacts/vmlinuz"
+    cmdline: console=ttyS0
+hosts:
+  - mac: "52:54:00:66:00:03"
+    ipv6: "fd00:66::103"
+    hostname: six-only
+    profile: worker
+"#;
+
+#[test]
+fn an_agent_on_an_interface_without_ipv4_serves_an_ipv6_only_host_as_deployed() {
+    let served = Served::start_as_prepared(
+        "pxv6only",
+        IPV6_ONLY,
+        &[],
+        Privileges::DaemonSet,
+        |lab: &mut Lab| {
+            add_ipv6(lab);
+            lab.run_in(
+                lab.server_ns(),
+                &["ip", "-4", "addr", "flush", "dev", lab.server_if()],
+            )
+            .expect("take the server's IPv4 address away");
+        },
+    );
+    // Ready (start_as_prepared waited for it) with no XDP program and no
+    // DHCPv4 slow path: the DHCPv6 loop is what readiness follows.
+    let log = served.log();
+    assert!(
+        log.contains("DHCPv4 and the XDP fast path are not served there"),
+        "{log}"
+    );
+    assert!(log.contains("DHCPv6 listening on UDP port 547"), "{log}");
+
+    become_machine(&served, "52:54:00:66:00:03");
+    let lease = dhclient6(&served, "v6only", 15);
+    assert!(
+        lease.contains("iaaddr fd00:66::103 {"),
+        "dhclient -6 did not get the IPv6-only host's reservation:\n{lease}\nagent log:\n{}",
+        served.log()
+    );
+    // The address dhclient was given, kept after its daemon stopped.
+    let lab = &served.lab;
+    lab.run_in(
+        lab.client_ns(),
+        &[
+            "ip",
+            "-6",
+            "addr",
+            "replace",
+            "fd00:66::103/64",
+            "dev",
+            lab.client_if(),
+            "nodad",
+        ],
+    )
+    .expect("the host's address");
+    let script_url = "http://[fd00:66::1]:8080/boot/52:54:00:66:00:03.ipxe";
+    let (ok, script) = curl(&served, &["-f", "--interface", "fd00:66::103", script_url]);
+    assert!(ok, "script over IPv6 refused:\n{}", served.log());
+    assert!(
+        script.contains("kernel http://[fd00:66::1]:8080/artifacts/vmlinuz"),
+        "{script}"
+    );
+    let hosts = served.cli(&["hosts"]);
+    let row = hosts
+        .lines()
+        .find(|l| l.starts_with("52:54:00:66:00:03"))
+        .unwrap_or_else(|| panic!("the host is not listed:\n{hosts}"));
+    // No IPv4 address: shown as "-"; its IPv6 one beside it.
+    assert!(
+        row.split_whitespace().nth(1) == Some("-") && row.contains("fd00:66::103"),
+        "{hosts}"
+    );
+}
+
 /// A relayed IPv6 segment: the client behind ISC `dhcrelay -6` (which adds
 /// the interface-id), two links from the agent.
 ///

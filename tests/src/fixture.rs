@@ -88,7 +88,8 @@ impl Fixture {
             .iter()
             .find(|host| host.mac.0 == WORKER_MAC)
             .expect("test inventory has the worker host")
-            .ip
+            .ipv4()
+            .expect("the worker has an IPv4 address")
     }
 
     /// Runs the program once on `frame`: the XDP action and the frame after it.

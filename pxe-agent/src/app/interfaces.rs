@@ -117,17 +117,40 @@ pub fn interfaces_of_node(dir: &Path, node: &str) -> anyhow::Result<Vec<Interfac
     Ok(interfaces)
 }
 
-/// An interface being served, with the server its replies name.
+/// An interface being served: its MAC and the address of each family it
+/// serves. DHCPv4 (the XDP program, the slow path, the PXE boot server) is
+/// served only where it has an IPv4 address, DHCPv6 only where it has an
+/// IPv6 one; an IPv6-only provisioning segment has no IPv4 at all.
 #[derive(Clone, Debug)]
 pub(super) struct Iface {
     pub(super) name: String,
-    pub(super) server: Server,
+    pub(super) mac: [u8; 6],
+    /// The address DHCPv4 replies name (option 54, siaddr, `{server}`).
+    pub(super) ip: Option<Ipv4Addr>,
     /// Its IPv6 address a boot URL can name, if it has one: DHCPv6 is
     /// served there, and IPv6 clients are sent to it.
-    pub(super) ip6: Option<std::net::Ipv6Addr>,
+    pub(super) ip6: Option<Ipv6Addr>,
 }
 
-/// The server of each interface: its MAC, and its address as given or read.
+impl Iface {
+    /// The DHCPv4 server this interface is, if it has an IPv4 address.
+    pub(super) fn server(&self) -> Option<Server> {
+        self.ip.map(|ip| Server { ip, mac: self.mac })
+    }
+
+    /// Its addresses, of both families: where the provisioning network
+    /// reaches this node.
+    pub(super) fn addresses(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.ip
+            .map(IpAddr::from)
+            .into_iter()
+            .chain(self.ip6.map(IpAddr::from))
+    }
+}
+
+/// The server of each interface: its MAC, and its addresses as given or
+/// read. An interface with neither an IPv4 address nor an IPv6 one beyond
+/// link-local is refused: nothing could be served there.
 pub(super) fn resolve(interfaces: &[Interface]) -> anyhow::Result<Vec<Iface>> {
     anyhow::ensure!(!interfaces.is_empty(), "no interface to serve");
     let mut out: Vec<Iface> = Vec::with_capacity(interfaces.len());
@@ -139,16 +162,32 @@ pub(super) fn resolve(interfaces: &[Interface]) -> anyhow::Result<Vec<Iface>> {
         );
         let mac = netdev::mac_of(&i.name)?;
         let ip = match i.server_ip {
-            Some(ip) => ip,
-            None => netdev::ipv4_of(&i.name)?,
+            Some(ip) => Some(ip),
+            None => match netdev::ipv4_of(&i.name) {
+                Ok(ip) => Some(ip),
+                Err(netdev::NetdevError::NoIpv4 { .. }) => None,
+                Err(e) => return Err(e.into()),
+            },
         };
+        let ip6 = match i.server_ip6 {
+            Some(ip) => Some(ip),
+            None => netdev::ipv6_of(&i.name)?,
+        };
+        anyhow::ensure!(
+            ip.is_some() || ip6.is_some(),
+            "interface {} has neither an IPv4 address nor an IPv6 address beyond link-local: \
+             give it one, or name one with --interface {}=ADDRESS",
+            i.name,
+            i.name
+        );
+        if ip.is_none() {
+            info!(iface = %i.name, "no IPv4 address: DHCPv4 and the XDP fast path are not served there");
+        }
         out.push(Iface {
             name: i.name.clone(),
-            server: Server { ip, mac },
-            ip6: match i.server_ip6 {
-                Some(ip) => Some(ip),
-                None => netdev::ipv6_of(&i.name)?,
-            },
+            mac,
+            ip,
+            ip6,
         });
     }
     Ok(out)

@@ -19,6 +19,7 @@ mod services;
 mod watch;
 
 use std::{
+    net::IpAddr,
     path::Path,
     sync::{
         Arc, Mutex, OnceLock,
@@ -65,7 +66,7 @@ pub use self::{
     interfaces::{Interface, interfaces_of_node},
 };
 use self::{
-    interfaces::{detach_unserved, resolve, start_pinned},
+    interfaces::{Iface, detach_unserved, resolve, start_pinned},
     oob::{ApiTls, api_gate, api_tls, start_recovery, watch_recovery},
     services::{serve_http, start_dhcp6, start_slow_path, start_tftp},
     watch::{monitor_health, watch_inventory, watch_netboot},
@@ -103,11 +104,15 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
     limit_panic_messages();
     fit_open_files(&mut cfg);
     let ifaces = resolve(&cfg.interfaces)?;
-    let servers: Vec<Server> = ifaces.iter().map(|i| i.server).collect();
+    // DHCPv4 is served where there is an IPv4 address: one XDP program,
+    // one compiled set of replies and one slow path per such interface.
+    let ifaces4: Vec<Iface> = ifaces.iter().filter(|i| i.ip.is_some()).cloned().collect();
+    let servers: Vec<Server> = ifaces4.iter().filter_map(Iface::server).collect();
     for i in &ifaces {
-        info!(iface = %i.name, server = %i.server.ip, "starting");
+        info!(iface = %i.name, server = ?i.ip, server6 = ?i.ip6, "starting");
     }
-    let gate = Arc::new(api_gate(&cfg.api, &servers).await?);
+    let provisioning: Vec<IpAddr> = ifaces.iter().flat_map(Iface::addresses).collect();
+    let gate = Arc::new(api_gate(&cfg.api, &provisioning).await?);
     let api_tls = api_tls(&cfg.api)?;
 
     let http_port = cfg.http_addr.port();
@@ -159,11 +164,11 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
     let leases = LeaseStore::open(&cfg.state_dir.join("leases.redb"))?;
     // One program per interface: each map holds the replies naming that
     // interface's server, for the hosts of its subnets.
-    let mut fasts = Vec::with_capacity(ifaces.len());
+    let mut fasts = Vec::with_capacity(ifaces4.len());
     let mut map_writes = 0;
     if let Some(dir) = &cfg.pin_dir {
         xdp::pin::prepare(dir)?;
-        detach_unserved(dir, &ifaces)?;
+        detach_unserved(dir, &ifaces4)?;
     }
     let capacity = Capacity::for_inventory(&compiled, cfg.map_capacity);
     for c in &compiled {
@@ -176,7 +181,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
     }
     let count = compiled.iter().map(template::Compiled::replies).sum();
     let bodies: usize = compiled.iter().map(|c| c.bodies.len()).sum();
-    for (iface, compiled) in ifaces.iter().zip(compiled) {
+    for (iface, compiled) in ifaces4.iter().zip(compiled) {
         let fast = match &cfg.pin_dir {
             None => {
                 let mut fast = FastPath::load_with(capacity).with_context(|| {
@@ -213,8 +218,8 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
 
     let progress = Arc::new(Progress::default());
     let health = Arc::new(Health::default());
-    let mut programs = Vec::with_capacity(ifaces.len());
-    for (iface, fast) in ifaces.iter().zip(&fasts) {
+    let mut programs = Vec::with_capacity(ifaces4.len());
+    for (iface, fast) in ifaces4.iter().zip(&fasts) {
         let id = fast.attached_program_id().with_context(|| {
             format!("failed to read the id of the XDP program on {}", iface.name)
         })?;
@@ -283,9 +288,22 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
     };
     let stop = Arc::new(AtomicBool::new(false));
     let mut slow_threads = Vec::with_capacity(ifaces.len());
+    // Readiness follows the DHCPv4 slow path; on an agent with no IPv4
+    // interface, the first DHCPv6 loop.
+    let mut beats = ifaces4.is_empty();
     for iface in &ifaces {
-        slow_threads.push(start_slow_path(&cfg, iface, state.clone(), stop.clone())?);
-        slow_threads.extend(start_dhcp6(&cfg, iface, state.clone(), stop.clone())?);
+        if let Some(server) = iface.server() {
+            slow_threads.push(start_slow_path(
+                &cfg,
+                iface,
+                server,
+                state.clone(),
+                stop.clone(),
+            )?);
+        }
+        let dhcp6 = start_dhcp6(&cfg, iface, state.clone(), stop.clone(), beats)?;
+        beats &= dhcp6.is_none();
+        slow_threads.extend(dhcp6);
     }
     let events: Vec<_> = fasts
         .iter_mut()
@@ -345,13 +363,13 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
         Some(root) => start_tftp(&cfg, &ifaces, root, boot.clone(), shutdown.clone()).await?,
         None => Vec::new(),
     };
-    let mut servers = Vec::new();
+    let mut http_servers = Vec::new();
     // One listener for every interface: the default address is the
     // wildcard, and each interface's replies point at its own address.
     let boot_listener = limit::bind(cfg.http_addr)
         .with_context(|| format!("failed to bind the boot HTTP address {}", cfg.http_addr))?;
     info!(addr = %cfg.http_addr, "serving iPXE scripts, boot files and artifacts");
-    servers.push(tokio::spawn(sendfile::serve(
+    http_servers.push(tokio::spawn(sendfile::serve(
         boot_listener,
         boot::router(boot.clone()),
         boot,
@@ -362,7 +380,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
         .await
         .with_context(|| format!("failed to bind the metrics address {}", cfg.metrics_addr))?;
     info!(addr = %cfg.metrics_addr, "serving /metrics and /healthz");
-    servers.push(serve_http(
+    http_servers.push(serve_http(
         metrics_listener,
         admin::metrics_router(admin.clone()),
         shutdown.clone(),
@@ -374,7 +392,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
     match api_tls {
         None => {
             info!(addr = %cfg.api.addr, "serving the JSON API /api/v1");
-            servers.push(serve_http(api_listener, api_router, shutdown.clone()));
+            http_servers.push(serve_http(api_listener, api_router, shutdown.clone()));
         }
         Some(ApiTls {
             reloader,
@@ -390,7 +408,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
             .context("failed to start the API's TLS listener")?;
             // axum hands a custom listener's peer address to the gate (as
             // `ConnectInfo`) only through `tap_io`.
-            servers.push(serve_http(
+            http_servers.push(serve_http(
                 listener.tap_io(|_| ()),
                 api_router,
                 shutdown.clone(),
@@ -402,7 +420,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
                 tls::RELOAD_INTERVAL,
                 shutdown.clone(),
             );
-            servers.push(tokio::spawn(async move {
+            http_servers.push(tokio::spawn(async move {
                 reload.await;
                 Ok(())
             }));
@@ -427,14 +445,14 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
         }
         None => tokio::spawn(watch_inventory(
             cfg.clone(),
-            ifaces.iter().map(|i| i.server).collect(),
+            servers.clone(),
             serving.clone(),
             layout,
             shutdown.clone(),
         )),
     };
     let netboot_task = tokio::spawn(watch_netboot(
-        ifaces.iter().map(|i| i.server).collect(),
+        servers.clone(),
         serving.clone(),
         shutdown.clone(),
     ));
@@ -466,7 +484,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
             .context("TFTP server panicked")?
             .context("TFTP server failed")?;
     }
-    for http in servers {
+    for http in http_servers {
         http.await
             .context("http server panicked")?
             .context("http server failed")?;

@@ -18,7 +18,6 @@ use crate::{
     audit::AuditLog,
     bmc::{Driver, Fallbacks, RetryPolicy},
     control,
-    dhcp::Server,
     recovery::{Controller, RecoveryStore, Sequencer},
     shutdown::Shutdown,
     state::State,
@@ -97,8 +96,12 @@ pub(super) fn watch_recovery(
 }
 
 /// The API's gate: how callers are identified, checked against where the
-/// API listens.
-pub(super) async fn api_gate(api: &ApiConfig, servers: &[Server]) -> anyhow::Result<Gate> {
+/// API listens and the node's addresses on the provisioning networks
+/// (both families).
+pub(super) async fn api_gate(
+    api: &ApiConfig,
+    provisioning: &[std::net::IpAddr],
+) -> anyhow::Result<Gate> {
     let identities = match (&api.auth, &api.token_file) {
         (ApiAuth::Kubernetes { .. }, Some(_)) => {
             anyhow::bail!("--api-auth kubernetes and --api-token-file exclude each other")
@@ -128,8 +131,7 @@ pub(super) async fn api_gate(api: &ApiConfig, servers: &[Server]) -> anyhow::Res
             Identities::None
         }
     };
-    let provisioning: Vec<std::net::IpAddr> = servers.iter().map(|s| s.ip.into()).collect();
-    Ok(Gate::for_listener(identities, api.addr, &provisioning)?)
+    Ok(Gate::for_listener(identities, api.addr, provisioning)?)
 }
 
 /// The API's serving certificate, loaded at start, and what reloads it.

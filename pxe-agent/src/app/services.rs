@@ -85,11 +85,14 @@ pub(super) async fn start_tftp(
     for iface in ifaces {
         // IPv6 too where the interface has an address for boot URLs; a
         // transfer's socket takes its listener's family (`tftp::worker`).
-        let wildcards = std::iter::once(IpAddr::from(Ipv4Addr::UNSPECIFIED)).chain(
+        let wildcards = [
+            iface.ip.map(|_| IpAddr::from(Ipv4Addr::UNSPECIFIED)),
             iface
                 .ip6
                 .map(|_| IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)),
-        );
+        ]
+        .into_iter()
+        .flatten();
         for wildcard in wildcards {
             let sock = Socket::new(
                 Domain::for_address(SocketAddr::new(wildcard, 69)),
@@ -237,6 +240,7 @@ where
 pub(super) fn start_slow_path(
     cfg: &RunConfig,
     iface: &Iface,
+    server: Server,
     shared: Arc<State>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
@@ -261,10 +265,9 @@ pub(super) fn start_slow_path(
         .with_context(|| format!("failed to open a raw socket on {}", iface.name))?;
     prefer_dhcp_sockets(&sock, &raw, "slow path");
     let limits = cfg.limits;
-    let server = iface.server;
     info!(iface = %iface.name, "slow path listening on UDP port 67");
     let sock: std::net::UdpSocket = sock.into();
-    start_boot_server(iface, shared.clone(), stop.clone(), limits)?;
+    start_boot_server(iface, server, shared.clone(), stop.clone(), limits)?;
     std::thread::Builder::new()
         .name("dhcp-slow-path".into())
         .spawn(move || supervise_slow_path(&sock, &raw, server, &shared, limits, &stop, false))
@@ -276,6 +279,7 @@ pub(super) fn start_slow_path(
 /// (docs/lifecycle.md, "proxyDHCP").
 pub(super) fn start_boot_server(
     iface: &Iface,
+    server: Server,
     shared: Arc<State>,
     stop: Arc<AtomicBool>,
     limits: Limits,
@@ -298,7 +302,6 @@ pub(super) fn start_boot_server(
     let raw = RawSocket::send_only(&iface.name)
         .with_context(|| format!("failed to open a raw socket on {}", iface.name))?;
     prefer_dhcp_sockets(&sock, &raw, "PXE boot server");
-    let server = iface.server;
     info!(iface = %iface.name, "PXE boot server listening on UDP port {port}");
     let sock: std::net::UdpSocket = sock.into();
     std::thread::Builder::new()
@@ -318,19 +321,19 @@ pub(super) fn start_dhcp6(
     iface: &Iface,
     shared: Arc<State>,
     stop: Arc<AtomicBool>,
+    beats: bool,
 ) -> anyhow::Result<Option<std::thread::JoinHandle<()>>> {
     use crate::dhcp::v6::{Server6, advert, server as server6};
     let Some(ip) = iface.ip6 else {
         info!(iface = %iface.name, "no IPv6 address beyond link-local: DHCPv6 not served there");
         return Ok(None);
     };
-    let duid =
-        server6::load_or_create_duid(&cfg.state_dir, iface.server.mac).with_context(|| {
-            format!(
-                "failed to keep the DHCPv6 server DUID in {}",
-                cfg.state_dir.display()
-            )
-        })?;
+    let duid = server6::load_or_create_duid(&cfg.state_dir, iface.mac).with_context(|| {
+        format!(
+            "failed to keep the DHCPv6 server DUID in {}",
+            cfg.state_dir.display()
+        )
+    })?;
     let index = netdev::index_of(&iface.name)
         .with_context(|| format!("failed to find interface {}", iface.name))?;
     let sock = match server6::bind(&iface.name, index) {
@@ -343,7 +346,7 @@ pub(super) fn start_dhcp6(
     info!(iface = %iface.name, server = %ip, "DHCPv6 listening on UDP port 547");
     match advert::open(&iface.name, index) {
         Ok(sock) => {
-            let (shared, stop, mac) = (shared.clone(), stop.clone(), iface.server.mac);
+            let (shared, stop, mac) = (shared.clone(), stop.clone(), iface.mac);
             std::thread::Builder::new()
                 .name("ra".into())
                 .spawn(move || advert::serve(&sock, index, ip, mac, &shared, &stop))
@@ -359,7 +362,7 @@ pub(super) fn start_dhcp6(
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    server6::serve(&sock, &server, &shared, &stop);
+                    server6::serve(&sock, &server, &shared, &stop, beats);
                 }));
                 if let Err(panic) = run {
                     error!(panic = %panic_message(panic.as_ref()), "DHCPv6 died; starting it again");

@@ -95,7 +95,10 @@ fn hosts_table(api: &ApiArgs) -> anyhow::Result<ExitCode> {
     for h in list {
         let p = &h.progress;
         let middle = p.script.as_ref().or(p.tftp.as_ref()).cloned();
-        let mut row = vec![h.mac.to_string(), h.ip.to_string()];
+        let mut row = vec![
+            h.mac.to_string(),
+            h.ip.map_or("-".into(), |ip| ip.to_string()),
+        ];
         if six {
             row.push(h.ipv6.map_or("-".to_string(), |ip| ip.to_string()));
         }

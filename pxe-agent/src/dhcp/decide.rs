@@ -180,6 +180,11 @@ pub fn decide_shared(req: &Request, inv: &Inventory, server: &Server, pools: &Po
         server.ip
     };
     let host = inv.host_by_mac(req.chaddr);
+    if host.is_some_and(|h| h.ip.is_none()) {
+        // Served over IPv6 only: other servers answer its DHCPv4, as they
+        // answer a MAC the inventory does not list.
+        return Answer::Ignore(Counter::PassUnknownHost);
+    }
     if proxy_subnet(inv, host, segment).is_some() {
         return proxy(req, inv, server, host, msg_type);
     }
@@ -191,7 +196,7 @@ pub fn decide_shared(req: &Request, inv: &Inventory, server: &Server, pools: &Po
             return match (host, req.requested_ip) {
                 (_, None) => Answer::Ignore(Counter::PassMalformed),
                 (None, Some(ip)) => Answer::Decline { ip },
-                (Some(h), Some(ip)) if ip == h.ip => Answer::ReservationDeclined { ip },
+                (Some(h), Some(ip)) if Some(ip) == h.ipv4() => Answer::ReservationDeclined { ip },
                 // Not an address we gave it: nothing of ours is in conflict.
                 (Some(_), Some(_)) => Answer::Ignore(Counter::PassRequestMismatch),
             };
@@ -202,7 +207,7 @@ pub fn decide_shared(req: &Request, inv: &Inventory, server: &Server, pools: &Po
     let Some(host) = host else {
         return unknown(req, inv, server, kind, segment, pools);
     };
-    if relayed && !inv.subnet_of(host).contains(req.giaddr) {
+    if relayed && !inv.subnet_of(host).is_some_and(|s| s.contains(req.giaddr)) {
         // Reserved elsewhere: this relay's segment is not where it lives.
         return Answer::Ignore(Counter::PassRelay);
     }
@@ -214,7 +219,7 @@ pub fn decide_shared(req: &Request, inv: &Inventory, server: &Server, pools: &Po
     if kind == ReplyKind::Ack {
         match requested(req, server) {
             Wanted::OtherServer => return Answer::Ignore(Counter::DropOtherServer),
-            Wanted::Address(ip) if ip == host.ip => {}
+            Wanted::Address(ip) if Some(ip) == host.ipv4() => {}
             // RFC 2131 4.3.2: an address wrong for the client gets a NAK; its
             // reservation itself never does.
             Wanted::Address(_) | Wanted::Nothing => {
@@ -238,7 +243,10 @@ pub fn decide_shared(req: &Request, inv: &Inventory, server: &Server, pools: &Po
         &server.ip.to_string(),
     )
     .unwrap_or(Boot::None);
-    let mut reply = build(&Subject::host(inv, host), kind, boot, &rule_options, server);
+    let Some(subject) = Subject::host(inv, host) else {
+        return Answer::Ignore(Counter::PassUnknownHost);
+    };
+    let mut reply = build(&subject, kind, boot, &rule_options, server);
     if inv.withholds_boot(host) {
         withhold_boot(&mut reply);
     }
@@ -254,7 +262,7 @@ fn proxy_subnet<'a>(
     segment: Ipv4Addr,
 ) -> Option<&'a Subnet> {
     match host {
-        Some(host) => Some(inv.subnet_of(host)),
+        Some(host) => inv.subnet_of(host),
         None => inv.subnets.iter().find(|s| s.contains(segment)),
     }
     .filter(|s| s.is_proxy())
@@ -291,7 +299,7 @@ fn proxy(
         return Answer::Ignore(Counter::PassUnsupportedClient);
     }
     let relayed = !req.giaddr.is_unspecified();
-    if relayed && !inv.subnet_of(host).contains(req.giaddr) {
+    if relayed && !inv.subnet_of(host).is_some_and(|s| s.contains(req.giaddr)) {
         return Answer::Ignore(Counter::PassRelay);
     }
     if !relayed && req.ciaddr.is_unspecified() && !on_segment(inv, host, server) {
@@ -338,7 +346,9 @@ fn proxy(
 /// interface ([`Inventory::served`] empty) serves every host there, and so
 /// does an interface whose address is in no subnet of the inventory.
 pub(super) fn on_segment(inv: &Inventory, host: &Host, server: &Server) -> bool {
-    let subnet = inv.subnet_of(host);
+    let Some(subnet) = inv.subnet_of(host) else {
+        return false;
+    };
     inv.served.is_empty()
         || subnet.contains(server.ip)
         || !inv.served.iter().any(|ip| subnet.contains(*ip))

@@ -18,7 +18,7 @@ use super::{
     decide::{Answer, boot_answer, decide, on_segment},
     reply::{Reply, ReplyKind, Server},
 };
-use crate::inventory::{Host, Inventory, Profile, Rule};
+use crate::inventory::{Host, Inventory, Profile, Rule, Subnet};
 
 /// The fast path's verdict on a request.
 #[derive(Clone, Debug, PartialEq)]
@@ -127,7 +127,7 @@ fn proxy_kernel_passes(
     class: BootClass,
     server: &Server,
 ) -> Option<Counter> {
-    if !inv.subnet_of(host).is_proxy() {
+    if !inv.subnet_of(host).is_some_and(Subnet::is_proxy) {
         return None;
     }
     let template = Request::of_class(host.mac, class, None);
@@ -135,7 +135,8 @@ fn proxy_kernel_passes(
         return Some(Counter::PassUnknownHost);
     }
     // In the kernel's order: a foreign relay before option 97.
-    if !req.giaddr.is_unspecified() && !inv.subnet_of(host).contains(req.giaddr) {
+    if !req.giaddr.is_unspecified() && !inv.subnet_of(host).is_some_and(|s| s.contains(req.giaddr))
+    {
         return Some(Counter::PassRelay);
     }
     req.more

@@ -77,15 +77,17 @@ pub struct Subject<'a> {
 }
 
 impl<'a> Subject<'a> {
-    pub fn host(inv: &'a Inventory, host: &'a Host) -> Subject<'a> {
-        let subnet = inv.subnet_of(host);
-        Subject {
-            ip: host.ip,
+    /// A reserved host, if it has an IPv4 address.
+    pub fn host(inv: &'a Inventory, host: &'a Host) -> Option<Subject<'a>> {
+        let (ip, _) = host.ip?;
+        let subnet = inv.subnet_of(host)?;
+        Some(Subject {
+            ip,
             hostname: host.hostname.as_deref(),
             subnet,
             options: Some(&host.options),
             lease_time: subnet.lease_time,
-        }
+        })
     }
 }
 

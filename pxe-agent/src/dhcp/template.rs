@@ -262,13 +262,16 @@ fn compile_slice(
 }
 
 /// The record of one host, or `None` when the kernel answers none of its
-/// classes.
+/// classes (or it has no IPv4 address).
 fn compile_host(
     inv: &Inventory,
     host: &Host,
     server: &Server,
     interner: &mut Interner,
 ) -> Result<Option<HostRecord>, Problem> {
+    let Some(subnet) = inv.subnet_of(host) else {
+        return Ok(None);
+    };
     let mut record = HostRecord::zeroed();
     let mut own: Option<Vec<u8>> = None;
     let mut any = false;
@@ -276,7 +279,7 @@ fn compile_host(
         let Some(offer) = class_reply(inv, host, class, ReplyKind::Offer, server) else {
             continue;
         };
-        let cut = cut(&offer, server, inv.subnet_of(host)).map_err(|message| {
+        let cut = cut(&offer, server, subnet).map_err(|message| {
             Problem::new(
                 Some(host.label()),
                 "options",
@@ -335,7 +338,7 @@ pub fn class_reply(
     kind: ReplyKind,
     server: &Server,
 ) -> Option<Reply> {
-    let ack_for = (kind == ReplyKind::Ack).then_some(host.ip);
+    let ack_for = (kind == ReplyKind::Ack).then_some(host.ipv4()?);
     match fast_path(&Request::of_class(host.mac, class, ack_for), inv, server) {
         Decision::Reply(reply) => Some(reply),
         Decision::Pass(_) | Decision::Drop(_) => None,

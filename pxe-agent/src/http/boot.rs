@@ -63,10 +63,10 @@ async fn boot_script(
     else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let Some(ip) = state.shared.address_of(mac).await else {
+    let Some(ip) = state.shared.address_of(mac, peer.ip()).await else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    if !state.shared.is_address_of(mac, ip, peer.ip()) {
+    if crate::wire::canonical(peer.ip()) != ip {
         let why = || format!("/boot/{name} from {peer}, not {ip}");
         state
             .shared
@@ -141,10 +141,10 @@ async fn booted(
     let Ok(mac) = mac.parse::<MacAddr>() else {
         return StatusCode::NOT_FOUND;
     };
-    let Some(ip) = state.shared.address_of(mac).await else {
+    let Some(ip) = state.shared.address_of(mac, peer.ip()).await else {
         return StatusCode::NOT_FOUND;
     };
-    if !state.shared.is_address_of(mac, ip, peer.ip()) {
+    if crate::wire::canonical(peer.ip()) != ip {
         let why = || format!("from {peer}, not {ip}");
         state
             .shared

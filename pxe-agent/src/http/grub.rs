@@ -131,8 +131,8 @@ pub fn is_any_config(state: &BootState, name: &str) -> bool {
 pub fn config_for(state: &BootState, ip: IpAddr, name: &str, via: TracePath) -> Option<String> {
     let inv = state.shared.inventory();
     let (mac, host, address) = match (inv.host_at(ip), crate::wire::canonical(ip)) {
-        (Some(host), _) => (host.mac, Some(host), host.ip),
-        (None, IpAddr::V4(v4)) => (state.shared.mac_with_lease(v4)?, None, v4),
+        (Some(host), at) => (host.mac, Some(host), at),
+        (None, IpAddr::V4(v4)) => (state.shared.mac_with_lease(v4)?, None, IpAddr::V4(v4)),
         (None, IpAddr::V6(_)) => return None,
     };
     let profile = match host {
@@ -211,7 +211,7 @@ mod tests {
     fn target(labels: &BTreeMap<String, String>) -> Target<'_> {
         Target {
             mac: MacAddr([0x52, 0x54, 0, 0x12, 0x34, 0x60]),
-            ip: Ipv4Addr::new(10, 66, 1, 20),
+            ip: Ipv4Addr::new(10, 66, 1, 20).into(),
             hostname: Some("node-sb"),
             labels,
         }

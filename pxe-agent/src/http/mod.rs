@@ -47,17 +47,16 @@ pub struct BootState {
 impl BootState {
     /// The address a client at `client` reaches the agent at, of the
     /// client's family: the interface's whose address is in the client's
-    /// subnet, else the first interface's (its IPv4 address when no
-    /// interface has an IPv6 one).
+    /// subnet, else the first interface's (of the other family when no
+    /// interface has one of the client's).
     pub fn server_for(&self, client: IpAddr) -> IpAddr {
         let inv = self.shared.inventory();
         let first = || {
-            IpAddr::V4(
-                self.servers
-                    .first()
-                    .expect("an agent serves at least one interface")
-                    .ip,
-            )
+            self.servers
+                .first()
+                .map(|s| IpAddr::V4(s.ip))
+                .or_else(|| self.servers6.first().map(|ip| IpAddr::V6(*ip)))
+                .expect("every served interface has an address of one family")
         };
         match crate::wire::canonical(client) {
             IpAddr::V4(client) => inv

@@ -4,10 +4,7 @@
 //! line. The iPXE script (`http::script`) and grub.cfg (`http::grub`)
 //! both render this plan; neither decides it.
 
-use std::{
-    collections::BTreeMap,
-    net::{IpAddr, Ipv4Addr},
-};
+use std::{collections::BTreeMap, net::IpAddr};
 
 use super::token::CMDLINE_PARAM;
 use crate::{
@@ -22,7 +19,8 @@ pub const TOKEN_PLACEHOLDER: &str = "{token}";
 /// Who the boot is for.
 pub struct Target<'a> {
     pub mac: MacAddr,
-    pub ip: Ipv4Addr,
+    /// The address the host boots from now, of either family.
+    pub ip: IpAddr,
     pub hostname: Option<&'a str>,
     pub labels: &'a BTreeMap<String, String>,
 }

@@ -122,7 +122,7 @@ mod tests {
     fn target(labels: &BTreeMap<String, String>) -> Target<'_> {
         Target {
             mac: MacAddr([0x52, 0x54, 0, 0x12, 0x34, 0x56]),
-            ip: Ipv4Addr::new(10, 66, 1, 10),
+            ip: Ipv4Addr::new(10, 66, 1, 10).into(),
             hostname: Some("node-1"),
             labels,
         }

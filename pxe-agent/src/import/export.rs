@@ -19,10 +19,10 @@ pub fn dnsmasq_hosts(inv: &Inventory, source: &str) -> String {
         for mac in host.ports() {
             let _ = write!(out, "{mac},");
         }
-        let _ = write!(out, "{}", host.ip);
-        if let Some(ipv6) = host.ipv6() {
-            let _ = write!(out, ",[{ipv6}]");
-        }
+        let addresses: Vec<String> = (host.ipv4().map(|ip| ip.to_string()).into_iter())
+            .chain(host.ipv6().map(|ip| format!("[{ip}]")))
+            .collect();
+        out.push_str(&addresses.join(","));
         if let Some(name) = &host.hostname {
             let _ = write!(out, ",{name}");
         }
@@ -67,7 +67,7 @@ mod tests {
         assert!(t.report.is_empty(), "{}", t.report);
         assert_eq!(t.hosts.len(), 1);
         assert_eq!(t.hosts[0].hostname.as_deref(), Some("n1"));
-        assert_eq!(t.hosts[0].ip, inv.hosts[0].ip);
+        assert_eq!(Some(t.hosts[0].ip), inv.hosts[0].ipv4());
     }
 
     #[test]

@@ -275,7 +275,10 @@ hosts:
         assert_eq!(six.pool.unwrap().to_string(), "fd00:66::1000-fd00:66::1fff");
 
         let host = &inv.hosts[0];
-        assert_eq!(inv.subnet_of(host).network, Ipv4Addr::new(10, 66, 0, 0));
+        assert_eq!(
+            inv.subnet_of(host).map(|s| s.network),
+            Some(Ipv4Addr::new(10, 66, 0, 0))
+        );
         assert_eq!(host.ipv6(), Some("fd00:66::20".parse().unwrap()));
         let uuid = parse_uuid("8a5c2e6b-1e0f-4c1d-9b7a-0123456789ab").unwrap();
         assert_eq!(host.uuid(), Some(&uuid));
@@ -289,6 +292,32 @@ hosts:
         // An IPv4-only host carries nothing for IPv6.
         assert!(inv.hosts[1].v6.is_none());
         assert!(inv.host_by_ip6("fd00:66::21".parse().unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_host_may_have_only_an_ipv6_address_but_not_neither() {
+        let text = DUAL.replace("    ip: 10.66.1.10\n", "");
+        let inv = parse(&text).expect("an IPv6-only host is valid");
+        let host = &inv.hosts[0];
+        assert_eq!((host.ipv4(), inv.subnet_of(host)), (None, None));
+        assert_eq!(host.ipv6(), Some("fd00:66::20".parse().unwrap()));
+        assert_eq!(
+            inv.host_by_ip6("fd00:66::20".parse().unwrap())
+                .map(|h| h.mac),
+            Some(host.mac)
+        );
+        // Its neighbour keeps its IPv4 address in the index.
+        assert_eq!(
+            inv.host_by_ip(Ipv4Addr::new(10, 66, 1, 11)).map(|h| h.mac),
+            Some(inv.hosts[1].mac)
+        );
+
+        let text = DUAL.replace("    ip: 10.66.1.11\n", "");
+        let found = problems(&text);
+        assert_eq!(
+            found,
+            ["host 52:54:00:12:34:57: field ip: missing: a host needs an ip, an ipv6 or both"],
+        );
     }
 
     #[test]

@@ -358,12 +358,15 @@ pub struct Host {
     /// empty when `mac` is its only one, which spares most hosts of a
     /// fleet an allocation.
     pub macs: Vec<MacAddr>,
-    pub ip: Ipv4Addr,
+    /// Its reserved IPv4 address and the index into [`Inventory::subnets`]
+    /// of the subnet that contains it; `None` for a host served over IPv6
+    /// only (it has an `ipv6:`), which DHCPv4 leaves to other servers. The
+    /// index is a `u32` so the pair takes the room the address and a
+    /// `usize` index took before it was optional.
+    pub ip: Option<(Ipv4Addr, u32)>,
     pub hostname: Option<Hostname>,
     /// Index into [`Inventory::profiles`].
     pub profile: usize,
-    /// Index into [`Inventory::subnets`]: the subnet that contains `ip`.
-    pub subnet: usize,
     pub labels: BTreeMap<String, String>,
     /// Extra DHCP options: code -> encoded value bytes (at most 255).
     pub options: ExtraOptions,
@@ -415,6 +418,11 @@ impl Host {
         } else {
             std::slice::from_ref(&self.mac)
         }
+    }
+
+    /// Its reserved IPv4 address, if it has one.
+    pub fn ipv4(&self) -> Option<Ipv4Addr> {
+        self.ip.map(|(ip, _)| ip)
     }
 
     /// Its reserved IPv6 address, if it has one.
@@ -702,7 +710,7 @@ impl Inventory {
         let (mut by_ip6, mut by_uuid) = (Vec::new(), Vec::new());
         for (at, host) in self.hosts.iter().enumerate() {
             by_mac.extend(host.ports().iter().map(|&mac| (mac, position(at))));
-            by_ip.push((host.ip, position(at)));
+            by_ip.extend(host.ipv4().map(|ip| (ip, position(at))));
             by_ip6.extend(host.ipv6().map(|ip| (ip, position(at))));
             by_uuid.extend(host.uuid().map(|&uuid| (uuid, position(at))));
         }
@@ -715,11 +723,10 @@ impl Inventory {
         };
     }
 
-    /// # Panics
-    /// If `host.subnet` is not an index into `self.subnets`, which cannot
-    /// happen for a host of a loaded inventory.
-    pub fn subnet_of(&self, host: &Host) -> &Subnet {
-        &self.subnets[host.subnet]
+    /// The IPv4 subnet of `host`'s IPv4 address, if it has one.
+    pub fn subnet_of(&self, host: &Host) -> Option<&Subnet> {
+        let (_, at) = host.ip?;
+        self.subnets.get(at as usize)
     }
 
     /// # Panics
@@ -754,17 +761,7 @@ impl Inventory {
     /// The host reserved `ip`, through the index like
     /// [`Inventory::host_by_mac`]: TFTP and HTTP look one up per request.
     pub fn host_by_ip(&self, ip: Ipv4Addr) -> Option<&Host> {
-        let indexed = self.index.ip(ip);
-        if let Some(host) = indexed
-            .and_then(|at| self.hosts.get(at))
-            .filter(|host| host.ip == ip)
-        {
-            return Some(host);
-        }
-        if self.index.hosts == self.hosts.len() && indexed.is_none() {
-            return None;
-        }
-        self.hosts.iter().find(|host| host.ip == ip).map(|h| &**h)
+        self.indexed(self.index.ip(ip), |host| host.ipv4() == Some(ip))
     }
 
     /// The host reserved `ip`, of either family: TFTP and HTTP know a

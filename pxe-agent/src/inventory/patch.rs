@@ -364,7 +364,7 @@ mod tests {
                 "index of {}",
                 host.mac
             );
-            assert_eq!(inv.host_by_ip(host.ip), Some(&**host));
+            assert_eq!(inv.host_by_ip(host.ipv4().unwrap()), Some(&**host));
         }
         Some(inv)
     }

@@ -154,7 +154,9 @@ pub(super) struct RawHost {
     /// Every port the host may boot from, the primary first.
     #[serde(default)]
     pub macs: Option<Vec<String>>,
-    pub ip: String,
+    /// Its reserved IPv4 address; a host served over IPv6 only has none
+    /// (validation wants `ip`, `ipv6` or both).
+    pub ip: Option<String>,
     /// Its reserved IPv6 address, in an IPv6 subnet of the list.
     pub ipv6: Option<String>,
     /// Its SMBIOS system UUID: how DHCPv6 knows a firmware whose DUID

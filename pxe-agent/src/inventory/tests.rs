@@ -109,10 +109,9 @@ fn full_format_parses_into_the_model() {
             mac: MAC1,
             // A host's only port is its `mac`: no list to allocate.
             macs: Vec::new(),
-            ip: Ipv4Addr::new(10, 66, 1, 10),
+            ip: Some((Ipv4Addr::new(10, 66, 1, 10), 0)),
             hostname: Some("node-1".into()),
             profile: 0,
-            subnet: 0,
             labels,
             options: BTreeMap::from([(42, vec![10, 66, 0, 1])]).into(),
             bmc: None,
@@ -162,7 +161,7 @@ fn shipped_example_is_valid() {
 fn lookups_follow_host_indices() {
     let inventory = parse(FULL).expect("valid");
     let host = inventory.host_by_mac(MAC1).expect("known mac");
-    assert_eq!(inventory.subnet_of(host).lease_time, 7200);
+    assert_eq!(inventory.subnet_of(host).map(|s| s.lease_time), Some(7200));
     assert_eq!(inventory.profile_of(host).name, "worker");
     assert!(inventory.host_by_mac(MacAddr([0; 6])).is_none());
 }
@@ -327,7 +326,7 @@ fn a_host_with_several_ports_is_found_by_each_of_its_macs() {
         assert_eq!(inventory.host_by_mac(mac).map(|h| h.ip), Some(host.ip));
     }
     assert_eq!(
-        inventory.host_by_ip(host.ip).map(|h| h.mac),
+        inventory.host_by_ip(host.ipv4().unwrap()).map(|h| h.mac),
         Some(MAC1),
         "one host, one address"
     );
@@ -1315,7 +1314,10 @@ fn fleet(count: u32) -> Inventory {
             Host {
                 mac,
                 macs: vec![mac],
-                ip: Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 66, 0, 2)) + n),
+                ip: Some((
+                    Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 66, 0, 2)) + n),
+                    0,
+                )),
                 ..template.clone()
             }
         })
@@ -1335,8 +1337,8 @@ fn host_by_mac_uses_the_index_built_by_reindex() {
             .host_by_mac(MacAddr([0x52, 0x54, 0x00, a, b, c]))
             .expect("known");
         assert_eq!(
-            host.ip,
-            Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 66, 0, 2)) + n)
+            host.ipv4(),
+            Some(Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 66, 0, 2)) + n))
         );
     }
     assert!(

@@ -553,10 +553,22 @@ impl<'a> HostCheck<'a> {
             }
         }
 
-        let ip = match entry.ip.parse::<Ipv4Addr>() {
-            Ok(ip) => Some(ip),
-            Err(_) => {
-                report("ip", not_an_address(&entry.ip));
+        let ip = match entry.ip.as_deref().map(str::parse::<Ipv4Addr>) {
+            Some(Ok(ip)) => Some(ip),
+            Some(Err(_)) => {
+                report(
+                    "ip",
+                    not_an_address(entry.ip.as_deref().unwrap_or_default()),
+                );
+                None
+            }
+            None => {
+                if entry.ipv6.is_none() {
+                    report(
+                        "ip",
+                        "missing: a host needs an ip, an ipv6 or both".to_string(),
+                    );
+                }
                 None
             }
         };
@@ -685,8 +697,12 @@ impl<'a> HostCheck<'a> {
             self.uuid_owner.insert(uuid, index);
         }
         let v6 = (ipv6.is_some() || uuid.is_some()).then(|| Box::new(Host6 { ip: ipv6, uuid }));
-        match (mac, ip, subnet, profile) {
-            (Some(mac), Some(ip), Some(subnet), Some(profile)) if problems.len() == before => {
+        // An address with no subnet was recorded as a problem.
+        let ip = ip
+            .zip(subnet)
+            .map(|(ip, at)| (ip, u32::try_from(self.v4_position[at]).unwrap_or(u32::MAX)));
+        match (mac, profile) {
+            (Some(mac), Some(profile)) if problems.len() == before => {
                 Some(Host {
                     mac,
                     // One port is `mac` alone (`Host::ports`).
@@ -694,7 +710,6 @@ impl<'a> HostCheck<'a> {
                     ip,
                     hostname: entry.hostname.as_deref().and_then(Hostname::new),
                     profile,
-                    subnet: self.v4_position[subnet],
                     labels: entry.labels.clone(),
                     options: options.into(),
                     bmc: bmc.map(Box::new),

@@ -494,10 +494,10 @@ fn part_of<O>(at: &ObjRef, object: &Value, snapshot: &Snapshot<O>) -> Result<Par
                 problems.push("spec.bootMACAddress is required to answer the host".to_owned());
             }
             let ip = annotation(ANNOTATION_IP);
-            if ip.is_none() {
+            if ip.is_none() && annotation(ANNOTATION_IPV6).is_none() {
                 problems.push(format!(
-                    "annotation {ANNOTATION_IP} is required: Metal3 has no field for the \
-                     address the agent reserves the host"
+                    "annotation {ANNOTATION_IP} or {ANNOTATION_IPV6} is required: Metal3 has no \
+                     field for the address the agent reserves the host"
                 ));
             }
             let profile = annotation(ANNOTATION_PROFILE);
@@ -508,10 +508,12 @@ fn part_of<O>(at: &ObjRef, object: &Value, snapshot: &Snapshot<O>) -> Result<Par
             }
             let mut pairs = vec![
                 ("mac", Yaml::String(mac.unwrap_or_default().to_owned())),
-                ("ip", Yaml::String(ip.unwrap_or_default())),
                 ("hostname", Yaml::String(at.name.to_string())),
                 ("profile", Yaml::String(profile.clone().unwrap_or_default())),
             ];
+            if let Some(ip) = ip {
+                pairs.push(("ip", Yaml::String(ip)));
+            }
             // Checked as the file's `ipv6` and `uuid` are.
             for (key, annotation_key) in [("ipv6", ANNOTATION_IPV6), ("uuid", ANNOTATION_UUID)] {
                 if let Some(value) = annotation(annotation_key) {

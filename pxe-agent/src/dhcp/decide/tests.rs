@@ -1016,3 +1016,39 @@ fn a_netboot_typo_is_reported_with_host_and_field() {
         "{text}"
     );
 }
+
+#[test]
+fn a_host_served_over_ipv6_only_is_left_to_other_dhcpv4_servers_on_both_paths() {
+    let text = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+    router: 10.66.0.1
+  - cidr: fd00:66::/64
+profiles:
+  - name: worker
+    boot: {bios: undionly.kpxe, uefi: ipxe.efi}
+hosts:
+  - {mac: "52:54:00:00:00:01", ipv6: "fd00:66::10", profile: worker}
+"#;
+    let inv = Inventory::parse(Path::new("t.yaml"), text).expect("valid");
+    for req in [
+        discover(WORKER),
+        pxe(discover(WORKER), 7),
+        request(pxe(discover(WORKER), 0)),
+    ] {
+        assert!(
+            matches!(
+                decide(&req, &inv, &SERVER),
+                Answer::Ignore(Counter::PassUnknownHost)
+            ),
+            "{req:?}"
+        );
+        // The kernel has no record for it, and passes it as unknown.
+        assert_eq!(
+            summarize(fast_path(&req, &inv, &SERVER)),
+            Want::Pass(Counter::PassUnknownHost)
+        );
+    }
+    let compiled = crate::dhcp::template::compile(&inv, &SERVER).expect("compiles");
+    assert_eq!(compiled.replies(), 0);
+}

@@ -85,9 +85,20 @@ pub fn load_or_create_duid(dir: &Path, mac: [u8; 6]) -> io::Result<Vec<u8>> {
 
 /// Serves until `stop` is set. A panic while handling one message is
 /// contained there; the caller supervises the loop for anything else.
-pub fn serve(sock: &UdpSocket, server: &Server6, state: &Arc<State>, stop: &AtomicBool) {
+/// With `beats`, this loop is the one readiness follows (an agent with no
+/// IPv4 interface has no DHCPv4 slow path to follow).
+pub fn serve(
+    sock: &UdpSocket,
+    server: &Server6,
+    state: &Arc<State>,
+    stop: &AtomicBool,
+    beats: bool,
+) {
     let mut buf = [0u8; 1500];
     while !stop.load(Ordering::Relaxed) {
+        if beats {
+            state.health.slow_path_beat();
+        }
         let (len, from) = match sock.recv_from(&mut buf) {
             Ok(got) => got,
             Err(e)

@@ -465,7 +465,8 @@ hosts:
         let uuid = parse_uuid("8a5c2e6b-1e0f-4c1d-9b7a-0123456789ab").unwrap();
         assert_eq!(inv.hosts[2].uuid(), Some(&uuid));
         assert_eq!(
-            inv.host_by_uuid(&uuid).map(|h| h.ip),
+            inv.host_by_uuid(&uuid)
+                .and_then(crate::inventory::Host::ipv4),
             Some([10, 66, 1, 3].into())
         );
     }

@@ -436,7 +436,7 @@ fn a_bare_metal_host_becomes_a_host() {
         .host_by_mac("52:54:00:aa:bb:07".parse().expect("mac"))
         .expect("the BareMetalHost is a host");
     assert_eq!(host.hostname.as_deref(), Some("worker-7"));
-    assert_eq!(host.ip.to_string(), "10.66.1.77");
+    assert_eq!(host.ipv4(), Some([10, 66, 1, 77].into()));
     let bmc = host.bmc.as_ref().expect("bmc");
     assert!(bmc.boot_mode.is_efi());
     assert!(bmc.tls.insecure, "from disableCertificateVerification");
