@@ -573,8 +573,21 @@ impl Served {
         extra: &[&str],
         seed: impl FnOnce(&crate::kube_api::FakeApi),
     ) -> Served {
+        Served::start_kube_prepared(name, ns, extra, |_| {}, seed)
+    }
+
+    /// [`Served::start_kube`] with `setup` run on the lab before the agent
+    /// starts (an IPv6 address on the server end, say).
+    pub fn start_kube_prepared(
+        name: &str,
+        ns: &str,
+        extra: &[&str],
+        setup: impl FnOnce(&mut Lab),
+        seed: impl FnOnce(&crate::kube_api::FakeApi),
+    ) -> Served {
         crate::fixture::assert_root();
-        let lab = Lab::new(name).expect("lab");
+        let mut lab = Lab::new(name).expect("lab");
+        setup(&mut lab);
         let dir = Scratch::new(name);
         let api = crate::kube_api::FakeApi::start(&lab, lab.server_ns(), "127.0.0.1:0");
         seed(&api);

@@ -91,7 +91,7 @@ fn wait_link_local(lab: &Lab, ns: &str, iface: &str) {
 /// Makes the client a machine with `mac`: its link-local address becomes
 /// the one made from that MAC (EUI-64), as a machine's own is, and the
 /// server forgets the link-layer address it knew for the old one.
-fn become_machine(served: &Served, mac: &str) {
+pub(crate) fn become_machine(served: &Served, mac: &str) {
     let lab = &served.lab;
     served.set_client_mac(mac);
     let octets: Vec<u8> = mac
@@ -128,7 +128,7 @@ fn become_machine(served: &Served, mac: &str) {
 /// Runs `dhclient -6` once in the client namespace (at most `timeout_s`
 /// seconds) and stops the daemon it leaves; returns its lease file, empty
 /// when it got no lease.
-fn dhclient6(served: &Served, tag: &str, timeout_s: u32) -> String {
+pub(crate) fn dhclient6(served: &Served, tag: &str, timeout_s: u32) -> String {
     let (ns, iface) = (served.lab.client_ns(), served.lab.client_if());
     dhclient6_in(served, ns, iface, tag, timeout_s)
 }

@@ -2,7 +2,9 @@
 //! reading BootHosts, BootProfiles, BootNetworks, Secrets and Metal3
 //! BareMetalHosts from the fake API server (`kube_api`; no real API server
 //! installs here) in its namespace, answering a real DHCP client from the
-//! XDP fast path, and writing status and Events back. Every change made in
+//! XDP fast path (and, for hosts with only an IPv6 address, a real
+//! `dhclient -6` from the DHCPv6 slow path), and writing status and Events
+//! back. Every change made in
 //! the "cluster" is timed until it is in force in both paths.
 
 use std::{
@@ -489,4 +491,98 @@ fn kube_bare_metal_host_is_read_as_a_host_and_never_written() {
         .get("metal3.io/v1alpha1", "baremetalhosts", NS, "worker-bmh")
         .expect("bmh");
     assert!(untouched.get("status").is_none(), "{untouched}");
+}
+
+#[test]
+fn kube_hosts_with_ipv6_only_get_their_reservations_over_dhcpv6_and_status() {
+    let network = json!({
+        "apiVersion": API,
+        "kind": "BootNetwork",
+        "metadata": {"name": "six"},
+        "spec": {"subnets": [{"cidr": "fd00:66::/64", "leaseTime": 600, "ra": {}}]},
+    });
+    let six = json!({
+        "apiVersion": API,
+        "kind": "BootHost",
+        "metadata": {"name": "six-1"},
+        "spec": {"mac": "52:54:00:66:00:01", "ipv6": "fd00:66::101", "profile": "worker"},
+    });
+    let served = Served::start_kube_prepared(
+        "pxkube6",
+        NS,
+        &["--metal3-selector", "pxe-agent.io/serve=true"],
+        crate::dhcp6::add_ipv6,
+        |api| {
+            api.put_yaml(NS, FIXTURES);
+            api.put("bootnetworks", NS, &network);
+            api.put("boothosts", NS, &six);
+        },
+    );
+    // A BareMetalHost with an IPv6 address and no IPv4 one is a host too.
+    let api = served.api();
+    api.put(
+        "baremetalhosts",
+        NS,
+        &json!({
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "BareMetalHost",
+            "metadata": {
+                "name": "six-bmh",
+                "labels": {"pxe-agent.io/serve": "true"},
+                "annotations": {
+                    "pxe-agent.io/ipv6": "fd00:66::102",
+                    "pxe-agent.io/profile": "worker",
+                },
+            },
+            "spec": {"bootMACAddress": "52:54:00:66:00:02", "online": true},
+        }),
+    );
+    let ipv6_of = |mac: &str| {
+        hosts(&served)
+            .into_iter()
+            .find(|h| h["mac"] == mac)
+            .and_then(|h| h["ipv6"].as_str().map(str::to_owned))
+    };
+    until(
+        &served,
+        "the IPv6-only BareMetalHost in force",
+        IN_FORCE_WITHIN,
+        || ipv6_of("52:54:00:66:00:02").as_deref() == Some("fd00:66::102"),
+    );
+    assert_eq!(
+        ipv6_of("52:54:00:66:00:01").as_deref(),
+        Some("fd00:66::101")
+    );
+    assert_eq!(host_ip(&served, "52:54:00:66:00:01"), None);
+
+    for (mac, address) in [
+        ("52:54:00:66:00:01", "fd00:66::101"),
+        ("52:54:00:66:00:02", "fd00:66::102"),
+    ] {
+        crate::dhcp6::become_machine(&served, mac);
+        let lease = crate::dhcp6::dhclient6(&served, mac, 15);
+        assert!(
+            lease.contains(&format!("iaaddr {address} {{")),
+            "dhclient -6 as {mac} did not get {address}:\n{lease}\nagent log:\n{}",
+            served.log()
+        );
+    }
+    // The BootHost's status says what the agent saw, as for IPv4.
+    until(
+        &served,
+        "the BootHost's status shows its DHCPv6 exchange",
+        IN_FORCE_WITHIN,
+        || {
+            api.get(API, "boothosts", NS, "six-1").is_some_and(|o| {
+                o.pointer("/status/stage").and_then(Value::as_str) == Some("dhcp")
+                    && o.pointer("/status/lastDhcp").is_some_and(Value::is_string)
+            })
+        },
+    );
+    let accepted = api
+        .get(API, "boothosts", NS, "six-1")
+        .as_ref()
+        .and_then(condition)
+        .expect("an Accepted condition");
+    assert_eq!(accepted["status"], "True", "{accepted}");
 }
