@@ -794,7 +794,7 @@ impl State {
             hosts.push(HostOut {
                 mac: h.macs[0],
                 macs: h.macs.clone(),
-                ip: h.ip,
+                ip: Some(h.ip),
                 hostname: h.hostname.clone(),
                 boot,
                 options: BTreeMap::new(),

@@ -67,7 +67,7 @@ mod tests {
         assert!(t.report.is_empty(), "{}", t.report);
         assert_eq!(t.hosts.len(), 1);
         assert_eq!(t.hosts[0].hostname.as_deref(), Some("n1"));
-        assert_eq!(Some(t.hosts[0].ip), inv.hosts[0].ipv4());
+        assert_eq!(t.hosts[0].ip, inv.hosts[0].ipv4());
     }
 
     #[test]

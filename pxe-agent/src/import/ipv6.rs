@@ -4,11 +4,12 @@
 //! hosts, and what the inventory would refuse of them, dropped into the
 //! report as the IPv4 side does in `mod.rs`.
 //!
-//! A host of the inventory needs an IPv4 `ip`, so an IPv6 reservation is
-//! written only as part of a host an IPv4 reservation made: the one with
-//! the same MAC, or, for a reservation that names a system UUID and no
-//! MAC, the one with the same hostname (both servers give the name to
-//! one machine).
+//! An IPv6 reservation joins the host an IPv4 reservation made: the one
+//! with the same MAC, or, for a reservation that names a system UUID and
+//! no MAC, the one with the same hostname (both servers give the name to
+//! one machine). One with a MAC and no IPv4 reservation becomes a host of
+//! its own with an `ipv6` and no `ip`; one with neither a MAC nor a host to
+//! join is reported, as the inventory names every host by a MAC.
 
 use std::{collections::BTreeMap, net::Ipv6Addr};
 
@@ -80,8 +81,8 @@ pub struct Reservation6 {
     pub origin: Origin,
 }
 
-/// Why the IPv6 side of a host cannot be written on its own.
-const NO_IPV6_ONLY: &str = "a host needs an IPv4 `ip`; IPv6-only hosts are not supported yet";
+/// Why a reservation naming no MAC cannot be a host of its own.
+const NO_MAC: &str = "every host of the inventory has a MAC";
 
 impl Reservation6 {
     /// How the report names it: its MAC, else its UUID.
@@ -118,9 +119,32 @@ impl Translation {
             };
             let target = if r.macs.is_empty() { by_name() } else { by_mac };
             let Some(at) = target else {
-                let why = if !r.macs.is_empty() {
-                    "no IPv4 reservation has its MAC".to_string()
-                } else if let Some(name) = &r.hostname {
+                if let Some(&mac) = r.macs.first() {
+                    // IPv6 only. The servers read here say nothing per
+                    // reservation of what to boot, so it boots nothing
+                    // until a profile is chosen for it.
+                    self.report.add(
+                        &r.origin,
+                        format!(
+                            "host {mac} has an IPv6 reservation only: translated with `ipv6` and \
+                             no `ip`, and a profile that boots nothing; choose its profile"
+                        ),
+                    );
+                    self.hosts.push(HostOut {
+                        mac,
+                        macs: r.macs,
+                        ip: None,
+                        hostname: r.hostname,
+                        boot: super::BootSet::default(),
+                        options: BTreeMap::new(),
+                        ipv6: Some(r.ip),
+                        uuid: r.uuid,
+                        origin: r.origin,
+                        origin6: None,
+                    });
+                    continue;
+                }
+                let why = if let Some(name) = &r.hostname {
                     format!(
                         "it names no MAC, and not exactly one IPv4 reservation is named {name:?}"
                     )
@@ -130,7 +154,7 @@ impl Translation {
                 self.report.add(
                     &r.origin,
                     format!(
-                        "IPv6 reservation {} for {} left out: {why}; {NO_IPV6_ONLY}",
+                        "IPv6 reservation {} for {} left out: {why}; {NO_MAC}",
                         r.ip,
                         r.label()
                     ),

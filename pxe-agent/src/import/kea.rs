@@ -885,7 +885,7 @@ fn translate4(mut ctx: Ctx<'_>, dhcp4: &Value) -> Translation {
         hosts.push(HostOut {
             mac,
             macs: vec![mac],
-            ip,
+            ip: Some(ip),
             hostname,
             boot,
             options: BTreeMap::new(),
@@ -980,7 +980,7 @@ mod tests {
         // A reservation's own boot file wins over the classes.
         assert_eq!(t.hosts[1].boot.bios.as_deref(), Some("special.efi"));
         // The global reservation lands in the subnet holding its address.
-        assert_eq!(t.hosts[2].ip, Ipv4Addr::new(10, 66, 1, 5));
+        assert_eq!(t.hosts[2].ip, Some(Ipv4Addr::new(10, 66, 1, 5)));
         let s = &t.subnets[0];
         assert_eq!(s.router, Some(Ipv4Addr::new(10, 66, 0, 1)));
         assert_eq!(s.dns.len(), 2);

@@ -212,7 +212,9 @@ pub struct HostOut {
     /// Every MAC of the host, `mac` first: a dnsmasq `dhcp-host` may list
     /// several, written as the inventory's `macs`.
     pub macs: Vec<MacAddr>,
-    pub ip: Ipv4Addr,
+    /// Its reserved IPv4 address; `None` for a host only an IPv6
+    /// reservation made.
+    pub ip: Option<Ipv4Addr>,
     pub hostname: Option<String>,
     pub boot: BootSet,
     /// Extra options: code -> value as YAML text (already quoted).
@@ -355,24 +357,40 @@ impl Translation {
         let mut ips = BTreeSet::new();
         let hosts = std::mem::take(&mut self.hosts);
         for host in hosts {
-            let Some(subnet) = self.subnets.iter().position(|s| s.contains(host.ip)) else {
+            let Some(ip) = host.ip else {
+                // IPv6 only: its address is checked with the IPv6 subnets.
+                if let Some(twice) = host.ports().iter().find(|mac| macs.contains(*mac)) {
+                    self.report.add(
+                        &host.origin,
+                        format!(
+                            "host {} left out: its MAC {twice} is reserved twice",
+                            host.mac
+                        ),
+                    );
+                    continue;
+                }
+                macs.extend(host.ports().iter().copied());
+                self.hosts.push(host);
+                continue;
+            };
+            let Some(subnet) = self.subnets.iter().position(|s| s.contains(ip)) else {
                 self.report.add(
                     &host.origin,
                     format!(
-                        "host {} left out: no subnet holds its address {}",
-                        host.mac, host.ip
+                        "host {} left out: no subnet holds its address {ip}",
+                        host.mac
                     ),
                 );
                 continue;
             };
             let s = &self.subnets[subnet];
             let broadcast = Ipv4Addr::from(u32::from(s.network) | !s.mask());
-            if host.ip == s.network || host.ip == broadcast || Some(host.ip) == s.router {
+            if ip == s.network || ip == broadcast || Some(ip) == s.router {
                 self.report.add(
                     &host.origin,
                     format!(
-                        "host {} left out: {} is the network, broadcast or router address of {}/{}",
-                        host.mac, host.ip, s.network, s.prefix
+                        "host {} left out: {ip} is the network, broadcast or router address of {}/{}",
+                        host.mac, s.network, s.prefix
                     ),
                 );
                 continue;
@@ -388,12 +406,12 @@ impl Translation {
                 continue;
             }
             macs.extend(host.ports().iter().copied());
-            if !ips.insert(host.ip) {
+            if !ips.insert(ip) {
                 self.report.add(
                     &host.origin,
                     format!(
-                        "host {} left out: its address {} is reserved twice",
-                        host.mac, host.ip
+                        "host {} left out: its address {ip} is reserved twice",
+                        host.mac
                     ),
                 );
                 continue;
@@ -407,8 +425,12 @@ impl Translation {
                 continue;
             };
             let broadcast = Ipv4Addr::from(u32::from(subnet.network) | !subnet.mask());
-            let why = if let Some(host) = self.hosts.iter().find(|h| start <= h.ip && h.ip <= end) {
-                format!("it holds reserved addresses ({} of {})", host.ip, host.mac)
+            let reserved = self.hosts.iter().find_map(|h| {
+                let ip = h.ip.filter(|ip| (start..=end).contains(ip))?;
+                Some((ip, h.mac))
+            });
+            let why = if let Some((ip, mac)) = reserved {
+                format!("it holds reserved addresses ({ip} of {mac})")
             } else if start > end || !subnet.contains(start) || !subnet.contains(end) {
                 "it is not a range inside the subnet".to_string()
             } else if [Some(subnet.network), Some(broadcast), subnet.router]
@@ -517,13 +539,11 @@ impl Translation {
                     let _ = writeln!(out, "  # {}", h.origin);
                 }
             }
-            let _ = write!(
-                out,
-                "  - {{{}, ip: {}, profile: {}",
-                h.mac_field(),
-                h.ip,
-                profiles[&h.boot]
-            );
+            let _ = write!(out, "  - {{{}", h.mac_field());
+            if let Some(ip) = h.ip {
+                let _ = write!(out, ", ip: {ip}");
+            }
+            let _ = write!(out, ", profile: {}", profiles[&h.boot]);
             if let Some(ip) = h.ipv6 {
                 let _ = write!(out, ", ipv6: \"{ip}\"");
             }

@@ -581,11 +581,11 @@ dhcp-host=52:54:00:00:00:01,[fd00:66::21]
                 ),
                 (
                     12,
-                    "IPv6 reservation fd00:66::19 for 52:54:00:00:00:09 left out: no IPv4 reservation has its MAC; a host needs an IPv4 `ip`; IPv6-only hosts are not supported yet",
+                    "host 52:54:00:00:00:09 has an IPv6 reservation only: translated with `ipv6` and no `ip`, and a profile that boots nothing; choose its profile",
                 ),
                 (
                     13,
-                    "IPv6 reservation fd00:66::20 for uuid 2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3d4e left out: it names no MAC, and not exactly one IPv4 reservation is named \"nobody\"; a host needs an IPv4 `ip`; IPv6-only hosts are not supported yet",
+                    "IPv6 reservation fd00:66::20 for uuid 2b6a81e4-5b6f-4c2a-9d3e-7f0a1b2c3d4e left out: it names no MAC, and not exactly one IPv4 reservation is named \"nobody\"; every host of the inventory has a MAC",
                 ),
                 (
                     14,
@@ -620,6 +620,7 @@ dhcp-host=52:54:00:00:00:01,[fd00:66::21]
                 "52:54:00:00:00:05 fd00:66::1500",
                 "52:54:00:00:00:06 fd00:66::16",
                 "52:54:00:00:00:07 ",
+                "52:54:00:00:00:09 fd00:66::19",
             ]
         );
         assert!(inv.subnets6[0].pool.is_none());

@@ -425,6 +425,7 @@ subnets:
     pool: {start: "fd00:66::1000", end: "fd00:66::1fff"}
 
 profiles:
+  - name: no-boot
   - name: boot-1
     boot: {bios: "ipxe.efi", uefi: "ipxe.efi", uefi_arm64: "ipxe.efi"}
     chain: "http://10.66.0.1:8080/boot.ipxe"
@@ -438,6 +439,8 @@ hosts:
   - {mac: "52:54:00:00:00:03", ip: 10.66.1.3, profile: boot-1, ipv6: "fd00:66::13", uuid: "8a5c2e6b-1e0f-4c1d-9b7a-0123456789ab", hostname: "n3"}
   # kea-dhcp4.conf:17
   - {mac: "52:54:00:00:00:04", ip: 10.66.1.4, profile: boot-1}
+  # kea-dhcp6.conf:25
+  - {mac: "52:54:00:00:00:09", profile: no-boot, ipv6: "fd00:66::19"}
 "#
         );
         let inv = Inventory::parse(Path::new("imported.yaml"), &imported.yaml).expect("loads");
@@ -460,6 +463,8 @@ hosts:
                 // Joined by hostname: its DUID-UUID names no MAC.
                 ("52:54:00:00:00:03".into(), Some("fd00:66::13".into())),
                 ("52:54:00:00:00:04".into(), None),
+                // An IPv6 reservation only: a host of its own.
+                ("52:54:00:00:00:09".into(), Some("fd00:66::19".into())),
             ]
         );
         let uuid = parse_uuid("8a5c2e6b-1e0f-4c1d-9b7a-0123456789ab").unwrap();
@@ -483,7 +488,7 @@ hosts:
             "kea-dhcp6.conf:18: pool fd00:66::2000/116 not translated: the inventory keeps one pool a subnet",
             "kea-dhcp6.conf:19: subnet fd00:66::/64 pd-pools not translated: the agent delegates no prefixes",
             "kea-dhcp6.conf:22: reservation 52:54:00:00:00:02 addresses fd00:66::112 not translated: the inventory holds one IPv6 address a host",
-            "kea-dhcp6.conf:25: IPv6 reservation fd00:66::19 for 52:54:00:00:00:09 left out: no IPv4 reservation has its MAC; a host needs an IPv4 `ip`; IPv6-only hosts are not supported yet",
+            "kea-dhcp6.conf:25: host 52:54:00:00:00:09 has an IPv6 reservation only: translated with `ipv6` and no `ip`, and a profile that boots nothing; choose its profile",
             "kea-dhcp6.conf:26: reservation by duid 00:02:00:00:00:09:0c:c0:84:d3:03:00:09:12 left out: it is a DUID-EN",
             "kea-dhcp6.conf:27: reservation 52:54:00:00:00:04 prefixes not translated: the agent delegates no prefixes",
             "kea-dhcp6.conf:27: reservation 52:54:00:00:00:04 left out: no ip-addresses",
@@ -547,14 +552,21 @@ hosts:
     fn a_dhcp6_file_alone_keeps_its_subnets_and_reports_every_reservation() {
         let t = run(&[("kea-dhcp6.conf", KEA6)]).expect("translates");
         let imported = t.finish().expect("validates");
-        assert_eq!(imported.hosts, 0);
+        // Hosts with an IPv6 reservation only; one naming a UUID and no MAC
+        // is left out.
+        assert_eq!(imported.hosts, 3);
         let inv = Inventory::parse(Path::new("imported.yaml"), &imported.yaml).expect("loads");
         assert_eq!(inv.subnets6.len(), 1);
+        assert!(
+            inv.hosts
+                .iter()
+                .all(|h| h.ipv4().is_none() && h.ipv6().is_some())
+        );
         let report = imported.report.to_string();
         for want in [
-            "kea-dhcp6.conf:21: IPv6 reservation fd00:66::11 for 52:54:00:00:00:01 left out: no IPv4 reservation has its MAC",
-            "kea-dhcp6.conf:22: IPv6 reservation fd00:66::12 for 52:54:00:00:00:02 left out",
-            "kea-dhcp6.conf:23: IPv6 reservation fd00:66::13 for uuid 8a5c2e6b-1e0f-4c1d-9b7a-0123456789ab left out: it names no MAC, and not exactly one IPv4 reservation is named \"n3\"; a host needs an IPv4 `ip`; IPv6-only hosts are not supported yet",
+            "kea-dhcp6.conf:21: host 52:54:00:00:00:01 has an IPv6 reservation only",
+            "kea-dhcp6.conf:22: host 52:54:00:00:00:02 has an IPv6 reservation only",
+            "kea-dhcp6.conf:23: IPv6 reservation fd00:66::13 for uuid 8a5c2e6b-1e0f-4c1d-9b7a-0123456789ab left out: it names no MAC, and not exactly one IPv4 reservation is named \"n3\"; every host of the inventory has a MAC",
         ] {
             assert!(report.contains(want), "missing {want:?} in:\n{report}");
         }
