@@ -149,8 +149,23 @@ pub fn dhcp6_request(data: &[u8]) {
     };
     let source = "fe80::5054:ff:fe12:3456".parse().expect("an address");
     let reply = match decide6(&req, source, &EXAMPLE6, &SERVER6) {
-        Answer6::Reply(reply) | Answer6::ReservationDeclined { reply, .. } => reply,
-        Answer6::Ignore(_) => return,
+        Answer6::Reply(reply)
+        | Answer6::ReservationDeclined { reply, .. }
+        | Answer6::PoolRelease(reply)
+        | Answer6::PoolDecline { reply, .. } => reply,
+        // The first address of the slice for every IA_NA, as a store
+        // with the pool to itself gives it.
+        Answer6::Pool(ask) => {
+            let ia_na = req
+                .ia_na
+                .iter()
+                .map(|ia| crate::dhcp::v6::decide::pool_lease(ia.iaid, *ask.slice.start(), 3600))
+                .collect();
+            Box::new(crate::dhcp::v6::pool_reply6(
+                &req, source, &EXAMPLE6, &SERVER6, &ask, ia_na,
+            ))
+        }
+        Answer6::Ignore(_) | Answer6::NotOurs => return,
     };
     let bytes = encode6(&reply, &req.relays);
     let mut inner = bytes.as_slice();

@@ -6,12 +6,14 @@
 //! only that arithmetic; who is live comes from the membership
 //! (`kube::membership`, over Kubernetes Leases), the host records the
 //! agents share are `kube::host_records`', and the DHCP policy that applies
-//! it is `dhcp::decide`. Every agent answers reserved hosts' DHCP. See
+//! it is `dhcp::decide` (and `dhcp::v6::decide` for IPv6 pools, sliced
+//! the same way, with DHCPv6 clients bucketed by their DUID). Every agent
+//! answers reserved hosts' DHCP. See
 //! docs/peers.md for the model and its failure behaviour.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::Ipv4Addr,
+    net::{Ipv4Addr, Ipv6Addr},
     ops::RangeInclusive,
 };
 
@@ -169,6 +171,16 @@ impl Share {
         slot_at(self.slots, start, end, ip)
     }
 
+    /// The slice of the IPv6 pool `start..=end` this agent leases from.
+    pub fn slice6(&self, start: Ipv6Addr, end: Ipv6Addr) -> Option<RangeInclusive<Ipv6Addr>> {
+        slice_of6(self.slot?, self.slots, start, end)
+    }
+
+    /// The slot whose slice of the IPv6 pool `start..=end` holds `ip`.
+    pub fn slot_at6(&self, start: Ipv6Addr, end: Ipv6Addr, ip: Ipv6Addr) -> Option<u16> {
+        slot_at6(self.slots, start, end, ip)
+    }
+
     /// The live slot that answers the unknown MACs of `bucket`, if any is
     /// live: the one of highest rendezvous weight, so that a slot leaving
     /// moves only its own buckets, spread over the survivors, and a slot
@@ -230,35 +242,63 @@ pub fn slice_of(
     start: Ipv4Addr,
     end: Ipv4Addr,
 ) -> Option<RangeInclusive<Ipv4Addr>> {
-    let (lo, hi) = (u64::from(u32::from(start)), u64::from(u32::from(end)));
-    if slots == 0 || slot >= slots || lo > hi {
-        return None;
-    }
-    let size = hi - lo + 1;
-    let (n, i) = (u64::from(slots), u64::from(slot));
-    let (base, extra) = (size / n, size % n);
-    let first = lo + i * base + i.min(extra);
-    let len = base + u64::from(i < extra);
-    if len == 0 {
-        return None;
-    }
-    let last = first + len - 1;
+    let (first, last) = cut(slot, slots, u32::from(start).into(), u32::from(end).into())?;
     // Both lie within start..=end, which are u32.
     Some(Ipv4Addr::from(first as u32)..=Ipv4Addr::from(last as u32))
 }
 
 /// The slot whose slice (see [`slice_of`]) holds `ip`.
 pub fn slot_at(slots: u16, start: Ipv4Addr, end: Ipv4Addr, ip: Ipv4Addr) -> Option<u16> {
-    let (lo, hi, x) = (
-        u64::from(u32::from(start)),
-        u64::from(u32::from(end)),
-        u64::from(u32::from(ip)),
-    );
+    locate(
+        slots,
+        u32::from(start).into(),
+        u32::from(end).into(),
+        u32::from(ip).into(),
+    )
+}
+
+/// [`slice_of`] for an IPv6 pool: the same cut, so that each slot leases
+/// from its own contiguous part of every pool of either family.
+pub fn slice_of6(
+    slot: u16,
+    slots: u16,
+    start: Ipv6Addr,
+    end: Ipv6Addr,
+) -> Option<RangeInclusive<Ipv6Addr>> {
+    let (first, last) = cut(slot, slots, start.into(), end.into())?;
+    Some(Ipv6Addr::from(first)..=Ipv6Addr::from(last))
+}
+
+/// [`slot_at`] for an IPv6 pool.
+pub fn slot_at6(slots: u16, start: Ipv6Addr, end: Ipv6Addr, ip: Ipv6Addr) -> Option<u16> {
+    locate(slots, start.into(), end.into(), ip.into())
+}
+
+/// The arithmetic of [`slice_of`] over addresses as numbers: the first and
+/// last of slice `slot`. A range of all 2^128 addresses counts one short,
+/// which only moves the boundaries of the slices by one address.
+fn cut(slot: u16, slots: u16, lo: u128, hi: u128) -> Option<(u128, u128)> {
+    if slots == 0 || slot >= slots || lo > hi {
+        return None;
+    }
+    let size = (hi - lo).saturating_add(1);
+    let (n, i) = (u128::from(slots), u128::from(slot));
+    let (base, extra) = (size / n, size % n);
+    let first = lo + i * base + i.min(extra);
+    let len = base + u128::from(i < extra);
+    if len == 0 {
+        return None;
+    }
+    Some((first, first + (len - 1)))
+}
+
+/// The arithmetic of [`slot_at`]: the slot of [`cut`] that holds `x`.
+fn locate(slots: u16, lo: u128, hi: u128, x: u128) -> Option<u16> {
     if slots == 0 || x < lo || x > hi {
         return None;
     }
-    let size = hi - lo + 1;
-    let n = u64::from(slots);
+    let size = (hi - lo).saturating_add(1);
+    let n = u128::from(slots);
     let (base, extra) = (size / n, size % n);
     let off = x - lo;
     // The first `extra` slices hold base + 1 addresses each.
@@ -543,5 +583,47 @@ mod tests {
         );
         assert!(Share::new(255, 256).is_ok());
         assert_eq!(Share::new(0, 257), Err(ShareError::Slots { slots: 257 }));
+    }
+
+    /// IPv6 pools: every address of the pool in exactly one slot's slice,
+    /// the slices in slot order, and `slot_at6` agreeing, for small pools
+    /// counted address by address and for a whole /64.
+    #[test]
+    fn ipv6_slices_partition_the_pool() {
+        let base = u128::from("fd00:66::1000".parse::<Ipv6Addr>().unwrap());
+        for slots in 1..=6u16 {
+            for size in 1..=30u128 {
+                let (lo, hi) = (Ipv6Addr::from(base), Ipv6Addr::from(base + size - 1));
+                let mut owners = vec![0u32; size as usize];
+                let mut next = base;
+                for s in 0..slots {
+                    let Some(r) = slice_of6(s, slots, lo, hi) else {
+                        assert!(u128::from(s) >= size, "{slots} slots, {size}");
+                        continue;
+                    };
+                    assert_eq!(u128::from(*r.start()), next, "contiguous, in slot order");
+                    for x in u128::from(*r.start())..=u128::from(*r.end()) {
+                        owners[(x - base) as usize] += 1;
+                        assert_eq!(slot_at6(slots, lo, hi, x.into()), Some(s));
+                    }
+                    next = u128::from(*r.end()) + 1;
+                }
+                assert!(owners.iter().all(|&n| n == 1), "{slots} slots, {size}");
+            }
+        }
+        let (lo, hi): (Ipv6Addr, Ipv6Addr) = (
+            "fd00:66::".parse().unwrap(),
+            "fd00:66::ffff:ffff:ffff:ffff".parse().unwrap(),
+        );
+        let slices: Vec<_> = (0..3).map(|s| slice_of6(s, 3, lo, hi).unwrap()).collect();
+        assert_eq!(*slices[0].start(), lo);
+        assert_eq!(*slices[2].end(), hi);
+        for pair in slices.windows(2) {
+            assert_eq!(u128::from(*pair[0].end()) + 1, u128::from(*pair[1].start()));
+        }
+        assert_eq!(slot_at6(3, lo, hi, *slices[1].start()), Some(1));
+        assert_eq!(slot_at6(3, lo, hi, "fd00:67::".parse().unwrap()), None);
+        let share = Share::new(1, 3).unwrap().with_live([0, 1, 2]);
+        assert_eq!(share.slice6(lo, hi), Some(slices[1].clone()));
     }
 }

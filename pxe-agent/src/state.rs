@@ -103,6 +103,16 @@ pub struct Dhcp6Stats {
     pub send_errors: AtomicU64,
     /// Requests whose handling panicked (contained, request dropped).
     pub panics: AtomicU64,
+    /// IA_NAs of pool clients no address was free for (NoAddrsAvail).
+    pub pool_exhausted: AtomicU64,
+    /// Lease store failures while settling a pool client.
+    pub lease_errors: AtomicU64,
+    /// Pool clients left to a peer agent sharing the pool.
+    pub not_ours: AtomicU64,
+    /// Declines of pool addresses not acted on, by reason (as IPv4's).
+    pub declines_not_given: AtomicU64,
+    pub declines_mac_limit: AtomicU64,
+    pub declines_pool_limit: AtomicU64,
 }
 
 impl State {

@@ -10,6 +10,12 @@
 //! Leases belong to a client as [`Client::key`] files it: by hardware
 //! address by default, or by client identifier ([`LeaseKey`]).
 //!
+//! IPv6 leases ([`Lease6`], from a [`Pool6`]) are kept in the same store
+//! and file, under the client's DUID and the IAID of its IA_NA
+//! ([`Client6`]): RFC 8415 section 12 binds addresses to an IA, which
+//! that pair names, and a DUID stays the same across the client's
+//! interfaces and restarts, while a DHCPv6 message carries no `chaddr`.
+//!
 //! The database file is the truth; [`LeaseStore`] keeps an index of it in
 //! memory, rebuilt on [`LeaseStore::open`], and changes the index only after
 //! the change is committed. Offers are held in memory only: losing one in a
@@ -21,11 +27,17 @@ mod full_disk_tests;
 #[cfg(test)]
 mod keying_tests;
 mod record;
+#[cfg(test)]
+mod six_tests;
 mod store;
 #[cfg(test)]
 mod tests;
 
-use std::{fmt, net::Ipv4Addr, path::PathBuf};
+use std::{
+    fmt,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    path::PathBuf,
+};
 
 pub use crate::inventory::LeaseKey;
 pub use store::{DEFAULT_OFFER_HOLD, LeaseStore};
@@ -310,9 +322,146 @@ pub enum LeaseError {
     #[error("lease database {}: unreadable record for {ip}: {reason}", path.display())]
     Corrupt {
         path: PathBuf,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         reason: &'static str,
     },
     #[error("invalid pool {pool}: {reason}")]
     InvalidPool { pool: Pool, reason: &'static str },
+    #[error("invalid IPv6 pool {pool}: {reason}")]
+    InvalidPool6 { pool: Pool6, reason: &'static str },
+}
+
+/// A DHCPv6 client's IA_NA, as the lease store files its IPv6 lease: by
+/// DUID and IAID (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Client6<'a> {
+    /// The client identifier (option 1), as sent.
+    pub duid: &'a [u8],
+    /// The IAID of the IA_NA.
+    pub iaid: u32,
+    /// The client's MAC, when its DUID or link-local address carries one:
+    /// kept with the lease for the API, not part of the key.
+    pub mac: Option<[u8; 6]>,
+}
+
+impl Client6<'_> {
+    /// What the lease is filed under: the DUID, then the IAID (big-endian).
+    pub fn key(&self) -> Vec<u8> {
+        lease_key6(self.duid, self.iaid)
+    }
+}
+
+fn lease_key6(duid: &[u8], iaid: u32) -> Vec<u8> {
+    let mut key = Vec::with_capacity(duid.len() + 4);
+    key.extend_from_slice(duid);
+    key.extend_from_slice(&iaid.to_be_bytes());
+    key
+}
+
+/// A range of IPv6 addresses handed out dynamically, inside one subnet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Pool6 {
+    /// The subnet's network address (no host bits set).
+    pub subnet: Ipv6Addr,
+    /// The subnet's prefix length, 0 to 128.
+    pub prefix: u8,
+    /// First address handed out.
+    pub start: Ipv6Addr,
+    /// Last address handed out (inclusive).
+    pub end: Ipv6Addr,
+    /// Valid lifetime of bindings, in seconds; `u32::MAX` is infinite
+    /// (RFC 8415 section 7.7).
+    pub lease_time: u32,
+}
+
+impl Pool6 {
+    /// Whether `ip` lies between `start` and `end`, inclusive.
+    pub fn contains(&self, ip: Ipv6Addr) -> bool {
+        (self.start..=self.end).contains(&ip)
+    }
+
+    /// How many addresses the range holds, saturating at `u128::MAX`.
+    pub fn size(&self) -> u128 {
+        u128::from(self.end)
+            .saturating_sub(u128::from(self.start))
+            .saturating_add(1)
+    }
+
+    /// Checks that the range lies inside the subnet and that the lease
+    /// time is not zero.
+    pub fn validate(&self) -> Result<(), LeaseError> {
+        let invalid = |reason| {
+            Err(LeaseError::InvalidPool6 {
+                pool: *self,
+                reason,
+            })
+        };
+        if self.prefix > 128 {
+            return invalid("prefix is longer than 128 bits");
+        }
+        let mask = u128::MAX
+            .checked_shl(128 - u32::from(self.prefix))
+            .unwrap_or(0);
+        let network = u128::from(self.subnet);
+        if network & !mask != 0 {
+            return invalid("subnet address has host bits set");
+        }
+        let (start, end) = (u128::from(self.start), u128::from(self.end));
+        if start > end {
+            return invalid("start is after end");
+        }
+        if start & mask != network || end & mask != network {
+            return invalid("range is not inside the subnet");
+        }
+        if self.lease_time == 0 {
+            return invalid("lease time is zero");
+        }
+        Ok(())
+    }
+
+    fn expiry(&self, now: u64) -> u64 {
+        if self.lease_time == u32::MAX {
+            u64::MAX
+        } else {
+            now.saturating_add(u64::from(self.lease_time))
+        }
+    }
+}
+
+impl fmt::Display for Pool6 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}-{} in {}/{}",
+            self.start, self.end, self.subnet, self.prefix
+        )
+    }
+}
+
+/// An IPv6 address and the IA_NA it is (or was) leased to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease6 {
+    /// The client's DUID (option 1).
+    pub duid: Vec<u8>,
+    /// The IAID of its IA_NA.
+    pub iaid: u32,
+    /// The client's MAC, when its DUID or link-local address carried one.
+    pub mac: Option<[u8; 6]>,
+    pub ip: Ipv6Addr,
+    pub state: LeaseState,
+    /// Unix seconds when the state ends, as for [`Lease::expires`].
+    pub expires: u64,
+    pub hostname: Option<String>,
+}
+
+/// What became of a Request, Renew or Rebind for an IA_NA.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindOutcome6 {
+    /// The binding, already committed to disk.
+    Bound(Lease6),
+    /// The address asked for may not be the client's; the caller answers
+    /// it with lifetimes of zero (RFC 8415 section 18.3.4).
+    Refused(NakReason),
+    /// No address is free in the pool (status NoAddrsAvail).
+    Exhausted,
 }

@@ -18,12 +18,20 @@
 //! without bytes 16.. of the identifier: byte 16 is the host name flag.
 //! It is still read, as a record without a client identifier, so lease
 //! files written by earlier versions load unchanged.
+//!
+//! Format 3 is an IPv6 lease (the leases6 table): format 2 with byte 0
+//! set to 3, the client's DUID as the identifier (n bytes, at least one)
+//! and its IAID (u32) right after it, before the host name flag. Its MAC
+//! is all zeros when the client's DUID and address do not carry one. IPv4
+//! leases are still written as format 2, so that an older agent reads a
+//! store this one wrote.
 
 use super::{Lease, LeaseState};
 use std::net::Ipv4Addr;
 
 const FORMAT_1: u8 = 1;
 const FORMAT: u8 = 2;
+const FORMAT_6: u8 = 3;
 /// Format 1's header; format 2's is one byte longer.
 const HEADER: usize = 17;
 
@@ -42,8 +50,11 @@ pub(super) struct Record {
     pub state: Stored,
     pub expires: u64,
     pub hostname: Option<String>,
-    /// Option 61 of the request that made the record, when it had one.
+    /// Option 61 of the request that made the record, when it had one;
+    /// an IPv6 record's client DUID.
     pub client_id: Option<Vec<u8>>,
+    /// The IAID of an IPv6 record's IA_NA; `None` for an IPv4 record.
+    pub iaid: Option<u32>,
 }
 
 impl Record {
@@ -73,15 +84,20 @@ impl Record {
         }
     }
 
-    /// The format 2 encoding. A client identifier longer than 255 bytes
-    /// (option 61 cannot be) is cut to 255.
+    /// The format 2 encoding, or format 3 for an IPv6 record. A client
+    /// identifier longer than 255 bytes (option 61 cannot be, a DUID is at
+    /// most 130) is cut to 255.
     pub fn encode(&self) -> Vec<u8> {
         let host = self.hostname.as_deref().map(str::as_bytes);
         let client_id = self.client_id.as_deref().unwrap_or_default();
         let client_id = &client_id[..client_id.len().min(255)];
         let mut out =
-            Vec::with_capacity(HEADER + 1 + client_id.len() + host.map_or(0, <[u8]>::len));
-        out.push(FORMAT);
+            Vec::with_capacity(HEADER + 5 + client_id.len() + host.map_or(0, <[u8]>::len));
+        out.push(if self.iaid.is_some() {
+            FORMAT_6
+        } else {
+            FORMAT
+        });
         out.push(match self.state {
             Stored::Bound => 1,
             Stored::Declined => 2,
@@ -92,6 +108,9 @@ impl Record {
         // Cut to 255 above.
         out.push(client_id.len() as u8);
         out.extend_from_slice(client_id);
+        if let Some(iaid) = self.iaid {
+            out.extend_from_slice(&iaid.to_le_bytes());
+        }
         out.push(u8::from(host.is_some()));
         out.extend_from_slice(host.unwrap_or_default());
         out
@@ -103,8 +122,25 @@ impl Record {
         let Some((header, rest)) = bytes.split_first_chunk::<16>() else {
             return Err("shorter than the record header");
         };
+        let mut iaid = None;
         let (client_id, rest) = match header[0] {
             FORMAT_1 => (None, rest),
+            FORMAT_6 => {
+                let Some((&len, rest)) = rest.split_first() else {
+                    return Err("shorter than the record header");
+                };
+                if len == 0 {
+                    return Err("IPv6 record without a DUID");
+                }
+                let Some((id, rest)) = rest.split_at_checked(usize::from(len)) else {
+                    return Err("client identifier runs past the end of the record");
+                };
+                let Some((number, rest)) = rest.split_first_chunk::<4>() else {
+                    return Err("IAID runs past the end of the record");
+                };
+                iaid = Some(u32::from_le_bytes(*number));
+                (Some(id.to_vec()), rest)
+            }
             FORMAT => {
                 let Some((&len, rest)) = rest.split_first() else {
                     return Err("shorter than the record header");
@@ -145,6 +181,7 @@ impl Record {
             expires: u64::from_le_bytes(expires),
             hostname,
             client_id,
+            iaid,
         })
     }
 }
@@ -166,13 +203,21 @@ mod tests {
                 expires: 0x0102_0304_0506_0708,
                 hostname: hostname.map(str::to_owned),
                 client_id: None,
+                iaid: None,
             };
             assert_eq!(Record::decode(&record.encode()), Ok(record.clone()));
             let record = Record {
                 client_id: Some(vec![0, 0x44, 0x45, 0x4c, 0x4c]),
                 ..record
             };
-            assert_eq!(Record::decode(&record.encode()), Ok(record));
+            assert_eq!(Record::decode(&record.encode()), Ok(record.clone()));
+            let record = Record {
+                iaid: Some(0x0a0b_0c0d),
+                ..record
+            };
+            let bytes = record.encode();
+            assert_eq!(bytes[0], FORMAT_6);
+            assert_eq!(Record::decode(&bytes), Ok(record));
         }
     }
 
@@ -191,6 +236,7 @@ mod tests {
                 expires: 99,
                 hostname: Some("node-17".to_owned()),
                 client_id: None,
+                iaid: None,
             })
         );
         // Rewritten, it is format 2 and reads back the same.
@@ -207,6 +253,7 @@ mod tests {
             expires: 7,
             hostname: None,
             client_id: None,
+            iaid: None,
         }
         .encode();
         assert!(Record::decode(&good[..HEADER - 1]).is_err());
@@ -229,5 +276,21 @@ mod tests {
             Record::decode(&bad),
             Err("client identifier runs past the end of the record")
         );
+        let six = Record {
+            mac: [0; 6],
+            state: Stored::Bound,
+            expires: 7,
+            hostname: None,
+            client_id: Some(vec![0, 3, 0, 1, 2, 2, 2, 2, 2, 2]),
+            iaid: Some(1),
+        }
+        .encode();
+        assert_eq!(
+            Record::decode(&six[..six.len() - 3]),
+            Err("IAID runs past the end of the record")
+        );
+        let mut bad = six;
+        bad[16] = 0;
+        assert_eq!(Record::decode(&bad), Err("IPv6 record without a DUID"));
     }
 }

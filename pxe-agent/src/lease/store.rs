@@ -1,6 +1,10 @@
 //! [`LeaseStore`]: the redb file, the in-memory index that mirrors it, and
 //! the pending offers. Owns address selection and the rules for who may
 //! bind, release or decline an address; not the DHCP messages around them.
+//! IPv6 leases live in the same file and store, in a table of their own
+//! (`six`).
+
+mod six;
 
 use super::{
     Client, DeclineOutcome, LeaseError, LeaseKey, LeaseRequest, NakReason, Pool, Quarantine,
@@ -18,6 +22,10 @@ use std::{
 /// Address (host byte order) -> [`Record`] encoding. The records carry
 /// their format (`record`), and every format is read.
 const LEASES: TableDefinition<u32, &[u8]> = TableDefinition::new("leases_v1");
+
+/// IPv6 address -> [`Record`] encoding (format 3). A store written before
+/// IPv6 leases has no such table; opening it makes an empty one.
+const LEASES6: TableDefinition<u128, &[u8]> = TableDefinition::new("leases6_v1");
 
 /// How long an offered address is held for its MAC, in seconds, unless
 /// [`LeaseStore::set_offer_hold`] says otherwise. Clients answer an OFFER
@@ -75,6 +83,8 @@ pub struct LeaseStore {
     cursor: u32,
     /// The second of the last sweep of lapsed offers.
     swept: Option<u64>,
+    /// The IPv6 leases' index and offers (`six`).
+    v6: six::Index6,
 }
 
 /// One change to a record: the address and the record it had before, so
@@ -108,6 +118,7 @@ impl LeaseStore {
             offer_hold: DEFAULT_OFFER_HOLD,
             cursor: 0,
             swept: None,
+            v6: six::Index6::default(),
         };
         // Creates the table in a new file, so that reads never meet a
         // missing table.
@@ -116,6 +127,7 @@ impl LeaseStore {
             store.leases.insert(ip, record);
         }
         store.rebuild_by_key();
+        store.v6.load(store.read_all6()?);
         Ok(store)
     }
 
@@ -171,10 +183,11 @@ impl LeaseStore {
             source: Box::new(e.into()),
         })?;
         self.db = Some(db);
-        match self.read_all() {
-            Ok(records) => {
+        match self.read_all().and_then(|v4| Ok((v4, self.read_all6()?))) {
+            Ok((records, records6)) => {
                 self.leases = records.into_iter().collect();
                 self.rebuild_by_key();
+                self.v6.load(records6);
                 Ok(())
             }
             Err(e) => {
@@ -313,6 +326,7 @@ impl LeaseStore {
                 expires: request.pool.expiry(now),
                 hostname,
                 client_id: request.client_id.map(<[u8]>::to_vec),
+                iaid: None,
             };
             outcomes.push(RequestOutcome::Ack(record.to_lease(request.ip)));
             self.put(ip, Some(record), &mut undo);
@@ -412,6 +426,7 @@ impl LeaseStore {
             expires: now.saturating_add(limits.secs),
             hostname: None,
             client_id: client.client_id.map(<[u8]>::to_vec),
+            iaid: None,
         };
         let mut undo = Undo::new();
         self.put(key, Some(declined), &mut undo);
@@ -432,12 +447,17 @@ impl LeaseStore {
             .filter(|(_, r)| r.state != Stored::Released && r.expires <= now)
             .map(|(&ip, _)| ip)
             .collect();
+        let ended6 = self.v6.ended(now);
         let mut undo = Undo::new();
         for &ip in &ended {
             self.put(ip, None, &mut undo);
         }
-        self.commit_or_undo(undo)?;
-        Ok(ended.len())
+        let mut undo6 = six::Undo6::new();
+        for &ip in &ended6 {
+            self.v6.put(ip, None, &mut undo6);
+        }
+        self.commit_both_or_undo(undo, undo6)?;
+        Ok(ended.len() + ended6.len())
     }
 
     /// The client's bound or released lease, else its pending offer
@@ -643,17 +663,29 @@ impl LeaseStore {
     /// Commits the records `undo` touched, as the index now has them; if
     /// that fails, puts the index back as it was.
     fn commit_or_undo(&mut self, undo: Undo) -> Result<(), LeaseError> {
-        if undo.is_empty() {
+        self.commit_both_or_undo(undo, six::Undo6::new())
+    }
+
+    /// [`LeaseStore::commit_or_undo`] for IPv4 and IPv6 records at once.
+    fn commit_both_or_undo(&mut self, undo: Undo, undo6: six::Undo6) -> Result<(), LeaseError> {
+        if undo.is_empty() && undo6.is_empty() {
             return Ok(());
         }
         let mut touched: Vec<u32> = undo.iter().map(|&(ip, _)| ip).collect();
         touched.sort_unstable();
         touched.dedup();
-        let result = self.commit(&touched);
+        let mut touched6: Vec<u128> = undo6.iter().map(|&(ip, _)| ip).collect();
+        touched6.sort_unstable();
+        touched6.dedup();
+        let result = self.commit_both(&touched, &touched6);
         if result.is_err() {
             let mut scratch = Undo::new();
             for (ip, old) in undo.into_iter().rev() {
                 self.put(ip, old, &mut scratch);
+            }
+            let mut scratch = six::Undo6::new();
+            for (ip, old) in undo6.into_iter().rev() {
+                self.v6.put(ip, old, &mut scratch);
             }
         }
         result
@@ -663,14 +695,20 @@ impl LeaseStore {
     /// for) in one durable commit. A failure closes the database, for
     /// [`LeaseStore::reopen`].
     fn commit(&mut self, ips: &[u32]) -> Result<(), LeaseError> {
-        let result = self.write(ips);
+        self.commit_both(ips, &[])
+    }
+
+    /// [`LeaseStore::commit`] of IPv4 records `ips` and IPv6 records
+    /// `ips6`, in one transaction.
+    fn commit_both(&mut self, ips: &[u32], ips6: &[u128]) -> Result<(), LeaseError> {
+        let result = self.write(ips, ips6);
         if matches!(result, Err(LeaseError::Storage { .. })) {
             self.db = None;
         }
         result
     }
 
-    fn write(&self, ips: &[u32]) -> Result<(), LeaseError> {
+    fn write(&self, ips: &[u32], ips6: &[u128]) -> Result<(), LeaseError> {
         let mut txn = self
             .db()?
             .begin_write()
@@ -696,6 +734,23 @@ impl LeaseStore {
                         .map_err(|e| self.storage_error("delete a lease", e))?,
                 }
             }
+            // Opened on every commit, so that the first one (in `open`)
+            // adds the table to a store written before IPv6 leases.
+            let mut table6 = txn
+                .open_table(LEASES6)
+                .map_err(|e| self.storage_error("open the IPv6 leases table", e))?;
+            for &ip in ips6 {
+                match self.v6.record(ip) {
+                    Some(record) => table6
+                        .insert(ip, record.encode().as_slice())
+                        .map(drop)
+                        .map_err(|e| self.storage_error("write an IPv6 lease", e))?,
+                    None => table6
+                        .remove(ip)
+                        .map(drop)
+                        .map_err(|e| self.storage_error("delete an IPv6 lease", e))?,
+                }
+            }
         }
         txn.commit()
             .map_err(|e| self.storage_error("commit leases", e))
@@ -718,7 +773,7 @@ impl LeaseStore {
             let ip = ip.value();
             let record = Record::decode(value.value()).map_err(|reason| LeaseError::Corrupt {
                 path: self.path.clone(),
-                ip: ip.into(),
+                ip: Ipv4Addr::from(ip).into(),
                 reason,
             })?;
             out.push((ip, record));

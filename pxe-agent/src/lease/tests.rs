@@ -41,10 +41,10 @@ const fn ip(last: u8) -> Ipv4Addr {
 }
 
 /// A directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
+pub(super) struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new(tag: &str) -> TempDir {
+    pub(super) fn new(tag: &str) -> TempDir {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "pxe-agent-lease-{tag}-{}-{}",
@@ -55,7 +55,7 @@ impl TempDir {
         TempDir(dir)
     }
 
-    fn db(&self) -> PathBuf {
+    pub(super) fn db(&self) -> PathBuf {
         self.0.join("leases.redb")
     }
 }

@@ -9,8 +9,17 @@
 //! source address (a client on the agent's link), or the client link-layer
 //! address a relay adds (option 79, RFC 6939). The first that names a host
 //! of the inventory wins. A client none of them names is unknown.
+//!
+//! An unknown client, under the `inspect` discovery policy, leases from
+//! the pool of its link's IPv6 subnet ([`Answer6::Pool`]: the caller
+//! settles the lease store, then calls [`pool_reply6`]) and boots the
+//! discovery profile, as over IPv4. With the pools shared among agents
+//! ([`crate::share`]) it is answered by the agent whose slot its DUID's
+//! bucket belongs to, from that agent's slice of the pool. A host of the
+//! inventory without `ipv6:` is not leased a pool address (over IPv4
+//! every host has its reservation): it is left to other servers.
 
-use std::net::Ipv6Addr;
+use std::{collections::BTreeMap, net::Ipv6Addr, ops::RangeInclusive, sync::LazyLock};
 
 use dhcproto::v6::MessageType;
 use pxe_ebpf_common::{BootClass, Counter, VendorClass, boot_class};
@@ -22,8 +31,9 @@ use super::{
 };
 use crate::{
     dhcp::{decide::boot_answer, reply::Boot},
-    inventory::{Host, Inventory, Subnet6, Traits},
+    inventory::{DiscoveryPolicy, Host, Inventory, Profile, Subnet6, Traits},
     mac::MacAddr,
+    share::Share,
 };
 
 /// This agent as a DHCPv6 server on one link.
@@ -53,6 +63,69 @@ pub enum Answer6 {
         reply: Box<Reply6>,
         ip: Ipv6Addr,
     },
+    /// An unknown client's Solicit, Request, Renew or Rebind: the caller
+    /// leases from the pool, then answers with [`pool_reply6`].
+    Pool(PoolAsk6),
+    /// An unknown client's Release: the caller frees the addresses of its
+    /// IA_NAs, then sends `reply`.
+    PoolRelease(Box<Reply6>),
+    /// An unknown client's Decline: the caller quarantines the addresses
+    /// of its IA_NAs in the pool of subnet `subnet`, then sends `reply`.
+    PoolDecline {
+        reply: Box<Reply6>,
+        subnet: usize,
+    },
+    /// An unknown client another agent sharing the pool answers: no
+    /// answer, so that exactly one agent speaks.
+    NotOurs,
+}
+
+/// What the lease store must settle before a pool client is answered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolAsk6 {
+    /// Index into [`Inventory::subnets6`].
+    pub subnet: usize,
+    pub kind: PoolKind6,
+    /// The part of the subnet's pool this agent leases from: all of it
+    /// alone, its slice when agents share the pool.
+    pub slice: RangeInclusive<Ipv6Addr>,
+}
+
+/// What the lease store does for each IA_NA of a pool client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolKind6 {
+    /// A Solicit: an address is picked and held, nothing is committed; the
+    /// answer is an Advertise.
+    Advertise,
+    /// A Request, or a Solicit with rapid commit: an address is bound (the
+    /// one asked for if it is free) and committed before the Reply.
+    Bind,
+    /// A Renew or Rebind: the address the IA holds is bound again, or
+    /// answered with lifetimes of zero when it may not be the client's.
+    Extend,
+}
+
+/// What the pool policy knows beyond the request and the inventory.
+#[derive(Clone, Copy, Debug)]
+pub struct Pools6<'a> {
+    /// This agent's slot and the slots live, hence its slices and buckets.
+    pub share: &'a Share,
+    /// The pool addresses this agent's lease store holds for the
+    /// client's IA_NAs (bound or offered, not lapsed): a client of ours
+    /// stays ours for its renewals whichever slot its bucket is now.
+    pub held: &'a [Ipv6Addr],
+}
+
+static ALONE: LazyLock<Share> = LazyLock::new(Share::alone);
+
+impl Pools6<'_> {
+    /// An agent with no peers: the whole pool, every unknown client.
+    pub fn alone() -> Pools6<'static> {
+        Pools6 {
+            share: &ALONE,
+            held: &[],
+        }
+    }
 }
 
 /// How a DHCPv6 client was known as a host of the inventory.
@@ -121,8 +194,22 @@ pub fn identify<'a>(
     by_duid().or_else(by_link_local).or_else(by_relay)
 }
 
-/// The one policy's answer to a DHCPv6 request from `source`.
+/// The one policy's answer to a DHCPv6 request from `source`, for an
+/// agent alone.
 pub fn decide6(req: &Request6, source: Ipv6Addr, inv: &Inventory, server: &Server6) -> Answer6 {
+    decide6_shared(req, source, inv, server, &Pools6::alone())
+}
+
+/// The one policy, for an agent that may share its pools with peers:
+/// reserved hosts are answered as by an agent alone, unknown clients as
+/// [`unknown`] says.
+pub fn decide6_shared(
+    req: &Request6,
+    source: Ipv6Addr,
+    inv: &Inventory,
+    server: &Server6,
+    pools: &Pools6,
+) -> Answer6 {
     // RFC 8415 section 16: every message but an Information-Request names
     // its client, and a message naming another server is not ours.
     let Some(client_id) = req.client_id.as_deref() else {
@@ -151,7 +238,7 @@ pub fn decide6(req: &Request6, source: Ipv6Addr, inv: &Inventory, server: &Serve
         return information(req, host, inv, server);
     }
     let Some(host) = host else {
-        return Answer6::Ignore(Counter::PassUnknownHost);
+        return unknown(req, client_id, inv, server, pools);
     };
     let Some((ip, subnet)) = host.ipv6().zip(inv.subnet6_of(host)) else {
         // Known over IPv4 only: another server may have its IPv6 address.
@@ -213,8 +300,205 @@ pub fn decide6(req: &Request6, source: Ipv6Addr, inv: &Inventory, server: &Serve
         .iter()
         .map(|ia| lease(ia.iaid, ip, subnet))
         .collect();
-    options(&mut reply, req, Some(host), subnet, inv, server);
+    options(&mut reply, req, host_boot(inv, host), subnet, inv, server);
     Answer6::Reply(Box::new(reply))
+}
+
+/// An unknown client's message, under the `inspect` discovery policy and
+/// with a pool in the IPv6 subnet of its link (the relay's link address,
+/// else the subnet of this agent's address). With the pool shared, nothing
+/// while this agent's slot is not live; else a Solicit (or a Confirm) is
+/// ours when the DUID's RFC 3074 bucket is our slot's or our store holds
+/// an address of our slice for it; a Request, Renew, Release or Decline
+/// names this server, so is ours; a Rebind for an address of another live
+/// slot's slice is that agent's, and one for a slot that left is answered
+/// by the agent of the client's bucket, with lifetimes of zero, so that
+/// the client starts over.
+fn unknown(
+    req: &Request6,
+    client_id: &[u8],
+    inv: &Inventory,
+    server: &Server6,
+    pools: &Pools6,
+) -> Answer6 {
+    if inv.discovery.policy == DiscoveryPolicy::Ignore {
+        return Answer6::Ignore(Counter::PassUnknownHost);
+    }
+    let link = req
+        .relays
+        .last()
+        .map(|hop| hop.link_addr)
+        .filter(|a| !a.is_unspecified())
+        .unwrap_or(server.ip);
+    let Some(index) = inv
+        .subnets6
+        .iter()
+        .position(|s| s.contains(link) && s.pool.is_some())
+    else {
+        return Answer6::Ignore(Counter::PassUnknownHost);
+    };
+    let subnet = &inv.subnets6[index];
+    let range = subnet.pool.expect("the subnet picked has a pool");
+    let share = pools.share;
+    if !share.is_live() {
+        return Answer6::NotOurs;
+    }
+    let Some(slice) = share.slice6(range.start, range.end) else {
+        return Answer6::NotOurs;
+    };
+    let ours = pools.held.iter().any(|ip| slice.contains(ip)) || share.answers(client_id);
+    let held: Vec<Ipv6Addr> = req.ia_na.iter().flat_map(|ia| ia.addrs.clone()).collect();
+    let mut reply = base(req, client_id, server);
+    let kind = match req.msg_type {
+        MessageType::Solicit if !ours => return Answer6::NotOurs,
+        MessageType::Solicit if req.rapid_commit => PoolKind6::Bind,
+        MessageType::Solicit => PoolKind6::Advertise,
+        MessageType::Request => PoolKind6::Bind,
+        MessageType::Renew => PoolKind6::Extend,
+        MessageType::Rebind => {
+            let elsewhere = held
+                .iter()
+                .filter(|ip| range.contains(**ip) && !slice.contains(*ip))
+                .find_map(|ip| share.slot_at6(range.start, range.end, *ip));
+            match elsewhere {
+                Some(owner) if share.live().contains(&owner) || !share.answers(client_id) => {
+                    return Answer6::NotOurs;
+                }
+                Some(_) => {}
+                None if !ours && !held.iter().any(|ip| slice.contains(ip)) => {
+                    return Answer6::NotOurs;
+                }
+                None => {}
+            }
+            PoolKind6::Extend
+        }
+        MessageType::Confirm => {
+            // Section 18.3.3: whether the addresses it holds are on its
+            // link; with none to judge, no answer.
+            if !ours {
+                return Answer6::NotOurs;
+            }
+            if held.is_empty() {
+                return Answer6::Ignore(Counter::PassMalformed);
+            }
+            reply.status = Some(if held.iter().all(|a| subnet.contains(*a)) {
+                status(StatusCode6::Success, "on link")
+            } else {
+                status(StatusCode6::NotOnLink, "not on this link")
+            });
+            return Answer6::Reply(Box::new(reply));
+        }
+        MessageType::Release => {
+            reply.status = Some(status(StatusCode6::Success, "released"));
+            return Answer6::PoolRelease(Box::new(reply));
+        }
+        MessageType::Decline => {
+            reply.status = Some(status(StatusCode6::Success, "declined"));
+            return Answer6::PoolDecline {
+                reply: Box::new(reply),
+                subnet: index,
+            };
+        }
+        _ => return Answer6::Ignore(Counter::PassMessageType),
+    };
+    Answer6::Pool(PoolAsk6 {
+        subnet: index,
+        kind,
+        slice,
+    })
+}
+
+/// The lease time of the pool of `subnet`: the discovery policy's, else
+/// the subnet's, as over IPv4.
+pub fn pool_lease_time6(inv: &Inventory, subnet: &Subnet6) -> u32 {
+    inv.discovery.lease_time.unwrap_or(subnet.lease_time)
+}
+
+/// The answer to a pool client once the lease store settled each of its
+/// IA_NAs (`ia_na`, in the request's order): an Advertise, or a Reply
+/// (with rapid commit to a Solicit that asked for it), with the discovery
+/// profile's boot answer. When no IA_NA got an address, a Solicit is
+/// answered with status NoAddrsAvail alone (RFC 8415 section 18.3.1).
+pub fn pool_reply6(
+    req: &Request6,
+    source: Ipv6Addr,
+    inv: &Inventory,
+    server: &Server6,
+    ask: &PoolAsk6,
+    ia_na: Vec<IaNaReply>,
+) -> Reply6 {
+    let subnet = &inv.subnets6[ask.subnet];
+    let mut reply = base(req, req.client_id.as_deref().unwrap_or_default(), server);
+    let none = !ia_na.is_empty() && ia_na.iter().all(|ia| ia.addrs.is_empty());
+    if req.msg_type == MessageType::Solicit {
+        if ask.kind == PoolKind6::Advertise {
+            reply.msg_type = MessageType::Advertise;
+        } else {
+            reply.rapid_commit = true;
+        }
+        if none {
+            reply.msg_type = MessageType::Advertise;
+            reply.rapid_commit = false;
+            reply.status = Some(status(StatusCode6::NoAddrsAvail, "no addresses available"));
+            return reply;
+        }
+    }
+    reply.ia_na = ia_na;
+    let mac = client_mac(req, source);
+    let boot = inv
+        .discovery_profile()
+        .map(|profile| (profile, &*NO_LABELS, mac.unwrap_or(MacAddr([0; 6]))));
+    options(&mut reply, req, boot, subnet, inv, server);
+    reply
+}
+
+/// An unknown machine has no labels for the rules to match.
+static NO_LABELS: LazyLock<BTreeMap<String, String>> = LazyLock::new(BTreeMap::new);
+
+/// A pool address in the IA `iaid`, valid for `valid` seconds.
+pub fn pool_lease(iaid: u32, ip: Ipv6Addr, valid: u32) -> IaNaReply {
+    IaNaReply {
+        iaid,
+        t1: valid / 2,
+        t2: valid / 5 * 4,
+        addrs: vec![Lifetimes {
+            addr: ip,
+            preferred: valid,
+            valid,
+        }],
+        status: None,
+    }
+}
+
+/// The IA `iaid` with no address and status `code`: NoAddrsAvail when the
+/// pool is exhausted, NoBinding for a Renew of nothing.
+pub fn pool_ia_status(iaid: u32, code: StatusCode6, message: &str) -> IaNaReply {
+    IaNaReply {
+        iaid,
+        t1: 0,
+        t2: 0,
+        addrs: Vec::new(),
+        status: Some(status(code, message)),
+    }
+}
+
+/// The IA `iaid` with `addrs` at lifetimes of zero: the client may no
+/// longer use them (RFC 8415 section 18.3.4).
+pub fn pool_ia_withdrawn(iaid: u32, addrs: &[Ipv6Addr]) -> IaNaReply {
+    IaNaReply {
+        iaid,
+        t1: 0,
+        t2: 0,
+        addrs: addrs
+            .iter()
+            .map(|&addr| Lifetimes {
+                addr,
+                preferred: 0,
+                valid: 0,
+            })
+            .collect(),
+        status: None,
+    }
 }
 
 /// An Information-Request (section 18.3.6): the subnet's options and the
@@ -231,7 +515,8 @@ fn information(req: &Request6, host: Option<&Host>, inv: &Inventory, server: &Se
     if req.client_id.is_none() {
         reply.client_id = None;
     }
-    options(&mut reply, req, host, subnet, inv, server);
+    let boot = host.and_then(|h| host_boot(inv, h));
+    options(&mut reply, req, boot, subnet, inv, server);
     Answer6::Reply(Box::new(reply))
 }
 
@@ -276,26 +561,33 @@ fn status(code: StatusCode6, message: &str) -> Status {
     Status::new(code, message)
 }
 
-/// The subnet's options and, for a host, its boot answer: option 59 as a
+/// A host's boot answer's inputs for [`options`]: none while its netboot
+/// state withholds boot.
+fn host_boot<'a>(
+    inv: &'a Inventory,
+    host: &'a Host,
+) -> Option<(&'a Profile, &'a BTreeMap<String, String>, MacAddr)> {
+    (!inv.withholds_boot(host)).then(|| (inv.profile_of(host), &host.labels, host.mac))
+}
+
+/// The subnet's options and, with `boot` (a profile, the labels its rules
+/// match, the MAC for `{mac}`), the boot answer: option 59 as a
 /// URL (`tftp://[server]/file` for PXE, the HTTP URL for HTTP boot, the
 /// script for iPXE), with option 16 echoed to an HTTP boot client (UEFI
 /// counts an answer as an HTTP boot offer only then).
 fn options(
     reply: &mut Reply6,
     req: &Request6,
-    host: Option<&Host>,
+    boot: Option<(&Profile, &BTreeMap<String, String>, MacAddr)>,
     subnet: &Subnet6,
     inv: &Inventory,
     server: &Server6,
 ) {
     reply.dns.clone_from(&subnet.dns);
     reply.domain_search = subnet.domain.iter().cloned().collect();
-    let Some(host) = host else {
+    let Some((profile, labels, mac)) = boot else {
         return;
     };
-    if inv.withholds_boot(host) {
-        return;
-    }
     let vendor = req
         .vendor_text()
         .map_or(VendorClass::None, VendorClass::from_prefix);
@@ -306,13 +598,12 @@ fn options(
         user_classes: &req.user_classes,
         circuit_id: None,
     };
-    let profile = inv.profile_of(host);
-    let (boot, _ipv4_options) = profile.boot_for(&host.labels, &traits);
+    let (boot, _ipv4_options) = profile.boot_for(labels, &traits);
     let ipxe = req
         .has_user_class(inv.ipxe.user_class.as_bytes())
         .then_some(inv.ipxe.script.as_str());
     let address = format!("[{}]", server.ip);
-    let boot = boot_answer(profile, boot.as_ref(), class, ipxe, host.mac, &address);
+    let boot = boot_answer(profile, boot.as_ref(), class, ipxe, mac, &address);
     reply.boot_url = match boot {
         Some(Boot::Tftp(file)) => {
             Some(format!("tftp://{address}/{}", file.trim_start_matches('/')))

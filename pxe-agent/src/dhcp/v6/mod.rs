@@ -13,7 +13,9 @@ pub mod reply;
 pub mod request;
 pub mod server;
 
-pub use decide::{Answer6, KnownBy, Server6, decide6};
+pub use decide::{
+    Answer6, KnownBy, PoolAsk6, PoolKind6, Pools6, Server6, decide6, decide6_shared, pool_reply6,
+};
 
 pub use identity::{Duid, eui64_link_local, mac_from_eui64, swap_uuid_fields};
 pub use reply::{

@@ -4,7 +4,9 @@
 //! (the client's link-local address and port 546, or the relay's address
 //! and port 547; RFC 8415 section 7.2). Counts what it does in the shared
 //! state's `Dhcp6Stats` and records answers in boot progress under the
-//! client's MAC; policy stays in `decide`.
+//! client's MAC; policy stays in `decide`. Pool clients' leases are
+//! settled here in the lease store shared with IPv4, each binding
+//! committed to disk before its Reply goes out.
 
 use std::{
     fs, io,
@@ -22,11 +24,24 @@ use dhcproto::v6::MessageType;
 use tracing::{debug, warn};
 
 use super::{
-    decide::{Answer6, Server6, client_mac, decide6, identify},
-    reply::{Reply6, try_encode6},
+    decide::{
+        Answer6, PoolAsk6, PoolKind6, Pools6, Server6, client_mac, decide6_shared, identify,
+        pool_ia_status, pool_ia_withdrawn, pool_lease, pool_lease_time6, pool_reply6,
+    },
+    reply::{IaNaReply, Reply6, StatusCode6, try_encode6},
     request::Request6,
 };
-use crate::{clock, inventory::decode_hex, state::State, sync::read, trace::TracePath};
+use crate::{
+    clock,
+    inventory::{Inventory, decode_hex},
+    lease::{BindOutcome6, Client6, DeclineOutcome, LeaseError, LeaseState, Pool6, Quarantine},
+    state::State,
+    sync::{lock, read},
+    trace::TracePath,
+};
+
+/// What a Decline may quarantine, and for how long: as over IPv4.
+const QUARANTINE: Quarantine = Quarantine::DEFAULT;
 
 /// The DHCPv6 server port (RFC 8415 section 7.2).
 pub const SERVER_PORT: u16 = 547;
@@ -156,8 +171,107 @@ fn handle(sock: &UdpSocket, bytes: &[u8], from: SocketAddrV6, server: &Server6, 
                 .publish(mac, TracePath::Dhcp, what, detail);
         }
     };
-    let reply = match decide6(&req, source, &inv, server) {
+    let share = state.share();
+    let now = clock::now_secs();
+    let client6 = |iaid| Client6 {
+        duid: req.client_id.as_deref().unwrap_or_default(),
+        iaid,
+        mac: mac.map(|m| m.0),
+    };
+    // Only a shared pool asks whose client this is; alone, every one is.
+    let held: Vec<Ipv6Addr> = if share.is_shared() && known.is_none() {
+        let store = lock(&state.leases);
+        req.ia_na
+            .iter()
+            .filter_map(|ia| store.lease6_of(client6(ia.iaid)))
+            .filter(|l| {
+                matches!(l.state, LeaseState::Bound | LeaseState::Offered) && l.expires > now
+            })
+            .map(|l| l.ip)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let pools = Pools6 {
+        share: &share,
+        held: &held,
+    };
+    let reply = match decide6_shared(&req, source, &inv, server, &pools) {
         Answer6::Reply(reply) => reply,
+        Answer6::Pool(ask) => {
+            let settled = settle(state, &inv, &req, &ask, &client6, now);
+            let ia_na = match settled {
+                Ok(ia_na) => ia_na,
+                Err(e) => {
+                    lease_error(state, &e);
+                    trace("ignore", &|| format!("lease store failed: {e}"));
+                    return;
+                }
+            };
+            if ia_na.iter().any(|ia| {
+                ia.status
+                    .as_ref()
+                    .is_some_and(|s| s.code == StatusCode6::NoAddrsAvail)
+            }) {
+                warn!(pool = %inv.subnets6[ask.subnet], "IPv6 discovery pool exhausted");
+                trace("ignore", &|| "pool exhausted".to_owned());
+            }
+            Box::new(pool_reply6(&req, source, &inv, server, &ask, ia_na))
+        }
+        Answer6::PoolRelease(reply) => {
+            let mut store = lock(&state.leases);
+            for ia in &req.ia_na {
+                for &ip in &ia.addrs {
+                    trace("release", &|| ip.to_string());
+                    if let Err(e) = store.release6(client6(ia.iaid), ip, now) {
+                        drop(store);
+                        lease_error(state, &e);
+                        return;
+                    }
+                }
+            }
+            reply
+        }
+        Answer6::PoolDecline { reply, subnet } => {
+            let pool = whole_pool(&inv, subnet);
+            for ia in &req.ia_na {
+                for &ip in &ia.addrs {
+                    trace("decline", &|| ip.to_string());
+                    let outcome = match pool {
+                        Some(pool) => lock(&state.leases).decline6(
+                            client6(ia.iaid),
+                            &pool,
+                            ip,
+                            now,
+                            &QUARANTINE,
+                        ),
+                        None => Ok(DeclineOutcome::NotGiven),
+                    };
+                    match outcome {
+                        Ok(DeclineOutcome::Quarantined) => {
+                            warn!(mac = ?mac, %ip, "IPv6 address declined by its client: quarantined");
+                        }
+                        Ok(DeclineOutcome::NotGiven) => bump(&stats.declines_not_given),
+                        Ok(DeclineOutcome::MacLimit) => bump(&stats.declines_mac_limit),
+                        Ok(DeclineOutcome::PoolLimit) => bump(&stats.declines_pool_limit),
+                        Err(e) => return lease_error(state, &e),
+                    }
+                }
+            }
+            reply
+        }
+        Answer6::NotOurs => {
+            bump(&stats.not_ours);
+            trace("ignore", &|| {
+                format!(
+                    "DHCPv6 {:?}: another agent's (slot {:?} of {})",
+                    req.msg_type,
+                    share.slot(),
+                    share.slots()
+                )
+            });
+            return;
+        }
         Answer6::ReservationDeclined { reply, ip } => {
             bump(&stats.reservation_declines);
             warn!(mac = ?mac, %ip, "a reserved host declined its IPv6 address: another machine uses it");
@@ -186,6 +300,90 @@ fn handle(sock: &UdpSocket, bytes: &[u8], from: SocketAddrV6, server: &Server6, 
             trace("send_failed", &|| e.to_string());
         }
     }
+}
+
+/// Settles each IA_NA of a pool client's message in the lease store: an
+/// address held (Advertise), bound (Request, rapid commit) or extended
+/// (Renew, Rebind), each binding committed before this returns; an IA no
+/// address is free for says NoAddrsAvail, and is counted.
+fn settle<'a>(
+    state: &State,
+    inv: &Inventory,
+    req: &'a Request6,
+    ask: &PoolAsk6,
+    client6: &dyn Fn(u32) -> Client6<'a>,
+    now: u64,
+) -> Result<Vec<IaNaReply>, LeaseError> {
+    let subnet = &inv.subnets6[ask.subnet];
+    let pool = Pool6 {
+        subnet: subnet.network,
+        prefix: subnet.prefix,
+        start: *ask.slice.start(),
+        end: *ask.slice.end(),
+        lease_time: pool_lease_time6(inv, subnet),
+    };
+    let mut store = lock(&state.leases);
+    let mut out = Vec::with_capacity(req.ia_na.len());
+    for ia in &req.ia_na {
+        let client = client6(ia.iaid);
+        let wanted = ia.addrs.first().copied();
+        let exhausted = || {
+            bump(&state.stats6.pool_exhausted);
+            pool_ia_status(ia.iaid, StatusCode6::NoAddrsAvail, "no addresses available")
+        };
+        let reply = match ask.kind {
+            PoolKind6::Advertise => match store.offer6(client, &pool, &ia.addrs, now)? {
+                Some(ip) => pool_lease(ia.iaid, ip, pool.lease_time),
+                None => exhausted(),
+            },
+            PoolKind6::Bind | PoolKind6::Extend => {
+                let exact = ask.kind == PoolKind6::Extend;
+                match store.bind6(client, &pool, wanted, exact, None, now)? {
+                    BindOutcome6::Bound(lease) => pool_lease(ia.iaid, lease.ip, pool.lease_time),
+                    BindOutcome6::Exhausted => exhausted(),
+                    BindOutcome6::Refused(_) if ia.addrs.is_empty() => {
+                        pool_ia_status(ia.iaid, StatusCode6::NoBinding, "no binding")
+                    }
+                    BindOutcome6::Refused(_) => pool_ia_withdrawn(ia.iaid, &ia.addrs),
+                }
+            }
+        };
+        out.push(reply);
+    }
+    drop(store);
+    state.health.set_store(Ok(()));
+    Ok(out)
+}
+
+/// The whole pool of subnet `index` (not this agent's slice): the range a
+/// Decline may quarantine in.
+fn whole_pool(inv: &Inventory, index: usize) -> Option<Pool6> {
+    let subnet = inv.subnets6.get(index)?;
+    let range = subnet.pool?;
+    Some(Pool6 {
+        subnet: subnet.network,
+        prefix: subnet.prefix,
+        start: range.start,
+        end: range.end,
+        lease_time: pool_lease_time6(inv, subnet),
+    })
+}
+
+/// A lease store failure: logged, counted, and shown in health, as over
+/// IPv4; the client gets no answer and retries.
+fn lease_error(state: &State, e: &LeaseError) {
+    // A failing disk fails every request: one line a second at most.
+    static LOGGED: AtomicU64 = AtomicU64::new(0);
+    let second = clock::now_secs();
+    if LOGGED.swap(second, Ordering::Relaxed) != second {
+        warn!(
+            error = %e,
+            "lease store failed for a DHCPv6 pool client (counted in {}{{family=\"ipv6\",kind=\"lease_store\"}})",
+            crate::metrics::SLOW_ERRORS
+        );
+    }
+    bump(&state.stats6.lease_errors);
+    state.health.set_store(Err(e.to_string()));
 }
 
 /// Counts a reply sent and records it in the client's boot progress.
