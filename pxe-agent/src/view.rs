@@ -4,7 +4,10 @@
 //! shared state, the control task's view and the BMC fallbacks; the JSON
 //! of these types is the API's answer.
 
-use std::{collections::BTreeMap, net::Ipv4Addr};
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, Ipv4Addr},
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -12,7 +15,7 @@ use crate::{
     bmc::{Fallbacks, PowerState, driver, fallback::FallbackEvent},
     control::{self, Outcome},
     inventory::{Host, Inventory, Netboot},
-    lease::{Lease, LeaseState},
+    lease::{Lease, Lease6, LeaseState},
     mac::MacAddr,
     netboot::{Actor, NetbootStore, Phase},
     progress::{HostProgress, Stage},
@@ -20,11 +23,13 @@ use crate::{
     state::State,
 };
 
-/// A lease as the API shows it.
+/// A lease as the API shows it, IPv4 or IPv6 (by its `ip`).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct LeaseView {
-    pub mac: MacAddr,
-    pub ip: Ipv4Addr,
+    /// The client's MAC; an IPv6 lease has one when the client's DUID or
+    /// link-local address carried it, else `null`.
+    pub mac: Option<MacAddr>,
+    pub ip: IpAddr,
     pub state: LeaseState,
     /// Unix seconds.
     pub expires: u64,
@@ -33,22 +38,50 @@ pub struct LeaseView {
     /// lease, in hex with colons (`01:52:54:00:12:34:56`).
     #[serde(default)]
     pub client_id: Option<String>,
+    /// An IPv6 lease's key, with `iaid`: the client's DUID, in hex with
+    /// colons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duid: Option<String>,
+    /// The IAID of an IPv6 lease's IA_NA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iaid: Option<u32>,
+}
+
+/// Bytes in hex with colons.
+fn colon_hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 impl From<&Lease> for LeaseView {
     fn from(l: &Lease) -> LeaseView {
         LeaseView {
-            mac: MacAddr(l.mac),
-            ip: l.ip,
+            mac: Some(MacAddr(l.mac)),
+            ip: l.ip.into(),
             state: l.state,
             expires: l.expires,
             hostname: l.hostname.clone(),
-            client_id: l.client_id.as_deref().map(|id| {
-                id.iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(":")
-            }),
+            client_id: l.client_id.as_deref().map(colon_hex),
+            duid: None,
+            iaid: None,
+        }
+    }
+}
+
+impl From<&Lease6> for LeaseView {
+    fn from(l: &Lease6) -> LeaseView {
+        LeaseView {
+            mac: l.mac.map(MacAddr),
+            ip: l.ip.into(),
+            state: l.state,
+            expires: l.expires,
+            hostname: l.hostname.clone(),
+            client_id: None,
+            duid: Some(colon_hex(&l.duid)),
+            iaid: Some(l.iaid),
         }
     }
 }
@@ -365,5 +398,42 @@ mod tests {
                 view
             );
         }
+    }
+
+    #[test]
+    fn an_ipv6_lease_shows_its_duid_and_iaid() {
+        let lease = Lease6 {
+            duid: vec![
+                0, 1, 0, 1, 0x2c, 0x3d, 0x4e, 0x5f, 0x52, 0x54, 0, 0x12, 0x34, 0x5a,
+            ],
+            iaid: 7,
+            mac: None,
+            ip: "fd00:66::1000".parse().expect("address"),
+            state: LeaseState::Bound,
+            expires: 1_000,
+            hostname: None,
+        };
+        let view = LeaseView::from(&lease);
+        let json = serde_json::to_value(&view).expect("json");
+        assert_eq!(json["ip"], "fd00:66::1000");
+        assert_eq!(json["mac"], serde_json::Value::Null);
+        assert_eq!(json["duid"], "00:01:00:01:2c:3d:4e:5f:52:54:00:12:34:5a");
+        assert_eq!(json["iaid"], 7);
+        assert_eq!(
+            serde_json::from_value::<LeaseView>(json).expect("back"),
+            view
+        );
+        // An IPv4 lease's JSON has neither key.
+        let v4 = LeaseView::from(&Lease {
+            mac: [2; 6],
+            ip: Ipv4Addr::new(10, 0, 0, 9),
+            state: LeaseState::Bound,
+            expires: 1,
+            hostname: None,
+            client_id: None,
+        });
+        let json = serde_json::to_value(&v4).expect("json");
+        assert!(json.get("duid").is_none() && json.get("iaid").is_none());
+        assert_eq!(json["ip"], "10.0.0.9");
     }
 }

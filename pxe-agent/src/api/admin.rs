@@ -125,11 +125,15 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         Stats::read_all(s.counters.iter().map(|c| &**c)).map_err(|e| internal("counters", e))?;
     let gauges = *lock(&s.serving.gauges);
     // The lease store's lock may be held through a commit (an fsync).
-    let leases = {
+    let (leases, leases6) = {
         let state = s.boot.shared.clone();
         tokio::task::spawn_blocking(move || {
             let store = lock(&state.leases);
-            [LeaseState::Bound, LeaseState::Declined].map(|st| (st, store.count(st)))
+            let states = [LeaseState::Bound, LeaseState::Declined];
+            (
+                states.map(|st| (st, store.count(st))),
+                states.map(|st| (st, store.count6(st))),
+            )
         })
         .await
         .map_err(|e| internal("leases", e))?
@@ -147,6 +151,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         traced: s.boot.shared.progress.trace().traced(),
         xdp_events_lost: s.boot.shared.progress.xdp_events_lost(),
         leases: &leases,
+        leases6: &leases6,
         tftp,
         http: s.boot.http_stats.snapshot(),
     });
@@ -206,14 +211,20 @@ async fn peers(State(s): State<Arc<AdminState>>) -> Json<PeersView> {
     Json(peers_view(&s.boot.shared))
 }
 
-/// Pool leases, including quarantined addresses.
+/// Pool leases, including quarantined addresses: IPv4's, then IPv6's.
 async fn leases(State(s): State<Arc<AdminState>>) -> Result<Json<Vec<LeaseView>>, ApiError> {
     let state = s.boot.shared.clone();
-    let list = tokio::task::spawn_blocking(move || lock(&state.leases).list())
-        .await
-        .map_err(|e| internal("leases", e))?
-        .map_err(|e| internal("leases", e))?;
-    Ok(Json(list.iter().map(LeaseView::from).collect()))
+    let (list, list6) = tokio::task::spawn_blocking(move || {
+        let store = lock(&state.leases);
+        Ok::<_, crate::lease::LeaseError>((store.list()?, store.list6()?))
+    })
+    .await
+    .map_err(|e| internal("leases", e))?
+    .map_err(|e| internal("leases", e))?;
+    let views = list.iter().map(LeaseView::from);
+    Ok(Json(
+        views.chain(list6.iter().map(LeaseView::from)).collect(),
+    ))
 }
 
 /// A trace stream writes an empty line this often, so that a watcher that

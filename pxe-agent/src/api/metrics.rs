@@ -40,6 +40,8 @@ pub struct Page<'a> {
     pub xdp_events_lost: u64,
     /// Pool leases by state, from the lease store's index.
     pub leases: &'a [(LeaseState, usize)],
+    /// IPv6 pool leases by state, shown with `family="ipv6"`.
+    pub leases6: &'a [(LeaseState, usize)],
     /// Counters of the TFTP server, when it runs.
     pub tftp: Option<StatsSnapshot>,
     /// Counters of the boot HTTP listener.
@@ -120,7 +122,8 @@ pub fn render(p: &Page) -> String {
         Kind::Counter,
         "Requests of unknown hosts left to a peer agent sharing the discovery pool.",
     )
-    .value(load(&p.slow.not_ours));
+    .sample(&[], load(&p.slow.not_ours))
+    .sample(&[V6], load(&p.slow6.not_ours));
     let mut f = o.family(SLOW_ERRORS, Kind::Counter, "Slow-path failures, by kind.");
     for (kind, c) in [
         ("malformed", &p.slow.malformed),
@@ -133,6 +136,8 @@ pub fn render(p: &Page) -> String {
     }
     for (kind, c) in [
         ("malformed", &p.slow6.malformed),
+        ("pool_exhausted", &p.slow6.pool_exhausted),
+        ("lease_store", &p.slow6.lease_errors),
         ("send", &p.slow6.send_errors),
         ("panic", &p.slow6.panics),
     ] {
@@ -149,6 +154,13 @@ pub fn render(p: &Page) -> String {
         ("pool_limit", &p.slow.declines_pool_limit),
     ] {
         f.sample(&[("reason", reason)], load(c));
+    }
+    for (reason, c) in [
+        ("not_given", &p.slow6.declines_not_given),
+        ("mac_limit", &p.slow6.declines_mac_limit),
+        ("pool_limit", &p.slow6.declines_pool_limit),
+    ] {
+        f.sample(&[V6, ("reason", reason)], load(c));
     }
     o.family(
         RESERVATION_DECLINES,
@@ -185,13 +197,17 @@ pub fn render(p: &Page) -> String {
     )
     .value(p.xdp_events_lost);
     let mut f = o.family(LEASES, Kind::Gauge, "Pool leases, by state.");
-    for state in [LeaseState::Bound, LeaseState::Declined] {
-        let n = p
-            .leases
+    let count = |leases: &[(LeaseState, usize)], state| {
+        leases
             .iter()
             .find(|(s, _)| *s == state)
-            .map_or(0, |(_, n)| *n);
-        f.sample(&[("state", state.as_str())], n);
+            .map_or(0, |(_, n)| *n)
+    };
+    for state in [LeaseState::Bound, LeaseState::Declined] {
+        f.sample(&[("state", state.as_str())], count(p.leases, state));
+    }
+    for state in [LeaseState::Bound, LeaseState::Declined] {
+        f.sample(&[V6, ("state", state.as_str())], count(p.leases6, state));
     }
     if let Some(t) = p.tftp {
         render_tftp(&mut o, &t);

@@ -1,4 +1,4 @@
-//! `pxe-agent leases`: the running agent's pool leases.
+//! `pxe-agent leases`: the running agent's pool leases, IPv4 and IPv6.
 
 use std::process::ExitCode;
 
@@ -23,14 +23,15 @@ pub fn list(output: Output, api: &ApiArgs) -> anyhow::Result<ExitCode> {
     let now = clock::now_ms() / 1000;
     let mut table = Table::new(&[
         ("MAC", 17, Align::Left),
-        ("IP", 15, Align::Left),
+        ("IP", 39, Align::Left),
         ("STATE", 9, Align::Left),
         ("EXPIRES", 12, Align::Right),
         ("hostname", 64, Align::Left),
     ]);
     for l in list {
         table.row(vec![
-            l.mac.to_string(),
+            // An IPv6 client whose DUID and address carry no MAC.
+            l.mac.map_or_else(|| "-".to_owned(), |m| m.to_string()),
             l.ip.to_string(),
             l.state.to_string(),
             when::until(l.expires, now),

@@ -64,6 +64,12 @@ fn the_page_is_written_as_before() {
         &s6.reservation_declines,
         &s6.send_errors,
         &s6.panics,
+        &s6.pool_exhausted,
+        &s6.lease_errors,
+        &s6.not_ours,
+        &s6.declines_not_given,
+        &s6.declines_mac_limit,
+        &s6.declines_pool_limit,
     ]);
     s6.ignored[Counter::DropOtherServer as usize].store(8, Ordering::Relaxed);
     let health = Health::default();
@@ -106,6 +112,7 @@ fn the_page_is_written_as_before() {
             traced: 32,
             xdp_events_lost: 33,
             leases: &[(LeaseState::Declined, 34), (LeaseState::Bound, 35)],
+            leases6: &[(LeaseState::Bound, 36)],
             tftp,
             http,
         })
@@ -231,6 +238,7 @@ pxe_slow_ratelimited_total{scope="table"} 9
 # HELP pxe_slow_not_ours_total Requests of unknown hosts left to a peer agent sharing the discovery pool.
 # TYPE pxe_slow_not_ours_total counter
 pxe_slow_not_ours_total 19
+pxe_slow_not_ours_total{family="ipv6"} 10
 # HELP pxe_slow_errors_total Slow-path failures, by kind.
 # TYPE pxe_slow_errors_total counter
 pxe_slow_errors_total{kind="malformed"} 10
@@ -239,6 +247,8 @@ pxe_slow_errors_total{kind="lease_store"} 12
 pxe_slow_errors_total{kind="send"} 17
 pxe_slow_errors_total{kind="panic"} 18
 pxe_slow_errors_total{family="ipv6",kind="malformed"} 4
+pxe_slow_errors_total{family="ipv6",kind="pool_exhausted"} 8
+pxe_slow_errors_total{family="ipv6",kind="lease_store"} 9
 pxe_slow_errors_total{family="ipv6",kind="send"} 6
 pxe_slow_errors_total{family="ipv6",kind="panic"} 7
 # HELP pxe_slow_declines_refused_total DHCPDECLINEs of pool addresses not acted on, by reason: the address was not given to that MAC, or quarantining it would pass the MAC's or the pool's limit.
@@ -246,6 +256,9 @@ pxe_slow_errors_total{family="ipv6",kind="panic"} 7
 pxe_slow_declines_refused_total{reason="not_given"} 13
 pxe_slow_declines_refused_total{reason="mac_limit"} 14
 pxe_slow_declines_refused_total{reason="pool_limit"} 15
+pxe_slow_declines_refused_total{family="ipv6",reason="not_given"} 11
+pxe_slow_declines_refused_total{family="ipv6",reason="mac_limit"} 12
+pxe_slow_declines_refused_total{family="ipv6",reason="pool_limit"} 13
 # HELP pxe_reservation_declines_total DHCPDECLINEs of a reserved address by its own host: another machine uses it (`pxe-agent hosts` names the host).
 # TYPE pxe_reservation_declines_total counter
 pxe_reservation_declines_total 16
@@ -269,6 +282,8 @@ pxe_xdp_events_lost_total 33
 # TYPE pxe_leases gauge
 pxe_leases{state="bound"} 35
 pxe_leases{state="declined"} 34
+pxe_leases{family="ipv6",state="bound"} 36
+pxe_leases{family="ipv6",state="declined"} 0
 # HELP pxe_tftp_transfers_total TFTP read requests, by outcome.
 # TYPE pxe_tftp_transfers_total counter
 pxe_tftp_transfers_total{outcome="done"} 2

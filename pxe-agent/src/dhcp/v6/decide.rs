@@ -917,4 +917,206 @@ hosts:
         assert_eq!(address(&advertise), Some("fd00:66::13".parse().unwrap()));
         assert_eq!(advertise.boot_url, None);
     }
+
+    /// The inventory with discovery `policy` and pools on both subnets.
+    fn pool_inventory(policy: &str) -> Inventory {
+        let text = format!(
+            r#"
+subnets:
+  - {{cidr: 10.66.0.0/16, router: 10.66.0.1, pool: {{start: 10.66.200.1, end: 10.66.200.9}}}}
+  - {{cidr: "fd00:66::/64", lease_time: 600,
+     pool: {{start: "fd00:66::1000", end: "fd00:66::100f"}}}}
+discovery: {{policy: {policy}, profile: inspector, lease_time: 300}}
+profiles:
+  - name: all
+    boot: {{uefi: ipxe.efi}}
+  - name: inspector
+    boot: {{http: "http://{{server}}:8080/inspect.efi"}}
+hosts:
+  - {{mac: "52:54:00:12:34:56", ip: 10.66.1.10, ipv6: "fd00:66::10", profile: all}}
+  - {{mac: "52:54:00:12:34:58", ip: 10.66.1.12, profile: all}}
+"#
+        );
+        Inventory::parse(Path::new("hosts.yaml"), &text).expect("valid")
+    }
+
+    const UNKNOWN: MacAddr = MacAddr([0x52, 0x54, 0x00, 0xaa, 0xbb, 0x01]);
+
+    fn pool_ask(answer: Answer6) -> PoolAsk6 {
+        match answer {
+            Answer6::Pool(ask) => ask,
+            other => panic!("expected a pool lease, got {other:?}"),
+        }
+    }
+
+    fn to_us(mut req: Request6, msg_type: MessageType, addr: Option<Ipv6Addr>) -> Request6 {
+        req.msg_type = msg_type;
+        req.server_id = Some(server().duid.into());
+        req.ia_na[0].addrs = addr.into_iter().collect();
+        req
+    }
+
+    #[test]
+    fn unknown_clients_lease_from_their_links_pool_under_inspect() {
+        let inv = pool_inventory("inspect");
+        let whole = "fd00:66::1000".parse().unwrap()..="fd00:66::100f".parse().unwrap();
+        let src = stranger();
+        let sol = solicit(duid_llt(UNKNOWN));
+        let ask = pool_ask(decide6(&sol, src, &inv, &server()));
+        assert_eq!((ask.subnet, ask.kind), (0, PoolKind6::Advertise));
+        assert_eq!(ask.slice, whole);
+        let rapid = Request6 {
+            rapid_commit: true,
+            ..sol.clone()
+        };
+        assert_eq!(
+            pool_ask(decide6(&rapid, src, &inv, &server())).kind,
+            PoolKind6::Bind
+        );
+        let addr = Some("fd00:66::1000".parse().unwrap());
+        for (msg_type, kind) in [
+            (MessageType::Request, PoolKind6::Bind),
+            (MessageType::Renew, PoolKind6::Extend),
+        ] {
+            let req = to_us(sol.clone(), msg_type, addr);
+            assert_eq!(pool_ask(decide6(&req, src, &inv, &server())).kind, kind);
+        }
+        let mut rebind = sol.clone();
+        rebind.msg_type = MessageType::Rebind;
+        rebind.ia_na[0].addrs = addr.into_iter().collect();
+        assert_eq!(
+            pool_ask(decide6(&rebind, src, &inv, &server())).kind,
+            PoolKind6::Extend
+        );
+        let release = to_us(sol.clone(), MessageType::Release, addr);
+        match decide6(&release, src, &inv, &server()) {
+            Answer6::PoolRelease(reply) => {
+                assert_eq!(reply.status.map(|s| s.code), Some(StatusCode6::Success));
+            }
+            other => panic!("{other:?}"),
+        }
+        let decline = to_us(sol.clone(), MessageType::Decline, addr);
+        assert!(matches!(
+            decide6(&decline, src, &inv, &server()),
+            Answer6::PoolDecline { subnet: 0, .. }
+        ));
+        // Confirm: on link for a pool address, not for one elsewhere.
+        let mut confirm = sol.clone();
+        confirm.msg_type = MessageType::Confirm;
+        confirm.ia_na[0].addrs = addr.into_iter().collect();
+        let on = reply(decide6(&confirm, src, &inv, &server()));
+        assert_eq!(on.status.map(|s| s.code), Some(StatusCode6::Success));
+        confirm.ia_na[0].addrs = vec!["fd00:99::1000".parse().unwrap()];
+        let off = reply(decide6(&confirm, src, &inv, &server()));
+        assert_eq!(off.status.map(|s| s.code), Some(StatusCode6::NotOnLink));
+    }
+
+    #[test]
+    fn without_inspect_or_for_a_known_host_without_ipv6_there_is_no_pool_lease() {
+        let sol = solicit(duid_llt(UNKNOWN));
+        assert_eq!(
+            decide6(&sol, stranger(), &pool_inventory("ignore"), &server()),
+            Answer6::Ignore(Counter::PassUnknownHost)
+        );
+        // Known over IPv4 only: left to other servers, as before.
+        let known = solicit(duid_llt(MacAddr([0x52, 0x54, 0, 0x12, 0x34, 0x58])));
+        assert_eq!(
+            decide6(&known, stranger(), &pool_inventory("inspect"), &server()),
+            Answer6::Ignore(Counter::PassUnknownHost)
+        );
+    }
+
+    #[test]
+    fn pool_answers_carry_the_discovery_profile_and_say_when_the_pool_is_empty() {
+        let inv = pool_inventory("inspect");
+        let src = stranger();
+        let sol = firmware(solicit(duid_llt(UNKNOWN)), "HTTPClient", 16);
+        let ask = pool_ask(decide6(&sol, src, &inv, &server()));
+        let ip = "fd00:66::1003".parse().unwrap();
+        let ia = pool_lease(7, ip, pool_lease_time6(&inv, &inv.subnets6[0]));
+        let adv = pool_reply6(&sol, src, &inv, &server(), &ask, vec![ia]);
+        assert_eq!(adv.msg_type, MessageType::Advertise);
+        assert_eq!(address(&adv), Some(ip));
+        // The discovery policy's lease time, as over IPv4.
+        assert_eq!(adv.ia_na[0].addrs[0].valid, 300);
+        assert_eq!(
+            adv.boot_url.as_deref(),
+            Some("http://[fd00:66::1]:8080/inspect.efi")
+        );
+        let none = pool_ia_status(7, StatusCode6::NoAddrsAvail, "no addresses available");
+        let empty = pool_reply6(&sol, src, &inv, &server(), &ask, vec![none.clone()]);
+        assert_eq!(empty.msg_type, MessageType::Advertise);
+        assert!(empty.ia_na.is_empty());
+        assert_eq!(
+            empty.status.map(|s| s.code),
+            Some(StatusCode6::NoAddrsAvail)
+        );
+        // A Request the pool has nothing for: the IA says so.
+        let req = to_us(sol.clone(), MessageType::Request, None);
+        let ask = pool_ask(decide6(&req, src, &inv, &server()));
+        let reply = pool_reply6(&req, src, &inv, &server(), &ask, vec![none]);
+        assert_eq!(reply.msg_type, MessageType::Reply);
+        assert_eq!(
+            reply.ia_na[0].status.as_ref().map(|s| s.code),
+            Some(StatusCode6::NoAddrsAvail)
+        );
+    }
+
+    /// Two agents sharing the pool: each unknown client's Solicit is
+    /// answered by exactly one, from its own slice, and the slices do not
+    /// overlap.
+    #[test]
+    fn shared_pools_answer_each_client_from_one_agent() {
+        let inv = pool_inventory("inspect");
+        let shares: Vec<Share> = (0..2)
+            .map(|slot| Share::new(slot, 2).unwrap().with_live([0, 1]))
+            .collect();
+        let mut slices = Vec::new();
+        for n in 0..=255u8 {
+            let sol = solicit(duid_llt(MacAddr([0x52, 0x54, 0, 0xaa, 0xbb, n])));
+            let answers: Vec<Answer6> = shares
+                .iter()
+                .map(|share| {
+                    let pools = Pools6 { share, held: &[] };
+                    decide6_shared(&sol, stranger(), &inv, &server(), &pools)
+                })
+                .collect();
+            let asks: Vec<&PoolAsk6> = answers
+                .iter()
+                .filter_map(|a| match a {
+                    Answer6::Pool(ask) => Some(ask),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(asks.len(), 1, "client {n}: {answers:?}");
+            assert!(answers.contains(&Answer6::NotOurs));
+            slices.push(asks[0].slice.clone());
+        }
+        let distinct: std::collections::BTreeSet<_> =
+            slices.iter().map(|r| (*r.start(), *r.end())).collect();
+        assert_eq!(distinct.len(), 2, "both agents answered some: {distinct:?}");
+        let v: Vec<_> = distinct.into_iter().collect();
+        assert!(v[0].1 < v[1].0, "the slices do not overlap: {v:?}");
+        // A client whose address the store holds stays with that agent.
+        let sol = solicit(duid_llt(UNKNOWN));
+        let held = [v[1].0];
+        let pools = Pools6 {
+            share: &shares[1],
+            held: &held,
+        };
+        assert!(matches!(
+            decide6_shared(&sol, stranger(), &inv, &server(), &pools),
+            Answer6::Pool(_)
+        ));
+        // An agent whose slot is not live answers no pool client.
+        let dead = Share::new(0, 2).unwrap().with_live([1]);
+        let pools = Pools6 {
+            share: &dead,
+            held: &[],
+        };
+        assert_eq!(
+            decide6_shared(&sol, stranger(), &inv, &server(), &pools),
+            Answer6::NotOurs
+        );
+    }
 }
