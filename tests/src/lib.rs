@@ -71,6 +71,8 @@ mod persistence;
 #[cfg(test)]
 mod phone_home;
 #[cfg(test)]
+mod pool6;
+#[cfg(test)]
 mod proxy;
 #[cfg(test)]
 mod recovery_vm;
