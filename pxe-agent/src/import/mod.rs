@@ -493,7 +493,7 @@ impl Translation {
             if let Some((a, b)) = s.pool {
                 let _ = writeln!(
                     out,
-                    "    # Checked, not yet leased from: the agent answers IPv6 reservations only."
+                    "    # Leased to machines no host names, under discovery.policy inspect only."
                 );
                 let _ = writeln!(out, "    pool: {{start: \"{a}\", end: \"{b}\"}}");
             }

@@ -149,7 +149,7 @@ impl State {
         if pool.is_some() {
             self.report.add(
                 origin,
-                "IPv6 dynamic range kept as the subnet's pool, checked but not leased from: the agent answers IPv6 reservations only, where dnsmasq leased the range to every machine asking",
+                "IPv6 dynamic range kept as the subnet's pool, leased only to machines the inventory does not list and only under discovery.policy inspect, where dnsmasq leased the range to every machine asking",
             );
         }
         self.subnets6.push(Subnet6Out {
@@ -344,7 +344,7 @@ subnets:
     dns: ["fd00:66::53", "fd00:66::54"]
     domain: "lab.example"
     lease_time: 43200
-    # Checked, not yet leased from: the agent answers IPv6 reservations only.
+    # Leased to machines no host names, under discovery.policy inspect only.
     pool: {start: "fd00:66::1000", end: "fd00:66::1fff"}
     ra: {}
 
@@ -369,7 +369,7 @@ hosts:
             &[
                 (
                     3,
-                    "IPv6 dynamic range kept as the subnet's pool, checked but not leased from",
+                    "IPv6 dynamic range kept as the subnet's pool, leased only to machines the inventory does not list",
                 ),
                 (4, "enable-ra translated as `ra: {}` on every IPv6 subnet"),
                 (

@@ -115,7 +115,7 @@ pub(super) fn translate(mut ctx: Ctx<'_>, dhcp6: &Value) -> Translation {
         if pool.is_some() {
             ctx.report.add(
                 &origin,
-                "pool kept, checked but not leased from: the agent answers IPv6 reservations only, where Kea leased it to every machine asking",
+                "pool kept, leased only to machines the inventory does not list and only under discovery.policy inspect, where Kea leased it to every machine asking",
             );
         }
         subnets6.push(Subnet6Out {
@@ -421,7 +421,7 @@ subnets:
     dns: ["fd00:66::53", "fd00:66::54"]
     domain: "lab.example"
     lease_time: 4000
-    # Checked, not yet leased from: the agent answers IPv6 reservations only.
+    # Leased to machines no host names, under discovery.policy inspect only.
     pool: {start: "fd00:66::1000", end: "fd00:66::1fff"}
 
 profiles:
@@ -484,7 +484,7 @@ hosts:
             "kea-dhcp6.conf:9: global search domains example.org not translated: the inventory's domain is one name",
             "kea-dhcp6.conf:10: global option bootfile-url = \"tftp://[fd00:66::1]/ipxe.efi\" not translated: over DHCPv6 the agent sends each host the boot files of its profile",
             "kea-dhcp6.conf:13: client class ipxe6 not translated: the agent's DHCPv6 answer is the host's profile",
-            "kea-dhcp6.conf:17: pool kept, checked but not leased from",
+            "kea-dhcp6.conf:17: pool kept, leased only to machines the inventory does not list",
             "kea-dhcp6.conf:18: pool fd00:66::2000/116 not translated: the inventory keeps one pool a subnet",
             "kea-dhcp6.conf:19: subnet fd00:66::/64 pd-pools not translated: the agent delegates no prefixes",
             "kea-dhcp6.conf:22: reservation 52:54:00:00:00:02 addresses fd00:66::112 not translated: the inventory holds one IPv6 address a host",
