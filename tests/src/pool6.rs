@@ -90,7 +90,7 @@ fn leased(file: &str) -> Option<String> {
     file.lines()
         .filter_map(|l| l.trim().strip_prefix("iaaddr "))
         .filter_map(|rest| rest.split_whitespace().next())
-        .last()
+        .next_back()
         .map(str::to_owned)
 }
 
