@@ -113,6 +113,10 @@ pub struct Dhcp6Stats {
     pub declines_not_given: AtomicU64,
     pub declines_mac_limit: AtomicU64,
     pub declines_pool_limit: AtomicU64,
+    /// Messages dropped by the storm guard, by bucket (as IPv4's).
+    pub limited_mac: AtomicU64,
+    pub limited_unknown: AtomicU64,
+    pub limited_table: AtomicU64,
 }
 
 impl State {

@@ -117,6 +117,13 @@ pub fn render(p: &Page) -> String {
     ] {
         f.sample(&[("scope", scope)], load(c));
     }
+    for (scope, c) in [
+        ("mac", &p.slow6.limited_mac),
+        ("unknown", &p.slow6.limited_unknown),
+        ("table", &p.slow6.limited_table),
+    ] {
+        f.sample(&[V6, ("scope", scope)], load(c));
+    }
     o.family(
         SLOW_NOT_OURS,
         Kind::Counter,

@@ -357,12 +357,13 @@ pub(super) fn start_dhcp6(
         }
     }
     let server = Server6 { ip, duid };
+    let limits = cfg.limits;
     std::thread::Builder::new()
         .name("dhcp6".into())
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    server6::serve(&sock, &server, &shared, &stop, beats);
+                    server6::serve(&sock, &server, &shared, limits, &stop, beats);
                 }));
                 if let Err(panic) = run {
                     error!(panic = %panic_message(panic.as_ref()), "DHCPv6 died; starting it again");

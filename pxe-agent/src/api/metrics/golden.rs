@@ -70,6 +70,9 @@ fn the_page_is_written_as_before() {
         &s6.declines_not_given,
         &s6.declines_mac_limit,
         &s6.declines_pool_limit,
+        &s6.limited_mac,
+        &s6.limited_unknown,
+        &s6.limited_table,
     ]);
     s6.ignored[Counter::DropOtherServer as usize].store(8, Ordering::Relaxed);
     let health = Health::default();
@@ -235,6 +238,9 @@ pxe_slow_ignored_total{family="ipv6",reason="drop_other_server"} 8
 pxe_slow_ratelimited_total{scope="mac"} 7
 pxe_slow_ratelimited_total{scope="unknown"} 8
 pxe_slow_ratelimited_total{scope="table"} 9
+pxe_slow_ratelimited_total{family="ipv6",scope="mac"} 14
+pxe_slow_ratelimited_total{family="ipv6",scope="unknown"} 15
+pxe_slow_ratelimited_total{family="ipv6",scope="table"} 16
 # HELP pxe_slow_not_ours_total Requests of unknown hosts left to a peer agent sharing the discovery pool.
 # TYPE pxe_slow_not_ours_total counter
 pxe_slow_not_ours_total 19

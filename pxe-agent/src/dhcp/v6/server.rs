@@ -17,7 +17,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use dhcproto::v6::MessageType;
@@ -33,8 +33,11 @@ use super::{
 };
 use crate::{
     clock,
+    dhcp::server::Limits,
     inventory::{Inventory, decode_hex},
     lease::{BindOutcome6, Client6, DeclineOutcome, LeaseError, LeaseState, Pool6, Quarantine},
+    mac::MacAddr,
+    ratelimit::{Limited, Limiter},
     state::State,
     sync::{lock, read},
     trace::TracePath,
@@ -100,15 +103,20 @@ pub fn load_or_create_duid(dir: &Path, mac: [u8; 6]) -> io::Result<Vec<u8>> {
 
 /// Serves until `stop` is set. A panic while handling one message is
 /// contained there; the caller supervises the loop for anything else.
-/// With `beats`, this loop is the one readiness follows (an agent with no
-/// IPv4 interface has no DHCPv4 slow path to follow).
+/// `limits` is the storm guard's, as over IPv4: a bucket per client and
+/// one shared by every client the inventory does not know. With `beats`,
+/// this loop is the one readiness follows (an agent with no IPv4
+/// interface has no DHCPv4 slow path to follow).
 pub fn serve(
     sock: &UdpSocket,
     server: &Server6,
     state: &Arc<State>,
+    limits: Limits,
     stop: &AtomicBool,
     beats: bool,
 ) {
+    let mut limiter = Limiter::new(limits.per_mac, limits.unknown, limits.tracked_macs);
+    let started = Instant::now();
     let mut buf = [0u8; 1500];
     while !stop.load(Ordering::Relaxed) {
         if beats {
@@ -134,8 +142,9 @@ pub fn serve(
             continue;
         };
         bump(&state.stats6.rx);
+        let mono = started.elapsed().as_secs_f64();
         let handled = panic::catch_unwind(AssertUnwindSafe(|| {
-            handle(sock, &buf[..len], from, server, state);
+            handle(sock, &buf[..len], from, server, state, &mut limiter, mono);
         }));
         if handled.is_err() {
             bump(&state.stats6.panics);
@@ -143,7 +152,15 @@ pub fn serve(
     }
 }
 
-fn handle(sock: &UdpSocket, bytes: &[u8], from: SocketAddrV6, server: &Server6, state: &State) {
+fn handle(
+    sock: &UdpSocket,
+    bytes: &[u8],
+    from: SocketAddrV6,
+    server: &Server6,
+    state: &State,
+    limiter: &mut Limiter,
+    mono: f64,
+) {
     let stats = &state.stats6;
     let req = match Request6::parse(bytes) {
         Ok(req) => req,
@@ -162,6 +179,16 @@ fn handle(sock: &UdpSocket, bytes: &[u8], from: SocketAddrV6, server: &Server6, 
         .map(|(host, _)| host.mac)
         .or_else(|| client_mac(&req, source));
     let by = known.map_or("unknown", |(_, by)| by.as_str());
+    // The storm guard, before anything reads the lease store: a pool
+    // client may make the agent write to disk.
+    if let Err(limited) = limiter.admit(guard_key(&req, mac, source), known.is_some(), mono) {
+        bump(match limited {
+            Limited::Mac => &stats.limited_mac,
+            Limited::Unknown => &stats.limited_unknown,
+            Limited::Table => &stats.limited_table,
+        });
+        return;
+    }
     // The detail is made only when someone traces the client.
     let trace = |what: &str, detail: &dyn Fn() -> String| {
         if let Some(mac) = mac {
@@ -302,6 +329,25 @@ fn handle(sock: &UdpSocket, bytes: &[u8], from: SocketAddrV6, server: &Server6, 
     }
 }
 
+/// What the storm guard files a message under: its client's MAC when the
+/// DUID or the address carries one, else a key made from the DUID (or,
+/// without one, the source address), so that a client sending a DUID-EN
+/// or DUID-UUID still has a bucket of its own. Made keys are locally
+/// administered unicast MACs, which no DUID-LL of a real NIC names.
+fn guard_key(req: &Request6, mac: Option<MacAddr>, source: Ipv6Addr) -> MacAddr {
+    if let Some(mac) = mac {
+        return mac;
+    }
+    let source = source.octets();
+    let bytes = req.client_id.as_deref().unwrap_or(&source);
+    // FNV-1a, 64-bit: a stable spread of the DUID over the key.
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let h = hash.to_be_bytes();
+    MacAddr([(h[0] | 0x02) & !0x01, h[1], h[2], h[3], h[4], h[5]])
+}
+
 /// Settles each IA_NA of a pool client's message in the lease store: an
 /// address held (Advertise), bound (Request, rapid commit) or extended
 /// (Renew, Rebind), each binding committed before this returns; an IA no
@@ -387,13 +433,7 @@ fn lease_error(state: &State, e: &LeaseError) {
 }
 
 /// Counts a reply sent and records it in the client's boot progress.
-fn record(
-    state: &State,
-    reply: &Reply6,
-    req: &Request6,
-    mac: Option<crate::mac::MacAddr>,
-    by: &str,
-) {
+fn record(state: &State, reply: &Reply6, req: &Request6, mac: Option<MacAddr>, by: &str) {
     let (counter, what) = match reply.msg_type {
         MessageType::Advertise => (&state.stats6.advertises, "advertise"),
         _ => (&state.stats6.replies, "reply"),
@@ -445,5 +485,19 @@ mod tests {
             err.to_string().contains("dhcpv6-duid is not a DUID in hex"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_storm_guard_files_a_client_by_its_mac_else_by_its_duid() {
+        let mut req = Request6::parse(&[1, 0, 0, 1]).expect("an empty Solicit");
+        let source: Ipv6Addr = "fe80::1234:5678:9abc:def0".parse().unwrap();
+        let mac = MacAddr([0x52, 0x54, 0, 1, 2, 3]);
+        assert_eq!(guard_key(&req, Some(mac), source), mac);
+        req.client_id = Some(vec![0, 2, 0, 0, 0x01, 0x37, 1, 2, 3].into());
+        let a = guard_key(&req, None, source);
+        assert_eq!(a, guard_key(&req, None, "fe80::1".parse().unwrap()));
+        assert_eq!(a.0[0] & 0x03, 0x02, "locally administered unicast: {a}");
+        req.client_id = Some(vec![0, 2, 0, 0, 0x01, 0x37, 1, 2, 4].into());
+        assert_ne!(guard_key(&req, None, source), a);
     }
 }
