@@ -97,15 +97,16 @@ pub struct PeersView {
     pub serving: bool,
     /// RFC 3074 buckets of 256 this agent answers.
     pub buckets: usize,
-    /// This agent's slice of each pool.
+    /// This agent's slice of each pool: the IPv4 pools', then the IPv6
+    /// pools'.
     pub slices: Vec<SliceView>,
 }
 
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SliceView {
     pub subnet: String,
-    pub start: Ipv4Addr,
-    pub end: Ipv4Addr,
+    pub start: IpAddr,
+    pub end: IpAddr,
 }
 
 /// How this agent shares the discovery pools now: what `GET /api/v1/peers`
@@ -113,19 +114,25 @@ pub struct SliceView {
 pub fn peers_view(state: &State) -> PeersView {
     let share = state.share();
     let inv = state.inventory();
-    let slices = inv
-        .subnets
-        .iter()
-        .filter_map(|sub| {
-            let pool = sub.pool?;
-            let slice = share.slice(pool.start, pool.end)?;
-            Some(SliceView {
-                subnet: format!("{}/{}", sub.network, sub.prefix),
-                start: *slice.start(),
-                end: *slice.end(),
-            })
+    let slices = inv.subnets.iter().filter_map(|sub| {
+        let pool = sub.pool?;
+        let slice = share.slice(pool.start, pool.end)?;
+        Some(SliceView {
+            subnet: format!("{}/{}", sub.network, sub.prefix),
+            start: (*slice.start()).into(),
+            end: (*slice.end()).into(),
         })
-        .collect();
+    });
+    let slices6 = inv.subnets6.iter().filter_map(|sub| {
+        let pool = sub.pool?;
+        let slice = share.slice6(pool.start, pool.end)?;
+        Some(SliceView {
+            subnet: sub.to_string(),
+            start: (*slice.start()).into(),
+            end: (*slice.end()).into(),
+        })
+    });
+    let slices = slices.chain(slices6).collect();
     PeersView {
         slot: share.slot(),
         slots: share.slots(),

@@ -1119,4 +1119,29 @@ hosts:
             Answer6::NotOurs
         );
     }
+
+    /// A relayed unknown client leases from the pool of the relay's link,
+    /// and from none when that link's subnet has no pool.
+    #[test]
+    fn a_relayed_unknown_client_leases_from_its_relays_link() {
+        let inv = pool_inventory("inspect");
+        let mut relayed = solicit(duid_llt(UNKNOWN));
+        relayed.relays = vec![RelayHop {
+            hop_count: 0,
+            link_addr: "fd00:66::2".parse().unwrap(),
+            peer_addr: stranger(),
+            interface_id: None,
+            client_link_layer: None,
+        }];
+        let relay = "fd00:66::2".parse().unwrap();
+        assert_eq!(
+            pool_ask(decide6(&relayed, relay, &inv, &server())).subnet,
+            0
+        );
+        relayed.relays[0].link_addr = "fd00:77::2".parse().unwrap();
+        assert_eq!(
+            decide6(&relayed, relay, &inv, &server()),
+            Answer6::Ignore(Counter::PassUnknownHost)
+        );
+    }
 }
