@@ -397,7 +397,11 @@ fn settle<'a>(
         out.push(reply);
     }
     drop(store);
-    state.health.set_store(Ok(()));
+    // A commit went through: the store is writable again (an Advertise
+    // writes nothing, so says nothing about it).
+    if ask.kind != PoolKind6::Advertise && !out.is_empty() {
+        state.health.set_store(Ok(()));
+    }
     Ok(out)
 }
 
