@@ -370,6 +370,7 @@ fn settle<'a>(
     };
     let mut store = lock(&state.leases);
     let mut out = Vec::with_capacity(req.ia_na.len());
+    let mut committed = false;
     for ia in &req.ia_na {
         let client = client6(ia.iaid);
         let wanted = ia.addrs.first().copied();
@@ -385,7 +386,10 @@ fn settle<'a>(
             PoolKind6::Bind | PoolKind6::Extend => {
                 let exact = ask.kind == PoolKind6::Extend;
                 match store.bind6(client, &pool, wanted, exact, None, now)? {
-                    BindOutcome6::Bound(lease) => pool_lease(ia.iaid, lease.ip, pool.lease_time),
+                    BindOutcome6::Bound(lease) => {
+                        committed = true;
+                        pool_lease(ia.iaid, lease.ip, pool.lease_time)
+                    }
                     BindOutcome6::Exhausted => exhausted(),
                     BindOutcome6::Refused(_) if ia.addrs.is_empty() => {
                         pool_ia_status(ia.iaid, StatusCode6::NoBinding, "no binding")
@@ -399,7 +403,7 @@ fn settle<'a>(
     drop(store);
     // A commit went through: the store is writable again (an Advertise
     // writes nothing, so says nothing about it).
-    if ask.kind != PoolKind6::Advertise && !out.is_empty() {
+    if committed {
         state.health.set_store(Ok(()));
     }
     Ok(out)
