@@ -6,7 +6,10 @@
 //! gets it again. The pool's last address goes, the next client is told
 //! NoAddrsAvail (counted), and `dhclient -6 -r` frees the address for it.
 
-use std::fs;
+use std::{
+    fs, thread,
+    time::{Duration, Instant},
+};
 
 use pxe_agent::lease::{LeaseState, LeaseStore};
 use serde_json::Value;
@@ -68,11 +71,21 @@ fn dhclient6(served: &Served, tag: &str, timeout_s: u32, release: bool) -> Strin
         .arg(iface)
         .output()
         .expect("run dhclient");
-    if !release
-        && let Some(p) = fs::read_to_string(&pid)
+    // With a lease, dhclient -1 goes on in the background and writes its
+    // PID file from there, maybe after the foreground process returned:
+    // waited for, so that the daemon is stopped rather than left behind.
+    let bound = fs::read_to_string(&lease).is_ok_and(|l| l.contains("iaaddr"));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let daemon = loop {
+        let written = fs::read_to_string(&pid)
             .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
-    {
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        if written.is_some() || release || !bound || Instant::now() >= deadline {
+            break written;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    if !release && let Some(p) = daemon {
         // SAFETY: signals the PID our own dhclient wrote.
         unsafe { libc::kill(p, libc::SIGTERM) };
     }
