@@ -210,10 +210,14 @@ impl State {
             .map(|l| l.ip)
     }
 
-    /// The MAC holding the pool lease of `ip`.
-    pub fn mac_with_lease(&self, ip: Ipv4Addr) -> Option<MacAddr> {
+    /// The MAC holding the pool lease of `ip`, of either family.
+    pub fn mac_with_lease(&self, ip: IpAddr) -> Option<MacAddr> {
         let store = lock(&self.leases);
-        store.bound_at(ip).map(MacAddr)
+        match canonical(ip) {
+            IpAddr::V4(ip) => store.bound_at(ip),
+            IpAddr::V6(ip) => store.bound6_at(ip),
+        }
+        .map(MacAddr)
     }
 
     /// Swaps in a new inventory; MACs it now lists leave the discovered set.
@@ -233,10 +237,11 @@ impl State {
 
     /// The address `mac` may fetch its script and phone home from, of the
     /// family of `peer` (the address a request came from): its IPv4 or IPv6
-    /// reservation, else (IPv4) the pool address it leased. A reserved host
-    /// is answered at once; the lease lookup may wait for the slow path's
-    /// commit (an fsync) on the lease store's lock, so it runs on the
-    /// blocking pool.
+    /// reservation, else the pool address it leased (over IPv6, `peer`
+    /// itself when the lease bound there is `mac`'s: an IPv6 lease is
+    /// keyed by DUID and IAID, not by MAC). A reserved host is answered at
+    /// once; the lease lookup may wait for the slow path's commit (an
+    /// fsync) on the lease store's lock, so it runs on the blocking pool.
     pub async fn address_of(self: &Arc<Self>, mac: MacAddr, peer: IpAddr) -> Option<IpAddr> {
         let peer = canonical(peer);
         if let Some(host) = self.inventory().host_by_mac(mac) {
@@ -245,15 +250,14 @@ impl State {
                 IpAddr::V6(_) => host.ipv6().map(IpAddr::V6),
             };
         }
-        if peer.is_ipv6() {
-            return None;
-        }
         let state = self.clone();
-        tokio::task::spawn_blocking(move || state.lease_of(mac))
-            .await
-            .ok()
-            .flatten()
-            .map(IpAddr::V4)
+        tokio::task::spawn_blocking(move || match peer {
+            IpAddr::V4(_) => state.lease_of(mac).map(IpAddr::V4),
+            IpAddr::V6(_) => (state.mac_with_lease(peer) == Some(mac)).then_some(peer),
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
     /// The MAC behind a client address, for recording progress: a
@@ -262,10 +266,6 @@ impl State {
         if let Some(host) = self.inventory().host_at(ip) {
             return Some(host.mac);
         }
-        // Pool leases are IPv4's.
-        let IpAddr::V4(ip) = canonical(ip) else {
-            return None;
-        };
         let state = self.clone();
         tokio::task::spawn_blocking(move || state.mac_with_lease(ip))
             .await

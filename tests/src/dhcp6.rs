@@ -135,38 +135,77 @@ pub(crate) fn dhclient6(served: &Served, tag: &str, timeout_s: u32) -> String {
 
 /// [`dhclient6`] on `iface` in namespace `ns`.
 fn dhclient6_in(served: &Served, ns: &str, iface: &str, tag: &str, timeout_s: u32) -> String {
-    let (lease, pid, conf) = (
-        served.dir.path(&format!("dhclient6-{tag}.leases")),
-        served.dir.path(&format!("dhclient6-{tag}.pid")),
-        served.dir.path(&format!("dhclient6-{tag}.conf")),
-    );
+    dhclient6_run(served, (ns, iface), tag, timeout_s, Run6::default())
+}
+
+/// How [`dhclient6_run`] runs dhclient.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Run6 {
+    /// A DUID-LL made from the interface's MAC (`-D LL`): the same DUID on
+    /// every run, whatever the lease file.
+    pub(crate) duid_ll: bool,
+    /// Release the lease in the tag's lease file (`-r`) instead.
+    pub(crate) release: bool,
+}
+
+/// Runs `dhclient -6` once on `iface` in `ns` (at most `timeout_s` seconds)
+/// and stops the daemon it leaves; returns its lease file, empty when it
+/// got no lease.
+pub(crate) fn dhclient6_run(
+    served: &Served,
+    (ns, iface): (&str, &str),
+    tag: &str,
+    timeout_s: u32,
+    how: Run6,
+) -> String {
+    let file = |ext: &str| served.dir.path(&format!("dhclient6-{tag}.{ext}"));
+    let (lease, pid, conf, duid) = (file("leases"), file("pid"), file("conf"), file("duid"));
     fs::write(&conf, format!("timeout {timeout_s};\n")).expect("dhclient config");
-    let out = served
-        .lab
-        .cmd_in(ns, "dhclient")
-        .args(["-6", "-1", "-v", "-sf", "/bin/true", "-cf"])
+    let mut cmd = served.lab.cmd_in(ns, "dhclient");
+    cmd.args(["-6", "-v", "-sf", "/bin/true"]);
+    if how.duid_ll {
+        cmd.args(["-D", "LL"]);
+    }
+    cmd.arg(if how.release { "-r" } else { "-1" });
+    let out = cmd
+        .arg("-cf")
         .arg(&conf)
         .arg("-lf")
         .arg(&lease)
         .arg("-pf")
         .arg(&pid)
+        .arg("-df")
+        .arg(&duid)
         .arg(iface)
         .output()
         .expect("run dhclient");
-    if let Some(p) = fs::read_to_string(&pid)
-        .ok()
-        .and_then(|p| p.trim().parse::<i32>().ok())
+    // With a lease, dhclient -1 goes on in the background and writes its
+    // PID file from there, maybe after the foreground process returned:
+    // waited for, so that the daemon is stopped rather than left behind.
+    let bound = fs::read_to_string(&lease).is_ok_and(|l| l.contains("iaaddr"));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let daemon = loop {
+        let written = fs::read_to_string(&pid)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok());
+        if written.is_some() || how.release || !bound || Instant::now() >= deadline {
+            break written;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    if !how.release
+        && let Some(p) = daemon
     {
         // SAFETY: signals the PID our own dhclient wrote.
         unsafe { libc::kill(p, libc::SIGTERM) };
     }
-    let file = fs::read_to_string(&lease).unwrap_or_default();
     eprintln!(
-        "dhclient -6 ({tag}): {}\n{}",
+        "dhclient -6 ({tag}{}): {}\n{}",
+        if how.release { ", release" } else { "" },
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    file
+    fs::read_to_string(&lease).unwrap_or_default()
 }
 
 /// Runs `dhcpcd -6` once and returns what its hook saw: it solicits a

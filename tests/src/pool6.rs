@@ -6,17 +6,12 @@
 //! gets it again. The pool's last address goes, the next client is told
 //! NoAddrsAvail (counted), and `dhclient -6 -r` frees the address for it.
 
-use std::{
-    fs, thread,
-    time::{Duration, Instant},
-};
-
 use pxe_agent::lease::{LeaseState, LeaseStore};
 use serde_json::Value;
 
 use crate::{
     agent::{Privileges, Served},
-    dhcp6::{add_ipv6, become_machine},
+    dhcp6::{Run6, add_ipv6, become_machine, dhclient6_run},
 };
 
 /// A pool of three addresses, discovery on, no host with an IPv6
@@ -43,59 +38,15 @@ hosts:
 
 const FIRST: &str = "fd00:66::1000";
 
-/// Runs `dhclient -6` once as the machine the client end is now, with a
-/// DUID-LL made from its MAC (the same DUID on every run, whatever the
-/// lease file), and stops the daemon it leaves; returns its lease file.
-/// With `release`, it releases the lease in that file instead (`-r`).
+/// `dhclient -6` once as the machine the client end is now, with a
+/// DUID-LL made from its MAC; with `release`, it releases the lease instead.
 fn dhclient6(served: &Served, tag: &str, timeout_s: u32, release: bool) -> String {
-    let (lease, pid, conf, duid) = (
-        served.dir.path(&format!("pool6-{tag}.leases")),
-        served.dir.path(&format!("pool6-{tag}.pid")),
-        served.dir.path(&format!("pool6-{tag}.conf")),
-        served.dir.path(&format!("pool6-{tag}.duid")),
-    );
-    fs::write(&conf, format!("timeout {timeout_s};\n")).expect("dhclient config");
-    let (ns, iface) = (served.lab.client_ns(), served.lab.client_if());
-    let mut cmd = served.lab.cmd_in(ns, "dhclient");
-    cmd.args(["-6", "-v", "-D", "LL", "-sf", "/bin/true"]);
-    cmd.arg(if release { "-r" } else { "-1" });
-    let out = cmd
-        .arg("-cf")
-        .arg(&conf)
-        .arg("-lf")
-        .arg(&lease)
-        .arg("-pf")
-        .arg(&pid)
-        .arg("-df")
-        .arg(&duid)
-        .arg(iface)
-        .output()
-        .expect("run dhclient");
-    // With a lease, dhclient -1 goes on in the background and writes its
-    // PID file from there, maybe after the foreground process returned:
-    // waited for, so that the daemon is stopped rather than left behind.
-    let bound = fs::read_to_string(&lease).is_ok_and(|l| l.contains("iaaddr"));
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let daemon = loop {
-        let written = fs::read_to_string(&pid)
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok());
-        if written.is_some() || release || !bound || Instant::now() >= deadline {
-            break written;
-        }
-        thread::sleep(Duration::from_millis(50));
+    let at = (served.lab.client_ns(), served.lab.client_if());
+    let how = Run6 {
+        duid_ll: true,
+        release,
     };
-    if !release && let Some(p) = daemon {
-        // SAFETY: signals the PID our own dhclient wrote.
-        unsafe { libc::kill(p, libc::SIGTERM) };
-    }
-    eprintln!(
-        "dhclient -6 ({tag}{}): {}\n{}",
-        if release { ", release" } else { "" },
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    fs::read_to_string(&lease).unwrap_or_default()
+    dhclient6_run(served, at, &format!("pool6-{tag}"), timeout_s, how)
 }
 
 /// The address of the last `iaaddr` in a dhclient lease file.
@@ -160,6 +111,57 @@ fn a_pool_lease_survives_a_restart_in_the_store_file_and_is_released() {
     );
     let bound6 = r#"pxe_leases{family="ipv6",state="bound"}"#;
     assert_eq!(sample(&served, bound6), 1, "{:#?}", served.stats());
+    // The discovered machine fetches its script from its pool address, and
+    // only from there.
+    let lab = &served.lab;
+    lab.run_in(
+        lab.client_ns(),
+        &[
+            "ip",
+            "-6",
+            "addr",
+            "replace",
+            &format!("{FIRST}/64"),
+            "dev",
+            lab.client_if(),
+            "nodad",
+        ],
+    )
+    .expect("the leased address");
+    let script = "http://[fd00:66::1]:8080/boot/52:54:00:66:00:77.ipxe";
+    let code = |from: &str| {
+        let out = served
+            .client_cmd("curl")
+            .args([
+                "-s",
+                "--max-time",
+                "10",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+            ])
+            .args(["--interface", from, script])
+            .output()
+            .expect("run curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(code(FIRST), "200", "{}", served.log());
+    lab.run_in(
+        lab.client_ns(),
+        &[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            "fd00:66::199/64",
+            "dev",
+            lab.client_if(),
+            "nodad",
+        ],
+    )
+    .expect("another address");
+    assert_eq!(code("fd00:66::199"), "404");
 
     // Stopped, the agent's store file holds the binding.
     let status = served.signal_agent(libc::SIGTERM);

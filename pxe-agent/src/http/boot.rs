@@ -253,10 +253,6 @@ pub fn record_fetch(state: &BootState, peer: SocketAddr, path: &str) {
         let mac = host.mac;
         return record(&shared, mac);
     }
-    // Pool leases are IPv4's.
-    let std::net::IpAddr::V4(ip) = ip else {
-        return;
-    };
     tokio::task::spawn_blocking(move || {
         if let Some(mac) = shared.mac_with_lease(ip) {
             record(&shared, mac);

@@ -127,13 +127,12 @@ pub fn is_any_config(state: &BootState, name: &str) -> bool {
 /// The grub.cfg for the client at `ip` asking for `name`, if `name` is the
 /// config of the profile that client boots; each one made is a new boot
 /// with a new phone-home token. Looks pool clients up in the lease store
-/// (which may block briefly); those are IPv4's.
+/// (which may block briefly).
 pub fn config_for(state: &BootState, ip: IpAddr, name: &str, via: TracePath) -> Option<String> {
     let inv = state.shared.inventory();
     let (mac, host, address) = match (inv.host_at(ip), crate::wire::canonical(ip)) {
         (Some(host), at) => (host.mac, Some(host), at),
-        (None, IpAddr::V4(v4)) => (state.shared.mac_with_lease(v4)?, None, IpAddr::V4(v4)),
-        (None, IpAddr::V6(_)) => return None,
+        (None, at) => (state.shared.mac_with_lease(at)?, None, at),
     };
     let profile = match host {
         Some(h) => inv.profile_of(h),

@@ -411,6 +411,16 @@ impl LeaseStore {
         })
     }
 
+    /// The MAC of the client bound to `ip`, when its DUID or link-local
+    /// address carried one; from the in-memory index.
+    pub fn bound6_at(&self, ip: Ipv6Addr) -> Option<[u8; 6]> {
+        self.v6
+            .leases
+            .get(&u128::from(ip))
+            .filter(|r| r.to_state() == LeaseState::Bound && r.mac != [0; 6])
+            .map(|r| r.mac)
+    }
+
     /// How many IPv6 records are in `state`, from the in-memory index.
     pub fn count6(&self, state: LeaseState) -> usize {
         self.v6
