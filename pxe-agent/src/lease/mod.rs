@@ -102,6 +102,37 @@ pub struct Pool {
     pub lease_time: u32,
 }
 
+/// The range check both families' pools share, on addresses of `bits`
+/// bits widened to `u128`: the prefix fits, the subnet has no host bits,
+/// and `start..=end` runs forward inside it. The subnet's network and its
+/// mask on success.
+fn range_in_subnet(
+    bits: u8,
+    prefix: u8,
+    subnet: u128,
+    (start, end): (u128, u128),
+) -> Result<(u128, u128), &'static str> {
+    if prefix > bits {
+        return Err(if bits == 32 {
+            "prefix is longer than 32 bits"
+        } else {
+            "prefix is longer than 128 bits"
+        });
+    }
+    let width = u128::MAX >> (128 - u32::from(bits));
+    let mask = width & !width.checked_shr(u32::from(prefix)).unwrap_or(0);
+    if subnet & !mask != 0 {
+        return Err("subnet address has host bits set");
+    }
+    if start > end {
+        return Err("start is after end");
+    }
+    if start & mask != subnet || end & mask != subnet {
+        return Err("range is not inside the subnet");
+    }
+    Ok((subnet, mask))
+}
+
 impl Pool {
     /// Whether `ip` lies between `start` and `end`, inclusive.
     pub fn contains(&self, ip: Ipv4Addr) -> bool {
@@ -117,25 +148,16 @@ impl Pool {
                 reason,
             })
         };
-        if self.prefix > 32 {
-            return invalid("prefix is longer than 32 bits");
-        }
-        let mask = u32::MAX
-            .checked_shl(32 - u32::from(self.prefix))
-            .unwrap_or(0);
-        let network = u32::from(self.subnet);
-        if network & !mask != 0 {
-            return invalid("subnet address has host bits set");
-        }
-        let (start, end) = (u32::from(self.start), u32::from(self.end));
-        if start > end {
-            return invalid("start is after end");
-        }
-        if start & mask != network || end & mask != network {
-            return invalid("range is not inside the subnet");
-        }
+        let wide = |ip: Ipv4Addr| u128::from(u32::from(ip));
+        let (start, end) = (wide(self.start), wide(self.end));
+        let (network, mask) = range_in_subnet(32, self.prefix, wide(self.subnet), (start, end))
+            .map_err(|reason| LeaseError::InvalidPool {
+                pool: *self,
+                reason,
+            })?;
+        let broadcast = network | (!mask & u128::from(u32::MAX));
         // A /31 has no network or broadcast address (RFC 3021), a /32 is one host.
-        if self.prefix <= 30 && (start == network || end == network | !mask) {
+        if self.prefix <= 30 && (start == network || end == broadcast) {
             return invalid("range includes the subnet's network or broadcast address");
         }
         if self.lease_time == 0 {
@@ -396,23 +418,16 @@ impl Pool6 {
                 reason,
             })
         };
-        if self.prefix > 128 {
-            return invalid("prefix is longer than 128 bits");
-        }
-        let mask = u128::MAX
-            .checked_shl(128 - u32::from(self.prefix))
-            .unwrap_or(0);
-        let network = u128::from(self.subnet);
-        if network & !mask != 0 {
-            return invalid("subnet address has host bits set");
-        }
-        let (start, end) = (u128::from(self.start), u128::from(self.end));
-        if start > end {
-            return invalid("start is after end");
-        }
-        if start & mask != network || end & mask != network {
-            return invalid("range is not inside the subnet");
-        }
+        range_in_subnet(
+            128,
+            self.prefix,
+            u128::from(self.subnet),
+            (u128::from(self.start), u128::from(self.end)),
+        )
+        .map_err(|reason| LeaseError::InvalidPool6 {
+            pool: *self,
+            reason,
+        })?;
         if self.lease_time == 0 {
             return invalid("lease time is zero");
         }

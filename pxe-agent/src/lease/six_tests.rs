@@ -329,4 +329,30 @@ fn ipv6_pools_are_validated() {
     };
     assert!(backwards.validate().is_err());
     assert!(pool().validate().is_ok());
+    // The widest and narrowest prefixes: the range check never overflows.
+    let one = Pool6 {
+        subnet: a6("fd00:66::7"),
+        prefix: 128,
+        start: a6("fd00:66::7"),
+        end: a6("fd00:66::7"),
+        ..pool()
+    };
+    assert!(one.validate().is_ok());
+    let everything = Pool6 {
+        subnet: a6("::"),
+        prefix: 0,
+        ..pool()
+    };
+    assert!(everything.validate().is_ok());
+    let host_bits = Pool6 {
+        subnet: a6("fd00:66::1"),
+        ..pool()
+    };
+    assert!(matches!(
+        host_bits.validate(),
+        Err(LeaseError::InvalidPool6 {
+            reason: "subnet address has host bits set",
+            ..
+        })
+    ));
 }
