@@ -197,15 +197,17 @@ pub fn identify<'a>(
 /// The one policy's answer to a DHCPv6 request from `source`, for an
 /// agent alone.
 pub fn decide6(req: &Request6, source: Ipv6Addr, inv: &Inventory, server: &Server6) -> Answer6 {
-    decide6_shared(req, source, inv, server, &Pools6::alone())
+    let host = identify(req, source, inv).map(|(host, _)| host);
+    decide6_shared(req, host, inv, server, &Pools6::alone())
 }
 
 /// The one policy, for an agent that may share its pools with peers:
 /// reserved hosts are answered as by an agent alone, unknown clients as
-/// [`unknown`] says.
+/// [`unknown`] says. `host` is the one [`identify`] found (the caller has
+/// it already, to name the client in progress and traces).
 pub fn decide6_shared(
     req: &Request6,
-    source: Ipv6Addr,
+    host: Option<&Host>,
     inv: &Inventory,
     server: &Server6,
     pools: &Pools6,
@@ -225,7 +227,6 @@ pub fn decide6_shared(
         Some(_) => true,
         None => false,
     };
-    let host = identify(req, source, inv).map(|(host, _)| host);
     let named = matches!(
         req.msg_type,
         MessageType::Request | MessageType::Renew | MessageType::Release | MessageType::Decline
@@ -1078,7 +1079,13 @@ hosts:
                 .iter()
                 .map(|share| {
                     let pools = Pools6 { share, held: &[] };
-                    decide6_shared(&sol, stranger(), &inv, &server(), &pools)
+                    decide6_shared(
+                        &sol,
+                        identify(&sol, stranger(), &inv).map(|(h, _)| h),
+                        &inv,
+                        &server(),
+                        &pools,
+                    )
                 })
                 .collect();
             let asks: Vec<&PoolAsk6> = answers
@@ -1105,7 +1112,13 @@ hosts:
             held: &held,
         };
         assert!(matches!(
-            decide6_shared(&sol, stranger(), &inv, &server(), &pools),
+            decide6_shared(
+                &sol,
+                identify(&sol, stranger(), &inv).map(|(h, _)| h),
+                &inv,
+                &server(),
+                &pools
+            ),
             Answer6::Pool(_)
         ));
         // An agent whose slot is not live answers no pool client.
@@ -1115,7 +1128,13 @@ hosts:
             held: &[],
         };
         assert_eq!(
-            decide6_shared(&sol, stranger(), &inv, &server(), &pools),
+            decide6_shared(
+                &sol,
+                identify(&sol, stranger(), &inv).map(|(h, _)| h),
+                &inv,
+                &server(),
+                &pools
+            ),
             Answer6::NotOurs
         );
     }

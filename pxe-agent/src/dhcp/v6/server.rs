@@ -223,7 +223,7 @@ fn handle(
         share: &share,
         held: &held,
     };
-    let reply = match decide6_shared(&req, source, &inv, server, &pools) {
+    let reply = match decide6_shared(&req, known.map(|(host, _)| host), &inv, server, &pools) {
         Answer6::Reply(reply) => reply,
         Answer6::Pool(ask) => {
             let settled = settle(state, &inv, &req, &ask, &client6, now);
