@@ -94,19 +94,7 @@ fn wait_link_local(lab: &Lab, ns: &str, iface: &str) {
 pub(crate) fn become_machine(served: &Served, mac: &str) {
     let lab = &served.lab;
     served.set_client_mac(mac);
-    let octets: Vec<u8> = mac
-        .split(':')
-        .map(|o| u8::from_str_radix(o, 16).expect("hex"))
-        .collect();
-    let eui64 = format!(
-        "fe80::{:02x}{:02x}:{:02x}ff:fe{:02x}:{:02x}{:02x}/64",
-        octets[0] ^ 0x02,
-        octets[1],
-        octets[2],
-        octets[3],
-        octets[4],
-        octets[5]
-    );
+    let eui64 = eui64_link_local(mac);
     let (ns, iface) = (lab.client_ns(), lab.client_if());
     lab.run_in(
         ns,
@@ -125,6 +113,24 @@ pub(crate) fn become_machine(served: &Served, mac: &str) {
     .expect("flush the server's neighbours");
 }
 
+/// The link-local address a machine with `mac` makes for itself (EUI-64),
+/// with its prefix length.
+pub(crate) fn eui64_link_local(mac: &str) -> String {
+    let octets: Vec<u8> = mac
+        .split(':')
+        .map(|o| u8::from_str_radix(o, 16).expect("hex"))
+        .collect();
+    format!(
+        "fe80::{:02x}{:02x}:{:02x}ff:fe{:02x}:{:02x}{:02x}/64",
+        octets[0] ^ 0x02,
+        octets[1],
+        octets[2],
+        octets[3],
+        octets[4],
+        octets[5]
+    )
+}
+
 /// Runs `dhclient -6` once in the client namespace (at most `timeout_s`
 /// seconds) and stops the daemon it leaves; returns its lease file, empty
 /// when it got no lease.
@@ -138,6 +144,19 @@ fn dhclient6_in(served: &Served, ns: &str, iface: &str, tag: &str, timeout_s: u3
     dhclient6_run(served, (ns, iface), tag, timeout_s, Run6::default())
 }
 
+/// [`dhclient6_command`] in `ns` of the served lab, its files in the
+/// test's scratch directory.
+pub(crate) fn dhclient6_run(
+    served: &Served,
+    (ns, iface): (&str, &str),
+    tag: &str,
+    timeout_s: u32,
+    how: Run6,
+) -> String {
+    let dhclient = served.lab.cmd_in(ns, "dhclient");
+    dhclient6_command(dhclient, &served.dir, iface, (tag, timeout_s), how)
+}
+
 /// How [`dhclient6_run`] runs dhclient.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Run6 {
@@ -148,20 +167,21 @@ pub(crate) struct Run6 {
     pub(crate) release: bool,
 }
 
-/// Runs `dhclient -6` once on `iface` in `ns` (at most `timeout_s` seconds)
-/// and stops the daemon it leaves; returns its lease file, empty when it
-/// got no lease.
-pub(crate) fn dhclient6_run(
-    served: &Served,
-    (ns, iface): (&str, &str),
-    tag: &str,
-    timeout_s: u32,
+/// Runs `dhclient -6` once on `iface` (`dhclient`: the program, in the
+/// namespace of `iface`; at most `timeout_s` seconds), its files in `dir`
+/// named after `tag`, and stops the daemon it leaves; returns its lease
+/// file, empty when it got no lease.
+pub(crate) fn dhclient6_command(
+    mut dhclient: std::process::Command,
+    dir: &Scratch,
+    iface: &str,
+    (tag, timeout_s): (&str, u32),
     how: Run6,
 ) -> String {
-    let file = |ext: &str| served.dir.path(&format!("dhclient6-{tag}.{ext}"));
+    let file = |ext: &str| dir.path(&format!("dhclient6-{tag}.{ext}"));
     let (lease, pid, conf, duid) = (file("leases"), file("pid"), file("conf"), file("duid"));
     fs::write(&conf, format!("timeout {timeout_s};\n")).expect("dhclient config");
-    let mut cmd = served.lab.cmd_in(ns, "dhclient");
+    let cmd = &mut dhclient;
     cmd.args(["-6", "-v", "-sf", "/bin/true"]);
     if how.duid_ll {
         cmd.args(["-D", "LL"]);

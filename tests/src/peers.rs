@@ -19,6 +19,7 @@
 //! namespace.
 
 mod file_mode;
+mod six;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -189,6 +190,16 @@ impl PeerLab {
     /// no fake API, and the agents run without `--peers`, each alone (file
     /// mode).
     pub(crate) fn with(inventory: &str, kube: bool, extra: &[&str]) -> PeerLab {
+        PeerLab::with_prepared(inventory, kube, extra, |_| {})
+    }
+
+    /// [`PeerLab::with`], `prepare` run on the lab before the agents start.
+    pub(crate) fn with_prepared(
+        inventory: &str,
+        kube: bool,
+        extra: &[&str],
+        prepare: impl FnOnce(&PeerLab),
+    ) -> PeerLab {
         crate::fixture::assert_root();
         let base = format!("pxpeer-{}", std::process::id());
         // Leftovers of an earlier run of this PID are not ours to keep.
@@ -260,6 +271,7 @@ impl PeerLab {
             clients,
             known,
         };
+        prepare(&lab);
         for i in 0..2 {
             lab.start_agent(i);
         }
