@@ -377,6 +377,8 @@ fn render_all(inv: &Inventory, token: Option<&str>) {
                 },
                 Into::into,
             ),
+            ipv4: host.ipv4(),
+            ipv6: host.ipv6(),
             hostname: host.hostname.as_deref(),
             labels: &host.labels,
         };

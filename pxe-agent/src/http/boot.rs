@@ -85,9 +85,12 @@ async fn boot_script(
         return StatusCode::NOT_FOUND.into_response();
     };
     let no_labels = Default::default();
+    let (ipv4, ipv6) = plan::own_addresses(host, ip);
     let target = plan::Target {
         mac,
         ip,
+        ipv4,
+        ipv6,
         hostname: host.and_then(|h| h.hostname.as_deref()),
         labels: host.map_or(&no_labels, |h| &h.labels),
     };

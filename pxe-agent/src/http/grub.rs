@@ -12,7 +12,7 @@ use std::{net::IpAddr, path::Path, sync::Arc};
 
 use super::{
     BootState,
-    plan::{BootPlan, Target, plan},
+    plan::{BootPlan, Target, own_addresses, plan},
 };
 use crate::{
     clock,
@@ -144,9 +144,12 @@ pub fn config_for(state: &BootState, ip: IpAddr, name: &str, via: TracePath) -> 
         return None;
     }
     let no_labels = Default::default();
+    let (ipv4, ipv6) = own_addresses(host, address);
     let target = Target {
         mac,
         ip: address,
+        ipv4,
+        ipv6,
         hostname: host.and_then(|h| h.hostname.as_deref()),
         labels: host.map_or(&no_labels, |h| &h.labels),
     };
@@ -211,6 +214,8 @@ mod tests {
         Target {
             mac: MacAddr([0x52, 0x54, 0, 0x12, 0x34, 0x60]),
             ip: Ipv4Addr::new(10, 66, 1, 20).into(),
+            ipv4: Some(Ipv4Addr::new(10, 66, 1, 20)),
+            ipv6: None,
             hostname: Some("node-sb"),
             labels,
         }

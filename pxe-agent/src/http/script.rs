@@ -123,6 +123,8 @@ mod tests {
         Target {
             mac: MacAddr([0x52, 0x54, 0, 0x12, 0x34, 0x56]),
             ip: Ipv4Addr::new(10, 66, 1, 10).into(),
+            ipv4: Some(Ipv4Addr::new(10, 66, 1, 10)),
+            ipv6: None,
             hostname: Some("node-1"),
             labels,
         }

@@ -219,7 +219,7 @@ fn not_an_ipv6_address(text: &str) -> String {
 mod tests {
     use std::{net::Ipv4Addr, path::Path};
 
-    use crate::inventory::{Inventory, LoadError, Problem, parse_uuid};
+    use crate::inventory::{IPV6_PLACEHOLDER, Inventory, LoadError, Problem, parse_uuid};
 
     /// An IPv6 subnet written before the IPv4 one, so that a host's IPv4
     /// subnet index is its position among the IPv4 subnets only.
@@ -357,6 +357,55 @@ hosts:
                 "{found:?}\n  does not start with\n{expected:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_profile_that_puts_ipv6_in_the_boot_needs_hosts_with_one() {
+        let uses = DUAL.replace(
+            "    boot: {uefi: ipxe.efi}\n",
+            "    boot: {uefi: ipxe.efi}\n    kernel: \"http://{server}/vmlinuz\"\n    \
+             cmdline: \"ip=[{ipv6}]:::64::eth0:none ip={ip}:::16::eth0:none\"\n",
+        );
+        let found = problems(&uses);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].starts_with(
+                "host 52:54:00:12:34:57: field ipv6: is required: profile \"worker\" \
+                 puts the host's address in its boot with {ipv6}"
+            ),
+            "{found:#?}"
+        );
+        // With the IPv4-only host gone, node-1 (which has one) is fine.
+        let fine = uses.replace(
+            "  - mac: \"52:54:00:12:34:57\"\n    ip: 10.66.1.11\n    profile: worker\n",
+            "",
+        );
+        let inv = parse(&fine).expect("valid");
+        assert!(inv.profile_of(&inv.hosts[0]).uses(IPV6_PLACEHOLDER));
+        // `{ip}` likewise needs the host's `ip`.
+        let v6_only = fine.replace("    ip: 10.66.1.10\n", "");
+        let found = problems(&v6_only);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].starts_with(
+                "host node-1 (52:54:00:12:34:56): field ip: is required: profile \"worker\" \
+                 puts the host's address in its boot with {ip}"
+            ),
+            "{found:#?}"
+        );
+        // The discovery profile may not use `{ipv6}`: unknown machines
+        // have no IPv6 address.
+        let discovery = fine.replace(
+            "profiles:",
+            "discovery: {policy: inspect, profile: worker}\nprofiles:",
+        );
+        let found = problems(&discovery);
+        assert!(
+            found.iter().any(|p| p.starts_with(
+                "field discovery.profile: \"worker\" uses {ipv6}, but unknown machines"
+            )),
+            "{found:#?}"
+        );
     }
 
     #[test]

@@ -72,6 +72,17 @@ pub fn server_in_url(ip: IpAddr) -> String {
 /// built; the inventory keeps it as written.
 pub const MAC_PLACEHOLDER: &str = "{mac}";
 
+/// Placeholders in a profile's `kernel`, `initrd`, `cmdline` and `chain`
+/// for the host's own IPv4 and IPv6 addresses (`10.66.1.10`,
+/// `fd00:66::10`, unbracketed), substituted when its boot plan is made:
+/// for a kernel command line that configures the address itself, such as
+/// dracut's `ip=[{ipv6}]:::64::eth0:none` on a segment where the installed
+/// system has no DHCPv6 client. A host whose profile uses one must have
+/// that address; the discovery profile may use `{ip}` (the lease) but not
+/// `{ipv6}`.
+pub const IP_PLACEHOLDER: &str = "{ip}";
+pub const IPV6_PLACEHOLDER: &str = "{ipv6}";
+
 /// Lease time used when a subnet does not set `lease_time`, in seconds.
 pub const DEFAULT_LEASE_TIME: u32 = 3600;
 
@@ -317,6 +328,19 @@ pub struct Profile {
     /// Whether the profile's hosts are given a boot file (hosts may
     /// override it).
     pub netboot: Netboot,
+}
+
+impl Profile {
+    /// Whether its boot plan strings (`kernel`, `initrd`, `cmdline`,
+    /// `chain`) contain `placeholder`.
+    pub fn uses(&self, placeholder: &str) -> bool {
+        self.kernel
+            .iter()
+            .chain(&self.initrd)
+            .chain(&self.cmdline)
+            .chain(&self.chain)
+            .any(|s| s.contains(placeholder))
+    }
 }
 
 /// Where a grub profile's hosts read their rendered grub.cfg.

@@ -10,9 +10,10 @@ use std::{
 };
 
 use super::{
-    BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Host6, Inventory,
-    IpxeSettings, LeaseKey, MAC_PLACEHOLDER, Match, Netboot, PhoneHomeToken, Problem, Profile,
-    Range, Rule, SERVER_PLACEHOLDER, Subnet, Subnet6, SubnetMode, check6,
+    BootFiles, DEFAULT_LEASE_TIME, Discovery, DiscoveryPolicy, Host, Host6, IP_PLACEHOLDER,
+    IPV6_PLACEHOLDER, Inventory, IpxeSettings, LeaseKey, MAC_PLACEHOLDER, Match, Netboot,
+    PhoneHomeToken, Problem, Profile, Range, Rule, SERVER_PLACEHOLDER, Subnet, Subnet6, SubnetMode,
+    check6,
     oob::{self, Secrets},
     option,
     raw::{
@@ -644,8 +645,28 @@ impl<'a> HostCheck<'a> {
         };
 
         let profile = this.profiles.iter().position(|p| p.name == entry.profile);
-        if profile.is_none() {
-            report("profile", unknown_profile(&entry.profile, this.profiles));
+        match profile.map(|at| &this.profiles[at]) {
+            None => report("profile", unknown_profile(&entry.profile, this.profiles)),
+            Some(p) => {
+                // The boot puts the host's own address on its command line
+                // (`http::plan`): it must have that address.
+                let needs = [
+                    ("ip", IP_PLACEHOLDER, entry.ip.is_some()),
+                    ("ipv6", IPV6_PLACEHOLDER, entry.ipv6.is_some()),
+                ];
+                for (field, placeholder, has) in needs {
+                    if !has && p.uses(placeholder) {
+                        report(
+                            field,
+                            format!(
+                                "is required: profile {:?} puts the host's address in its \
+                                 boot with {placeholder}",
+                                p.name
+                            ),
+                        );
+                    }
+                }
+            }
         }
 
         let options = options(&entry.options, &mut |key, message| {
@@ -852,8 +873,16 @@ fn discovery(
     let profile = match &raw.profile {
         Some(name) => {
             let found = profiles.iter().position(|p| &p.name == name);
-            if found.is_none() {
-                report("profile", unknown_profile(name, profiles));
+            match found.map(|at| &profiles[at]) {
+                None => report("profile", unknown_profile(name, profiles)),
+                Some(p) if p.uses(IPV6_PLACEHOLDER) => report(
+                    "profile",
+                    format!(
+                        "{name:?} uses {IPV6_PLACEHOLDER}, but unknown machines are \
+                         leased no IPv6 address"
+                    ),
+                ),
+                Some(_) => {}
             }
             found
         }
