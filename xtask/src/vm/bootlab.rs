@@ -48,6 +48,10 @@ use crate::{
 /// The agent's address on the taps' link.
 pub const SERVER_IP: &str = "10.66.0.1";
 const SERVER_CIDR: &str = "10.66.0.1/16";
+/// The agent's IPv6 address on the taps' link, in a lab that has IPv6
+/// ([`Family`]), and its subnet.
+pub const SERVER_IP6: &str = "fd00:66::1";
+pub const SUBNET6: &str = "fd00:66::/64";
 /// Given to the lab's veth pair, which the boot lab does not use.
 const UNUSED_VETH_CIDR: &str = "192.0.2.1/30";
 /// The agent's metrics listener inside the server namespace (the CLI
@@ -76,6 +80,24 @@ pub enum Wiring {
     Bridge { taps: usize },
 }
 
+/// Which IP families the guests' segment carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// IPv4 only: the server has [`SERVER_IP`]; radvd advertises nothing
+    /// but its presence (see the module docs).
+    V4,
+    /// Both: the server also has [`SERVER_IP6`]; no radvd, the agent's
+    /// own router advertisements (the inventory's `ra:`) start the
+    /// guests' DHCPv6.
+    DualStack,
+    /// IPv6 only on the guests' side: as [`Family::DualStack`], and a
+    /// bridge filter drops every IPv4 and ARP frame the guests send, so
+    /// no guest gets or uses an IPv4 address
+    /// ([`BootLab::carry_guest_ipv4`]). The server keeps its IPv4
+    /// address, which the agent needs on the interface it serves.
+    V6Only,
+}
+
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct BootLabConfig {
@@ -101,6 +123,7 @@ pub struct BootLabConfig {
     pub helpers: Vec<(String, Vec<String>)>,
     /// Run radvd on the server interface (see the module docs).
     pub radvd: bool,
+    pub family: Family,
     /// A program (and its arguments) that runs the agent in its own place,
     /// such as `setpriv` with the DaemonSet's capabilities.
     pub wrapper: Vec<String>,
@@ -120,8 +143,22 @@ impl BootLabConfig {
             kube: false,
             helpers: Vec::new(),
             radvd: true,
+            family: Family::V4,
             wrapper: Vec::new(),
         }
+    }
+
+    /// Gives the segment IPv6 as `family` says, without radvd; IPv6 only
+    /// puts the taps on a bridge (the filter is the bridge's).
+    pub fn family(mut self, family: Family) -> Self {
+        self.family = family;
+        if family != Family::V4 {
+            self.radvd = false;
+        }
+        if family == Family::V6Only && self.wiring == Wiring::Tap {
+            self = self.bridge(1);
+        }
+        self
     }
 
     /// Runs the agent through `wrapper` (program first), which execs it.
@@ -218,6 +255,7 @@ impl BootLab {
                 .map(|w| w[1].clone()),
         };
         this.wire(cfg.wiring)?;
+        this.add_family(cfg.family)?;
         if cfg.radvd {
             this.start_radvd()?;
         }
@@ -435,6 +473,65 @@ impl BootLab {
         self.ip(&["addr", "add", SERVER_CIDR, "dev", &iface])
             .with_context(|| format!("failed to assign {SERVER_CIDR} to {iface}"))?;
         Ok(())
+    }
+
+    /// The IPv6 address (past duplicate address detection at once, so the
+    /// agent finds it at start) and, for IPv6 only, the bridge filter.
+    fn add_family(&mut self, family: Family) -> anyhow::Result<()> {
+        if family == Family::V4 {
+            return Ok(());
+        }
+        let iface = self.iface.clone();
+        let cidr = format!("{SERVER_IP6}/64");
+        self.ip(&["-6", "addr", "add", &cidr, "dev", &iface, "nodad"])
+            .with_context(|| format!("failed to assign {cidr} to {iface}"))?;
+        if family == Family::V6Only {
+            self.carry_guest_ipv4(false)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the bridge passes the guests' IPv4 and ARP frames: off, a
+    /// bridge filter drops them before the bridge device, where the
+    /// agent's (generic) XDP program would see them, so the segment is
+    /// IPv6-only for the guests. Needs the bridge wiring.
+    pub fn carry_guest_ipv4(&self, carried: bool) -> anyhow::Result<()> {
+        ensure!(
+            self.iface == BRIDGE,
+            "filtering the guests' IPv4 needs the bridge wiring"
+        );
+        if carried {
+            self.lab
+                .run_in(
+                    self.server_ns(),
+                    &["nft", "delete", "table", "bridge", "v6only"],
+                )
+                .context("failed to remove the IPv6-only bridge filter")?;
+            return Ok(());
+        }
+        let rules = "table bridge v6only {\n  chain in {\n    \
+             type filter hook prerouting priority 0; policy accept;\n    \
+             ether type { ip, arp } counter drop\n  }\n}\n";
+        let file = self.dir().join("v6only.nft");
+        fs::write(&file, rules)?;
+        self.lab
+            .run_in(self.server_ns(), &["nft", "-f", &path_str(&file)?])
+            .context("failed to load the IPv6-only bridge filter")?;
+        Ok(())
+    }
+
+    /// Frames the IPv6-only filter dropped (IPv4 and ARP from the guests).
+    pub fn ipv4_frames_dropped(&self) -> anyhow::Result<u64> {
+        let out = self.lab.run_in(
+            self.server_ns(),
+            &["nft", "list", "table", "bridge", "v6only"],
+        )?;
+        out.split_whitespace()
+            .skip_while(|w| *w != "packets")
+            .nth(1)
+            .context("no counter in the IPv6-only filter")?
+            .parse()
+            .context("counter")
     }
 
     fn start_radvd(&mut self) -> anyhow::Result<()> {

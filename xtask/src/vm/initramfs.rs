@@ -3,7 +3,10 @@
 //!
 //! `/init` mounts proc, sys and dev, loads the NIC modules in dependency
 //! order, runs `udhcpc` on the first network interface (the agent answers
-//! it), prints `PXE-AGENT-BOOTED <mac> <ip>`, POSTs to the URL given as
+//! it) or, when the phone-home URL names the agent by an IPv6 address,
+//! configures the address `pxe.ip6=` gives (busybox has no DHCPv6
+//! client; the agent fills it in from the host's `ipv6`), prints
+//! `PXE-AGENT-BOOTED <mac> <ip>`, POSTs to the URL given as
 //! `pxe.phonehome=` on the kernel command line (with the boot's token, the
 //! `pxe_agent.token=` the agent's script puts there, as `?token=`), prints
 //! `PXE-AGENT-PHONED-HOME <mac> ok` (or `failed`), and powers off. Anything
@@ -38,6 +41,12 @@ pub const FAILED_MARKER: &str = "PXE-AGENT-FAILED";
 /// The kernel command line parameter `/init` reads the phone-home URL from.
 pub const PHONE_HOME_PARAM: &str = "pxe.phonehome";
 
+/// The kernel command line parameter with the guest's IPv6 address and
+/// prefix length (`fd00:66::10/64`), configured instead of running DHCP
+/// when the phone-home URL names the agent by an IPv6 address (busybox
+/// has no DHCPv6 client).
+pub const IPV6_PARAM: &str = "pxe.ip6";
+
 /// The kernel command line flag that keeps the guest running after it
 /// phoned home (see the module docs).
 pub const STAY_PARAM: &str = "pxe.stay";
@@ -55,6 +64,13 @@ pub const HEARTBEAT_MARKER: &str = "PXE-AGENT-HEARTBEAT";
 /// URL with the inventory's `{server}` and `{mac}` placeholders.
 pub const PROFILE_CMDLINE: &str =
     "console=ttyS0 panic=1 pxe.phonehome=http://{server}:8080/api/v1/hosts/{mac}/booted";
+
+/// [`PROFILE_CMDLINE`] for hosts that may boot over IPv6: the host's IPv6
+/// address from the inventory (`{ipv6}`) in the /64 of the boot lab's
+/// segment. Over IPv4 `{server}` is an IPv4 address and the guest runs
+/// DHCP as before.
+pub const PROFILE_CMDLINE6: &str = "console=ttyS0 panic=1 \
+     pxe.phonehome=http://{server}:8080/api/v1/hosts/{mac}/booted pxe.ip6={ipv6}/64";
 
 const INIT: &str = r#"#!/bin/busybox sh
 # pxe-agent test guest: network up by DHCP, phone home, power off.
@@ -78,11 +94,8 @@ for i in $(seq 100); do
 done
 [ -n "$IF" ] || fail "no network interface"
 MAC=$(cat "/sys/class/net/$IF/address")
-ip link set lo up
-ip link set "$IF" up
-udhcpc -i "$IF" -s /etc/udhcpc.sh -f -q -n -t 10 -T 2 || fail "no DHCP lease on $IF ($MAC)"
-IP=$(cat /tmp/ip)
 URL=
+IP6=
 STAY=
 BEATS=0
 EVERY=10
@@ -90,12 +103,31 @@ TOKEN=
 for a in $(cat /proc/cmdline); do
     case "$a" in
     pxe.phonehome=*) URL=${a#pxe.phonehome=} ;;
+    pxe.ip6=*) IP6=${a#pxe.ip6=} ;;
     pxe_agent.token=*) TOKEN=${a#pxe_agent.token=} ;;
     pxe.stay) STAY=1 ;;
     pxe.heartbeats=*) BEATS=${a#pxe.heartbeats=} ;;
     pxe.heartbeat_every=*) EVERY=${a#pxe.heartbeat_every=} ;;
     esac
 done
+ip link set lo up
+case "$URL" in
+*://\[*)
+    # The agent was reached over IPv6 (its address in the URL is
+    # bracketed): take the host's address from the command line.
+    [ -n "$IP6" ] || fail "no pxe.ip6= on the kernel command line for an IPv6 phone-home"
+    echo 0 > "/proc/sys/net/ipv6/conf/$IF/accept_dad"
+    echo 0 > "/proc/sys/net/ipv6/conf/$IF/autoconf"
+    ip link set "$IF" up
+    ip -6 addr add "$IP6" dev "$IF" || fail "cannot configure $IP6 on $IF ($MAC)"
+    IP=${IP6%/*}
+    ;;
+*)
+    ip link set "$IF" up
+    udhcpc -i "$IF" -s /etc/udhcpc.sh -f -q -n -t 10 -T 2 || fail "no DHCP lease on $IF ($MAC)"
+    IP=$(cat /tmp/ip)
+    ;;
+esac
 echo "PXE-AGENT-BOOTED $MAC $IP"
 [ -n "$URL" ] || fail "no pxe.phonehome= on the kernel command line"
 if [ -n "$TOKEN" ]; then
@@ -353,6 +385,8 @@ mod tests {
         }
         assert!(INIT.contains(&format!("{PHONE_HOME_PARAM}=")));
         assert!(INIT.contains(&format!("{STAY_PARAM})")));
+        assert!(INIT.contains(&format!("{IPV6_PARAM}=*)")));
+        assert!(PROFILE_CMDLINE6.contains(&format!("{IPV6_PARAM}={{ipv6}}/")));
         assert!(INIT.contains(&format!("{HEARTBEATS_PARAM}=*)")));
         assert!(INIT.contains(&format!("{HEARTBEAT_EVERY_PARAM}=*)")));
         assert!(PROFILE_CMDLINE.contains(&format!("{PHONE_HOME_PARAM}=")));

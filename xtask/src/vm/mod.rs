@@ -17,5 +17,5 @@ pub mod initramfs;
 pub mod qemu;
 pub mod signed;
 
-pub use bootlab::{BootLab, BootLabConfig, SERVER_IP, Wiring};
+pub use bootlab::{BootLab, BootLabConfig, Family, SERVER_IP, SERVER_IP6, SUBNET6, Wiring};
 pub use qemu::{BootReport, BootSource, Firmware, Vm, VmSpec, wait_all};

@@ -46,6 +46,12 @@ pub enum Firmware {
     /// OVMF's HTTP boot client (vendor class "HTTPClient", arch 16), with
     /// PXE switched off.
     UefiHttp,
+    /// OVMF's PXE client over IPv6 (DHCPv6, option 59 `tftp://[..]/file`),
+    /// its IPv4 PXE switched off.
+    UefiPxe6,
+    /// OVMF's HTTP boot client, which tries IPv4 and then IPv6, with PXE
+    /// switched off: on a segment without IPv4 it boots over IPv6.
+    UefiHttp6,
 }
 
 impl Firmware {
@@ -54,6 +60,8 @@ impl Firmware {
             Firmware::Bios => "BIOS (SeaBIOS + iPXE ROM)",
             Firmware::UefiPxe => "UEFI PXE (OVMF)",
             Firmware::UefiHttp => "UEFI HTTP boot (OVMF)",
+            Firmware::UefiPxe6 => "UEFI PXE over IPv6 (OVMF)",
+            Firmware::UefiHttp6 => "UEFI HTTP boot over IPv6 (OVMF)",
         }
     }
 
@@ -94,6 +102,9 @@ pub struct VmSpec {
     /// UEFI firmware with Secure Boot enforcing (Microsoft's keys enrolled)
     /// instead of the plain OVMF build; see [`VmSpec::secure_boot`].
     pub secure_boot: bool,
+    /// The SMBIOS system UUID (`-uuid`), which UEFI firmware sends as its
+    /// DHCPv6 DUID-UUID and iPXE as its DUID.
+    pub uuid: Option<String>,
     /// Where the console log, QEMU's own output and the UEFI variable store go.
     pub dir: PathBuf,
 }
@@ -108,6 +119,7 @@ impl VmSpec {
             tap: tap.to_owned(),
             memory_mb: DEFAULT_MEMORY_MB,
             secure_boot: false,
+            uuid: None,
             dir: dir.to_path_buf(),
         }
     }
@@ -128,6 +140,12 @@ impl VmSpec {
         } else {
             (OVMF_CODE, OVMF_VARS)
         }
+    }
+
+    /// The system UUID the firmware reports (`-uuid`).
+    pub fn uuid(mut self, uuid: &str) -> Self {
+        self.uuid = Some(uuid.to_owned());
+        self
     }
 
     pub fn memory_mb(mut self, mb: u32) -> Self {
@@ -176,6 +194,10 @@ impl VmSpec {
         push("-smp");
         push("1");
         push("-nodefaults");
+        if let Some(uuid) = &self.uuid {
+            push("-uuid");
+            push(uuid);
+        }
         if self.secure_boot {
             // The secboot build keeps its variables in flash only SMM code
             // may write, so the OS cannot switch Secure Boot off.
@@ -223,9 +245,20 @@ impl VmSpec {
             push(&format!(
                 "if=pflash,format=raw,unit=0,readonly=on,file={code}"
             ));
+            let v6 = if self.firmware == Firmware::UefiPxe6 {
+                "y"
+            } else {
+                "n"
+            };
             push("-fw_cfg");
-            push("name=opt/org.tianocore/IPv6PXESupport,string=n");
-            if self.firmware == Firmware::UefiHttp || self.boot == BootSource::Disk {
+            push(&format!(
+                "name=opt/org.tianocore/IPv6PXESupport,string={v6}"
+            ));
+            if matches!(
+                self.firmware,
+                Firmware::UefiHttp | Firmware::UefiPxe6 | Firmware::UefiHttp6
+            ) || self.boot == BootSource::Disk
+            {
                 push("-fw_cfg");
                 push("name=opt/org.tianocore/IPv4PXESupport,string=n");
             }
@@ -633,6 +666,29 @@ mod tests {
         let http = VmSpec::new("h", "52:54:00:aa:00:03", Firmware::UefiHttp, "pxtap2", dir);
         let args = joined(&http, Some(Path::new("/tmp/vm/h.vars.fd")));
         assert!(args.contains("IPv4PXESupport,string=n"), "{args}");
+        assert!(!args.contains("-uuid"), "{args}");
+
+        let uuid = "8a5c2e6b-1e0f-4c1d-9b7a-0123456789ab";
+        let pxe6 =
+            VmSpec::new("p6", "52:54:00:aa:00:04", Firmware::UefiPxe6, "pxtap0", dir).uuid(uuid);
+        let args = joined(&pxe6, Some(Path::new("/tmp/vm/p6.vars.fd")));
+        assert!(
+            args.contains("IPv6PXESupport,string=y") && args.contains("IPv4PXESupport,string=n"),
+            "{args}"
+        );
+        assert!(args.contains(&format!("-uuid {uuid}")), "{args}");
+        let http6 = VmSpec::new(
+            "h6",
+            "52:54:00:aa:00:05",
+            Firmware::UefiHttp6,
+            "pxtap0",
+            dir,
+        );
+        let args = joined(&http6, Some(Path::new("/tmp/vm/h6.vars.fd")));
+        assert!(
+            args.contains("IPv6PXESupport,string=n") && args.contains("IPv4PXESupport,string=n"),
+            "{args}"
+        );
 
         let disk = bios.clone().boot_from(BootSource::Disk);
         let args = joined(&disk, None);
