@@ -29,6 +29,8 @@ mod bmc;
 #[cfg(test)]
 mod boot_vm;
 #[cfg(test)]
+mod boot_vm6;
+#[cfg(test)]
 mod dhcp6;
 #[cfg(test)]
 mod differential;
