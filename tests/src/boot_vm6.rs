@@ -7,12 +7,13 @@
 //!
 //! The agent runs as the DaemonSet runs it and is the only source of
 //! router advertisements (the subnet's `ra:` with M and O): iPXE starts
-//! DHCPv6 only after one. On the IPv6-only segment a bridge filter drops
-//! every IPv4 and ARP frame the guest sends, so nothing it did went over
-//! IPv4 (the filter's counter shows the firmware tried). The same checks
-//! as the IPv4 boots apply (`boot_vm`): the console shows the chain's
-//! steps in order, the guest said `PXE-AGENT-BOOTED` with the host's
-//! IPv6 address, and the agent acknowledged its phone-home.
+//! DHCPv6 only after one. The IPv6-only segment is truly so: the agent's
+//! interface has no IPv4 address and the inventory's hosts no `ip`. The
+//! same checks as the IPv4 boots apply (`boot_vm`): the console shows the
+//! chain's steps in order, the guest said `PXE-AGENT-BOOTED` with the
+//! host's IPv6 address, and the agent acknowledged its phone-home; a
+//! `pxe-agent trace` followed from the start shows how the agent knew
+//! the firmware and iPXE (DUID-UUID, or EUI-64 link-local address).
 //!
 //! Then dual stack: one host boots over IPv4 and then over IPv6 against
 //! one agent, and the agent keeps one record of it that saw both.
@@ -52,11 +53,10 @@ const DUAL_IP: &str = "10.66.1.22";
 const DUAL_IP6: &str = "fd00:66::22";
 const DUAL_UUID: &str = "5d0c6f8e-2b1a-4e3d-8c7b-6a5948372615";
 
-const INVENTORY: &str = r#"
+/// The IPv6-only segment's inventory: an IPv6 subnet, hosts with `ipv6`
+/// and no `ip`.
+const INVENTORY6: &str = r#"
 subnets:
-  - cidr: 10.66.0.0/16
-    router: 10.66.0.1
-    lease_time: 3600
   - cidr: fd00:66::/64
     lease_time: 3600
     ra: {managed: true, other: true}
@@ -70,16 +70,33 @@ profiles:
     cmdline: "@CMDLINE@"
 hosts:
   - mac: "52:54:00:66:10:01"
-    ip: 10.66.1.20
     ipv6: "fd00:66::20"
     uuid: 8a5c2e6b-1e0f-4c1d-9b7a-0123456789ab
     hostname: six-pxe
     profile: worker
   - mac: "52:54:00:66:10:02"
-    ip: 10.66.1.21
     ipv6: "fd00:66::21"
     hostname: six-http
     profile: worker
+"#;
+
+/// The dual-stack segment's: both subnets, one host with both addresses.
+const INVENTORY_DUAL: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+    router: 10.66.0.1
+    lease_time: 3600
+  - cidr: fd00:66::/64
+    lease_time: 3600
+    ra: {managed: true, other: true}
+profiles:
+  - name: worker
+    boot:
+      uefi: snponly.efi
+    kernel: "http://{server}:8080/artifacts/vmlinuz"
+    initrd: ["http://{server}:8080/artifacts/initrd.img"]
+    cmdline: "@CMDLINE@"
+hosts:
   - mac: "52:54:00:66:10:03"
     ip: 10.66.1.22
     ipv6: "fd00:66::22"
@@ -88,18 +105,20 @@ hosts:
     profile: worker
 "#;
 
-fn inventory() -> String {
-    INVENTORY.replace("@CMDLINE@", PROFILE_CMDLINE6)
-}
-
-/// A lab on a bridge (whose filter can stop the guests' IPv4), the agent
-/// run as the DaemonSet runs it.
+/// A lab for `family`, the agent run as the DaemonSet runs it: IPv6 only
+/// on a tap whose server end has no IPv4 address; dual stack on a bridge,
+/// whose filter can stop the guest's IPv4.
 fn lab(prefix: &str, family: Family) -> BootLab {
     assert_root();
-    let cfg = BootLabConfig::new(prefix, &agent_bin(), &inventory())
+    let dual = family == Family::DualStack;
+    let inventory = if dual { INVENTORY_DUAL } else { INVENTORY6 };
+    let inventory = inventory.replace("@CMDLINE@", PROFILE_CMDLINE6);
+    let mut cfg = BootLabConfig::new(prefix, &agent_bin(), &inventory)
         .wrapper(daemonset_wrapper())
-        .bridge(1)
         .family(family);
+    if dual {
+        cfg = cfg.bridge(1);
+    }
     BootLab::start(&cfg).unwrap_or_else(|e| panic!("boot lab {prefix}: {e:#}"))
 }
 
@@ -157,9 +176,10 @@ fn assert_chain(lab: &BootLab, vm: &Vm, steps: &[String]) {
 
 /// The steps from iPXE's own DHCPv6 on, for `mac` whose script and
 /// artifacts come from the agent's IPv6 address.
-fn script_steps6(mac: &str) -> Vec<String> {
+fn script_steps6(mac: &str, ip6: &str) -> Vec<String> {
     let http = format!("http://[{SERVER_IP6}]:8080");
     vec![
+        format!("net0: {ip6}/64"),
         format!("{http}/boot/{mac}.ipxe"),
         format!("{http}/artifacts/vmlinuz"),
         format!("{http}/artifacts/initrd.img"),
@@ -226,7 +246,7 @@ fn uefi_pxe_over_ipv6_known_by_uuid_boots_through_ipxe_and_phones_home() {
         "NBP file downloaded successfully".to_owned(),
         "iPXE".to_owned(),
     ];
-    steps.extend(script_steps6(PXE_MAC));
+    steps.extend(script_steps6(PXE_MAC, PXE_IP6));
     assert_chain(&lab, &vm, &steps);
     let row = host_row(&lab, PXE_MAC);
     assert!(row.contains("booted"), "{row}");
@@ -247,13 +267,13 @@ fn uefi_http_boot_over_ipv6_known_by_link_local_boots_ipxe_and_phones_home() {
         HTTP_IP6,
     );
     let mut steps = vec![
-        // Its IPv4 attempt first, which the segment does not carry.
+        // Its IPv4 attempt first, which nothing answers.
         ">>Start HTTP Boot over IPv4".to_owned(),
         ">>Start HTTP Boot over IPv6".to_owned(),
         format!("URI: http://[{SERVER_IP6}]:8080/ipxe.efi"),
         "iPXE".to_owned(),
     ];
-    steps.extend(script_steps6(HTTP_MAC));
+    steps.extend(script_steps6(HTTP_MAC, HTTP_IP6));
     assert_chain(&lab, &vm, &steps);
     let row = host_row(&lab, HTTP_MAC);
     assert!(row.contains("booted"), "{row}");
@@ -298,6 +318,7 @@ fn dual_stack_host_boots_over_ipv4_then_ipv6_with_one_record() {
     drop(vm);
 
     lab.carry_guest_ipv4(false).expect("IPv6 only from now on");
+    let dropped = lab.ipv4_frames_dropped().expect("the filter's counter");
     let vm = boot(
         &lab,
         "dual6",
@@ -311,7 +332,7 @@ fn dual_stack_host_boots_over_ipv4_then_ipv6_with_one_record() {
         format!("Station IP address is {}", ovmf_ipv6(DUAL_IP6)),
         "NBP filename is snponly.efi".to_owned(),
     ];
-    steps.extend(script_steps6(DUAL_MAC));
+    steps.extend(script_steps6(DUAL_MAC, DUAL_IP6));
     assert_chain(&lab, &vm, &steps);
     let after_v6 = host_record(&lab, DUAL_MAC);
     let progress = &after_v6["progress"];
@@ -328,6 +349,11 @@ fn dual_stack_host_boots_over_ipv4_then_ipv6_with_one_record() {
     assert!(v4_booted.contains(DUAL_IP), "{after_v4:#}");
     let dhcp = progress["dhcp"]["detail"].as_str().unwrap_or_default();
     assert!(dhcp.contains("DHCPv6"), "{after_v6:#}");
+    // iPXE asked DHCPv4 as well, which the filter kept from the agent.
+    assert!(
+        lab.ipv4_frames_dropped().expect("the filter's counter") > dropped,
+        "the filter dropped nothing"
+    );
     assert_eq!(after_v6["ip"], DUAL_IP);
     assert_eq!(after_v6["ipv6"], DUAL_IP6);
 }
@@ -342,15 +368,17 @@ fn ovmf_ipv6(ip: &str) -> String {
         .join(":")
 }
 
-/// The guest's IPv4 and ARP frames were dropped (the firmware tried),
-/// so what it did it did over IPv6.
+/// The segment had no IPv4: the agent's interface has no IPv4 address
+/// (and the inventory no IPv4 subnet), so what the guest did it did over
+/// IPv6.
 fn assert_no_ipv4(lab: &BootLab) {
-    let dropped = lab
-        .ipv4_frames_dropped()
-        .unwrap_or_else(|e| panic!("IPv6-only filter: {e:#}"));
-    eprintln!("IPv4 and ARP frames from the guest dropped: {dropped}");
-    // iPXE asks DHCPv4 beside DHCPv6 (and waits for it to time out).
-    assert!(dropped > 0, "the IPv6-only filter saw no IPv4 frame");
+    let shown = lab
+        .cmd("ip")
+        .args(["-4", "-o", "addr", "show", "dev", lab.iface()])
+        .output()
+        .expect("ip addr");
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.trim().is_empty(), "the server has IPv4: {shown}");
 }
 
 /// `mac`'s entry in `GET /api/v1/hosts`, the only one.

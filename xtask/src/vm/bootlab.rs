@@ -90,11 +90,9 @@ pub enum Family {
     /// own router advertisements (the inventory's `ra:`) start the
     /// guests' DHCPv6.
     DualStack,
-    /// IPv6 only on the guests' side: as [`Family::DualStack`], and a
-    /// bridge filter drops every IPv4 and ARP frame the guests send, so
-    /// no guest gets or uses an IPv4 address
-    /// ([`BootLab::carry_guest_ipv4`]). The server keeps its IPv4
-    /// address, which the agent needs on the interface it serves.
+    /// IPv6 only: the server has [`SERVER_IP6`] and no IPv4 address,
+    /// and the agent serves DHCPv6 alone there (no XDP program); the
+    /// agent's router advertisements start the guests' DHCPv6.
     V6Only,
 }
 
@@ -148,15 +146,11 @@ impl BootLabConfig {
         }
     }
 
-    /// Gives the segment IPv6 as `family` says, without radvd; IPv6 only
-    /// puts the taps on a bridge (the filter is the bridge's).
+    /// Gives the segment IPv6 as `family` says, without radvd.
     pub fn family(mut self, family: Family) -> Self {
         self.family = family;
         if family != Family::V4 {
             self.radvd = false;
-        }
-        if family == Family::V6Only && self.wiring == Wiring::Tap {
-            self = self.bridge(1);
         }
         self
     }
@@ -254,8 +248,7 @@ impl BootLab {
                 .find(|w| w[0] == "--api-token-file")
                 .map(|w| w[1].clone()),
         };
-        this.wire(cfg.wiring)?;
-        this.add_family(cfg.family)?;
+        this.wire(cfg.wiring, cfg.family)?;
         if cfg.radvd {
             this.start_radvd()?;
         }
@@ -440,7 +433,7 @@ impl BootLab {
         Ok(())
     }
 
-    fn wire(&mut self, wiring: Wiring) -> anyhow::Result<()> {
+    fn wire(&mut self, wiring: Wiring, family: Family) -> anyhow::Result<()> {
         let count = match wiring {
             Wiring::Tap => 1,
             Wiring::Bridge { taps } => taps,
@@ -470,31 +463,24 @@ impl BootLab {
             self.ip(&["link", "set", &tap, "up"])?;
         }
         let iface = self.iface.clone();
-        self.ip(&["addr", "add", SERVER_CIDR, "dev", &iface])
-            .with_context(|| format!("failed to assign {SERVER_CIDR} to {iface}"))?;
-        Ok(())
-    }
-
-    /// The IPv6 address (past duplicate address detection at once, so the
-    /// agent finds it at start) and, for IPv6 only, the bridge filter.
-    fn add_family(&mut self, family: Family) -> anyhow::Result<()> {
-        if family == Family::V4 {
-            return Ok(());
+        if family != Family::V6Only {
+            self.ip(&["addr", "add", SERVER_CIDR, "dev", &iface])
+                .with_context(|| format!("failed to assign {SERVER_CIDR} to {iface}"))?;
         }
-        let iface = self.iface.clone();
-        let cidr = format!("{SERVER_IP6}/64");
-        self.ip(&["-6", "addr", "add", &cidr, "dev", &iface, "nodad"])
-            .with_context(|| format!("failed to assign {cidr} to {iface}"))?;
-        if family == Family::V6Only {
-            self.carry_guest_ipv4(false)?;
+        if family != Family::V4 {
+            // Past duplicate address detection at once, so the agent
+            // finds it at start.
+            let cidr = format!("{SERVER_IP6}/64");
+            self.ip(&["-6", "addr", "add", &cidr, "dev", &iface, "nodad"])
+                .with_context(|| format!("failed to assign {cidr} to {iface}"))?;
         }
         Ok(())
     }
 
     /// Whether the bridge passes the guests' IPv4 and ARP frames: off, a
     /// bridge filter drops them before the bridge device, where the
-    /// agent's (generic) XDP program would see them, so the segment is
-    /// IPv6-only for the guests. Needs the bridge wiring.
+    /// agent's (generic) XDP program would see them, so a dual-stack
+    /// segment becomes IPv6-only for the guests. Needs the bridge wiring.
     pub fn carry_guest_ipv4(&self, carried: bool) -> anyhow::Result<()> {
         ensure!(
             self.iface == BRIDGE,
