@@ -18,6 +18,12 @@
 //! about 16 s for IPv6 autoconfiguration on a link without them, which
 //! would otherwise dominate every boot.
 //!
+//! With IPv6 ([`Family`]) the server interface also has, or for IPv6
+//! only has instead, [`SERVER_IP6`]; radvd stays off and the inventory's
+//! `ra:` has the agent advertise itself, so its M and O flags start the
+//! guests' DHCPv6. On the bridge wiring a bridge filter can keep the
+//! guests' IPv4 and ARP off the segment ([`BootLab::carry_guest_ipv4`]).
+//!
 //! The lab is an [`xtask::Lab`](crate::Lab) whose veth pair is left unused
 //! (with a documentation-range address, so it does not compete with the
 //! taps' subnet); the taps and the bridge live in its server namespace and
