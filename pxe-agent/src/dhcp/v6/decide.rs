@@ -633,6 +633,7 @@ mod tests {
     use super::*;
     use crate::dhcp::v6::{
         identity::eui64_link_local,
+        reply::encode6,
         request::{IaNa, RelayHop, VendorClass6},
     };
 
@@ -793,6 +794,83 @@ hosts:
             answer.boot_url.as_deref(),
             Some("http://[fd00:66::1]:8080/boot/52:54:00:12:34:57.ipxe")
         );
+    }
+
+    /// Solicits captured on the lab's link (`tests/src/boot_vm6.rs`) from
+    /// OVMF (edk2 2022.11) and Debian's iPXE, the machine run with `-uuid
+    /// 8a5c2e6b-1e0f-4c1d-9b7a-0123456789ab` (host 2's `uuid`).
+    const OVMF_IP6_STACK: &str = "010513290001001200046b2e5c8a0f1e1d4c9b7a0123456789ab00080002\
+        00000003000c7e0fdd52ffffffffffffffff000600020017";
+    const OVMF_PXE: &str = "010713290001001200046b2e5c8a0f1e1d4c9b7a0123456789ab00080002\
+        00000003000ce6ef7573ffffffffffffffff00060008003b003c00170010003e0003010300003d0002\
+        000700100026000001570020505845436c69656e743a417263683a30303030373a554e44493a3030\
+        33303030";
+    const IPXE: &str = "01173e3f0001001200048a5c2e6b1e0f4c1d9b7a0123456789ab0003000cfd4a55a2\
+        00000000000000000006000800170018003b003c00100026000001570020505845436c69656e743a\
+        417263683a30303030373a554e44493a303033303130003d00020007003e000301030a000f000600\
+        0469505845000800020000";
+    /// OVMF's HTTP boot with a system UUID no host has.
+    const OVMF_HTTP: &str = "01507eb80001001200043c2d1e0f5a4b78698796a5b4c3d2e1f000080002\
+        00000003000c31834d71ffffffffffffffff00060008003b003c00170010003e0003010300003d0002\
+        00100010002700000157002148545450436c69656e743a417263683a30303031363a554e44493a30\
+        3033303030";
+
+    #[test]
+    fn what_ovmf_and_ipxe_really_send_is_known_and_answered() {
+        let inv = inventory("");
+        let parse = |hex: &str| {
+            let bytes = crate::inventory::decode_hex(hex).expect("hex");
+            Request6::parse(&bytes).expect("parses")
+        };
+        let host_2 = MacAddr([0x52, 0x54, 0x00, 0x12, 0x34, 0x57]);
+        // Its link-local address is of another MAC: the UUID names it.
+        let source = eui64_link_local(MacAddr([0x52, 0x54, 0x00, 0x66, 0x10, 0x01]));
+        let known = |req: &Request6| identify(req, source, &inv).map(|(h, by)| (h.mac, by));
+
+        // OVMF's IPv6 stack, on the advertisement's M flag: the address,
+        // in its own IA, and no boot file (no architecture).
+        let stack = parse(OVMF_IP6_STACK);
+        assert_eq!(known(&stack), Some((host_2, KnownBy::Uuid)));
+        let advertise = reply(decide6(&stack, source, &inv, &server()));
+        assert_eq!(advertise.msg_type, MessageType::Advertise);
+        assert_eq!(advertise.ia_na[0].iaid, 0x7e0f_dd52);
+        assert_eq!(address(&advertise), Some("fd00:66::11".parse().unwrap()));
+        assert_eq!(advertise.boot_url, None);
+
+        // Its PXE client, in another IA, with T1 and T2 infinite.
+        let pxe = parse(OVMF_PXE);
+        assert_eq!((pxe.arch, pxe.ia_na[0].t1), (Some(7), u32::MAX));
+        let advertise = reply(decide6(&pxe, source, &inv, &server()));
+        assert_eq!(advertise.ia_na[0].iaid, 0xe6ef_7573);
+        assert_eq!(address(&advertise), Some("fd00:66::11".parse().unwrap()));
+        assert_eq!(
+            advertise.boot_url.as_deref(),
+            Some("tftp://[fd00:66::1]/ipxe.efi")
+        );
+
+        // iPXE, the same UUID in the other byte order.
+        let ipxe = parse(IPXE);
+        assert_eq!(known(&ipxe), Some((host_2, KnownBy::Uuid)));
+        let advertise = reply(decide6(&ipxe, source, &inv, &server()));
+        assert_eq!(
+            advertise.boot_url.as_deref(),
+            Some("http://[fd00:66::1]:8080/boot/52:54:00:12:34:57.ipxe")
+        );
+
+        // HTTP boot from host 1's link-local address, its UUID unknown.
+        let http = parse(OVMF_HTTP);
+        let from_1 = eui64_link_local(HOST_1);
+        assert_eq!(
+            identify(&http, from_1, &inv).map(|(h, by)| (h.mac, by)),
+            Some((HOST_1, KnownBy::LinkLocal))
+        );
+        let advertise = reply(decide6(&http, from_1, &inv, &server()));
+        assert_eq!(
+            advertise.boot_url.as_deref(),
+            Some("http://[fd00:66::1]:8080/ipxe.efi")
+        );
+        assert_eq!(advertise.vendor_class, http.vendor_class);
+        assert!(!encode6(&advertise, &[]).is_empty());
     }
 
     #[test]
