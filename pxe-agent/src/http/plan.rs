@@ -28,9 +28,9 @@ pub struct Target<'a> {
     /// The address the host boots from now, of either family.
     pub ip: IpAddr,
     /// The host's own addresses, for `{ip}` and `{ipv6}`: its reservation
-    /// of each family (a discovered machine's IPv4 lease); empty without
-    /// one (the inventory refuses a host without the address its
-    /// profile's boot uses).
+    /// of each family (a discovered machine's lease of the family it boots
+    /// over); empty without one (the inventory refuses a host without the
+    /// address its profile's boot uses).
     pub ipv4: Option<Ipv4Addr>,
     pub ipv6: Option<Ipv6Addr>,
     pub hostname: Option<&'a str>,
@@ -39,7 +39,7 @@ pub struct Target<'a> {
 
 /// The addresses `{ip}` and `{ipv6}` become for a machine booting from
 /// `ip`: `host`'s reservations when the inventory has it, else (a
-/// discovered machine) its IPv4 lease.
+/// discovered machine) its lease `ip`.
 pub fn own_addresses(host: Option<&Host>, ip: IpAddr) -> (Option<Ipv4Addr>, Option<Ipv6Addr>) {
     match (host, ip) {
         (Some(host), _) => (host.ipv4(), host.ipv6()),
@@ -186,5 +186,10 @@ mod tests {
             plan(&chain, &bare, Ipv4Addr::new(10, 66, 0, 1), None),
             BootPlan::Chain("http://10.66.0.1/by-ip/10.66.1.20/".into())
         );
+        // A discovered machine's are its lease of the family it boots over.
+        let lease6: Ipv6Addr = "fd00:66::1001".parse().unwrap();
+        assert_eq!(own_addresses(None, lease6.into()), (None, Some(lease6)));
+        let lease4 = Ipv4Addr::new(10, 66, 200, 7);
+        assert_eq!(own_addresses(None, lease4.into()), (Some(lease4), None));
     }
 }

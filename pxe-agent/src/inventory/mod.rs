@@ -78,8 +78,8 @@ pub const MAC_PLACEHOLDER: &str = "{mac}";
 /// for a kernel command line that configures the address itself, such as
 /// dracut's `ip=[{ipv6}]:::64::eth0:none` on a segment where the installed
 /// system has no DHCPv6 client. A host whose profile uses one must have
-/// that address; the discovery profile may use `{ip}` (the lease) but not
-/// `{ipv6}`.
+/// that address; for a machine of a discovery pool they are its lease of
+/// the family it boots over (the other is empty).
 pub const IP_PLACEHOLDER: &str = "{ip}";
 pub const IPV6_PLACEHOLDER: &str = "{ipv6}";
 

@@ -873,16 +873,8 @@ fn discovery(
     let profile = match &raw.profile {
         Some(name) => {
             let found = profiles.iter().position(|p| &p.name == name);
-            match found.map(|at| &profiles[at]) {
-                None => report("profile", unknown_profile(name, profiles)),
-                Some(p) if p.uses(IPV6_PLACEHOLDER) => report(
-                    "profile",
-                    format!(
-                        "{name:?} uses {IPV6_PLACEHOLDER}, but unknown machines are \
-                         leased no IPv6 address"
-                    ),
-                ),
-                Some(_) => {}
+            if found.is_none() {
+                report("profile", unknown_profile(name, profiles));
             }
             found
         }
