@@ -1,7 +1,8 @@
 //! Network boot with real firmware under QEMU: the guest (a Debian kernel
 //! and a busybox initramfs that phones home), the VMs (SeaBIOS + iPXE ROM,
-//! OVMF PXE, OVMF HTTP boot), and the boot lab that runs `pxe-agent` on
-//! tap devices for them. Used by `cargo xtask demo` and the `boot_vm` tests.
+//! OVMF PXE, OVMF HTTP boot, over IPv4 or IPv6), and the boot lab that
+//! runs `pxe-agent` on tap devices for them. Used by `cargo xtask demo` and
+//! the `boot_vm` and `boot_vm6` tests.
 //!
 //! - [`guest`]: kernel, NIC modules and busybox-static from Debian packages,
 //!   cached under `~/.cache/pxe-agent/guest/` (`cargo xtask setup` fills it);

@@ -1,5 +1,6 @@
 //! QEMU virtual machines that network-boot with real firmware: SeaBIOS with
-//! the NIC's iPXE option ROM, or OVMF doing UEFI PXE or UEFI HTTP boot.
+//! the NIC's iPXE option ROM, or OVMF doing UEFI PXE or UEFI HTTP boot
+//! (over IPv4, or over IPv6 with the system UUID its DUID carries).
 //!
 //! A VM runs under TCG (KVM is not usable on the machines this runs on), on
 //! a tap device inside a lab namespace, with one virtio-net NIC and no
