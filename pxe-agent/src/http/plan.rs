@@ -1,8 +1,8 @@
 //! What a host boots next, decided once for every boot-loader language:
 //! the profile's chain, local disk or kernel, with `{server}`, `{mac}`,
-//! `{ip}`, `{ipv6}` and `{token}` expanded and the phone-home token put on the kernel command
-//! line. The iPXE script (`http::script`) and grub.cfg (`http::grub`)
-//! both render this plan; neither decides it.
+//! `{ip}`, `{ipv6}` and `{token}` expanded and the phone-home token put on
+//! the kernel command line. The iPXE script (`http::script`) and grub.cfg
+//! (`http::grub`) both render this plan; neither decides it.
 
 use std::{
     collections::BTreeMap,
