@@ -33,6 +33,8 @@ pub const PACKAGES: &[&str] = &[
     "isc-dhcp-relay",
     "dhcpcd5",
     "kea-dhcp4-server",
+    // `bench dhcp`: the DHCPv6 peer of the IPv6 rows.
+    "kea-dhcp6-server",
     "kea-admin",
     "dnsmasq-base",
     "tcpdump",
