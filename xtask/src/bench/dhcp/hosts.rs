@@ -4,12 +4,18 @@
 //! MAC list both load generators cycle over. For the slow-path loads
 //! ([`Setup`]) the same reservations come with a dynamic pool above them,
 //! or with an iPXE answer, and the pool load's clients come from a list of
-//! MACs no server knows.
+//! MACs no server knows. For the DHCPv6 load ([`Setup::Dhcpv6`]) each host
+//! also has an IPv6 address, reserved by the DUID-LL perfdhcp makes of its
+//! MAC.
 //!
 //! Owns the subnet plan of the benchmark; starting the servers belongs to
 //! [`super::server`].
 
-use std::{fmt::Write as _, net::Ipv4Addr, path::Path};
+use std::{
+    fmt::Write as _,
+    net::{Ipv4Addr, Ipv6Addr},
+    path::Path,
+};
 
 use anyhow::ensure;
 
@@ -23,6 +29,9 @@ pub enum Setup {
     /// Reservations, and an iPXE answer for requests whose user class
     /// (option 77) is `iPXE`.
     Ipxe,
+    /// The reservations with an IPv6 address each as well, answered over
+    /// DHCPv6 (pxe-agent's slow path).
+    Dhcpv6,
 }
 
 /// Lease time of pool addresses (pxe-agent's `discovery.lease_time`).
@@ -52,6 +61,11 @@ pub const LEASE_SECS: u32 = 3600;
 pub const BIOS_BOOT_FILE: &str = "undionly.kpxe";
 pub const UEFI_BOOT_FILE: &str = "ipxe.efi";
 
+/// The IPv6 subnet of the DHCPv6 load; the server end has [`SERVER_CIDR6`]
+/// in it, the client end only its link-local address.
+pub const SUBNET6: &str = "fd00:66::/64";
+pub const SERVER_CIDR6: &str = "fd00:66::1/64";
+
 /// Hosts per third octet: addresses run 10.66.1.1 to 10.66.1.250, then
 /// 10.66.2.1, ...
 const PER_OCTET: usize = 250;
@@ -76,6 +90,11 @@ impl Hosts {
     /// Every reservation as (MAC, address).
     pub fn iter(self) -> impl Iterator<Item = (String, Ipv4Addr)> {
         (0..self.count).map(|i| (mac(i), ip(i)))
+    }
+
+    /// Every reservation as (MAC, IPv6 address).
+    pub fn iter6(self) -> impl Iterator<Item = (String, Ipv6Addr)> {
+        (0..self.count).map(|i| (mac(i), ip6(i)))
     }
 
     /// The dynamic pool of [`Setup::Pool`]: from the third octet after the
@@ -107,14 +126,22 @@ impl Hosts {
         } else {
             String::new()
         };
+        let subnet6 = if setup == Setup::Dhcpv6 {
+            format!("  - cidr: {SUBNET6}\n    lease_time: {LEASE_SECS}\n")
+        } else {
+            String::new()
+        };
         let mut yaml = format!(
             "subnets:\n  - cidr: {SUBNET}\n    router: {SERVER_IP}\n    lease_time: {LEASE_SECS}\n{pool}\
-             {discovery}\
+             {subnet6}{discovery}\
              profiles:\n  - name: pxe\n    boot:\n      bios: {BIOS_BOOT_FILE}\n      uefi: {UEFI_BOOT_FILE}\n\
              hosts:\n"
         );
-        for (mac, ip) in self.iter() {
+        for (i, (mac, ip)) in self.iter().enumerate() {
             let _ = write!(yaml, "  - mac: \"{mac}\"\n    ip: {ip}\n    profile: pxe\n");
+            if setup == Setup::Dhcpv6 {
+                let _ = writeln!(yaml, "    ipv6: \"{}\"", ip6(i));
+            }
         }
         yaml
     }
@@ -148,14 +175,14 @@ impl Hosts {
                     format!("\n    \"pools\": [{{\"pool\": \"{start} - {end}\"}}],"),
                 )
             }
-            Setup::Reservations | Setup::Ipxe => (LEASE_SECS, String::new()),
+            Setup::Reservations | Setup::Ipxe | Setup::Dhcpv6 => (LEASE_SECS, String::new()),
         };
         let classes = match setup {
             Setup::Ipxe => format!(
                 "\n  \"client-classes\": [{{\"name\": \"ipxe\", \"test\": \"{KEA_IPXE_TEST}\", \
                  \"boot-file-name\": \"{IPXE_URL}\"}}],"
             ),
-            Setup::Reservations | Setup::Pool => String::new(),
+            Setup::Reservations | Setup::Pool | Setup::Dhcpv6 => String::new(),
         };
         format!(
             r#"{{"Dhcp4": {{
@@ -183,6 +210,69 @@ impl Hosts {
 "#,
             log = log.display()
         )
+    }
+
+    /// A kea-dhcp6 configuration: `iface` (the subnet bound to it, as the
+    /// clients are on its link), in-memory leases, each host reserved by
+    /// the DUID-LL of its MAC (`host-reservation-identifiers` limited to
+    /// `duid`, so no other lookup is tried first), no pool, lifetimes as
+    /// pxe-agent gives them (T1 half, T2 four fifths of [`LEASE_SECS`]),
+    /// logging to `log` at WARN. Its own DUID is a DUID-LL, as pxe-agent's,
+    /// and not kept (Kea would write it under /var/lib/kea).
+    pub fn kea6_config(self, iface: &str, log: &Path) -> String {
+        let reservations = self
+            .iter6()
+            .map(|(mac, ip)| {
+                format!(
+                    "{{\"duid\":\"{}\",\"ip-addresses\":[\"{ip}\"]}}",
+                    duid_ll(&mac)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",\n");
+        format!(
+            r#"{{"Dhcp6": {{
+  "interfaces-config": {{"interfaces": ["{iface}"]}},
+  "lease-database": {{"type": "memfile", "persist": false, "lfc-interval": 0}},
+  "host-reservation-identifiers": ["duid"],
+  "server-id": {{"type": "LL", "persist": false}},
+  "preferred-lifetime": {LEASE_SECS},
+  "valid-lifetime": {LEASE_SECS},
+  "renew-timer": {t1},
+  "rebind-timer": {t2},
+  "subnet6": [{{
+    "id": 1,
+    "subnet": "{SUBNET6}",
+    "interface": "{iface}",
+    "reservations-in-subnet": true,
+    "reservations-out-of-pool": true,
+    "reservations": [
+{reservations}
+    ]
+  }}],
+  "loggers": [{{
+    "name": "kea-dhcp6",
+    "output_options": [{{"output": "{log}"}}],
+    "severity": "WARN"
+  }}]
+}}}}
+"#,
+            t1 = LEASE_SECS / 2,
+            t2 = LEASE_SECS * 4 / 5,
+            log = log.display()
+        )
+    }
+
+    /// dnsmasq's `--dhcp-hostsfile` for DHCPv6: one `id:DUID,[address]` a
+    /// line. dnsmasq matches a DHCPv6 client's MAC only as its neighbour
+    /// table or a relay's option 79 gives it, never from the DUID, and
+    /// every perfdhcp client sends from the one link-local address; so the
+    /// reservations name the DUID-LL perfdhcp sends.
+    pub fn dnsmasq6_hosts(self) -> String {
+        self.iter6().fold(String::new(), |mut out, (mac, ip)| {
+            let _ = writeln!(out, "id:{},[{ip}]", duid_ll(&mac));
+            out
+        })
     }
 
     /// dnsmasq's `--dhcp-hostsfile`: one `mac,ip` a line.
@@ -215,6 +305,28 @@ pub fn unknown_mac_list(count: usize) -> String {
         );
         out
     })
+}
+
+/// The DUID-LL (type 3, hardware type 1) perfdhcp -6 makes of a MAC from
+/// its `-M` list, as Kea and dnsmasq spell DUIDs.
+pub fn duid_ll(mac: &str) -> String {
+    format!("00:03:00:01:{mac}")
+}
+
+/// Host `i`'s IPv6 address: `fd00:66::1:0` plus `i`, clear of the
+/// server's `fd00:66::1`.
+pub fn ip6(i: usize) -> Ipv6Addr {
+    let i = u32::try_from(i).unwrap_or(u32::MAX);
+    Ipv6Addr::new(
+        0xfd00,
+        0x66,
+        0,
+        0,
+        0,
+        0,
+        1 + (i >> 16) as u16,
+        (i & 0xffff) as u16,
+    )
 }
 
 /// `52:54:00:` followed by the index in 24 bits.
@@ -319,6 +431,23 @@ mod tests {
         assert!(kea.contains(r#""persist": true, "name": "/tmp/l.csv""#));
         let ipxe = hosts.kea_config("pxsrv0", Path::new("/tmp/kea.log"), Setup::Ipxe, None);
         assert!(ipxe.contains(KEA_IPXE_TEST) && ipxe.contains(IPXE_URL));
+        let v6 = Hosts::new(MAX_HOSTS).unwrap();
+        assert_eq!(ip6(0), "fd00:66::1:0".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(ip6(65_537), "fd00:66::2:1".parse::<Ipv6Addr>().unwrap());
+        let inv6 = v6.inventory(Setup::Dhcpv6);
+        assert!(inv6.contains("  - cidr: fd00:66::/64\n"));
+        assert_eq!(inv6.matches("    ipv6: ").count(), MAX_HOSTS);
+        assert!(!hosts.inventory(Setup::Reservations).contains("ipv6"));
+        let kea6 = Hosts::new(2)
+            .unwrap()
+            .kea6_config("pxsrv0", Path::new("/tmp/kea6.log"));
+        assert!(kea6.contains(
+            r#"{"duid":"00:03:00:01:52:54:00:00:00:01","ip-addresses":["fd00:66::1:1"]}"#
+        ));
+        assert_eq!(
+            Hosts::new(1).unwrap().dnsmasq6_hosts(),
+            "id:00:03:00:01:52:54:00:00:00:00,[fd00:66::1:0]\n"
+        );
         let unknown = unknown_mac_list(70_000);
         assert_eq!(unknown.lines().nth(65_537), Some("02:00:00:01:00:01"));
     }

@@ -15,6 +15,9 @@
 //!   (pxe-agent's slow path: discovery).
 //! - [`LoadKind::Ipxe`]: dhcp-loadgen over the reservations with user class
 //!   `iPXE` in every request (pxe-agent's slow path: iPXE chainloading).
+//! - [`LoadKind::Dhcpv6`]: perfdhcp -6 on the client end, to ff02::1:2
+//!   from its link-local address, one DUID-LL a reserved MAC (pxe-agent's
+//!   slow path: DHCPv6). An exchange is Solicit, Advertise, Request, Reply.
 //!
 //! CPU of a run: the server side is the server process plus the server
 //! end's NAPI thread; the client side is the generator plus the client end's
@@ -35,6 +38,7 @@ use xtask::ChildGuard;
 use super::{
     cpu::{self, Machine, MachineUsage},
     hosts::{CLIENT_IP, SERVER_IP, Setup},
+    reply6,
     report::thousands,
     server::Server,
     testbed::{Bins, SENDER_IF, Testbed},
@@ -70,15 +74,17 @@ pub enum LoadKind {
     RelayedLoadgen,
     Pool,
     Ipxe,
+    Dhcpv6,
 }
 
 impl LoadKind {
-    pub const ALL: [LoadKind; 5] = [
+    pub const ALL: [LoadKind; 6] = [
         LoadKind::Direct,
         LoadKind::Relayed,
         LoadKind::RelayedLoadgen,
         LoadKind::Pool,
         LoadKind::Ipxe,
+        LoadKind::Dhcpv6,
     ];
 
     pub fn name(self) -> &'static str {
@@ -88,6 +94,7 @@ impl LoadKind {
             LoadKind::RelayedLoadgen => "relayed (dhcp-loadgen)",
             LoadKind::Pool => "slow path: unknown MACs, pool (dhcp-loadgen)",
             LoadKind::Ipxe => "slow path: iPXE user class (dhcp-loadgen)",
+            LoadKind::Dhcpv6 => "DHCPv6 (perfdhcp -6)",
         }
     }
 
@@ -98,7 +105,21 @@ impl LoadKind {
             LoadKind::RelayedLoadgen => "relayed, dhcp-loadgen",
             LoadKind::Pool => "pool",
             LoadKind::Ipxe => "iPXE",
+            LoadKind::Dhcpv6 => "DHCPv6",
         }
+    }
+
+    /// 4 or 6.
+    pub fn family(self) -> u8 {
+        if self == LoadKind::Dhcpv6 { 6 } else { 4 }
+    }
+
+    /// Measured at the slow-path host counts (`--slow-hosts`) rather than
+    /// the fast-path ones (`--hosts`). The DHCPv6 load is pxe-agent's slow
+    /// path, but all its answers are reservations, so it is measured at
+    /// the same host counts as the DHCPv4 reservations.
+    pub fn at_slow_hosts(self) -> bool {
+        matches!(self, LoadKind::Pool | LoadKind::Ipxe)
     }
 
     /// How the servers are configured for this load.
@@ -107,12 +128,8 @@ impl LoadKind {
             LoadKind::Direct | LoadKind::Relayed | LoadKind::RelayedLoadgen => Setup::Reservations,
             LoadKind::Pool => Setup::Pool,
             LoadKind::Ipxe => Setup::Ipxe,
+            LoadKind::Dhcpv6 => Setup::Dhcpv6,
         }
-    }
-
-    /// Whether pxe-agent's XDP program answers this load itself.
-    pub fn slow_path(self) -> bool {
-        self.setup() != Setup::Reservations
     }
 
     /// Every run starts a fresh server with an empty lease database: each
@@ -265,7 +282,8 @@ impl Runner<'_> {
             LoadKind::Direct | LoadKind::RelayedLoadgen | LoadKind::Pool | LoadKind::Ipxe => {
                 parse_loadgen(&run.stdout)
             }
-            LoadKind::Relayed => parse_perfdhcp(&run.stdout, duration),
+            LoadKind::Relayed => parse_perfdhcp(&run.stdout, duration, PERFDHCP4_SECTIONS),
+            LoadKind::Dhcpv6 => parse_perfdhcp(&run.stdout, duration, PERFDHCP6_SECTIONS),
         }
         .with_context(|| {
             format!(
@@ -287,8 +305,22 @@ impl Runner<'_> {
         Ok(sample)
     }
 
-    /// Whether the server answers a short, slow direct run.
-    pub fn probe(&self) -> anyhow::Result<bool> {
+    /// Whether the server answers a short, slow run: direct DHCPv4, or
+    /// perfdhcp -6 for the DHCPv6 setup.
+    pub fn probe(&self, setup: Setup) -> anyhow::Result<bool> {
+        if setup == Setup::Dhcpv6 {
+            let mut cmd = self.perfdhcp6(Some(PROBE6_RATE), Duration::from_secs(1));
+            let run = run_to_exit(&mut cmd, Duration::from_secs(2) + GRACE)?;
+            let sample = parse_perfdhcp(&run.stdout, Duration::from_secs(1), PERFDHCP6_SECTIONS)
+                .with_context(|| {
+                    format!(
+                        "perfdhcp -6 probe gave no result ({}): {}",
+                        run.status,
+                        run.tail()
+                    )
+                })?;
+            return Ok(sample.acks > 0);
+        }
         let mut cmd = self
             .bed
             .lab
@@ -355,8 +387,74 @@ impl Runner<'_> {
                 }
                 cmd.args(["-l", CLIENT_IP, SERVER_IP]);
             }
+            LoadKind::Dhcpv6 => cmd = self.perfdhcp6(rate, duration),
         }
         Ok(cmd)
+    }
+
+    /// perfdhcp -6 on the generator's core: one thread, Solicits to
+    /// ff02::1:2 from the client end's link-local address, one reserved
+    /// MAC from the list (as a DUID-LL) for each exchange.
+    fn perfdhcp6(&self, rate: Option<u32>, duration: Duration) -> Command {
+        let bed = self.bed;
+        let mut cmd = bed.lab.cmd_in(bed.client_ns(), "taskset");
+        cmd.args(["-c", &bed.cores.generator_list()])
+            .args(["perfdhcp", "-6", "-g", "single", "-p"])
+            .arg(duration.as_secs().max(1).to_string())
+            .arg("-M")
+            .arg(self.macs);
+        if let Some(rate) = rate {
+            cmd.args(["-r", &rate.to_string()]);
+        }
+        cmd.args(["-l", bed.client_if()]);
+        cmd
+    }
+
+    /// Runs perfdhcp -6 at `rate` for `duration` while tcpdump records the
+    /// answers on the client end, and checks each Advertise and Reply
+    /// against the reservation of the DUID it names.
+    pub fn check_replies6(
+        &self,
+        rate: u32,
+        duration: Duration,
+        pcap: &Path,
+    ) -> anyhow::Result<reply6::Check> {
+        let bed = self.bed;
+        let mut dump = bed.lab.cmd_in(bed.client_ns(), "tcpdump");
+        dump.args(["-i", bed.client_if(), "-U", "-n", "-s", "0", "-w"])
+            .arg(pcap)
+            .args(["udp", "and", "dst", "port", "546"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let tcpdump = ChildGuard::spawn(&mut dump)?;
+        // tcpdump writes the file's header once it listens.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::metadata(pcap).map_or(0, |m| m.len()) == 0 {
+            if Instant::now() >= deadline {
+                bail!("tcpdump did not start capturing into {}", pcap.display());
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        thread::sleep(Duration::from_millis(300));
+        let mut cmd = self.perfdhcp6(Some(rate), duration);
+        let run = run_to_exit(&mut cmd, duration + DRAIN + GRACE)?;
+        thread::sleep(Duration::from_millis(300));
+        tcpdump.stop()?;
+        let sample =
+            parse_perfdhcp(&run.stdout, duration, PERFDHCP6_SECTIONS).with_context(|| {
+                format!(
+                    "perfdhcp -6 gave no result ({}): {}",
+                    run.status,
+                    run.tail()
+                )
+            })?;
+        let bytes =
+            std::fs::read(pcap).with_context(|| format!("failed to read {}", pcap.display()))?;
+        let mut check = reply6::check_capture(&bytes)
+            .with_context(|| format!("failed to read the capture {}", pcap.display()))?;
+        check.exchanges = sample.acks;
+        Ok(check)
     }
 }
 
@@ -494,14 +592,21 @@ fn parse_loadgen(stdout: &str) -> Option<Sample> {
     })
 }
 
-/// perfdhcp's final report. Exchanges are completed REQUEST-ACK pairs;
-/// latency adds its DISCOVER-OFFER and REQUEST-ACK delays (for the maximum
-/// that is an upper bound: the two maxima may come from different
+/// perfdhcp's report sections for the first and second half of an
+/// exchange, DHCPv4 and DHCPv6.
+const PERFDHCP4_SECTIONS: [&str; 2] = ["DISCOVER-OFFER", "REQUEST-ACK"];
+const PERFDHCP6_SECTIONS: [&str; 2] = ["SOLICIT-ADVERTISE", "REQUEST-REPLY"];
+/// Exchanges per second of the DHCPv6 readiness probe.
+const PROBE6_RATE: u32 = 20;
+
+/// perfdhcp's final report. Exchanges are completed REQUEST-ACK (or
+/// REQUEST-REPLY) pairs; latency adds the delays of the two halves (for the
+/// maximum that is an upper bound: the two maxima may come from different
 /// exchanges). perfdhcp does not count its own turnaround from OFFER to
 /// REQUEST, which dhcp-loadgen's latency includes.
-fn parse_perfdhcp(stdout: &str, period: Duration) -> Option<Sample> {
-    let offer = perfdhcp_section(stdout, "DISCOVER-OFFER")?;
-    let ack = perfdhcp_section(stdout, "REQUEST-ACK")?;
+fn parse_perfdhcp(stdout: &str, period: Duration, sections: [&str; 2]) -> Option<Sample> {
+    let offer = perfdhcp_section(stdout, sections[0])?;
+    let ack = perfdhcp_section(stdout, sections[1])?;
     Some(Sample {
         duration: period,
         discovers: offer.sent,
@@ -572,12 +677,21 @@ max delay: 6.235 ms
 
     #[test]
     fn perfdhcp_report_becomes_a_sample() {
-        let s = parse_perfdhcp(PERFDHCP, Duration::from_secs(3)).unwrap();
+        let s = parse_perfdhcp(PERFDHCP, Duration::from_secs(3), PERFDHCP4_SECTIONS).unwrap();
         assert_eq!((s.discovers, s.acks), (5999, 5980));
         assert_eq!(s.avg_latency, Duration::from_micros(849));
         assert_eq!(s.max_latency, Duration::from_micros(14_052));
         assert!((s.exchanges_per_s() - 5980.0 / 3.0).abs() < 1e-9);
-        assert!(parse_perfdhcp("Rate: 0\n", Duration::from_secs(1)).is_none());
+        assert!(parse_perfdhcp("Rate: 0\n", Duration::from_secs(1), PERFDHCP4_SECTIONS).is_none());
+        // The DHCPv6 report names its sections by the v6 messages; an
+        // Advertise without an address gets no Request, so the exchange
+        // is not complete.
+        let v6 = PERFDHCP
+            .replace("DISCOVER-OFFER", "SOLICIT-ADVERTISE")
+            .replace("REQUEST-ACK", "REQUEST-REPLY");
+        let s = parse_perfdhcp(&v6, Duration::from_secs(3), PERFDHCP6_SECTIONS).unwrap();
+        assert_eq!((s.discovers, s.acks), (5999, 5980));
+        assert!(parse_perfdhcp(&v6, Duration::from_secs(3), PERFDHCP4_SECTIONS).is_none());
     }
 
     #[test]

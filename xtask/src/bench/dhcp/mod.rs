@@ -8,8 +8,8 @@
 //! Owns the run's order and its command-line options: build, time the XDP
 //! program, set up one testbed, then per host count and server setup start
 //! each server in turn, wait until it answers, ramp the setup's loads and
-//! stop it. Prints progress and the table; a full run also refreshes
-//! docs/benchmarks.md.
+//! stop it. Prints progress and the tables, one set per address family; a
+//! full run also refreshes each family's block of docs/benchmarks.md.
 //! Every server, generator and namespace is released on the way out, on
 //! error too (their guards drop).
 //!
@@ -19,6 +19,7 @@ pub(crate) mod cpu;
 mod hosts;
 mod load;
 mod ramp;
+mod reply6;
 pub(super) mod report;
 pub(crate) mod server;
 pub(crate) mod testbed;
@@ -70,9 +71,34 @@ pub struct Args {
     /// docs/benchmarks.md as it is.
     #[arg(long, value_enum, value_delimiter = ',')]
     loads: Option<Vec<LoadKind>>,
+    /// Address family of the loads: 4 (DHCPv4), 6 (DHCPv6) or both; a
+    /// full run of one family refreshes only that family's block of
+    /// docs/benchmarks.md.
+    #[arg(long, value_enum, default_value = "both")]
+    family: Family,
     /// Do not refresh docs/benchmarks.md.
     #[arg(long)]
     no_docs: bool,
+}
+
+/// Which address family's loads to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Family {
+    #[value(name = "4")]
+    V4,
+    #[value(name = "6")]
+    V6,
+    Both,
+}
+
+impl Family {
+    fn includes(self, family: u8) -> bool {
+        match self {
+            Family::V4 => family == 4,
+            Family::V6 => family == 6,
+            Family::Both => true,
+        }
+    }
 }
 
 impl Args {
@@ -93,10 +119,17 @@ impl Args {
             Hosts::new(n)?;
         }
         let servers = self.servers.clone().unwrap_or(ServerKind::ALL.to_vec());
-        let loads = self.loads.clone().unwrap_or(LoadKind::ALL.to_vec());
+        let loads: Vec<LoadKind> = self
+            .loads
+            .clone()
+            .unwrap_or(LoadKind::ALL.to_vec())
+            .into_iter()
+            .filter(|l| self.family.includes(l.family()))
+            .collect();
         ensure!(
             !servers.is_empty() && !loads.is_empty(),
-            "nothing to measure"
+            "nothing to measure (--family {:?} leaves none of the loads asked for)",
+            self.family
         );
         let (direct_rates, relayed_rates, step) = if self.quick {
             (
@@ -148,15 +181,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ensure_root()?;
     let plan = args.plan()?;
     setup::run()?;
-    let versions = tool_versions()?;
+    let families: Vec<u8> = [4, 6]
+        .into_iter()
+        .filter(|&f| plan.loads.iter().any(|l| l.family() == f))
+        .collect();
+    let versions = tool_versions(&families)?;
     let cores = Cores::detect()?;
     let bins = build()?;
     let started = Instant::now();
-    println!(
-        "bench: timing the XDP program ({PROG_TEST_RUNS} BPF_PROG_TEST_RUN calls per request)"
-    );
-    let kernel_time = prog_test_run(&bins.loadgen)?;
-    println!("bench: {kernel_time}");
+    let kernel_time = if families.contains(&4) {
+        println!(
+            "bench: timing the XDP program ({PROG_TEST_RUNS} BPF_PROG_TEST_RUN calls per request)"
+        );
+        let line = prog_test_run(&bins.loadgen)?;
+        println!("bench: {line}");
+        Some(line)
+    } else {
+        None
+    };
     let scratch = Scratch::new("dhcp")?;
     let results = bench_all(&bins, cores, &plan, &scratch.0)?;
     warn_leftover_namespaces(testbed::LAB_PREFIX);
@@ -171,8 +213,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         plan,
         quick: args.quick,
     };
-    let block = report::markdown(&info, &results);
-    println!("\n{block}");
+    let blocks: Vec<(u8, String)> = families
+        .iter()
+        .map(|&family| {
+            let rows: Vec<Measurement> = results
+                .iter()
+                .filter(|m| m.load.family() == family)
+                .cloned()
+                .collect();
+            (family, report::markdown(&info, &rows, family))
+        })
+        .collect();
+    for (_, block) in &blocks {
+        println!("\n{block}");
+    }
     if args.quick
         || args.no_docs
         || args.servers.is_some()
@@ -182,7 +236,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("bench: docs/benchmarks.md left as it is");
     } else {
         let docs = workspace_root().join("docs").join("benchmarks.md");
-        report::refresh_docs(&docs, &block)?;
+        for (family, block) in &blocks {
+            report::refresh_docs(&docs, *family, block)?;
+        }
         println!("bench: refreshed {}", docs.display());
     }
     Ok(())
@@ -213,7 +269,7 @@ fn bench_all(
         let macs = dir.join("macs.txt");
         fs::write(&macs, hosts.mac_list())
             .with_context(|| format!("failed to write {}", macs.display()))?;
-        for setup in [Setup::Reservations, Setup::Pool, Setup::Ipxe] {
+        for setup in [Setup::Reservations, Setup::Pool, Setup::Ipxe, Setup::Dhcpv6] {
             let loads = plan.loads_for(count, setup);
             if loads.is_empty() {
                 continue;
@@ -265,6 +321,7 @@ fn bench_server(
         Setup::Reservations => String::new(),
         Setup::Pool => format!(" and a pool of {} addresses", hosts.pool_size()),
         Setup::Ipxe => " and an iPXE answer".to_owned(),
+        Setup::Dhcpv6 => " over DHCPv6".to_owned(),
     };
     println!(
         "bench: starting {} with {} hosts{what}",
@@ -282,7 +339,12 @@ fn bench_server(
         Ok(server) => server,
         Err(err) => return failed(err),
     };
-    let results = match ramp::wait_answering(runner, &mut server, true) {
+    let answering = ramp::wait_answering(runner, &mut server, true);
+    let check = match (&answering, setup) {
+        (Ok(()), Setup::Dhcpv6) => check_replies6(runner, &server, hosts, dir),
+        _ => None,
+    };
+    let results = match answering {
         Ok(()) => loads
             .iter()
             .map(|&load| {
@@ -294,7 +356,10 @@ fn bench_server(
                         report::agent_note(&counters)
                     );
                 }
-                m
+                Measurement {
+                    check: check.clone(),
+                    ..m
+                }
             })
             .collect(),
         Err(err) => failed(err),
@@ -303,6 +368,41 @@ fn bench_server(
         eprintln!("warning: {err:#}");
     }
     results
+}
+
+/// Exchanges per second and seconds of the DHCPv6 answer check: slow
+/// enough for any server to answer all, long enough to sample many hosts.
+const CHECK6_RATE: u32 = 200;
+const CHECK6_SECS: u64 = 3;
+
+/// Runs the DHCPv6 answer check against `server` and prints its result;
+/// `None` (and a warning) if the check itself could not run.
+fn check_replies6(
+    runner: &Runner<'_>,
+    server: &Server,
+    hosts: Hosts,
+    dir: &Path,
+) -> Option<reply6::Check> {
+    let pcap = dir.join("answers6.pcap");
+    match runner.check_replies6(CHECK6_RATE, Duration::from_secs(CHECK6_SECS), &pcap) {
+        Ok(check) => {
+            println!(
+                "bench: {} with {} hosts, DHCPv6 answers: {}",
+                server.kind.name(),
+                hosts.count,
+                check.summary()
+            );
+            Some(check)
+        }
+        Err(err) => {
+            eprintln!(
+                "warning: {} with {} hosts: DHCPv6 answer check failed: {err:#}",
+                server.kind.name(),
+                hosts.count
+            );
+            None
+        }
+    }
 }
 
 /// Builds the agent and the load generator (release).
@@ -318,11 +418,23 @@ fn build() -> anyhow::Result<Bins> {
     Ok(Bins { agent, loadgen })
 }
 
-/// The versions of the outside programs, which also checks they exist.
-fn tool_versions() -> anyhow::Result<Vec<(String, String)>> {
+/// The versions of the outside programs the run's `families` need, which
+/// also checks they exist.
+fn tool_versions(families: &[u8]) -> anyhow::Result<Vec<(String, String)>> {
     let first_line = |text: String| text.lines().next().unwrap_or_default().trim().to_owned();
-    let kea = run_text(Command::new("kea-dhcp4").arg("-v"))
-        .context("kea-dhcp4 is needed (package kea-dhcp4-server)")?;
+    let mut versions = Vec::new();
+    if families.contains(&4) {
+        let kea = run_text(Command::new("kea-dhcp4").arg("-v"))
+            .context("kea-dhcp4 is needed (package kea-dhcp4-server)")?;
+        versions.push(("Kea".to_owned(), first_line(kea)));
+    }
+    if families.contains(&6) {
+        let kea = run_text(Command::new("kea-dhcp6").arg("-v"))
+            .context("kea-dhcp6 is needed (package kea-dhcp6-server)")?;
+        versions.push(("kea-dhcp6".to_owned(), first_line(kea)));
+        run_text(Command::new("tcpdump").arg("--version"))
+            .context("tcpdump is needed (package tcpdump)")?;
+    }
     let perfdhcp = run_text(Command::new("perfdhcp").arg("-v"))
         .context("perfdhcp is needed (package kea-admin)")?;
     let dnsmasq = run_text(Command::new("dnsmasq").arg("-v"))
@@ -333,14 +445,14 @@ fn tool_versions() -> anyhow::Result<Vec<(String, String)>> {
         .nth(2)
         .unwrap_or("?")
         .to_owned();
-    Ok(vec![
-        ("Kea".into(), first_line(kea)),
+    versions.extend([
         (
             "perfdhcp".into(),
             first_line(perfdhcp).replace("VERSION: ", ""),
         ),
         ("dnsmasq".into(), dnsmasq),
-    ])
+    ]);
+    Ok(versions)
 }
 
 /// `dhcp-loadgen prog-test-run`, phrased for the report.

@@ -23,6 +23,7 @@ use super::{
     cpu,
     hosts::Setup,
     load::{CLEAN_DROP_PCT, LoadKind, Runner, Sample},
+    reply6,
     server::{Server, ServerKind},
 };
 
@@ -50,6 +51,7 @@ pub struct Plan {
     pub loads: Vec<LoadKind>,
     /// The direct load's ramp, and the iPXE load's.
     pub direct_rates: Vec<u32>,
+    /// perfdhcp's ramp, DHCPv4 and DHCPv6.
     pub relayed_rates: Vec<u32>,
     /// The direct ramp up to the rates whose runs fit in the pool.
     pub pool_rates: Vec<u32>,
@@ -62,7 +64,7 @@ impl Plan {
     pub fn rates(&self, load: LoadKind) -> &[u32] {
         match load {
             LoadKind::Direct | LoadKind::RelayedLoadgen | LoadKind::Ipxe => &self.direct_rates,
-            LoadKind::Relayed => &self.relayed_rates,
+            LoadKind::Relayed | LoadKind::Dhcpv6 => &self.relayed_rates,
             LoadKind::Pool => &self.pool_rates,
         }
     }
@@ -82,7 +84,7 @@ impl Plan {
             .copied()
             .filter(|l| l.setup() == setup)
             .filter(|l| {
-                let counts = if l.slow_path() {
+                let counts = if l.at_slow_hosts() {
                     &self.slow_hosts
                 } else {
                     &self.hosts
@@ -122,6 +124,8 @@ pub struct Measurement {
     /// The run as fast as the generator can send.
     pub max: Option<Sample>,
     pub error: Option<String>,
+    /// The DHCPv6 load: what the server's answers carried in a check run.
+    pub check: Option<reply6::Check>,
 }
 
 impl Measurement {
@@ -135,6 +139,7 @@ impl Measurement {
             steps: Vec::new(),
             max: None,
             error: None,
+            check: None,
         }
     }
 
@@ -350,7 +355,7 @@ pub fn wait_answering(runner: &Runner<'_>, server: &mut Server, say: bool) -> an
     let timeout = server.kind.answer_timeout();
     loop {
         server.check_alive()?;
-        if runner.probe()? {
+        if runner.probe(server.setup())? {
             if say {
                 println!(
                     "bench: {} answers ({:.1} s after start)",

@@ -1,7 +1,8 @@
 //! The DHCP servers under test, each started in the server namespace on the
 //! server cores with the same reservations (and, for the slow-path loads, a
 //! pool or an iPXE answer), and stopped by PID. Kea runs a second time with
-//! its leases written to a file, for the pool load only.
+//! its leases written to a file, for the pool load only. For the DHCPv6
+//! load Kea is kea-dhcp6 and dnsmasq serves the IPv6 subnet only.
 //!
 //! Owns each server's configuration and command line, its start-up check
 //! and its restart with an empty lease database; whether it answers is
@@ -20,7 +21,10 @@ use anyhow::{Context as _, bail};
 use xtask::ChildGuard;
 
 use super::{
-    hosts::{BIOS_BOOT_FILE, Hosts, IPXE_URL, NETMASK, POOL_LEASE_SECS, SERVER_IP, SUBNET, Setup},
+    hosts::{
+        BIOS_BOOT_FILE, Hosts, IPXE_URL, LEASE_SECS, NETMASK, POOL_LEASE_SECS, SERVER_IP, SUBNET,
+        SUBNET6, Setup,
+    },
     testbed::{Bins, Testbed},
 };
 
@@ -70,6 +74,8 @@ impl ServerKind {
 
     /// Whether this server is measured in `setup`: Kea with a lease file
     /// only where leases are made (the pool), the others everywhere.
+    /// (Every DHCPv6 answer is a reservation, so its leases are no more
+    /// than those of the relayed and direct loads.)
     pub fn serves(self, setup: Setup) -> bool {
         self != ServerKind::KeaPersist || setup == Setup::Pool
     }
@@ -183,6 +189,11 @@ impl Server {
         lines[lines.len().saturating_sub(15)..].join("\n")
     }
 
+    /// What the server was configured for.
+    pub fn setup(&self) -> Setup {
+        self.launch.setup
+    }
+
     /// SIGTERM (the agent detaches XDP on it), SIGKILL after a grace period.
     pub fn stop(self) -> anyhow::Result<()> {
         let name = self.kind.name();
@@ -265,8 +276,12 @@ fn spawn(
     let state = lease_state(kind, launch, generation);
     match kind {
         ServerKind::PxeAgent => agent_command(&mut cmd, bed, bins, launch, state.as_deref())?,
+        ServerKind::Kea if launch.setup == Setup::Dhcpv6 => kea6_command(&mut cmd, bed, launch)?,
         ServerKind::Kea | ServerKind::KeaPersist => {
             kea_command(&mut cmd, bed, launch, kind, state.as_deref())?
+        }
+        ServerKind::Dnsmasq if launch.setup == Setup::Dhcpv6 => {
+            dnsmasq6_command(&mut cmd, bed, launch)?
         }
         ServerKind::Dnsmasq => dnsmasq_command(&mut cmd, bed, launch, state.as_deref())?,
     }
@@ -313,7 +328,7 @@ fn agent_command(
         .arg(state)
         .arg("--inventory")
         .arg(&inventory);
-    if launch.setup != Setup::Reservations {
+    if matches!(launch.setup, Setup::Pool | Setup::Ipxe) {
         cmd.args(["--rate-per-mac", SLOW_PATH_RATE_LIMIT])
             .args(["--rate-unknown", SLOW_PATH_RATE_LIMIT]);
     }
@@ -346,6 +361,57 @@ fn kea_command(
     Ok(())
 }
 
+/// kea-dhcp6 with its PID and lock files in `dir` rather than /run.
+fn kea6_command(
+    cmd: &mut std::process::Command,
+    bed: &Testbed,
+    launch: &Launch,
+) -> anyhow::Result<()> {
+    let dir = &launch.dir;
+    let config = dir.join("kea-dhcp6.json");
+    write(
+        &config,
+        &launch
+            .hosts
+            .kea6_config(bed.server_if(), &dir.join("kea-dhcp6.log")),
+    )?;
+    cmd.env("KEA_PIDFILE_DIR", dir)
+        .env("KEA_LOCKFILE_DIR", dir)
+        .args(["kea-dhcp6", "-c"])
+        .arg(&config);
+    Ok(())
+}
+
+/// dnsmasq as a DHCPv6 server only: the IPv6 subnet as a static range
+/// (reservations only, as for DHCPv4), leases in memory, no router
+/// advertisements, the same flags otherwise.
+fn dnsmasq6_command(
+    cmd: &mut std::process::Command,
+    bed: &Testbed,
+    launch: &Launch,
+) -> anyhow::Result<()> {
+    let (dir, hosts) = (&launch.dir, launch.hosts);
+    let hosts_file = dir.join("dnsmasq6.hosts");
+    write(&hosts_file, &hosts.dnsmasq6_hosts())?;
+    let (network, prefix) = SUBNET6.split_once('/').context("subnet has no prefix")?;
+    cmd.args(["dnsmasq", "-k", "--conf-file=/dev/null", "--port=0"])
+        .arg(format!("--interface={}", bed.server_if()))
+        .arg("--bind-interfaces")
+        .arg(format!(
+            "--dhcp-range={network},static,{prefix},{LEASE_SECS}"
+        ))
+        .arg(format!("--dhcp-hostsfile={}", hosts_file.display()))
+        .arg(format!("--dhcp-lease-max={}", hosts.count * 2))
+        .arg("--leasefile-ro")
+        .arg(format!("--pid-file={}", dir.join("dnsmasq.pid").display()))
+        .args(["--dhcp-authoritative", "--quiet-dhcp", "--quiet-dhcp6"])
+        .arg(format!(
+            "--log-facility={}",
+            dir.join("dnsmasq-daemon.log").display()
+        ));
+    Ok(())
+}
+
 /// dnsmasq as a DHCP server only (`--port=0`), no routine per-packet log
 /// lines. With reservations only: static leases, and `--leasefile-ro` keeps
 /// them in memory, as Kea's non-persistent memfile does (with a lease file
@@ -372,14 +438,14 @@ fn dnsmasq_command(
                 "--dhcp-range={start},{end},{NETMASK},{POOL_LEASE_SECS}"
             ));
         }
-        Setup::Reservations | Setup::Ipxe => {
+        Setup::Reservations | Setup::Ipxe | Setup::Dhcpv6 => {
             cmd.arg(format!("--dhcp-range={network},static,{NETMASK},1h"));
         }
     }
     cmd.arg(format!("--dhcp-hostsfile={}", hosts_file.display()));
     let lease_max = match launch.setup {
         Setup::Pool => hosts.count + hosts.pool_size() as usize,
-        Setup::Reservations | Setup::Ipxe => hosts.count * 2,
+        Setup::Reservations | Setup::Ipxe | Setup::Dhcpv6 => hosts.count * 2,
     };
     cmd.arg(format!("--dhcp-lease-max={lease_max}"));
     match lease_file {

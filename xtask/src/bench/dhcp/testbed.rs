@@ -3,6 +3,9 @@
 //! side and each side's packet work runs on its own cores.
 //!
 //! - The client end has [`CLIENT_CIDR`], so perfdhcp can relay from it.
+//! - The server end has [`SERVER_CIDR6`] besides its link-local address,
+//!   which DHCPv6 servers need to serve that subnet; perfdhcp -6 sends from
+//!   the client end's link-local address, used once DAD has passed.
 //! - `pxe-agent veth-peer` runs on the client end for the whole run: XDP_TX
 //!   replies only reach a veth peer that runs NAPI (docs/veth.md).
 //! - dhcp-loadgen sends on a second veth pair inside the client namespace
@@ -35,7 +38,7 @@ use xtask::{ChildGuard, Lab};
 
 use super::{
     cpu::{self, Cores},
-    hosts::CLIENT_CIDR,
+    hosts::{CLIENT_CIDR, SERVER_CIDR6},
 };
 
 pub const LAB_PREFIX: &str = "pxbench";
@@ -125,6 +128,13 @@ fn configure_links(lab: &Lab) -> anyhow::Result<()> {
     let (srv_if, cli_if) = (lab.server_if(), lab.client_if());
     lab.run_in(cli, &["ip", "addr", "add", CLIENT_CIDR, "dev", cli_if])
         .with_context(|| format!("failed to assign {CLIENT_CIDR} to {cli_if}"))?;
+    lab.run_in(
+        srv,
+        &["ip", "addr", "add", SERVER_CIDR6, "dev", srv_if, "nodad"],
+    )
+    .with_context(|| format!("failed to assign {SERVER_CIDR6} to {srv_if}"))?;
+    wait_link_local(lab, cli, cli_if)?;
+    wait_link_local(lab, srv, srv_if)?;
     lab.run_in(srv, &["ethtool", "-K", srv_if, "gro", "on", "tso", "off"])
         .with_context(|| format!("failed to set GRO on, TSO off on {srv_if}"))?;
     lab.run_in(cli, &["ethtool", "-K", cli_if, "tso", "off"])
@@ -149,6 +159,24 @@ fn configure_links(lab: &Lab) -> anyhow::Result<()> {
             .with_context(|| format!("failed to bring {iface} up"))?;
     }
     Ok(())
+}
+
+/// Waits until `iface` in `ns` has a link-local address that has passed
+/// duplicate address detection (a tentative one cannot be bound).
+fn wait_link_local(lab: &Lab, ns: &str, iface: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let show = ["ip", "-6", "addr", "show", "dev", iface, "scope", "link"];
+    loop {
+        let out = lab.run_in(ns, &show)?;
+        if out.contains("inet6 fe80:") && !out.contains("tentative") {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{iface} has no usable link-local address after 10 s: {out}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Runs `pxe-agent veth-peer` on `iface` in the client namespace, passing
