@@ -421,12 +421,23 @@ impl Runner<'_> {
     ) -> anyhow::Result<reply6::Check> {
         let bed = self.bed;
         let mut dump = bed.lab.cmd_in(bed.client_ns(), "tcpdump");
-        dump.args(["-i", bed.client_if(), "-U", "-n", "-s", "0", "-w"])
-            .arg(pcap)
-            .args(["udp", "and", "dst", "port", "546"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        // --immediate-mode: each packet is handed over as it comes rather
+        // than in blocks that a stop can leave unwritten.
+        dump.args([
+            "-i",
+            bed.client_if(),
+            "--immediate-mode",
+            "-U",
+            "-n",
+            "-s",
+            "0",
+        ])
+        .arg("-w")
+        .arg(pcap)
+        .args(["udp", "and", "dst", "port", "546"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
         let tcpdump = ChildGuard::spawn(&mut dump)?;
         // tcpdump writes the file's header once it listens.
         let deadline = Instant::now() + Duration::from_secs(5);

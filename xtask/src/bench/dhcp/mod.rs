@@ -353,7 +353,7 @@ fn bench_server(
                     println!(
                         "bench: pxe-agent {}: {}",
                         load.short(),
-                        report::agent_note(&counters)
+                        report::agent_note_for(load, &counters)
                     );
                 }
                 Measurement {

@@ -51,7 +51,8 @@ impl Check {
     /// One line for the report.
     pub fn summary(&self) -> String {
         let mut text = format!(
-            "{} of {} Advertises and Replies ({} exchanges) carried the client's reserved address",
+            "{} of the {} Advertises and Replies captured ({} exchanges completed) carried the \
+             client's reserved address",
             self.reserved,
             self.advertises + self.replies,
             self.exchanges

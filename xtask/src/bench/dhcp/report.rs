@@ -106,7 +106,7 @@ pub fn markdown(info: &RunInfo, results: &[Measurement], family: u8) -> String {
                 "- pxe-agent, {} × {} hosts: {}.",
                 m.load.short(),
                 thousands(m.hosts as f64),
-                agent_note(&counters)
+                agent_note_for(m.load, &counters)
             );
         }
     }
@@ -594,6 +594,57 @@ fn cpu_table(rows: &[&Measurement]) -> String {
     out
 }
 
+/// [`agent_note`], or [`agent_note6`] for the DHCPv6 load.
+pub fn agent_note_for(load: LoadKind, delta: &BTreeMap<String, u64>) -> String {
+    if load.family() == 6 {
+        agent_note6(delta)
+    } else {
+        agent_note(delta)
+    }
+}
+
+/// What pxe-agent's DHCPv6 slow path did over a measurement: requests
+/// read, Advertises and Replies sent, and what it left unanswered or
+/// failed at, if anything.
+pub fn agent_note6(delta: &BTreeMap<String, u64>) -> String {
+    // (second label's value, count) of `prefix`'s non-zero IPv6 samples.
+    fn samples<'a>(
+        delta: &'a BTreeMap<String, u64>,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = (String, u64)> + 'a {
+        delta
+            .iter()
+            .filter(move |(k, v)| k.starts_with(prefix) && k.contains("family=\"ipv6\"") && **v > 0)
+            .map(|(k, v)| (k.split('"').nth(3).unwrap_or_default().to_owned(), *v))
+    }
+    let v6 = |prefix| samples(delta, prefix);
+    let requests: u64 = v6("pxe_slow_requests_total").map(|(_, v)| v).sum();
+    let sent = |kind: &str| -> u64 {
+        v6("pxe_slow_replies_total")
+            .filter(|(k, _)| k == kind)
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let mut note = format!(
+        "its DHCPv6 slow path read {} requests and sent {} Advertises and {} Replies",
+        thousands(requests as f64),
+        thousands(sent("advertise") as f64),
+        thousands(sent("reply") as f64)
+    );
+    for (prefix, what) in [
+        ("pxe_slow_ignored_total", "not answered"),
+        ("pxe_slow_errors_total", "errors"),
+    ] {
+        let items: Vec<String> = v6(prefix)
+            .map(|(k, v)| format!("{k} {}", thousands(v as f64)))
+            .collect();
+        if !items.is_empty() {
+            let _ = write!(note, "; {what}: {}", items.join(", "));
+        }
+    }
+    note
+}
+
 /// Who sent pxe-agent's replies over a measurement (the deltas of its
 /// counters): the XDP fast path (`tx_offer`, `tx_ack`) or the userspace
 /// slow path; what XDP passed up and why; and what the slow path refused
@@ -755,6 +806,35 @@ mod tests {
             agent_note(&delta),
             "XDP sent 75.0% of the replies (3,000 by XDP, 1,000 by the slow path); \
              passed up: pass_no_room 1,000; slow-path errors: pool_exhausted 7"
+        );
+    }
+
+    #[test]
+    fn agent_note6_counts_the_dhcpv6_slow_path() {
+        let delta = BTreeMap::from([
+            ("pxe_slow_requests_total{family=\"ipv6\"}".to_owned(), 2_010),
+            ("pxe_slow_requests_total{family=\"ipv4\"}".to_owned(), 7),
+            (
+                "pxe_slow_replies_total{family=\"ipv6\",type=\"advertise\"}".to_owned(),
+                1_000,
+            ),
+            (
+                "pxe_slow_replies_total{family=\"ipv6\",type=\"reply\"}".to_owned(),
+                990,
+            ),
+            (
+                "pxe_slow_ignored_total{family=\"ipv6\",reason=\"drop_other_server\"}".to_owned(),
+                20,
+            ),
+            (
+                "pxe_slow_errors_total{family=\"ipv6\",kind=\"send\"}".to_owned(),
+                0,
+            ),
+        ]);
+        assert_eq!(
+            agent_note6(&delta),
+            "its DHCPv6 slow path read 2,010 requests and sent 1,000 Advertises and 990 \
+             Replies; not answered: drop_other_server 20"
         );
     }
 
