@@ -35,7 +35,8 @@ use crate::{
     tftp,
 };
 
-/// Receive buffer of the slow path's port-67 socket, in bytes.
+/// Receive buffer of the slow path's port-67 socket and of the DHCPv6
+/// socket (port 547), in bytes.
 pub(super) const SLOW_PATH_RCVBUF: usize = 8 << 20;
 
 /// Receive buffer of the TFTP listener on port 69 (read requests only;
@@ -343,6 +344,11 @@ pub(super) fn start_dhcp6(
             return Ok(None);
         }
     };
+    // As the port-67 socket: room for the requests that arrive while the
+    // thread waits for a CPU (the default buffer holds a few hundred).
+    if let Err(e) = force_recv_buffer(&socket2::SockRef::from(&sock), SLOW_PATH_RCVBUF) {
+        warn!(error = %e, "could not enlarge the DHCPv6 socket's receive buffer");
+    }
     info!(iface = %iface.name, server = %ip, "DHCPv6 listening on UDP port 547");
     match advert::open(&iface.name, index) {
         Ok(sock) => {
