@@ -12,7 +12,8 @@ use clap::Subcommand;
 pub enum Bench {
     /// DORA rate, latency and CPU of pxe-agent, Kea and dnsmasq serving the
     /// same reservations, with perfdhcp (relayed) and dhcp-loadgen (direct
-    /// PXE broadcasts); refreshes the table in docs/benchmarks.md.
+    /// PXE broadcasts), and over DHCPv6 with perfdhcp -6 (`--family`);
+    /// refreshes the tables in docs/benchmarks.md.
     Dhcp(dhcp::Args),
     /// TFTP (ipxe.efi, 20 MiB) against tftpd-hpa and 100 concurrent HTTP
     /// downloads against nginx; refreshes docs/benchmarks-boot.md.
