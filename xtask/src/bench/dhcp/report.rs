@@ -375,7 +375,9 @@ fn dhcpv6_setup_line() -> String {
         "DHCPv6: perfdhcp -6 on the client end's link-local address, Solicits to ff02::1:2, \
          each exchange from a reserved MAC picked at random and sent as a DUID-LL \
          (`-M`); every host has an IPv6 reservation in {SUBNET6}. pxe-agent knows the \
-         client by the MAC in its DUID (its DHCPv6 slow path, one thread); kea-dhcp6 \
+         client by the MAC in its DUID (its DHCPv6 slow path, one thread, with \
+         `--rate-per-mac {SLOW_PATH_RATE_LIMIT} --rate-unknown {SLOW_PATH_RATE_LIMIT}` as \
+         for the other slow-path loads, so that its storm guard does not cap it); kea-dhcp6 \
          reserves by `duid` (`host-reservation-identifiers: [duid]`, memfile \
          `persist: false`); dnsmasq by `id:` DUID lines in `--dhcp-hostsfile` with \
          `--dhcp-range=fd00:66::,static,64` and `--leasefile-ro` (it takes a DHCPv6 \

@@ -328,7 +328,7 @@ fn agent_command(
         .arg(state)
         .arg("--inventory")
         .arg(&inventory);
-    if matches!(launch.setup, Setup::Pool | Setup::Ipxe) {
+    if matches!(launch.setup, Setup::Pool | Setup::Ipxe | Setup::Dhcpv6) {
         cmd.args(["--rate-per-mac", SLOW_PATH_RATE_LIMIT])
             .args(["--rate-unknown", SLOW_PATH_RATE_LIMIT]);
     }
