@@ -352,47 +352,30 @@ impl Translation {
         })
     }
 
+    /// Why a reserved IPv4 address cannot be a host's: no subnet holds it,
+    /// or it is its subnet's network, broadcast or router address.
+    fn ipv4_problem(&self, ip: Ipv4Addr) -> Option<String> {
+        let Some(s) = self.subnets.iter().find(|s| s.contains(ip)) else {
+            return Some(format!("no subnet holds its address {ip}"));
+        };
+        let broadcast = Ipv4Addr::from(u32::from(s.network) | !s.mask());
+        (ip == s.network || ip == broadcast || Some(ip) == s.router).then(|| {
+            format!(
+                "{ip} is the network, broadcast or router address of {}/{}",
+                s.network, s.prefix
+            )
+        })
+    }
+
     fn prune(&mut self) {
         let mut macs = BTreeSet::new();
         let mut ips = BTreeSet::new();
         let hosts = std::mem::take(&mut self.hosts);
         for host in hosts {
-            let Some(ip) = host.ip else {
-                // IPv6 only: its address is checked with the IPv6 subnets.
-                if let Some(twice) = host.ports().iter().find(|mac| macs.contains(*mac)) {
-                    self.report.add(
-                        &host.origin,
-                        format!(
-                            "host {} left out: its MAC {twice} is reserved twice",
-                            host.mac
-                        ),
-                    );
-                    continue;
-                }
-                macs.extend(host.ports().iter().copied());
-                self.hosts.push(host);
-                continue;
-            };
-            let Some(subnet) = self.subnets.iter().position(|s| s.contains(ip)) else {
-                self.report.add(
-                    &host.origin,
-                    format!(
-                        "host {} left out: no subnet holds its address {ip}",
-                        host.mac
-                    ),
-                );
-                continue;
-            };
-            let s = &self.subnets[subnet];
-            let broadcast = Ipv4Addr::from(u32::from(s.network) | !s.mask());
-            if ip == s.network || ip == broadcast || Some(ip) == s.router {
-                self.report.add(
-                    &host.origin,
-                    format!(
-                        "host {} left out: {ip} is the network, broadcast or router address of {}/{}",
-                        host.mac, s.network, s.prefix
-                    ),
-                );
+            // An IPv6-only host's address is checked with the IPv6 subnets.
+            if let Some(why) = host.ip.and_then(|ip| self.ipv4_problem(ip)) {
+                self.report
+                    .add(&host.origin, format!("host {} left out: {why}", host.mac));
                 continue;
             }
             if let Some(twice) = host.ports().iter().find(|mac| macs.contains(*mac)) {
@@ -406,7 +389,9 @@ impl Translation {
                 continue;
             }
             macs.extend(host.ports().iter().copied());
-            if !ips.insert(ip) {
+            if let Some(ip) = host.ip
+                && !ips.insert(ip)
+            {
                 self.report.add(
                     &host.origin,
                     format!(

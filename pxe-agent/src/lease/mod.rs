@@ -102,6 +102,16 @@ pub struct Pool {
     pub lease_time: u32,
 }
 
+/// When a binding of `lease_time` seconds made at `now` ends; never for
+/// the infinite lease time (`u32::MAX`, RFC 2131 and RFC 8415 alike).
+fn expiry(lease_time: u32, now: u64) -> u64 {
+    if lease_time == u32::MAX {
+        u64::MAX
+    } else {
+        now.saturating_add(u64::from(lease_time))
+    }
+}
+
 /// The range check both families' pools share, on addresses of `bits`
 /// bits widened to `u128`: the prefix fits, the subnet has no host bits,
 /// and `start..=end` runs forward inside it. The subnet's network and its
@@ -168,11 +178,7 @@ impl Pool {
 
     /// When a binding made at `now` ends.
     fn expiry(&self, now: u64) -> u64 {
-        if self.lease_time == u32::MAX {
-            u64::MAX
-        } else {
-            now.saturating_add(u64::from(self.lease_time))
-        }
+        expiry(self.lease_time, now)
     }
 }
 
@@ -435,11 +441,7 @@ impl Pool6 {
     }
 
     fn expiry(&self, now: u64) -> u64 {
-        if self.lease_time == u32::MAX {
-            u64::MAX
-        } else {
-            now.saturating_add(u64::from(self.lease_time))
-        }
+        expiry(self.lease_time, now)
     }
 }
 

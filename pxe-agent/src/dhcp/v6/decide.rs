@@ -194,6 +194,16 @@ pub fn identify<'a>(
     by_duid().or_else(by_link_local).or_else(by_relay)
 }
 
+/// A Confirm's answer (RFC 8415 section 18.3.3): whether every address
+/// the client holds is on `subnet`'s link.
+fn on_link(held: &[Ipv6Addr], subnet: &Subnet6) -> Status {
+    if held.iter().all(|a| subnet.contains(*a)) {
+        status(StatusCode6::Success, "on link")
+    } else {
+        status(StatusCode6::NotOnLink, "not on this link")
+    }
+}
+
 /// The one policy's answer to a DHCPv6 request from `source`, for an
 /// agent alone.
 pub fn decide6(req: &Request6, source: Ipv6Addr, inv: &Inventory, server: &Server6) -> Answer6 {
@@ -270,11 +280,7 @@ pub fn decide6_shared(
             if held.is_empty() {
                 return Answer6::Ignore(Counter::PassMalformed);
             }
-            reply.status = Some(if held.iter().all(|a| subnet.contains(*a)) {
-                status(StatusCode6::Success, "on link")
-            } else {
-                status(StatusCode6::NotOnLink, "not on this link")
-            });
+            reply.status = Some(on_link(&held, subnet));
             return Answer6::Reply(Box::new(reply));
         }
         MessageType::Release => {
@@ -382,11 +388,7 @@ fn unknown(
             if held.is_empty() {
                 return Answer6::Ignore(Counter::PassMalformed);
             }
-            reply.status = Some(if held.iter().all(|a| subnet.contains(*a)) {
-                status(StatusCode6::Success, "on link")
-            } else {
-                status(StatusCode6::NotOnLink, "not on this link")
-            });
+            reply.status = Some(on_link(&held, subnet));
             return Answer6::Reply(Box::new(reply));
         }
         MessageType::Release => {
