@@ -4,8 +4,10 @@
 //! IPv6 leases live in the same file and store, in a table of their own
 //! (`six`).
 
+mod offers;
 mod six;
 
+use self::offers::Offers;
 use super::{
     Client, DeclineOutcome, LeaseError, LeaseKey, LeaseRequest, NakReason, Pool, Quarantine,
     RequestOutcome, lease_key,
@@ -72,10 +74,8 @@ pub struct LeaseStore {
     /// Client key -> address of its bound or released record (at most
     /// one).
     by_key: HashMap<Key, u32>,
-    /// Pending offers by address, in memory only.
-    offers: BTreeMap<u32, Offer>,
-    /// Client key -> address of its pending offer (at most one).
-    offer_of: HashMap<Key, u32>,
+    /// Pending offers, in memory only.
+    offers: Offers<u32>,
     offer_hold: u64,
     /// Where the search for a never-used address resumes: just past the
     /// last one handed out, so a burst of new clients costs O(1) each
@@ -113,8 +113,7 @@ impl LeaseStore {
             leases: BTreeMap::new(),
             lease_key: LeaseKey::default(),
             by_key: HashMap::new(),
-            offers: BTreeMap::new(),
-            offer_of: HashMap::new(),
+            offers: Offers::default(),
             offer_hold: DEFAULT_OFFER_HOLD,
             cursor: 0,
             swept: None,
@@ -144,8 +143,8 @@ impl LeaseStore {
             return;
         }
         self.lease_key = lease_key;
-        self.offers.clear();
-        self.offer_of.clear();
+        self.offers.by_ip.clear();
+        self.offers.of.clear();
         self.rebuild_by_key();
     }
 
@@ -232,7 +231,7 @@ impl LeaseStore {
         self.reopen()?;
         self.drop_lapsed_offers(now);
         let usable = |ip: u32| pool.contains(ip.into()) && self.claim(&key, ip, now).is_ok();
-        let previous = [self.by_key.get(&key), self.offer_of.get(&key)]
+        let previous = [self.by_key.get(&key), self.offers.of.get(&key)]
             .into_iter()
             .flatten()
             .copied()
@@ -335,7 +334,7 @@ impl LeaseStore {
         for outcome in &outcomes {
             if let RequestOutcome::Ack(lease) = outcome {
                 let key = lease_key(self.lease_key, lease.mac, lease.client_id.as_deref());
-                self.unhold(&key);
+                self.offers.unhold(&key);
             }
         }
         Ok(outcomes)
@@ -368,7 +367,7 @@ impl LeaseStore {
         let mut undo = Undo::new();
         self.put(key, Some(released), &mut undo);
         self.commit_or_undo(undo)?;
-        self.unhold(&client);
+        self.offers.unhold(&client);
         Ok(true)
     }
 
@@ -399,7 +398,7 @@ impl LeaseStore {
             .leases
             .get(&key)
             .is_some_and(|r| self.key_of(r) == owner && r.state == Stored::Bound);
-        let offered = self.offers.get(&key).is_some_and(|o| o.key == owner);
+        let offered = self.offers.by_ip.get(&key).is_some_and(|o| o.key == owner);
         if !pool.contains(ip) || (!bound && !offered) {
             return Ok(DeclineOutcome::NotGiven);
         }
@@ -431,7 +430,7 @@ impl LeaseStore {
         let mut undo = Undo::new();
         self.put(key, Some(declined), &mut undo);
         self.commit_or_undo(undo)?;
-        self.unhold(&owner);
+        self.offers.unhold(&owner);
         Ok(DeclineOutcome::Quarantined)
     }
 
@@ -470,8 +469,8 @@ impl LeaseStore {
         {
             return Some(record.to_lease(ip.into()));
         }
-        let ip = *self.offer_of.get(&key)?;
-        let offer = self.offers.get(&ip)?;
+        let ip = *self.offers.of.get(&key)?;
+        let offer = self.offers.by_ip.get(&ip)?;
         Some(Lease {
             mac: offer.mac,
             ip: ip.into(),
@@ -506,6 +505,7 @@ impl LeaseStore {
             .map(|(&ip, r)| r.to_lease(ip.into()));
         let offered = self
             .offers
+            .by_ip
             .iter()
             .filter(|(_, o)| o.mac == mac)
             .map(|(&ip, o)| Lease {
@@ -550,6 +550,7 @@ impl LeaseStore {
     fn claim(&self, key: &Key, ip: u32, now: u64) -> Result<(), NakReason> {
         if self
             .offers
+            .by_ip
             .get(&ip)
             .is_some_and(|o| &o.key != key && o.until > now)
         {
@@ -580,7 +581,12 @@ impl LeaseStore {
             return None;
         }
         let mut records = self.leases.range(lo..=hi).map(|(&ip, _)| ip).peekable();
-        let mut offers = self.offers.range(lo..=hi).map(|(&ip, _)| ip).peekable();
+        let mut offers = self
+            .offers
+            .by_ip
+            .range(lo..=hi)
+            .map(|(&ip, _)| ip)
+            .peekable();
         // u64, so that a range ending at 255.255.255.255 cannot overflow.
         let mut next = u64::from(lo);
         loop {
@@ -610,18 +616,8 @@ impl LeaseStore {
     }
 
     fn hold(&mut self, key: Key, mac: [u8; 6], ip: u32, now: u64) {
-        self.unhold(&key);
         let until = now.saturating_add(self.offer_hold);
-        self.offer_of.insert(key.clone(), ip);
-        self.offers.insert(ip, Offer { key, mac, until });
-    }
-
-    fn unhold(&mut self, key: &Key) {
-        if let Some(ip) = self.offer_of.remove(key)
-            && self.offers.get(&ip).is_some_and(|o| &o.key == key)
-        {
-            self.offers.remove(&ip);
-        }
+        self.offers.hold(key, mac, ip, until);
     }
 
     fn drop_lapsed_offers(&mut self, now: u64) {
@@ -631,10 +627,7 @@ impl LeaseStore {
             return;
         }
         self.swept = Some(now);
-        self.offers.retain(|_, o| o.until > now);
-        let offers = &self.offers;
-        self.offer_of
-            .retain(|key, ip| offers.get(ip).is_some_and(|o| &o.key == key));
+        self.offers.drop_lapsed(now);
     }
 
     /// Sets the index's record for `ip`, keeping `by_key` in step, and

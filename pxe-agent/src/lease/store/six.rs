@@ -9,7 +9,7 @@ use std::{
     net::Ipv6Addr,
 };
 
-use super::{Key, LeaseStore, Offer, Undo};
+use super::{Key, LeaseStore, Undo, offers::Offers};
 use crate::lease::{
     BindOutcome6, Client6, DeclineOutcome, Lease6, LeaseError, LeaseState, NakReason, Pool6,
     Quarantine, lease_key6,
@@ -27,10 +27,8 @@ pub(super) struct Index6 {
     leases: BTreeMap<u128, Record>,
     /// Client key -> address of its bound or released record.
     by_key: HashMap<Key, u128>,
-    /// Pending offers by address, in memory only.
-    offers: BTreeMap<u128, Offer>,
-    /// Client key -> address of its pending offer.
-    offer_of: HashMap<Key, u128>,
+    /// Pending offers, in memory only.
+    offers: Offers<u128>,
     /// Where the search for a never-used address resumes.
     cursor: u128,
 }
@@ -116,6 +114,7 @@ impl Index6 {
     fn claim(&self, key: &Key, ip: u128, now: u64) -> Result<(), NakReason> {
         if self
             .offers
+            .by_ip
             .get(&ip)
             .is_some_and(|o| &o.key != key && o.until > now)
         {
@@ -137,7 +136,7 @@ impl Index6 {
     /// lowest free again. `None` when the pool is exhausted.
     fn pick(&mut self, key: &Key, pool: &Pool6, hints: &[Ipv6Addr], now: u64) -> Option<u128> {
         let usable = |ip: u128| pool.contains(ip.into()) && self.claim(key, ip, now).is_ok();
-        let previous = [self.by_key.get(key), self.offer_of.get(key)]
+        let previous = [self.by_key.get(key), self.offers.of.get(key)]
             .into_iter()
             .flatten()
             .copied()
@@ -168,7 +167,12 @@ impl Index6 {
             return None;
         }
         let mut records = self.leases.range(lo..=hi).map(|(&ip, _)| ip).peekable();
-        let mut offers = self.offers.range(lo..=hi).map(|(&ip, _)| ip).peekable();
+        let mut offers = self
+            .offers
+            .by_ip
+            .range(lo..=hi)
+            .map(|(&ip, _)| ip)
+            .peekable();
         let mut next = lo;
         loop {
             let taken = match (records.peek(), offers.peek()) {
@@ -190,25 +194,11 @@ impl Index6 {
     }
 
     fn hold(&mut self, key: Key, mac: Option<[u8; 6]>, ip: u128, until: u64) {
-        self.unhold(&key);
-        self.offer_of.insert(key.clone(), ip);
-        let mac = mac.unwrap_or_default();
-        self.offers.insert(ip, Offer { key, mac, until });
-    }
-
-    fn unhold(&mut self, key: &Key) {
-        if let Some(ip) = self.offer_of.remove(key)
-            && self.offers.get(&ip).is_some_and(|o| &o.key == key)
-        {
-            self.offers.remove(&ip);
-        }
+        self.offers.hold(key, mac.unwrap_or_default(), ip, until);
     }
 
     fn drop_lapsed(&mut self, now: u64) {
-        self.offers.retain(|_, o| o.until > now);
-        let offers = &self.offers;
-        self.offer_of
-            .retain(|key, ip| offers.get(ip).is_some_and(|o| &o.key == key));
+        self.offers.drop_lapsed(now);
     }
 }
 
@@ -296,7 +286,7 @@ impl LeaseStore {
         let lease = to_lease6(ip, &record);
         self.v6.put(ip, Some(record), &mut undo);
         self.commit_both_or_undo(Undo::new(), undo)?;
-        self.v6.unhold(&key);
+        self.v6.offers.unhold(&key);
         Ok(BindOutcome6::Bound(lease))
     }
 
@@ -328,7 +318,7 @@ impl LeaseStore {
         let mut undo = Undo6::new();
         self.v6.put(at, Some(released), &mut undo);
         self.commit_both_or_undo(Undo::new(), undo)?;
-        self.v6.unhold(&key);
+        self.v6.offers.unhold(&key);
         Ok(true)
     }
 
@@ -351,7 +341,7 @@ impl LeaseStore {
             .leases
             .get(&at)
             .is_some_and(|r| key_of(r) == key && r.state == Stored::Bound);
-        let offered = self.v6.offers.get(&at).is_some_and(|o| o.key == key);
+        let offered = self.v6.offers.by_ip.get(&at).is_some_and(|o| o.key == key);
         if !pool.contains(ip) || (!bound && !offered) {
             return Ok(DeclineOutcome::NotGiven);
         }
@@ -385,7 +375,7 @@ impl LeaseStore {
         let mut undo = Undo6::new();
         self.v6.put(at, Some(declined), &mut undo);
         self.commit_both_or_undo(Undo::new(), undo)?;
-        self.v6.unhold(&key);
+        self.v6.offers.unhold(&key);
         Ok(DeclineOutcome::Quarantined)
     }
 
@@ -398,8 +388,8 @@ impl LeaseStore {
         {
             return Some(to_lease6(ip, record));
         }
-        let ip = *self.v6.offer_of.get(&key)?;
-        let offer = self.v6.offers.get(&ip)?;
+        let ip = *self.v6.offers.of.get(&key)?;
+        let offer = self.v6.offers.by_ip.get(&ip)?;
         Some(Lease6 {
             duid: client.duid.to_vec(),
             iaid: client.iaid,

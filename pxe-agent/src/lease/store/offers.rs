@@ -1,0 +1,50 @@
+//! The offers a store holds in memory for both families (a DHCPOFFER or a
+//! plain Advertise commits nothing): by address, and each client's one.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{Key, Offer};
+
+/// Pending offers, addresses of type `A` (`u32` or `u128`).
+pub(super) struct Offers<A> {
+    /// By address.
+    pub(super) by_ip: BTreeMap<A, Offer>,
+    /// Client key -> address of its pending offer (at most one).
+    pub(super) of: HashMap<Key, A>,
+}
+
+impl<A> Default for Offers<A> {
+    fn default() -> Offers<A> {
+        Offers {
+            by_ip: BTreeMap::new(),
+            of: HashMap::new(),
+        }
+    }
+}
+
+impl<A: Ord + Copy> Offers<A> {
+    /// Holds `ip` for the client filed under `key` until `until`, in place
+    /// of any offer it held.
+    pub(super) fn hold(&mut self, key: Key, mac: [u8; 6], ip: A, until: u64) {
+        self.unhold(&key);
+        self.of.insert(key.clone(), ip);
+        self.by_ip.insert(ip, Offer { key, mac, until });
+    }
+
+    /// Drops the offer held for `key`, if any.
+    pub(super) fn unhold(&mut self, key: &Key) {
+        if let Some(ip) = self.of.remove(key)
+            && self.by_ip.get(&ip).is_some_and(|o| &o.key == key)
+        {
+            self.by_ip.remove(&ip);
+        }
+    }
+
+    /// Drops the offers that lapsed by `now`.
+    pub(super) fn drop_lapsed(&mut self, now: u64) {
+        self.by_ip.retain(|_, o| o.until > now);
+        let by_ip = &self.by_ip;
+        self.of
+            .retain(|key, ip| by_ip.get(ip).is_some_and(|o| &o.key == key));
+    }
+}
