@@ -195,13 +195,17 @@ pub fn identify<'a>(
 }
 
 /// A Confirm's answer (RFC 8415 section 18.3.3): whether every address
-/// the client holds is on `subnet`'s link.
-fn on_link(held: &[Ipv6Addr], subnet: &Subnet6) -> Status {
-    if held.iter().all(|a| subnet.contains(*a)) {
+/// the client holds is on `subnet`'s link; with none to judge, no answer.
+fn confirm(mut reply: Reply6, held: &[Ipv6Addr], subnet: &Subnet6) -> Answer6 {
+    if held.is_empty() {
+        return Answer6::Ignore(Counter::PassMalformed);
+    }
+    reply.status = Some(if held.iter().all(|a| subnet.contains(*a)) {
         status(StatusCode6::Success, "on link")
     } else {
         status(StatusCode6::NotOnLink, "not on this link")
-    }
+    });
+    Answer6::Reply(Box::new(reply))
 }
 
 /// The one policy's answer to a DHCPv6 request from `source`, for an
@@ -274,14 +278,8 @@ pub fn decide6_shared(
         }
         MessageType::Request | MessageType::Renew | MessageType::Rebind => {}
         MessageType::Confirm => {
-            // Section 18.3.3: whether the addresses it holds are on its
-            // link; with none to judge, no answer.
             let held: Vec<Ipv6Addr> = req.ia_na.iter().flat_map(|ia| ia.addrs.clone()).collect();
-            if held.is_empty() {
-                return Answer6::Ignore(Counter::PassMalformed);
-            }
-            reply.status = Some(on_link(&held, subnet));
-            return Answer6::Reply(Box::new(reply));
+            return confirm(reply, &held, subnet);
         }
         MessageType::Release => {
             // A reservation stays the host's; nothing to free.
@@ -380,16 +378,10 @@ fn unknown(
             PoolKind6::Extend
         }
         MessageType::Confirm => {
-            // Section 18.3.3: whether the addresses it holds are on its
-            // link; with none to judge, no answer.
             if !ours {
                 return Answer6::NotOurs;
             }
-            if held.is_empty() {
-                return Answer6::Ignore(Counter::PassMalformed);
-            }
-            reply.status = Some(on_link(&held, subnet));
-            return Answer6::Reply(Box::new(reply));
+            return confirm(reply, &held, subnet);
         }
         MessageType::Release => {
             reply.status = Some(status(StatusCode6::Success, "released"));
