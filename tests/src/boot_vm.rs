@@ -20,8 +20,8 @@ use std::{
 };
 
 use xtask::vm::{
-    BootLab, BootLabConfig, BootReport, Firmware, SERVER_IP, Vm, initramfs::PROFILE_CMDLINE,
-    wait_all,
+    BootLab, BootLabConfig, BootReport, Firmware, SERVER_IP, Vm, VmSpec,
+    initramfs::PROFILE_CMDLINE, wait_all,
 };
 
 use crate::{agent::agent_bin, fixture::assert_root};
@@ -137,7 +137,7 @@ fn lab_with(
 }
 
 /// Everything worth reading when a boot failed.
-fn context(lab: &BootLab, vm: &Vm, report: &BootReport) -> String {
+pub(crate) fn context(lab: &BootLab, vm: &Vm, report: &BootReport) -> String {
     format!(
         "{}\n--- console of {} (last 50 lines) ---\n{}\n--- qemu ---\n{}\n--- agent log (last 50 lines) ---\n{}",
         report.summary(),
@@ -156,12 +156,23 @@ pub(crate) fn boot(
     firmware: Firmware,
     ip: &str,
 ) -> (Vm, BootReport) {
-    let spec = lab.vm_spec(name, mac, firmware, 0);
+    boot_spec(lab, &lab.vm_spec(name, mac, firmware, 0), BOOT_TIMEOUT, ip)
+}
+
+/// Boots the VM `spec` makes to the end (within `timeout`) and requires
+/// that it phoned home with `ip`.
+pub(crate) fn boot_spec(
+    lab: &BootLab,
+    spec: &VmSpec,
+    timeout: Duration,
+    ip: &str,
+) -> (Vm, BootReport) {
+    let name = &spec.name;
     let mut vm = lab
-        .start_vm(&spec)
+        .start_vm(spec)
         .unwrap_or_else(|e| panic!("start {name}: {e:#}"));
     let report = vm
-        .wait(BOOT_TIMEOUT, &mut |_| {})
+        .wait(timeout, &mut |_| {})
         .unwrap_or_else(|e| panic!("follow {name}: {e:#}"));
     eprintln!("{}", report.summary());
     assert!(
@@ -179,10 +190,15 @@ pub(crate) fn boot(
 }
 
 /// Requires `steps` to appear in the console in this order.
-fn assert_chain(lab: &BootLab, vm: &Vm, report: &BootReport, steps: &[&str]) {
+pub(crate) fn assert_chain<S: AsRef<str> + std::fmt::Debug>(
+    lab: &BootLab,
+    vm: &Vm,
+    report: &BootReport,
+    steps: &[S],
+) {
     let console = vm.console_tail(usize::MAX);
     let mut at = 0;
-    for step in steps {
+    for step in steps.iter().map(AsRef::as_ref) {
         match console[at..].find(step) {
             Some(found) => at += found + step.len(),
             None => panic!(

@@ -21,12 +21,13 @@
 use std::{net::Ipv6Addr, time::Duration};
 
 use xtask::vm::{
-    BootLab, BootLabConfig, BootReport, Family, Firmware, SERVER_IP, SERVER_IP6, Vm,
-    bootlab::API_ADDR, initramfs::PROFILE_CMDLINE6,
+    BootLab, BootLabConfig, Family, Firmware, SERVER_IP, SERVER_IP6, Vm, bootlab::API_ADDR,
+    initramfs::PROFILE_CMDLINE6,
 };
 
 use crate::{
     agent::{agent_bin, daemonset_wrapper},
+    boot_vm::{assert_chain, boot_spec},
     fixture::assert_root,
 };
 
@@ -122,56 +123,11 @@ fn lab(prefix: &str, family: Family) -> BootLab {
     BootLab::start(&cfg).unwrap_or_else(|e| panic!("boot lab {prefix}: {e:#}"))
 }
 
-/// Everything worth reading when a boot failed.
-fn context(lab: &BootLab, vm: &Vm, report: &BootReport) -> String {
-    format!(
-        "{}\n--- console of {} (last 80 lines) ---\n{}\n--- qemu ---\n{}\n--- agent log (last 60 lines) ---\n{}",
-        report.summary(),
-        vm.spec().name,
-        vm.console_tail(80),
-        vm.qemu_log().trim(),
-        lab.agent_log_tail(60),
-    )
-}
-
 /// Boots `firmware` with `mac` and `uuid` to the end and requires that it
 /// phoned home from `ip`.
 fn boot(lab: &BootLab, name: &str, mac: &str, uuid: &str, firmware: Firmware, ip: &str) -> Vm {
     let spec = lab.vm_spec(name, mac, firmware, 0).uuid(uuid);
-    let mut vm = lab
-        .start_vm(&spec)
-        .unwrap_or_else(|e| panic!("start {name}: {e:#}"));
-    let report = vm
-        .wait(BOOT_TIMEOUT, &mut |_| {})
-        .unwrap_or_else(|e| panic!("follow {name}: {e:#}"));
-    eprintln!("{}", report.summary());
-    assert!(
-        report.phoned_home,
-        "the guest did not phone home\n{}",
-        context(lab, &vm, &report)
-    );
-    assert_eq!(
-        report.ip.as_deref(),
-        Some(ip),
-        "wrong address\n{}",
-        context(lab, &vm, &report)
-    );
-    vm
-}
-
-/// Requires `steps` to appear in the console in this order.
-fn assert_chain(lab: &BootLab, vm: &Vm, steps: &[String]) {
-    let console = vm.console_tail(usize::MAX);
-    let mut at = 0;
-    for step in steps {
-        match console[at..].find(step.as_str()) {
-            Some(found) => at += found + step.len(),
-            None => panic!(
-                "console lacks {step:?} (after the steps before it: {steps:?})\n{}",
-                context(lab, vm, vm.report())
-            ),
-        }
-    }
+    boot_spec(lab, &spec, BOOT_TIMEOUT, ip).0
 }
 
 /// The steps from iPXE's own DHCPv6 on, for `mac` whose script and
@@ -247,7 +203,7 @@ fn uefi_pxe_over_ipv6_known_by_uuid_boots_through_ipxe_and_phones_home() {
         "iPXE".to_owned(),
     ];
     steps.extend(script_steps6(PXE_MAC, PXE_IP6));
-    assert_chain(&lab, &vm, &steps);
+    assert_chain(&lab, &vm, vm.report(), &steps);
     let row = host_row(&lab, PXE_MAC);
     assert!(row.contains("booted"), "{row}");
     assert_known_by(&lab, &traced, "uuid");
@@ -274,7 +230,7 @@ fn uefi_http_boot_over_ipv6_known_by_link_local_boots_ipxe_and_phones_home() {
         "iPXE".to_owned(),
     ];
     steps.extend(script_steps6(HTTP_MAC, HTTP_IP6));
-    assert_chain(&lab, &vm, &steps);
+    assert_chain(&lab, &vm, vm.report(), &steps);
     let row = host_row(&lab, HTTP_MAC);
     assert!(row.contains("booted"), "{row}");
     assert_known_by(&lab, &traced, "link-local address");
@@ -304,6 +260,7 @@ fn dual_stack_host_boots_over_ipv4_then_ipv6_with_one_record() {
     assert_chain(
         &lab,
         &vm,
+        vm.report(),
         &[
             ">>Start PXE over IPv4".to_owned(),
             format!("Station IP address is {DUAL_IP}"),
@@ -333,7 +290,7 @@ fn dual_stack_host_boots_over_ipv4_then_ipv6_with_one_record() {
         "NBP filename is snponly.efi".to_owned(),
     ];
     steps.extend(script_steps6(DUAL_MAC, DUAL_IP6));
-    assert_chain(&lab, &vm, &steps);
+    assert_chain(&lab, &vm, vm.report(), &steps);
     let after_v6 = host_record(&lab, DUAL_MAC);
     let progress = &after_v6["progress"];
     assert_eq!(progress["artifacts_fetched"], 4, "{after_v6:#}");

@@ -51,22 +51,24 @@ hosts:
 /// finds its address at start and the clients can send from their
 /// link-local ones.
 pub(crate) fn add_ipv6(lab: &mut Lab) {
-    lab.run_in(
+    give_ipv6(
+        lab,
         lab.server_ns(),
-        &[
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            &format!("{SERVER_IP6}/64"),
-            "dev",
-            lab.server_if(),
-            "nodad",
-        ],
+        lab.server_if(),
+        &format!("{SERVER_IP6}/64"),
     )
     .expect("server IPv6 address");
     wait_link_local(lab, lab.server_ns(), lab.server_if());
     wait_link_local(lab, lab.client_ns(), lab.client_if());
+}
+
+/// Gives `iface` in `ns` the IPv6 address `cidr` at once (no duplicate
+/// address detection), as it is or was there already.
+pub(crate) fn give_ipv6(lab: &Lab, ns: &str, iface: &str, cidr: &str) -> anyhow::Result<String> {
+    lab.run_in(
+        ns,
+        &["ip", "-6", "addr", "replace", cidr, "dev", iface, "nodad"],
+    )
 }
 
 /// Waits until `iface` in `ns` has a link-local address past duplicate
@@ -382,20 +384,8 @@ fn the_chain_runs_over_ipv6_from_the_hosts_ipv6_address() {
     );
     become_machine(&served, "52:54:00:66:00:01");
     let lab = &served.lab;
-    lab.run_in(
-        lab.client_ns(),
-        &[
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            "fd00:66::101/64",
-            "dev",
-            lab.client_if(),
-            "nodad",
-        ],
-    )
-    .expect("the host's address");
+    give_ipv6(lab, lab.client_ns(), lab.client_if(), "fd00:66::101/64")
+        .expect("the host's address");
 
     let (ok, file) = curl(&served, &["tftp://[fd00:66::1]/undionly.kpxe"]);
     assert!(
@@ -427,20 +417,8 @@ fn the_chain_runs_over_ipv6_from_the_hosts_ipv6_address() {
     assert!(ok && body == "the kernel", "artifact over IPv6: {body:?}");
 
     // Another address on the segment may not fetch the host's script.
-    lab.run_in(
-        lab.client_ns(),
-        &[
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            "fd00:66::199/64",
-            "dev",
-            lab.client_if(),
-            "nodad",
-        ],
-    )
-    .expect("a stranger's address");
+    give_ipv6(lab, lab.client_ns(), lab.client_if(), "fd00:66::199/64")
+        .expect("a stranger's address");
     let (_, code) = curl(
         &served,
         &[
@@ -535,20 +513,8 @@ fn an_agent_on_an_interface_without_ipv4_serves_an_ipv6_only_host_as_deployed() 
     );
     // The address dhclient was given, kept after its daemon stopped.
     let lab = &served.lab;
-    lab.run_in(
-        lab.client_ns(),
-        &[
-            "ip",
-            "-6",
-            "addr",
-            "replace",
-            "fd00:66::103/64",
-            "dev",
-            lab.client_if(),
-            "nodad",
-        ],
-    )
-    .expect("the host's address");
+    give_ipv6(lab, lab.client_ns(), lab.client_if(), "fd00:66::103/64")
+        .expect("the host's address");
     let script_url = "http://[fd00:66::1]:8080/boot/52:54:00:66:00:03.ipxe";
     let (ok, script) = curl(&served, &["-f", "--interface", "fd00:66::103", script_url]);
     assert!(ok, "script over IPv6 refused:\n{}", served.log());

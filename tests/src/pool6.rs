@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::{
     agent::{Privileges, Served},
-    dhcp6::{Run6, add_ipv6, become_machine, dhclient6_run},
+    dhcp6::{Run6, add_ipv6, become_machine, dhclient6_run, give_ipv6},
 };
 
 /// A pool of three addresses, discovery on, no host with an IPv6
@@ -114,18 +114,11 @@ fn a_pool_lease_survives_a_restart_in_the_store_file_and_is_released() {
     // The discovered machine fetches its script from its pool address, and
     // only from there.
     let lab = &served.lab;
-    lab.run_in(
+    give_ipv6(
+        lab,
         lab.client_ns(),
-        &[
-            "ip",
-            "-6",
-            "addr",
-            "replace",
-            &format!("{FIRST}/64"),
-            "dev",
-            lab.client_if(),
-            "nodad",
-        ],
+        lab.client_if(),
+        &format!("{FIRST}/64"),
     )
     .expect("the leased address");
     let script = "http://[fd00:66::1]:8080/boot/52:54:00:66:00:77.ipxe";
@@ -147,20 +140,7 @@ fn a_pool_lease_survives_a_restart_in_the_store_file_and_is_released() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     assert_eq!(code(FIRST), "200", "{}", served.log());
-    lab.run_in(
-        lab.client_ns(),
-        &[
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            "fd00:66::199/64",
-            "dev",
-            lab.client_if(),
-            "nodad",
-        ],
-    )
-    .expect("another address");
+    give_ipv6(lab, lab.client_ns(), lab.client_if(), "fd00:66::199/64").expect("another address");
     assert_eq!(code("fd00:66::199"), "404");
 
     // Stopped, the agent's store file holds the binding.
