@@ -548,12 +548,7 @@ impl LeaseStore {
     /// Whether the client filed under `key` may take `ip` now, and if
     /// not, why.
     fn claim(&self, key: &Key, ip: u32, now: u64) -> Result<(), NakReason> {
-        if self
-            .offers
-            .by_ip
-            .get(&ip)
-            .is_some_and(|o| &o.key != key && o.until > now)
-        {
+        if self.offers.held_from(key, ip, now) {
             return Err(NakReason::InUse);
         }
         match self.leases.get(&ip) {

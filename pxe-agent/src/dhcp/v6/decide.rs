@@ -538,18 +538,7 @@ fn base(req: &Request6, client_id: &[u8], server: &Server6) -> Reply6 {
 /// subnet's lease time, renewed at half and rebound at four fifths of it
 /// (RFC 8415 section 21.4's recommended 0.5 and 0.8).
 fn lease(iaid: u32, ip: Ipv6Addr, subnet: &Subnet6) -> IaNaReply {
-    let valid = subnet.lease_time;
-    IaNaReply {
-        iaid,
-        t1: valid / 2,
-        t2: valid / 5 * 4,
-        addrs: vec![Lifetimes {
-            addr: ip,
-            preferred: valid,
-            valid,
-        }],
-        status: None,
-    }
+    pool_lease(iaid, ip, subnet.lease_time)
 }
 
 fn status(code: StatusCode6, message: &str) -> Status {

@@ -31,6 +31,13 @@ impl<A: Ord + Copy> Offers<A> {
         self.by_ip.insert(ip, Offer { key, mac, until });
     }
 
+    /// Whether `ip` is held, at `now`, for a client other than `key`'s.
+    pub(super) fn held_from(&self, key: &Key, ip: A, now: u64) -> bool {
+        self.by_ip
+            .get(&ip)
+            .is_some_and(|o| &o.key != key && o.until > now)
+    }
+
     /// Drops the offer held for `key`, if any.
     pub(super) fn unhold(&mut self, key: &Key) {
         if let Some(ip) = self.of.remove(key)

@@ -112,12 +112,7 @@ impl Index6 {
 
     /// Whether the client filed under `key` may take `ip` now.
     fn claim(&self, key: &Key, ip: u128, now: u64) -> Result<(), NakReason> {
-        if self
-            .offers
-            .by_ip
-            .get(&ip)
-            .is_some_and(|o| &o.key != key && o.until > now)
-        {
+        if self.offers.held_from(key, ip, now) {
             return Err(NakReason::InUse);
         }
         match self.leases.get(&ip) {
