@@ -43,10 +43,11 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Import { from } => cli::import::import(from),
         Command::Export { to } => cli::import::export(to),
         Command::Check {
-            file,
+            paths,
+            secrets,
             server_ip,
             map_capacity,
-        } => cli::check::check(&file, server_ip, map_capacity),
+        } => cli::check::check(&paths, &secrets, server_ip, map_capacity),
         Command::Detach { pin_dir, interface } => cli::xdp::detach(&pin_dir, &interface),
         Command::VethPeer {
             interface,

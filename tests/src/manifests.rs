@@ -242,3 +242,124 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// `pxe-agent check PATH... [--secrets PATH]`: its exit status and output
+/// (stdout then stderr).
+fn agent_check(args: &[&Path]) -> (bool, String) {
+    let out = run(Command::new(crate::agent::agent_bin())
+        .arg("check")
+        .args(args));
+    (out.status.success(), text(&out.stdout) + &text(&out.stderr))
+}
+
+/// Two Secrets as a cluster would hold them for the examples' BMCs.
+const EXAMPLE_SECRETS: &str = "\
+apiVersion: v1
+kind: Secret
+metadata: {name: bmc-node-1}
+stringData: {username: admin, password: example-only}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: bmc-node-4}
+data: {username: YWRtaW4=, password: ZXhhbXBsZS1vbmx5}
+";
+
+/// Every shipped example passes `pxe-agent check`, read as `run` and `run
+/// --kube` read them: the README's inventory file, the example objects
+/// (with their Secrets), and each kustomization as built, where the
+/// agent's RBAC says which Secrets it may read.
+#[test]
+fn every_shipped_example_passes_the_agents_own_check() {
+    let scratch = Scratch::new("manifests");
+    let root = xtask::workspace_root();
+    let secrets = scratch.path("secrets.yaml");
+    fs::write(&secrets, EXAMPLE_SECRETS).expect("write the Secrets");
+    let inventory = root.join("examples").join("inventory.yaml");
+    let examples = deploy_dir().join("examples");
+    let (ok, out) = agent_check(&[&inventory, &examples, Path::new("--secrets"), &secrets]);
+    assert!(ok, "check refused a shipped example:\n{out}");
+    assert!(
+        out.contains("examples/inventory.yaml: ok, 4 hosts"),
+        "{out}"
+    );
+    assert!(
+        out.contains("8 objects") && out.contains("ok, 4 hosts"),
+        "{out}"
+    );
+    assert!(!out.contains("not checked"), "{out}");
+    for dir in kustomizations() {
+        let file = scratch.path(&built_name(&dir));
+        build(&dir, &file);
+        let (ok, out) = agent_check(&[&file]);
+        assert!(ok, "check refused {} as built:\n{out}", dir.display());
+    }
+}
+
+/// Each way the examples had been broken is refused, naming file, line,
+/// object and field: a MAC two BootHosts use, a recovery block on a host
+/// without a BMC, and a Secret the agent's Role does not let it read.
+#[test]
+fn check_refuses_a_duplicate_mac_recovery_without_a_bmc_and_an_unreadable_secret() {
+    let scratch = Scratch::new("manifests");
+    let copy = scratch.path("examples");
+    copy_dir(&deploy_dir().join("examples"), &copy);
+    let hosts = copy.join("boothosts.yaml");
+    let original = fs::read_to_string(&hosts).expect("read example");
+    // The line of the document holding `needle`: its `apiVersion`.
+    let line_of = |text: &str, needle: &str| {
+        let at = text.find(needle).expect("needle");
+        let starts = text[..at].lines().enumerate();
+        let (index, _) = starts
+            .filter(|(_, l)| l.starts_with("apiVersion:"))
+            .last()
+            .expect("a document start");
+        index + 1
+    };
+
+    let duplicate = original.replacen("\"52:54:00:12:34:5a\"", "\"52:54:00:12:34:59\"", 1);
+    assert_ne!(duplicate, original, "node-4's MAC moved");
+    fs::write(&hosts, &duplicate).expect("write");
+    let (ok, out) = agent_check(&[&copy]);
+    let line = line_of(&duplicate, "name: node-4");
+    let want = format!(
+        "{}:{line}: BootHost node-4: host node-4 (52:54:00:12:34:59): field mac: \
+         52:54:00:12:34:59 is used by both",
+        hosts.display()
+    );
+    assert!(!ok && out.contains(&want), "wanted {want:?} in:\n{out}");
+
+    let bare = original.replacen(
+        "  profile: worker\n  labels: {rack: r2}",
+        "  profile: worker\n  labels: {rack: r2}\n  recovery: {expectBoot: false}",
+        1,
+    );
+    assert_ne!(bare, original, "node-2 moved");
+    fs::write(&hosts, &bare).expect("write");
+    let (ok, out) = agent_check(&[&copy]);
+    let want = format!(
+        "{}:{}: BootHost node-2: host node-2 (52:54:00:12:34:57): field bmc: is required \
+         with a recovery block",
+        hosts.display(),
+        line_of(&bare, "name: node-2")
+    );
+    assert!(!ok && out.contains(&want), "wanted {want:?} in:\n{out}");
+
+    let built = scratch.path("overlay-example.yaml");
+    build(&deploy_dir().join("overlays").join("example"), &built);
+    let manifests = fs::read_to_string(&built).expect("read the build");
+    let narrowed = manifests.replacen("  - bmc-node-4\n", "", 1);
+    assert_ne!(narrowed, manifests, "the Role no longer names bmc-node-4");
+    fs::write(&built, &narrowed).expect("write");
+    let (ok, out) = agent_check(&[&built]);
+    let want = format!(
+        "{}:{}: BootHost node-4: bmc.credentialsName: Secret pxe-lab/bmc-node-4 not found",
+        built.display(),
+        line_of(&narrowed, "name: node-4")
+    );
+    assert!(
+        !ok && out.contains(&want)
+            && out.contains("Secret bmc-node-4: the agent's ServiceAccount may not read it"),
+        "wanted {want:?} in:\n{out}"
+    );
+}

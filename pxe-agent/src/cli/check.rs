@@ -1,23 +1,32 @@
-//! `pxe-agent check`: an inventory file validated and compiled as `run`
-//! would, without running.
+//! `pxe-agent check`: inventory files validated and compiled as `run`
+//! would, and Kubernetes manifests as `run --kube` would read them from
+//! the API server, without running.
 
 use std::{
+    fs,
     net::Ipv4Addr,
     path::{Path, PathBuf},
     process::ExitCode,
 };
 
 use pxe_agent::{
-    dhcp::Server,
-    inventory::{self, LoadError},
+    bmc::Password,
+    dhcp::{Server, template::Compiled},
+    inventory::{self, Inventory, LoadError},
+    kube::{
+        document::{self, SecretKeys},
+        manifests::{Manifests, Readable},
+    },
     rollout,
     xdp::Capacity,
 };
 
-/// `pxe-agent check FILE`: one line saying what it compiles to, or the
-/// problems found (and a failure).
+/// `pxe-agent check PATH... [--secrets PATH]...`: each inventory file, and
+/// the manifests among `paths` as one namespace's objects. One line for
+/// each that passes, every problem of those that do not (and a failure).
 pub fn check(
-    file: &Path,
+    paths: &[PathBuf],
+    secrets: &[PathBuf],
     server_ip: Option<Ipv4Addr>,
     map_capacity: Option<u32>,
 ) -> anyhow::Result<ExitCode> {
@@ -25,34 +34,177 @@ pub fn check(
         ip: server_ip.unwrap_or(Ipv4Addr::BROADCAST),
         mac: [0; 6],
     };
-    let checked = rollout::prepare(file, &server, inventory::DEFAULT_HTTP_PORT).and_then(
-        |(inv, compiled)| {
-            let capacity = Capacity::for_inventory([&compiled], map_capacity);
-            capacity
-                .fits(&compiled, inv.hosts.len())
-                .map_err(|problem| LoadError::Invalid {
-                    path: PathBuf::from(file),
-                    problems: vec![problem],
-                })?;
-            Ok((inv, compiled, capacity))
-        },
-    );
-    match checked {
+    let (manifests, files): (Vec<PathBuf>, Vec<PathBuf>) =
+        paths.iter().cloned().partition(|p| is_manifest(p));
+    let mut ok = true;
+    for file in &files {
+        ok &= check_file(file, &server, map_capacity);
+    }
+    if !manifests.is_empty() || !secrets.is_empty() {
+        ok &= check_manifests(&manifests, secrets, &server, map_capacity);
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// A directory, or a file with a document that has an `apiVersion`: an
+/// inventory file has none.
+fn is_manifest(path: &Path) -> bool {
+    path.is_dir()
+        || fs::read_to_string(path)
+            .is_ok_and(|text| text.lines().any(|l| l.starts_with("apiVersion:")))
+}
+
+/// Compiles `inv` for `server` and checks it against the maps' limits.
+fn compile(
+    inv: Inventory,
+    label: &Path,
+    server: &Server,
+    map_capacity: Option<u32>,
+) -> Result<(Inventory, Compiled, Capacity), LoadError> {
+    let (inv, mut compiled) = rollout::compile_each(
+        inv,
+        label,
+        std::slice::from_ref(server),
+        inventory::DEFAULT_HTTP_PORT,
+    )?;
+    let compiled = compiled.pop().expect("one server, one compiled inventory");
+    let capacity = Capacity::for_inventory([&compiled], map_capacity);
+    capacity
+        .fits(&compiled, inv.hosts.len())
+        .map_err(|problem| LoadError::Invalid {
+            path: label.to_path_buf(),
+            problems: vec![problem],
+        })?;
+    Ok((inv, compiled, capacity))
+}
+
+fn summary(inv: &Inventory, compiled: &Compiled, capacity: &Capacity) -> String {
+    format!(
+        "ok, {} hosts, {} compiled replies sharing {} bodies, maps for {} host entries",
+        inv.hosts.len(),
+        compiled.replies(),
+        compiled.bodies.len(),
+        capacity.hosts
+    )
+}
+
+fn check_file(file: &Path, server: &Server, map_capacity: Option<u32>) -> bool {
+    match Inventory::load(file).and_then(|inv| compile(inv, file, server, map_capacity)) {
         Ok((inv, compiled, capacity)) => {
             println!(
-                "{}: ok, {} hosts, {} compiled replies sharing {} bodies, \
-                 maps for {} host entries",
+                "{}: {}",
                 file.display(),
-                inv.hosts.len(),
-                compiled.replies(),
-                compiled.bodies.len(),
-                capacity.hosts
+                summary(&inv, &compiled, &capacity)
             );
-            Ok(ExitCode::SUCCESS)
+            true
         }
         Err(e) => {
             eprintln!("{e}");
-            Ok(ExitCode::FAILURE)
+            false
         }
     }
+}
+
+/// The manifests built as the Kubernetes source builds the API server's
+/// objects; each refused object's problems with its file and line.
+fn check_manifests(
+    paths: &[PathBuf],
+    secrets: &[PathBuf],
+    server: &Server,
+    map_capacity: Option<u32>,
+) -> bool {
+    let mut read = Manifests::read(paths);
+    read.add_secrets(secrets);
+    if read.snapshot.namespace.is_empty() {
+        read.snapshot.namespace = "default".to_owned();
+    }
+    let named = read.snapshot.secret_names();
+    let given = !secrets.is_empty() || !read.snapshot.secrets.is_empty();
+    let mut ok = true;
+    let mut unread = Vec::new();
+    for name in &named {
+        // What the agent's ServiceAccount may not get, it cannot read:
+        // the objects naming it are refused as they would be in the cluster.
+        if let Some(readable) = &read.readable
+            && !readable.allows(name)
+        {
+            read.snapshot.secrets.remove(name);
+            let granted = match readable {
+                Readable::Only { names, roles } if !roles.is_empty() => format!(
+                    "{}: get on Secrets {} only",
+                    roles.join(", "),
+                    names.iter().cloned().collect::<Vec<_>>().join(", ")
+                ),
+                _ => "no role grants get on Secrets".to_owned(),
+            };
+            eprintln!("Secret {name}: the agent's ServiceAccount may not read it ({granted})");
+            ok = false;
+        } else if !given {
+            // Nothing to check them against: taken as readable, and said so.
+            let keys = SecretKeys {
+                username: Some(name.clone()),
+                password: Some(Password::new(b"not read".to_vec())),
+            };
+            read.snapshot.secrets.insert(name.clone(), keys);
+            unread.push(name.as_str());
+        }
+    }
+    let label = PathBuf::from(
+        paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    let built = document::build(&read.snapshot, &label, &|inv, label: &Path| {
+        compile(inv, label, server, map_capacity)
+    });
+    ok &= read.problems.is_empty() && built.refused.is_empty();
+    for (at, problem) in &read.problems {
+        eprintln!("{at}: {problem}");
+    }
+    for (object, problems) in &built.refused {
+        let at = read
+            .located
+            .get(object)
+            .map_or_else(|| label.display().to_string(), ToString::to_string);
+        for problem in problems {
+            eprintln!("{at}: {object}: {problem}");
+        }
+    }
+    for (object, problems) in &built.degraded {
+        let at = read.located.get(object).map(ToString::to_string);
+        for problem in problems {
+            eprintln!(
+                "{}: {object}: warning: {problem}",
+                at.as_deref().unwrap_or("?")
+            );
+        }
+    }
+    match built.result {
+        Ok((inv, compiled, capacity)) => {
+            println!(
+                "{}: {} objects, {} other documents; {}",
+                label.display(),
+                read.located.len(),
+                read.other,
+                summary(&inv, &compiled, &capacity)
+            );
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ok = false;
+        }
+    }
+    if !unread.is_empty() {
+        println!(
+            "BMC credentials not checked: no Secrets given (--secrets) for {}",
+            unread.join(", ")
+        );
+    }
+    ok
 }

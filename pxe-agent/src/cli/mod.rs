@@ -74,9 +74,19 @@ pub enum Command {
         #[command(flatten)]
         select: Select,
     },
-    /// Validate an inventory file without running.
+    /// Validate inventory files, or Kubernetes manifests (BootNetwork,
+    /// BootProfile, BootHost and BareMetalHost objects; directories are read
+    /// file by file) with the conversion `run --kube` applies, without
+    /// running.
     Check {
-        file: PathBuf,
+        /// Inventory files, manifest files or directories of manifests.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Secret manifests (files or directories) holding the BMC
+        /// credentials the objects name; without them, and without Secrets
+        /// among the manifests, credentials are not checked.
+        #[arg(long, value_name = "PATH")]
+        secrets: Vec<PathBuf>,
         /// Server address to expand `{server}` with (the longest address is
         /// assumed otherwise, so size checks hold for any server).
         #[arg(long)]

@@ -15,6 +15,7 @@ pub mod coordination;
 pub mod document;
 pub mod events;
 pub mod host_records;
+pub mod manifests;
 pub mod membership;
 pub mod objects;
 pub mod status;
