@@ -45,9 +45,17 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Check {
             paths,
             secrets,
+            boot_root,
+            artifacts,
             server_ip,
             map_capacity,
-        } => cli::check::check(&paths, &secrets, server_ip, map_capacity),
+        } => {
+            let roots = cli::check::Roots {
+                boot_root: boot_root.as_deref(),
+                artifacts: artifacts.as_deref(),
+            };
+            cli::check::check(&paths, &secrets, roots, server_ip, map_capacity)
+        }
         Command::Detach { pin_dir, interface } => cli::xdp::detach(&pin_dir, &interface),
         Command::VethPeer {
             interface,

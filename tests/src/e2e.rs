@@ -92,6 +92,12 @@ fn udhcpc_gets_reservation_and_boot_answer_per_firmware() {
     });
     assert_eq!(http["ip"], "10.66.1.10");
     assert_eq!(http["bootfile"], "http://10.66.0.1:8080/ipxe.efi");
+    // Started without --boot-root, the agent said what no one will serve.
+    let log = served.log();
+    assert!(
+        log.contains("no --boot-root is given") && log.contains(".boot.bios undionly.kpxe"),
+        "no warning of TFTP files without a boot root:\n{log}"
+    );
 }
 
 #[test]

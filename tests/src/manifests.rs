@@ -363,3 +363,47 @@ fn check_refuses_a_duplicate_mac_recovery_without_a_bmc_and_an_unreadable_secret
         "wanted {want:?} in:\n{out}"
     );
 }
+
+/// `check --boot-root --artifacts` finds every file the example inventory
+/// names where `run` would serve it from, and names the field of one that
+/// is missing.
+#[test]
+fn check_finds_the_files_the_profiles_name_under_the_roots_given() {
+    let scratch = Scratch::new("manifests");
+    let inventory = xtask::workspace_root()
+        .join("examples")
+        .join("inventory.yaml");
+    let (boot_root, artifacts) = (scratch.path("boot"), scratch.path("artifacts"));
+    for file in [
+        "boot/undionly.kpxe",
+        "boot/ipxe.efi",
+        "boot/ipxe-arm64.efi",
+        "boot/snponly.efi",
+        "boot/inspector/vmlinuz",
+        "boot/inspector/initramfs.img",
+        "artifacts/vmlinuz",
+        "artifacts/initrd.img",
+    ] {
+        let path = scratch.path(file);
+        fs::create_dir_all(path.parent().unwrap()).expect("mkdir");
+        fs::write(&path, b"x").expect("write");
+    }
+    let args = |inventory: &Path| {
+        agent_check(&[
+            inventory,
+            Path::new("--boot-root"),
+            &boot_root,
+            Path::new("--artifacts"),
+            &artifacts,
+        ])
+    };
+    let (ok, out) = args(&inventory);
+    assert!(ok, "check missed a file that is there:\n{out}");
+    fs::remove_file(artifacts.join("initrd.img")).expect("remove");
+    let (ok, out) = args(&inventory);
+    let want = format!(
+        "profiles[worker].initrd[0]: {} is not a file",
+        artifacts.join("initrd.img").display()
+    );
+    assert!(!ok && out.contains(&want), "wanted {want:?} in:\n{out}");
+}

@@ -31,7 +31,7 @@ use std::{
 use anyhow::Context as _;
 use axum::serve::ListenerExt as _;
 use tokio::{net::TcpListener, sync::mpsc};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::{
     api::{
@@ -43,7 +43,7 @@ use crate::{
     dhcp::{Server, template},
     health::Health,
     http::{BootState, boot, limit, sendfile, token::TokenKey},
-    inventory::{Inventory, LoadError},
+    inventory::{Inventory, LoadError, served_files},
     kube::{host_records, membership},
     lease::LeaseStore,
     metrics::AgentGauges,
@@ -96,6 +96,32 @@ pub fn limit_heap_arenas() {
     // SAFETY: mallopt only sets an allocator parameter.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS);
+    }
+}
+
+/// Says at startup what the inventory names that the agent will not serve:
+/// TFTP boot files without `--boot-root` (the firmware of those hosts gets
+/// an answer naming a file no one serves), and files missing under the
+/// boot root or the artifacts directory.
+fn warn_unserved_files(inv: &Inventory, cfg: &RunConfig) {
+    let named = served_files::named(inv);
+    if cfg.boot_root.is_none() {
+        let tftp: Vec<String> = named
+            .iter()
+            .filter(|n| n.tftp)
+            .map(|n| format!("{} {}", n.field, n.path))
+            .collect();
+        if !tftp.is_empty() {
+            warn!(
+                files = %tftp.join(", "),
+                "the inventory names TFTP boot files but no --boot-root is given: TFTP is not \
+                 served, and PXE firmware told to fetch them will fail"
+            );
+        }
+    }
+    let missing = served_files::missing(&named, cfg.boot_root.as_deref(), cfg.artifacts.as_deref());
+    for problem in missing {
+        warn!("the inventory names a file the agent cannot serve: {problem}");
     }
 }
 
@@ -359,6 +385,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
         api_tls: api_tls.as_ref().map(|t| t.stats.clone()),
     });
 
+    warn_unserved_files(&state.inventory(), &cfg);
     let tftp = match &cfg.boot_root {
         Some(root) => start_tftp(&cfg, &ifaces, root, boot.clone(), shutdown.clone()).await?,
         None => Vec::new(),

@@ -12,7 +12,7 @@ use std::{
 use pxe_agent::{
     bmc::Password,
     dhcp::{Server, template::Compiled},
-    inventory::{self, Inventory, LoadError},
+    inventory::{self, Inventory, LoadError, served_files},
     kube::{
         document::{self, SecretKeys},
         manifests::{Manifests, Readable},
@@ -24,9 +24,30 @@ use pxe_agent::{
 /// `pxe-agent check PATH... [--secrets PATH]...`: each inventory file, and
 /// the manifests among `paths` as one namespace's objects. One line for
 /// each that passes, every problem of those that do not (and a failure).
+/// Where `run` would serve files from: `--boot-root` and `--artifacts`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Roots<'a> {
+    pub boot_root: Option<&'a Path>,
+    pub artifacts: Option<&'a Path>,
+}
+
+impl Roots<'_> {
+    /// The files `inv` names that are missing under the roots given; each
+    /// printed. True when none is.
+    fn hold(&self, label: &Path, inv: &Inventory) -> bool {
+        let named = served_files::named(inv);
+        let missing = served_files::missing(&named, self.boot_root, self.artifacts);
+        for problem in &missing {
+            eprintln!("{}: {problem}", label.display());
+        }
+        missing.is_empty()
+    }
+}
+
 pub fn check(
     paths: &[PathBuf],
     secrets: &[PathBuf],
+    roots: Roots<'_>,
     server_ip: Option<Ipv4Addr>,
     map_capacity: Option<u32>,
 ) -> anyhow::Result<ExitCode> {
@@ -38,10 +59,10 @@ pub fn check(
         paths.iter().cloned().partition(|p| is_manifest(p));
     let mut ok = true;
     for file in &files {
-        ok &= check_file(file, &server, map_capacity);
+        ok &= check_file(file, &server, roots, map_capacity);
     }
     if !manifests.is_empty() || !secrets.is_empty() {
-        ok &= check_manifests(&manifests, secrets, &server, map_capacity);
+        ok &= check_manifests(&manifests, secrets, &server, roots, map_capacity);
     }
     Ok(if ok {
         ExitCode::SUCCESS
@@ -92,7 +113,7 @@ fn summary(inv: &Inventory, compiled: &Compiled, capacity: &Capacity) -> String 
     )
 }
 
-fn check_file(file: &Path, server: &Server, map_capacity: Option<u32>) -> bool {
+fn check_file(file: &Path, server: &Server, roots: Roots<'_>, map_capacity: Option<u32>) -> bool {
     match Inventory::load(file).and_then(|inv| compile(inv, file, server, map_capacity)) {
         Ok((inv, compiled, capacity)) => {
             println!(
@@ -100,7 +121,7 @@ fn check_file(file: &Path, server: &Server, map_capacity: Option<u32>) -> bool {
                 file.display(),
                 summary(&inv, &compiled, &capacity)
             );
-            true
+            roots.hold(file, &inv)
         }
         Err(e) => {
             eprintln!("{e}");
@@ -115,6 +136,7 @@ fn check_manifests(
     paths: &[PathBuf],
     secrets: &[PathBuf],
     server: &Server,
+    roots: Roots<'_>,
     map_capacity: Option<u32>,
 ) -> bool {
     let mut read = Manifests::read(paths);
@@ -194,6 +216,7 @@ fn check_manifests(
                 read.other,
                 summary(&inv, &compiled, &capacity)
             );
+            ok &= roots.hold(&label, &inv);
         }
         Err(e) => {
             eprintln!("{e}");

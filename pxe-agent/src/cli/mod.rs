@@ -87,6 +87,15 @@ pub enum Command {
         /// among the manifests, credentials are not checked.
         #[arg(long, value_name = "PATH")]
         secrets: Vec<PathBuf>,
+        /// Check that the TFTP and HTTP boot files the profiles name are
+        /// in this directory, as `run --boot-root DIR` would serve them.
+        #[arg(long, value_name = "DIR")]
+        boot_root: Option<PathBuf>,
+        /// Check that the `/artifacts/` files the profiles name (kernels,
+        /// initrds) are in this directory, as `run --artifacts DIR` would
+        /// serve them.
+        #[arg(long, value_name = "DIR")]
+        artifacts: Option<PathBuf>,
         /// Server address to expand `{server}` with (the longest address is
         /// assumed otherwise, so size checks hold for any server).
         #[arg(long)]

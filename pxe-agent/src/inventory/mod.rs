@@ -20,6 +20,7 @@ mod option;
 mod patch;
 mod raw;
 mod rule;
+pub mod served_files;
 mod stream;
 mod validate;
 
