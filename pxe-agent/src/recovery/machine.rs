@@ -32,8 +32,10 @@
 //! No host is power-cycled for having been added: the `expect_boot` watch
 //! of a host new to the inventory starts by asking its BMC whether it is
 //! on ([`Watch`]). A host that is off is watched as always; one that runs
-//! (or whose BMC cannot say) is left alone until it shows boot activity or
-//! an operator asks for its recovery.
+//! is left alone until it shows boot activity or an operator asks for its
+//! recovery. One whose BMC does not answer is asked again every
+//! `backoff_max`, never power-cycled meanwhile; one whose BMC refuses for
+//! good (credentials, privilege) is left alone as a running host is.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -89,9 +91,10 @@ pub enum Watch {
     #[default]
     Counting,
     /// Added with `expect_boot`: its BMC is asked whether it is on before
-    /// a deadline counts.
+    /// a deadline counts. While the BMC does not answer, `deadline_ms` is
+    /// when it is asked again.
     CheckingPower,
-    /// It was on when added (or its BMC could not say): no deadline until
+    /// It was on when added (or its BMC refused for good): no deadline until
     /// it shows boot activity (a DHCP answer, a boot file, a script), which
     /// starts the watch; an operator's `recover` acts at once.
     UntilBootActivity,
@@ -567,15 +570,22 @@ impl Controller {
     /// to run now. Call it on a timer (see [`Controller::next_deadline`])
     /// and after every input.
     pub fn tick(&mut self, now_ms: u64) -> Vec<Action> {
-        let due: Vec<(MacAddr, State)> = self
+        let due: Vec<(MacAddr, State, Watch)> = self
             .hosts
             .iter()
             .filter(|(_, h)| h.is_active(now_ms))
             .filter(|(_, h)| h.record.deadline_ms.is_some_and(|d| d <= now_ms))
-            .map(|(mac, h)| (*mac, h.record.state))
+            .map(|(mac, h)| (*mac, h.record.state, h.record.watch))
             .collect();
-        for (mac, state) in due {
+        for (mac, state, watch) in due {
             match state {
+                // Time to ask the BMC again whether the host runs.
+                State::Idle if watch == Watch::CheckingPower => {
+                    if let Some(host) = self.hosts.get_mut(&mac) {
+                        host.record.deadline_ms = None;
+                        self.dirty.insert(mac);
+                    }
+                }
                 State::Idle => self.start(mac, Reason::NoPhoneHome, now_ms),
                 State::Booted => self.start(mac, Reason::HeartbeatLost, now_ms),
                 State::Backoff => self.retry(mac, now_ms),
@@ -598,7 +608,11 @@ impl Controller {
             }
             let record = &host.record;
             let kind = match record.state {
-                State::Idle if record.watch == Watch::CheckingPower => ActionKind::PowerStatus,
+                State::Idle
+                    if record.watch == Watch::CheckingPower && record.deadline_ms.is_none() =>
+                {
+                    ActionKind::PowerStatus
+                }
                 State::Recovering if record.boot_device_set => ActionKind::PowerUp,
                 State::Recovering => ActionKind::SetBootDevice(BootTarget {
                     device: plan.network,
@@ -657,14 +671,24 @@ impl Controller {
         }
         match (record.state, result) {
             (State::Idle, result) if record.watch == Watch::CheckingPower => {
-                // Off: watched as always. On, or not known: left alone
-                // until it shows boot activity.
-                if let Ok(Done::Power(crate::bmc::PowerState::Off)) = result {
-                    record.watch = Watch::Counting;
-                    record.deadline_ms = Some(now_ms.saturating_add(ms(plan.settings.deadline)));
-                } else {
-                    record.watch = Watch::UntilBootActivity;
-                    record.deadline_ms = None;
+                // Off: watched as always. On: left alone until it shows
+                // boot activity. Not known: never cycled on a guess; asked
+                // again later, or, when no retry can help (credentials,
+                // privilege), left alone as a running host is.
+                match &result {
+                    Ok(Done::Power(crate::bmc::PowerState::Off)) => {
+                        record.watch = Watch::Counting;
+                        record.deadline_ms =
+                            Some(now_ms.saturating_add(ms(plan.settings.deadline)));
+                    }
+                    Err(e) if !e.is_permanent() => {
+                        record.deadline_ms =
+                            Some(now_ms.saturating_add(ms(self.policy.backoff_max)));
+                    }
+                    _ => {
+                        record.watch = Watch::UntilBootActivity;
+                        record.deadline_ms = None;
+                    }
                 }
                 if result.is_ok() {
                     record.last_error = None;

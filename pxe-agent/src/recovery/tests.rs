@@ -459,7 +459,7 @@ async fn a_host_running_when_added_is_never_power_cycled_for_it() {
         &[
             (running, expect, PowerState::On),
             (requested, expect, PowerState::On),
-            (mute, expect, PowerState::Off),
+            (mute, expect, PowerState::On),
         ],
     );
     lab.bmc(mute)
@@ -467,10 +467,15 @@ async fn a_host_running_when_added_is_never_power_cycled_for_it() {
     lab.settle().await;
     let watch = |lab: &Lab, mac| lab.ctl.status(mac).expect("known").watch;
     assert_eq!(watch(&lab, running), Watch::UntilBootActivity);
-    // A BMC that cannot say is taken as running: nothing is cycled on a
-    // guess.
-    assert_eq!(watch(&lab, mute), Watch::UntilBootActivity);
-    assert!(lab.ctl.status(mute).expect("known").last_error.is_some());
+    // A BMC that cannot say: nothing is cycled on a guess; it is asked
+    // again later.
+    let status = lab.ctl.status(mute).expect("known");
+    assert_eq!(status.watch, Watch::CheckingPower);
+    assert_eq!(
+        status.deadline_ms,
+        Some(T0 + ms(lab.ctl.policy().backoff_max))
+    );
+    assert!(status.last_error.is_some());
 
     // Hours later, no deadline has run: none was power-cycled.
     lab.advance(5 * 60 * MIN).await;
@@ -485,6 +490,10 @@ async fn a_host_running_when_added_is_never_power_cycled_for_it() {
             lab.bmc(host).calls()
         );
     }
+    // Asked again, it said the host runs.
+    assert_eq!(lab.bmc(mute).calls().len(), 2);
+    assert_eq!(watch(&lab, mute), Watch::UntilBootActivity);
+    assert_eq!(lab.ctl.status(mute).expect("known").last_error, None);
     // An operator's request acts at once, as for any host.
     lab.ctl.request(requested, lab.now).expect("idle");
     lab.settle().await;
@@ -506,6 +515,55 @@ async fn a_host_running_when_added_is_never_power_cycled_for_it() {
             .map(|t| t.reason),
         Some(Reason::PowerCycled)
     );
+}
+
+/// An off host whose BMC did not answer is asked again, never acted on
+/// before it said; one whose BMC refuses for good is left alone.
+#[tokio::test(start_paused = true)]
+async fn a_host_whose_bmc_cannot_say_is_asked_again_not_cycled() {
+    let (off, refused) = (mac(1), mac(2));
+    let expect = RecoverySettings {
+        expect_boot: true,
+        ..settings()
+    };
+    let mut lab = Lab::new(
+        "unknown-power",
+        &[(off, expect, PowerState::Off), (refused, expect, PowerState::Off)],
+    );
+    let backoff = ms(lab.ctl.policy().backoff_max);
+    lab.bmc(off).fail_always(lab.bmc(off).timeout());
+    lab.bmc(refused).fail_always(BmcError::AuthFailed {
+        bmc: lab.bmc(refused).name().to_owned(),
+        user: "admin".into(),
+    });
+    lab.settle().await;
+    let watch = |lab: &Lab, mac| lab.ctl.status(mac).expect("known").watch;
+    assert_eq!(watch(&lab, off), Watch::CheckingPower);
+    assert_eq!(watch(&lab, refused), Watch::UntilBootActivity);
+    // Past the deadline: still only asked, once per back-off.
+    lab.advance(backoff - 1).await;
+    assert_eq!(lab.bmc(off).calls(), [Seen::PowerStatus]);
+    lab.advance(1).await;
+    assert_eq!(lab.bmc(off).calls(), [Seen::PowerStatus, Seen::PowerStatus]);
+    assert_eq!(lab.ctl.next_deadline(), Some(lab.now + backoff));
+    // The BMC answers: off, so the watch counts from then, and the host
+    // is recovered as any host that does not phone home in time.
+    lab.bmc(off).heal();
+    lab.advance(backoff).await;
+    assert_eq!(watch(&lab, off), Watch::Counting);
+    assert_eq!(lab.state(off), State::Idle);
+    lab.advance(ms(expect.deadline)).await;
+    assert_eq!(lab.state(off), State::AwaitingDhcp);
+    assert_eq!(
+        lab.ctl
+            .status(off)
+            .expect("known")
+            .last_transition
+            .map(|t| t.reason),
+        Some(Reason::PoweredOn)
+    );
+    assert_eq!(lab.state(refused), State::Idle);
+    assert_eq!(lab.bmc(refused).calls(), [Seen::PowerStatus]);
 }
 
 #[tokio::test(start_paused = true)]
