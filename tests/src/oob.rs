@@ -10,7 +10,7 @@
 use std::{fs, thread, time::Duration, time::Instant};
 
 use crate::{
-    agent::{Scratch, Served, agent_bin},
+    agent::{Privileges, Scratch, Served, agent_bin, assert_daemonset_privileges},
     bmc_sim::{IpmiSim, PASSWORD},
 };
 
@@ -46,9 +46,33 @@ impl Rig {
         rig
     }
 
+    /// Like [`Rig::start`], the agent run with `privileges`.
+    fn start_as(name: &str, privileges: Privileges) -> Rig {
+        let rig = Rig::launch_as(
+            name,
+            &format!("address: ipmi://{SIM_IP}:623"),
+            "",
+            &[],
+            privileges,
+        );
+        rig.wait_ready();
+        rig
+    }
+
     /// The agent and the simulator, not yet waited for: `bmc` is the
     /// host's BMC address keys (indented as the block's other keys are).
     pub(crate) fn launch(name: &str, bmc: &str, host_extra: &str, extra: &[&str]) -> Rig {
+        Rig::launch_as(name, bmc, host_extra, extra, Privileges::Root)
+    }
+
+    /// [`Rig::launch`], the agent run with `privileges`.
+    fn launch_as(
+        name: &str,
+        bmc: &str,
+        host_extra: &str,
+        extra: &[&str],
+        privileges: Privileges,
+    ) -> Rig {
         let sim_dir = Scratch::new(&format!("{name}-sim"));
         fs::write(sim_dir.path("bmc.password"), PASSWORD).unwrap();
         fs::write(sim_dir.path("tokens"), format!("ops {TOKEN}\n")).unwrap();
@@ -73,10 +97,11 @@ impl Rig {
         .chain(extra.iter().copied())
         .map(str::to_owned)
         .collect();
-        let served = Served::start_with(
+        let served = Served::start_as(
             name,
             &inventory,
             &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            privileges,
         );
         served.add_client_address(&format!("{SIM_IP}/16"));
         let sim = IpmiSim::start(served.lab.client_ns(), SIM_IP);
@@ -308,56 +333,80 @@ fn recover_sets_pxe_and_powers_the_host_up_then_awaits_dhcp() {
     assert!(audit.contains(r#""action":"recover""#), "{audit}");
 }
 
-/// A host added with `expect_boot` while it runs is asked about, never
-/// power-cycled when its deadline passes; one that is off is recovered.
+/// A host added to the inventory with `expect_boot` while it runs is asked
+/// about, never power-cycled when its deadline passes; one added while it
+/// is off is recovered. The agent runs as the DaemonSet runs it.
 #[test]
 fn a_running_host_added_with_expect_boot_is_left_alone_and_an_off_one_is_recovered() {
-    let rig = Rig::start("pxadded");
+    let rig = Rig::start_as("pxadded", Privileges::DaemonSet);
+    assert_daemonset_privileges(rig.served.agent_pid());
     let power_file = rig.sim.chassis_dir().join(crate::bmc_sim::POWER_FILE);
-    // The host runs an installed system, with no phone-home of ours.
-    fs::write(&power_file, "1\n").expect("power on");
     let base = fs::read_to_string(&rig.served.inventory).expect("inventory");
-    let with = |deadline: &str| {
-        format!(
-            "{base}    recovery: {{expect_boot: true, deadline: {deadline}, max_attempts: 1}}\n"
-        )
-    };
-    rig.served.replace_inventory(&with("3s"));
-    let wait_for = |what: &str, within: Duration| {
+    let (head, _) = base.split_once("hosts:\n").expect("a hosts list");
+    let wait_for = |what: &str, present: bool, within: Duration| {
         let deadline = Instant::now() + within;
         loop {
             let hosts = rig.get("/api/v1/hosts");
-            if hosts.contains(what) {
+            if hosts.contains(what) == present {
                 return hosts;
             }
             assert!(
                 Instant::now() < deadline,
-                "no {what} in {within:?}: {hosts}\nlog:\n{}",
+                "{what} {} in {within:?}: {hosts}\nlog:\n{}",
+                if present { "not seen" } else { "still there" },
                 rig.served.log()
             );
             thread::sleep(Duration::from_millis(200));
         }
     };
+    // Takes the host out of the inventory, then adds it with `expect_boot`
+    // and `deadline`; returns how much of the BMC's call log came before.
+    let add = |deadline: &str| {
+        rig.served.replace_inventory(&format!("{head}hosts: []\n"));
+        wait_for("02:00:00:00:00:10", false, Duration::from_secs(15));
+        let before = rig.sim_state("calls.log").len();
+        rig.served.replace_inventory(&format!(
+            "{base}    recovery: {{expect_boot: true, deadline: {deadline}, max_attempts: 1}}\n"
+        ));
+        before
+    };
+
+    // The host runs an installed system that does not phone home.
+    fs::write(&power_file, "1\n").expect("power on");
+    let before = add("3s");
     wait_for(
         r#""recovery_watch":"until-boot-activity""#,
+        true,
         Duration::from_secs(15),
     );
     // Well past its deadline: asked whether it runs, nothing else.
     thread::sleep(Duration::from_secs(6));
     let calls = rig.sim_state("calls.log");
+    let since = &calls[before..];
     assert!(
-        !calls.contains("set power") && calls.contains("get power"),
-        "a running host added to the inventory was acted on: {calls}"
+        !since.contains("set power") && since.contains("get power"),
+        "a running host added to the inventory was acted on: {since}"
     );
     let hosts = rig.get("/api/v1/hosts");
     assert!(hosts.contains(r#""recovery":"idle""#), "{hosts}");
     let table = rig.ok(&["hosts"]);
     assert!(table.contains("idle (running)"), "{table}");
 
-    // Off, and the watch armed again (a new deadline): recovered as always.
+    // Added while off: its deadline counts, and it is recovered as always.
     fs::write(&power_file, "0\n").expect("power off");
-    rig.served.replace_inventory(&with("4s"));
-    wait_for(r#""recovery":"awaiting-dhcp""#, Duration::from_secs(30));
+    let before = add("4s");
+    wait_for(
+        r#""recovery":"awaiting-dhcp""#,
+        true,
+        Duration::from_secs(30),
+    );
     let calls = rig.sim_state("calls.log");
-    assert!(calls.contains("set power 1"), "not powered up: {calls}");
+    let since = &calls[before..];
+    let asked = since
+        .find("get power")
+        .unwrap_or_else(|| panic!("not asked: {since}"));
+    let powered = since
+        .find("set power 1")
+        .unwrap_or_else(|| panic!("not powered up: {since}"));
+    assert!(asked < powered, "{since}");
 }
