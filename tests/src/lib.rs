@@ -53,6 +53,8 @@ mod image;
 #[cfg(test)]
 mod import;
 #[cfg(test)]
+mod installed_phone_home;
+#[cfg(test)]
 mod kube;
 #[cfg(test)]
 mod manifests;

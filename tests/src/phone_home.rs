@@ -8,15 +8,16 @@
 use std::fs;
 
 use crate::{
-    agent::{Scratch, Served},
+    agent::{Privileges, Scratch, Served},
     slow_path::INVENTORY,
 };
 
-const MAC: &str = "52:54:00:12:34:56";
+pub(crate) const MAC: &str = "52:54:00:12:34:56";
 const SCRIPT_URL: &str = "http://10.66.0.1:8080/boot/52:54:00:12:34:56.ipxe";
-const PHONE_HOME_URL: &str = "http://10.66.0.1:8080/api/v1/hosts/52:54:00:12:34:56/booted";
-const MISSING: &str = "pxe_http_phone_home_rejected_total{reason=\"missing\"}";
-const MISMATCH: &str = "pxe_http_phone_home_rejected_total{reason=\"mismatch\"}";
+pub(crate) const PHONE_HOME_URL: &str =
+    "http://10.66.0.1:8080/api/v1/hosts/52:54:00:12:34:56/booted";
+pub(crate) const MISSING: &str = "pxe_http_phone_home_rejected_total{reason=\"missing\"}";
+pub(crate) const MISMATCH: &str = "pxe_http_phone_home_rejected_total{reason=\"mismatch\"}";
 
 fn inventory(ipxe: &str) -> String {
     INVENTORY.replace(
@@ -27,11 +28,16 @@ fn inventory(ipxe: &str) -> String {
 
 /// The agent serving the host's profile, the client at the host's address.
 fn served(name: &str, ipxe: &str) -> (Served, Scratch) {
+    served_as(name, ipxe, Privileges::Root)
+}
+
+/// [`served`], the agent run with `privileges`.
+pub(crate) fn served_as(name: &str, ipxe: &str, privileges: Privileges) -> (Served, Scratch) {
     let artifacts = Scratch::new("artifacts");
     fs::write(artifacts.path("vmlinuz"), b"kernel").expect("kernel");
     fs::write(artifacts.path("initrd.img"), b"initrd").expect("initrd");
     let dir = artifacts.0.to_str().expect("utf-8 path").to_string();
-    let served = Served::start_with(name, &inventory(ipxe), &["--artifacts", &dir]);
+    let served = Served::start_as(name, &inventory(ipxe), &["--artifacts", &dir], privileges);
     served.set_client_mac(MAC);
     served.add_client_address("10.66.1.10/16");
     (served, artifacts)
@@ -39,7 +45,7 @@ fn served(name: &str, ipxe: &str) -> (Served, Scratch) {
 
 /// Fetches the host's script as iPXE does and returns the token on its
 /// kernel line.
-fn script_token(served: &Served) -> String {
+pub(crate) fn script_token(served: &Served) -> String {
     let out = served
         .client_cmd("curl")
         .args(["-sf", "--max-time", "10", SCRIPT_URL])
@@ -74,7 +80,7 @@ fn phone_home(served: &Served, token: Option<&str>) -> String {
 }
 
 /// The host's stage in `pxe-agent hosts` (MAC, IP, HOSTNAME, STAGE, ...).
-fn stage(served: &Served) -> String {
+pub(crate) fn stage(served: &Served) -> String {
     let table = served.cli(&["hosts"]);
     let row = table
         .lines()
