@@ -528,7 +528,10 @@ async fn a_host_whose_bmc_cannot_say_is_asked_again_not_cycled() {
     };
     let mut lab = Lab::new(
         "unknown-power",
-        &[(off, expect, PowerState::Off), (refused, expect, PowerState::Off)],
+        &[
+            (off, expect, PowerState::Off),
+            (refused, expect, PowerState::Off),
+        ],
     );
     let backoff = ms(lab.ctl.policy().backoff_max);
     lab.bmc(off).fail_always(lab.bmc(off).timeout());
