@@ -1,9 +1,11 @@
 //! The whole recovery loop of the running agent with real firmware: an
 //! `ipmi_sim` whose chassis powers a QEMU guest (SeaBIOS and iPXE) booting
 //! through the agent ([`GuestBmc`]). `pxe-agent recover` boots it to
-//! `booted` and leaves the disk set; a boot that cannot finish is retried
-//! with back-off, then `failed`; a booted host whose heartbeat stops is
-//! recovered by the watchdog. Without a guest: a recovery survives
+//! `booted` (its phone-home the one shipped for installed systems, run as
+//! its systemd unit runs it) and leaves the disk set; a boot that cannot
+//! finish is retried with back-off, then `failed`; a booted host whose
+//! heartbeat stops is recovered by the watchdog; a guest running from its
+//! disk when it is added with `expect_boot` is never power-cycled for it. Without a guest: a recovery survives
 //! `kill -9` of the agent and goes on from the stage and deadline it was at.
 //!
 //! The first of these also runs with a Redfish-only host (the fixture of
@@ -22,7 +24,7 @@ use std::{
 use xtask::vm::{BootLab, BootLabConfig, BootReport, BootSource, Firmware, initramfs};
 
 use crate::{
-    agent::{Scratch, agent_bin},
+    agent::{Scratch, agent_bin, daemonset_wrapper},
     bmc_lab::{GuestBmc, bmc_ip},
     bmc_sim::{ADMIN, PASSWORD},
     fixture::assert_root,
@@ -99,6 +101,8 @@ struct VmRig {
     bmc: GuestBmc,
     lab: BootLab,
     dir: Scratch,
+    /// The inventory the agent started with.
+    inventory: String,
 }
 
 /// What to start a [`VmRig`] with.
@@ -112,6 +116,8 @@ struct Setup<'a> {
     cmdline: &'a str,
     backoff_ms: u64,
     drivers: Drivers,
+    /// The agent runs as the DaemonSet runs it.
+    daemonset: bool,
 }
 
 impl VmRig {
@@ -138,7 +144,11 @@ impl VmRig {
             .replace("@RECOVERY@", setup.recovery);
         let tokens = dir.path("tokens").display().to_string();
         let backoff = setup.backoff_ms.to_string();
-        let cfg = BootLabConfig::new(setup.prefix, &agent_bin(), &inventory)
+        let mut cfg = BootLabConfig::new(setup.prefix, &agent_bin(), &inventory);
+        if setup.daemonset {
+            cfg = cfg.wrapper(daemonset_wrapper());
+        }
+        let cfg = cfg
             .xdp_mode("native")
             .arg("--api-token-file")
             .arg(&tokens)
@@ -169,6 +179,7 @@ impl VmRig {
             bmc,
             lab,
             dir,
+            inventory,
         }
     }
 
@@ -185,6 +196,11 @@ impl VmRig {
 
     /// The host's recovery state and attempts from the API.
     fn recovery(&self) -> (String, u32) {
+        parse_recovery(&self.hosts())
+    }
+
+    /// `GET /api/v1/hosts`.
+    fn hosts(&self) -> String {
         let out = self
             .lab
             .cmd("curl")
@@ -196,7 +212,7 @@ impl VmRig {
             ])
             .output()
             .expect("curl");
-        parse_recovery(&String::from_utf8_lossy(&out.stdout))
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Waits until the host is in `state` at `attempt`; returns when it
@@ -287,22 +303,35 @@ fn assert_in_order(calls: &str, needles: &[&str]) {
     }
 }
 
+/// The guest phones home as an installed system does: with the script of
+/// `deploy/phone-home/`, which its systemd unit runs, reading the URL and
+/// the boot's token from the kernel command line.
 #[test]
 fn recover_boots_the_powered_off_guest_through_pxe_and_leaves_disk_set() {
-    let rig = recover_to_booted("pxrecvm", Drivers::Ipmi);
+    let rig = recover_to_booted("pxrecvm", Drivers::Ipmi, initramfs::INSTALLED_PARAM);
     assert_ipmi_booted_the_guest(&rig);
+    let console = rig.bmc.guest().console_tail(usize::MAX);
+    assert!(
+        console.contains(&format!(
+            "pxe-phone-home: phoned home to http://{}:8080/api/v1/hosts/{GUEST_MAC}/booted",
+            xtask::vm::SERVER_IP
+        )),
+        "the shipped phone-home did not run\n{}",
+        rig.context()
+    );
 }
 
 /// Recovers the powered-off guest through `drivers` until it phoned home
-/// and is `booted`.
-fn recover_to_booted(prefix: &str, drivers: Drivers) -> VmRig {
+/// and is `booted`; `cmdline` is added to the guest's kernel command line.
+fn recover_to_booted(prefix: &str, drivers: Drivers, cmdline: &str) -> VmRig {
     let rig = VmRig::start(&Setup {
         prefix,
         recovery: "{deadline: 2m, max_attempts: 1, after_boot: disk, stages: {dhcp: 90s}}",
         kernel: "vmlinuz",
-        cmdline: "",
+        cmdline,
         backoff_ms: 30_000,
         drivers,
+        daemonset: false,
     });
     assert!(!rig.bmc.guest().is_on());
     assert_eq!(rig.recovery(), ("idle".to_owned(), 0));
@@ -370,9 +399,81 @@ fn assert_ipmi_booted_the_guest(rig: &VmRig) {
     );
 }
 
+/// A guest that runs from its disk (powered on, never network-booting),
+/// added to the inventory with `expect_boot`, is asked whether it is on and
+/// then left alone: not power-cycled when its deadline passes, `hosts`
+/// showing it waiting. The agent runs as the DaemonSet runs it.
+#[test]
+fn a_running_guest_added_with_expect_boot_is_not_power_cycled() {
+    let rig = VmRig::start(&Setup {
+        prefix: "pxrecrun",
+        recovery: "{max_attempts: 1}",
+        kernel: "vmlinuz",
+        cmdline: "",
+        backoff_ms: 30_000,
+        drivers: Drivers::Ipmi,
+        daemonset: true,
+    });
+    let (head, _) = rig.inventory.split_once("hosts:\n").expect("hosts");
+    rig.lab
+        .replace_inventory(&format!("{head}hosts: []\n"))
+        .expect("replace the inventory");
+    let wait_hosts = |what: &str, present: bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let hosts = rig.hosts();
+            if hosts.contains(what) == present {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what} present: {}: {hosts}\n{}",
+                !present,
+                rig.context()
+            );
+            thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_hosts(GUEST_MAC, false);
+
+    // The machine runs what is on its disk, outside any inventory.
+    for args in [["chassis", "bootdev", "disk"], ["chassis", "power", "on"]] {
+        rig.bmc
+            .ipmitool(&args)
+            .unwrap_or_else(|e| panic!("ipmitool {args:?}: {e:#}"));
+    }
+    let boots = rig.bmc.guest().wait_boots(1, Duration::from_secs(30));
+    assert_eq!(boots.len(), 1, "not powered on\n{}", rig.context());
+    assert_eq!(boots[0].source, BootSource::Disk);
+    let before = rig.bmc.sim().state("calls.log").len();
+
+    // Added with `expect_boot` and a short deadline.
+    rig.lab
+        .replace_inventory(&rig.inventory.replace(
+            "recovery: {max_attempts: 1}",
+            "recovery: {expect_boot: true, deadline: 5s, max_attempts: 1}",
+        ))
+        .expect("replace the inventory");
+    wait_hosts(r#""recovery_watch":"until-boot-activity""#, true);
+    thread::sleep(Duration::from_secs(10));
+    let calls = rig.bmc.sim().state("calls.log");
+    let since = &calls[before..];
+    assert!(
+        since.contains("get power") && !since.contains("set power") && !since.contains("set boot"),
+        "the running guest was acted on: {since}\n{}",
+        rig.context()
+    );
+    let guest = rig.bmc.guest();
+    assert!(guest.is_on(), "{}", rig.context());
+    assert_eq!(guest.boots().len(), 1, "{}", rig.context());
+    assert_eq!(rig.recovery(), ("idle".to_owned(), 0));
+    let table = rig.lab.cli(&["hosts"]).expect("pxe-agent hosts");
+    assert!(table.contains("idle (running)"), "{table}");
+}
+
 #[test]
 fn recover_boots_a_redfish_only_guest_and_leaves_disk_set() {
-    let rig = recover_to_booted("pxrecrf", Drivers::Redfish);
+    let rig = recover_to_booted("pxrecrf", Drivers::Redfish, "");
     let fx = rig.redfish.as_ref().expect("fixture");
     let deadline = Instant::now() + Duration::from_secs(15);
     while rig.bmc.sim().state("boot") != "default" {
@@ -416,7 +517,7 @@ fn recover_boots_a_redfish_only_guest_and_leaves_disk_set() {
 
 #[test]
 fn recover_falls_back_to_ipmi_when_redfish_fails_and_boots_the_guest() {
-    let rig = recover_to_booted("pxrecfb", Drivers::FailingRedfishThenIpmi);
+    let rig = recover_to_booted("pxrecfb", Drivers::FailingRedfishThenIpmi, "");
     assert_ipmi_booted_the_guest(&rig);
     let fx = rig.redfish.as_ref().expect("fixture");
     // Only the first call reached Redfish: the rest started with IPMI.
@@ -458,6 +559,7 @@ fn recovery_whose_boot_cannot_finish_retries_with_backoff_then_fails() {
         cmdline: "",
         backoff_ms: BACKOFF_MS,
         drivers: Drivers::Ipmi,
+        daemonset: false,
     });
     let asked = Instant::now();
     rig.recover();
@@ -509,6 +611,7 @@ fn watchdog_recovers_a_booted_guest_whose_heartbeat_stops() {
         cmdline: &cmdline,
         backoff_ms: 2_000,
         drivers: Drivers::Ipmi,
+        daemonset: false,
     });
     rig.recover();
     rig.phoned_home();

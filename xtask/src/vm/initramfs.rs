@@ -17,7 +17,11 @@
 //! `pxe.heartbeats=N pxe.heartbeat_every=S` it POSTs to the same URL N more
 //! times, S seconds apart, after the phone-home (printing
 //! `PXE-AGENT-HEARTBEAT <mac> <i>` each time), then falls silent: a host
-//! whose heartbeat stops, for the agent's watchdog.
+//! whose heartbeat stops, for the agent's watchdog. With `pxe.installed`
+//! the phone-home is the one shipped for installed systems
+//! (`deploy/phone-home/pxe-phone-home`, at the path its systemd unit runs
+//! it from), which reads the URL and the token from the command line
+//! itself, instead of `/init`'s own.
 //!
 //! The archive is written here (cpio "newc") and compressed with `gzip`.
 
@@ -55,6 +59,16 @@ pub const STAY_PARAM: &str = "pxe.stay";
 /// phone-home: how many, and seconds between them (see the module docs).
 pub const HEARTBEATS_PARAM: &str = "pxe.heartbeats";
 pub const HEARTBEAT_EVERY_PARAM: &str = "pxe.heartbeat_every";
+
+/// The kernel command line flag that makes `/init` phone home with the
+/// script shipped for installed systems (see the module docs).
+pub const INSTALLED_PARAM: &str = "pxe.installed";
+
+/// The phone-home shipped for installed systems, as the guest runs it.
+const INSTALLED_PHONE_HOME: &str = include_str!("../../../deploy/phone-home/pxe-phone-home");
+
+/// Where the guest has it: where `pxe-phone-home.service` runs it from.
+const INSTALLED_PHONE_HOME_PATH: &str = "usr/local/sbin/pxe-phone-home";
 
 /// Printed after each heartbeat; followed by `<mac> <i>`.
 pub const HEARTBEAT_MARKER: &str = "PXE-AGENT-HEARTBEAT";
@@ -97,6 +111,7 @@ MAC=$(cat "/sys/class/net/$IF/address")
 URL=
 IP6=
 STAY=
+INSTALLED=
 BEATS=0
 EVERY=10
 TOKEN=
@@ -106,6 +121,7 @@ for a in $(cat /proc/cmdline); do
     pxe.ip6=*) IP6=${a#pxe.ip6=} ;;
     pxe_agent.token=*) TOKEN=${a#pxe_agent.token=} ;;
     pxe.stay) STAY=1 ;;
+    pxe.installed) INSTALLED=1 ;;
     pxe.heartbeats=*) BEATS=${a#pxe.heartbeats=} ;;
     pxe.heartbeat_every=*) EVERY=${a#pxe.heartbeat_every=} ;;
     esac
@@ -136,8 +152,17 @@ if [ -n "$TOKEN" ]; then
     *) URL="$URL?token=$TOKEN" ;;
     esac
 fi
-# busybox 1.35's own `wget -T` crashes (static build); bound it from outside.
-if timeout 20 wget -q -O /dev/null --post-data "ramdisk up on $IP, kernel $(uname -r)" "$URL"; then
+phone_home() {
+    if [ -n "$INSTALLED" ]; then
+        # As an installed system's unit runs it: it reads the command line.
+        /usr/local/sbin/pxe-phone-home
+    else
+        # busybox 1.35's own `wget -T` crashes (static build); bound it
+        # from outside.
+        timeout 20 wget -q -O /dev/null --post-data "ramdisk up on $IP, kernel $(uname -r)" "$URL"
+    fi
+}
+if phone_home; then
     echo "PXE-AGENT-PHONED-HOME $MAC ok"
 else
     echo "PXE-AGENT-PHONED-HOME $MAC failed"
@@ -190,6 +215,9 @@ fn archive(assets: &GuestAssets) -> anyhow::Result<Vec<u8>> {
         "proc",
         "sys",
         "tmp",
+        "usr",
+        "usr/local",
+        "usr/local/sbin",
     ] {
         cpio.dir(dir);
     }
@@ -200,6 +228,11 @@ fn archive(assets: &GuestAssets) -> anyhow::Result<Vec<u8>> {
     cpio.file("bin/busybox", 0o755, &busybox);
     cpio.file("init", 0o755, INIT.as_bytes());
     cpio.file("etc/udhcpc.sh", 0o755, UDHCPC_SCRIPT.as_bytes());
+    cpio.file(
+        INSTALLED_PHONE_HOME_PATH,
+        0o755,
+        INSTALLED_PHONE_HOME.as_bytes(),
+    );
     let mut order = String::new();
     for module in &assets.kernel.modules {
         let name = module
@@ -363,6 +396,7 @@ mod tests {
             "init",
             "bin/busybox",
             "etc/udhcpc.sh",
+            INSTALLED_PHONE_HOME_PATH,
             "lib/modules/virtio_ring.ko",
             "lib/modules/virtio_net.ko",
         ] {
@@ -385,10 +419,23 @@ mod tests {
         }
         assert!(INIT.contains(&format!("{PHONE_HOME_PARAM}=")));
         assert!(INIT.contains(&format!("{STAY_PARAM})")));
+        assert!(INIT.contains(&format!("{INSTALLED_PARAM})")));
+        assert!(INIT.contains(&format!("/{INSTALLED_PHONE_HOME_PATH}\n")));
         assert!(INIT.contains(&format!("{IPV6_PARAM}=*)")));
         assert!(PROFILE_CMDLINE6.contains(&format!("{IPV6_PARAM}={{ipv6}}/")));
         assert!(INIT.contains(&format!("{HEARTBEATS_PARAM}=*)")));
         assert!(INIT.contains(&format!("{HEARTBEAT_EVERY_PARAM}=*)")));
         assert!(PROFILE_CMDLINE.contains(&format!("{PHONE_HOME_PARAM}=")));
+    }
+
+    #[test]
+    fn the_guest_has_the_installed_phone_home_where_its_unit_runs_it() {
+        let unit = include_str!("../../../deploy/phone-home/pxe-phone-home.service");
+        assert!(
+            unit.lines()
+                .any(|l| l == format!("ExecStart=/{INSTALLED_PHONE_HOME_PATH}")),
+            "{unit}"
+        );
+        assert!(INSTALLED_PHONE_HOME.contains(&format!("{PHONE_HOME_PARAM}=*)")));
     }
 }
