@@ -182,6 +182,10 @@ pub struct HostView {
     /// `until-boot-activity` (it ran when added); never `counting`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_watch: Option<Watch>,
+    /// The last BMC error of the host's recovery (it names the BMC, never
+    /// a password): why a host stays `checking-power`, say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_error: Option<String>,
     /// The BMC driver the host's next call starts with (`redfish`,
     /// `ipmi`).
     #[serde(default)]
@@ -258,6 +262,7 @@ pub fn for_each_host_view(
                 recovery: recovery.map(|r| r.state),
                 attempts: recovery.map(|r| r.attempt),
                 recovery_watch: recovery.map(|r| r.watch).filter(|w| *w != Watch::Counting),
+                recovery_error: recovery.and_then(|r| r.last_error.clone()),
                 bmc_driver: driver_status.as_ref().map(|d| d.driver.clone()),
                 bmc_fallback_until_ms: driver_status.as_ref().and_then(|d| d.held_until_ms),
                 bmc_last_fallback: driver_status.and_then(|d| d.last_fallback),

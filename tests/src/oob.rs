@@ -410,3 +410,48 @@ fn a_running_host_added_with_expect_boot_is_left_alone_and_an_off_one_is_recover
         .unwrap_or_else(|| panic!("not powered up: {since}"));
     assert!(asked < powered, "{since}");
 }
+
+/// A host added with `expect_boot` whose BMC does not answer is never
+/// power-cycled on a guess: it stays `checking-power` past its deadline,
+/// the BMC's error shown. The agent runs as the DaemonSet runs it.
+#[test]
+fn a_host_added_with_expect_boot_whose_bmc_does_not_answer_is_left_alone() {
+    // Nothing answers at this address on the lab's segment.
+    let rig = Rig::launch_as(
+        "pxmute",
+        "address: ipmi://10.66.0.251:623",
+        "    recovery: {expect_boot: true, deadline: 3s, max_attempts: 1}\n",
+        &[],
+        Privileges::DaemonSet,
+    );
+    assert_daemonset_privileges(rig.served.agent_pid());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let hosts = loop {
+        let hosts = rig.get("/api/v1/hosts");
+        if hosts.contains(r#""recovery_error""#) {
+            break hosts;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no BMC error in 60s: {hosts}\nlog:\n{}",
+            rig.served.log()
+        );
+        thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        hosts.contains(r#""recovery_watch":"checking-power""#),
+        "{hosts}"
+    );
+    // Well past its deadline: still only waiting for its BMC to say.
+    thread::sleep(Duration::from_secs(6));
+    let hosts = rig.get("/api/v1/hosts");
+    assert!(
+        hosts.contains(r#""recovery":"idle""#)
+            && hosts.contains(r#""recovery_watch":"checking-power""#),
+        "{hosts}\nlog:\n{}",
+        rig.served.log()
+    );
+    let table = rig.ok(&["hosts"]);
+    assert!(table.contains("idle (checking)"), "{table}");
+    assert!(!rig.served.log().contains(crate::bmc_sim::PASSWORD));
+}
