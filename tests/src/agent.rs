@@ -132,7 +132,7 @@ fn daemonset_setpriv() -> Vec<String> {
 
 /// The capability numbers of linux/capability.h, for the names the
 /// DaemonSet uses.
-fn capability_bit(name: &str) -> u32 {
+pub fn capability_bit(name: &str) -> u32 {
     match name {
         "NET_BIND_SERVICE" => 10,
         "NET_ADMIN" => 12,

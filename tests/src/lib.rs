@@ -65,6 +65,8 @@ mod nics;
 #[cfg(test)]
 mod oob;
 #[cfg(test)]
+mod package;
+#[cfg(test)]
 mod peers;
 #[cfg(test)]
 mod peers_oob;

@@ -2,11 +2,12 @@
 //! and benchmarks: machine bootstrap ([`setup`]), throw-away network
 //! namespaces ([`lab`]), child-process guards ([`process`]), QEMU
 //! network boots with real firmware ([`vm`]), fleet-sized inventories
-//! ([`fleet`]) and the runtime image's root built without a registry
-//! ([`rootfs`]).
+//! ([`fleet`]), the runtime image's root built without a registry
+//! ([`rootfs`]) and the Debian package ([`deb`]).
 //!
 //! The eBPF object is not built here: `pxe-agent/build.rs` builds and embeds it.
 
+pub mod deb;
 pub mod fleet;
 pub mod lab;
 pub mod process;

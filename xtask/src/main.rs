@@ -34,6 +34,8 @@ enum Command {
     /// Build pxe-agent and run `pxe-agent run` with the arguments after
     /// `--`, through sudo when not root.
     Run(run::Options),
+    /// Build the Debian package (release build): target/debian/pxe-agent_*.deb.
+    Deb,
     /// Build the container image from the Containerfile with docker,
     /// podman or buildah, whichever is on PATH.
     Image(image::Options),
@@ -49,12 +51,35 @@ enum Command {
     Storm(storm::Args),
 }
 
+/// `cargo xtask deb`: the release binary, packaged.
+fn deb() -> anyhow::Result<()> {
+    let status = std::process::Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "pxe-agent",
+            "--bin",
+            "pxe-agent",
+        ])
+        .current_dir(xtask::workspace_root())
+        .status()?;
+    anyhow::ensure!(status.success(), "cargo build --release failed");
+    let target = xtask::target_dir();
+    let out = target.join("debian");
+    std::fs::create_dir_all(&out)?;
+    let deb = xtask::deb::build(&target.join("release/pxe-agent"), &out)?;
+    println!("{}", deb.display());
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Setup => xtask::setup::run(),
         Command::Test => test::run(),
         Command::Demo => demo::run(),
         Command::Run(opts) => run::run(opts),
+        Command::Deb => deb(),
         Command::Image(opts) => image::run(opts),
         Command::Fuzz(opts) => fuzz::run(opts),
         Command::Bench(bench) => bench::run(bench),
