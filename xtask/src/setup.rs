@@ -74,8 +74,13 @@ pub const PACKAGES: &[&str] = &[
     "mmdebstrap",
     "podman",
     "runc",
-    // strip: the image's agent goes without its debug info.
+    // strip: the image's and the Debian package's agent go without their
+    // debug info.
     "binutils",
+    // systemd-analyze verifies the shipped units; adduser is the Debian
+    // package's dependency for its user.
+    "systemd",
+    "adduser",
 ];
 
 /// PyPI packages of the tests, installed into [`python_tools_dir`]:
