@@ -38,6 +38,9 @@ struct Problems {
     store: Option<String>,
     slow_path: Option<String>,
     oob: Option<String>,
+    /// Each interface the program was attached to, and whether our
+    /// program is still the one attached there.
+    xdp_attached: Vec<(String, bool)>,
 }
 
 impl Default for Health {
@@ -84,6 +87,17 @@ impl Health {
         self.problems().xdp = result.err();
     }
 
+    /// Per interface, whether our program is still the one attached there
+    /// (the monitor's last look).
+    pub fn set_xdp_attached(&self, attached: Vec<(String, bool)>) {
+        self.problems().xdp_attached = attached;
+    }
+
+    /// What [`Health::set_xdp_attached`] last recorded.
+    pub fn xdp_attached(&self) -> Vec<(String, bool)> {
+        self.problems().xdp_attached.clone()
+    }
+
     /// Whether the maps hold what the inventory in force says.
     pub fn set_maps(&self, result: Result<(), String>) {
         self.problems().maps = result.err();
@@ -97,6 +111,20 @@ impl Health {
     /// Whether out-of-band control (BMC actions, recovery) runs.
     pub fn set_oob(&self, result: Result<(), String>) {
         self.problems().oob = result.err();
+    }
+
+    /// Each check by its metric label, and whether it passes now: what
+    /// [`Health::check`] reports, one flag per check.
+    pub fn checks(&self) -> [(&'static str, bool); 5] {
+        let slow_path_ok = self.check().iter().all(|p| !p.starts_with("slow path"));
+        let p = self.problems();
+        [
+            ("slow_path", slow_path_ok),
+            ("xdp", p.xdp.is_none()),
+            ("maps", p.maps.is_none()),
+            ("state_store", p.store.is_none()),
+            ("out_of_band", p.oob.is_none()),
+        ]
     }
 
     /// Everything that is wrong now; empty when ready.
@@ -147,9 +175,20 @@ mod tests {
         h.set_store(Ok(()));
         h.slow_path_down(Some("thread panicked: boom".into()));
         assert_eq!(h.check(), vec!["slow path down: thread panicked: boom"]);
+        assert_eq!(
+            h.checks(),
+            [
+                ("slow_path", false),
+                ("xdp", true),
+                ("maps", true),
+                ("state_store", true),
+                ("out_of_band", true)
+            ]
+        );
         h.slow_path_restarted();
         h.slow_path_beat();
         assert!(h.check().is_empty());
+        assert!(h.checks().iter().all(|(_, ok)| *ok));
         assert_eq!(h.slow_path_restarts.load(Ordering::Relaxed), 1);
     }
 

@@ -126,10 +126,17 @@ pub(super) async fn monitor_health(
         }
         let (programs, shared) = (programs.clone(), shared.clone());
         let _ = tokio::task::spawn_blocking(move || {
-            let problems: Vec<String> = programs
+            let found: Vec<(String, Option<String>)> = programs
                 .iter()
-                .filter_map(|(iface, program_id)| xdp_problem(iface, *program_id))
+                .map(|(iface, program_id)| (iface.clone(), xdp_problem(iface, *program_id)))
                 .collect();
+            shared.health.set_xdp_attached(
+                found
+                    .iter()
+                    .map(|(iface, problem)| (iface.clone(), problem.is_none()))
+                    .collect(),
+            );
+            let problems: Vec<String> = found.into_iter().filter_map(|(_, p)| p).collect();
             for why in &problems {
                 warn!("{why}");
             }
