@@ -81,6 +81,11 @@ pub struct Record {
     /// Where an idle host's `expect_boot` watch stands.
     #[serde(default)]
     pub watch: Watch,
+    /// The awaiting state whose deadline passed, while the host has not got
+    /// past it since (through back-off, retries and `failed`): the stage
+    /// it is stuck in. Cleared by a later stage, a phone-home or going idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled: Option<State>,
 }
 
 /// An idle `expect_boot` host's watch.
@@ -140,6 +145,10 @@ pub struct HostStatus {
     pub owner: Option<String>,
     /// Where an idle host's `expect_boot` watch stands.
     pub watch: Watch,
+    /// The stage whose deadline passed and that the host has not got past
+    /// since ([`Record::stalled`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stalled: Option<State>,
 }
 
 #[derive(Debug)]
@@ -379,6 +388,7 @@ impl Controller {
                     powered_ms: None,
                     epoch: 0,
                     watch: Watch::Counting,
+                    stalled: None,
                 },
                 issued: false,
                 resumed: false,
@@ -806,6 +816,7 @@ impl Controller {
         record.after_boot = None;
         record.watch = Watch::Counting;
         record.epoch += 1;
+        record.stalled = stalled_after(record.stalled, from, to, reason);
         record.last = Some(LastTransition {
             from,
             to,
@@ -880,6 +891,22 @@ impl Controller {
         out
     }
 
+    /// Owned hosts stuck in each awaiting stage ([`Record::stalled`]),
+    /// every awaiting state listed.
+    pub fn stalled_per_stage(&self) -> BTreeMap<State, usize> {
+        let mut out: BTreeMap<State, usize> = State::ALL
+            .iter()
+            .filter(|s| s.is_awaiting())
+            .map(|s| (*s, 0))
+            .collect();
+        for host in self.hosts.values().filter(|h| h.plan.is_some() && h.owned) {
+            if let Some(stage) = host.record.stalled {
+                *out.entry(stage).or_default() += 1;
+            }
+        }
+        out
+    }
+
     /// Hosts in an `awaiting-*` state: the input to storm control. With
     /// peers, the fleet's: every host's record is here, owned or shared.
     pub fn awaiting(&self) -> usize {
@@ -931,6 +958,20 @@ impl Controller {
     }
 }
 
+/// Where a host is stuck after moving `from` -> `to` for `reason`: the
+/// stage whose deadline just passed, or the one it was stuck in until it
+/// gets to a later stage, phones home or goes idle.
+fn stalled_after(stalled: Option<State>, from: State, to: State, reason: Reason) -> Option<State> {
+    if reason.is_stage_timeout() {
+        return Some(from);
+    }
+    match (stalled, to) {
+        (_, State::Booted | State::Idle) => None,
+        (Some(stuck), to) if to.is_awaiting() && to > stuck => None,
+        (stalled, _) => stalled,
+    }
+}
+
 fn status(mac: MacAddr, host: &Host) -> HostStatus {
     HostStatus {
         mac,
@@ -945,5 +986,6 @@ fn status(mac: MacAddr, host: &Host) -> HostStatus {
         owned: host.owned,
         owner: None,
         watch: host.record.watch,
+        stalled: host.record.stalled,
     }
 }

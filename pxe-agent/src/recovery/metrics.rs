@@ -9,6 +9,15 @@ use crate::metrics::exposition::{Exposition, Kind};
 pub const TRANSITIONS: &str = "pxe_recovery_transitions_total";
 /// Gauge, label `state`: managed hosts in each state.
 pub const HOSTS: &str = "pxe_recovery_hosts";
+/// Gauge, label `stage`: hosts whose stage deadline passed and that have
+/// not got past that stage since.
+pub const STALLED: &str = "pxe_recovery_stalled_hosts";
+/// Gauge, labels `host`, `stage`: one series per stuck host, 1. Names
+/// hosts: served on the API listener only, never on `/metrics`.
+pub const STALLED_HOST: &str = "pxe_recovery_stalled_host_info";
+/// Gauge, label `host`: one series per host whose recovery failed, 1.
+/// Names hosts: served on the API listener only.
+pub const FAILED_HOST: &str = "pxe_recovery_failed_host_info";
 /// Gauge: BMC actions waiting to start.
 pub const QUEUE: &str = "pxe_recovery_queue_length";
 /// Gauge: BMC actions running.
@@ -47,6 +56,14 @@ pub fn render(controller: &Controller, sequencer: &Sequencer) -> String {
     for (state, count) in controller.hosts_per_state() {
         f.sample(&[("state", State::as_str(state))], count);
     }
+    let mut f = out.family(
+        STALLED,
+        Kind::Gauge,
+        "Hosts this agent owns whose deadline in a stage passed and that have not got past that stage since (back-off, retries and failed included), by stage.",
+    );
+    for (stage, count) in controller.stalled_per_stage() {
+        f.sample(&[("stage", stage.as_str())], count);
+    }
     let stats = sequencer.stats();
     out.family(QUEUE, Kind::Gauge, "BMC actions waiting to start.")
         .value(stats.queued);
@@ -73,5 +90,29 @@ pub fn render(controller: &Controller, sequencer: &Sequencer) -> String {
         "Failed writes of the recovery state file.",
     )
     .value(controller.store_errors());
+    out.finish()
+}
+
+/// The series that name hosts, for the API listener's `/api/v1/metrics`
+/// (identified callers only): hosts stuck in a stage past its deadline,
+/// as (host name, stage), and hosts whose recovery failed.
+pub fn render_named(stalled: &[(&str, State)], failed: &[&str]) -> String {
+    let mut out = Exposition::new();
+    let mut f = out.family(
+        STALLED_HOST,
+        Kind::Gauge,
+        "A host stuck in a stage past its deadline (see pxe_recovery_stalled_hosts), 1 per host.",
+    );
+    for (host, stage) in stalled {
+        f.sample(&[("host", host), ("stage", stage.as_str())], 1);
+    }
+    let mut f = out.family(
+        FAILED_HOST,
+        Kind::Gauge,
+        "A host whose recovery failed (see pxe_recovery_hosts{state=\"failed\"}), 1 per host.",
+    );
+    for host in failed {
+        f.sample(&[("host", host)], 1);
+    }
     out.finish()
 }

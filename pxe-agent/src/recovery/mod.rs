@@ -175,6 +175,19 @@ impl Reason {
     }
 }
 
+impl Reason {
+    /// The deadline of an awaiting stage passed: the host is stuck there.
+    pub fn is_stage_timeout(self) -> bool {
+        matches!(
+            self,
+            Reason::DhcpTimeout
+                | Reason::BootFileTimeout
+                | Reason::ScriptTimeout
+                | Reason::PhoneHomeTimeout
+        )
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -334,6 +334,57 @@ async fn a_failing_boot_is_retried_with_doubling_backoff_then_failed() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_host_is_stalled_in_the_stage_whose_deadline_passed_until_it_gets_past_it() {
+    let host = mac(1);
+    let mut lab = Lab::new("stalled", &[(host, settings(), PowerState::On)]);
+    let stalled = |lab: &Lab| lab.ctl.status(host).unwrap().stalled;
+    let count = |lab: &Lab, stage| lab.ctl.stalled_per_stage()[&stage];
+    lab.ctl.request(host, lab.now).unwrap();
+    lab.settle().await;
+    lab.observe(host, Observation::Dhcp).await;
+    assert_eq!(lab.state(host), State::AwaitingBootFile);
+    assert_eq!(stalled(&lab), None, "before its deadline");
+    lab.advance(2 * MIN).await;
+    assert_eq!(lab.state(host), State::Backoff);
+    assert_eq!(stalled(&lab), Some(State::AwaitingBootFile));
+    assert_eq!(count(&lab, State::AwaitingBootFile), 1);
+    assert_eq!(count(&lab, State::AwaitingDhcp), 0);
+    // The next attempt gets as far: still stuck there.
+    lab.advance(30 * SEC).await;
+    lab.observe(host, Observation::Dhcp).await;
+    assert_eq!(lab.state(host), State::AwaitingBootFile);
+    assert_eq!(stalled(&lab), Some(State::AwaitingBootFile));
+    // Past it: no longer stuck.
+    lab.observe(host, Observation::BootFile).await;
+    assert_eq!(lab.state(host), State::AwaitingScript);
+    assert_eq!(stalled(&lab), None);
+    assert_eq!(count(&lab, State::AwaitingBootFile), 0);
+    // The record keeps it across a restart.
+    lab.advance(2 * MIN).await;
+    assert_eq!(stalled(&lab), Some(State::AwaitingScript));
+    drop(lab.ctl);
+    let mut ctl = open(&lab.dir);
+    ctl.set_hosts(lab.plans.clone(), lab.now);
+    assert_eq!(
+        ctl.status(host).unwrap().stalled,
+        Some(State::AwaitingScript)
+    );
+}
+
+#[test]
+fn named_series_list_stuck_and_failed_hosts_by_name() {
+    assert_eq!(
+        super::metrics::render_named(&[("node-1", State::AwaitingBootFile)], &["node-2"]),
+        "# HELP pxe_recovery_stalled_host_info A host stuck in a stage past its deadline (see pxe_recovery_stalled_hosts), 1 per host.\n\
+         # TYPE pxe_recovery_stalled_host_info gauge\n\
+         pxe_recovery_stalled_host_info{host=\"node-1\",stage=\"awaiting-boot-file\"} 1\n\
+         # HELP pxe_recovery_failed_host_info A host whose recovery failed (see pxe_recovery_hosts{state=\"failed\"}), 1 per host.\n\
+         # TYPE pxe_recovery_failed_host_info gauge\n\
+         pxe_recovery_failed_host_info{host=\"node-2\"} 1\n"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn phone_home_deadline_is_the_recovery_deadline() {
     let host = mac(1);
     let s = RecoverySettings {
@@ -940,9 +991,10 @@ fn metrics_list_every_state_and_count_transitions() {
     assert!(page.contains("pxe_recovery_hosts{state=\"awaiting-script\"} 0"));
     assert!(page.contains("pxe_recovery_waits_total{gate=\"slow-path\"} 0"));
     assert!(page.contains("pxe_recovery_queue_length 0"));
+    assert!(page.contains("pxe_recovery_stalled_hosts{stage=\"awaiting-boot-file\"} 0"));
     assert_eq!(
         page.matches("# TYPE ").count(),
-        7,
+        8,
         "one header per metric: {page}"
     );
 }
@@ -986,6 +1038,12 @@ pxe_recovery_hosts{state="awaiting-phone-home"} 0
 pxe_recovery_hosts{state="backoff"} 0
 pxe_recovery_hosts{state="booted"} 0
 pxe_recovery_hosts{state="failed"} 0
+# HELP pxe_recovery_stalled_hosts Hosts this agent owns whose deadline in a stage passed and that have not got past that stage since (back-off, retries and failed included), by stage.
+# TYPE pxe_recovery_stalled_hosts gauge
+pxe_recovery_stalled_hosts{stage="awaiting-dhcp"} 0
+pxe_recovery_stalled_hosts{stage="awaiting-boot-file"} 0
+pxe_recovery_stalled_hosts{stage="awaiting-script"} 0
+pxe_recovery_stalled_hosts{stage="awaiting-phone-home"} 0
 # HELP pxe_recovery_queue_length BMC actions waiting to start.
 # TYPE pxe_recovery_queue_length gauge
 pxe_recovery_queue_length 1
