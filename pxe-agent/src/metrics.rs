@@ -1,9 +1,13 @@
-//! The agent's metric names, the gauges it keeps besides its counters, and
-//! the one writer of the text exposition format ([`exposition`]). Each
-//! section of the page is written beside what it counts or, for counters
-//! read from several services, by the page in [`api::metrics`](crate::api::metrics).
+//! The agent's metric names, the gauges it keeps besides its counters, the
+//! latency [`Histogram`], and the one writer of the text exposition format
+//! ([`exposition`]). Each section of the page is written beside what it
+//! counts or, for counters read from several services, by the page in
+//! [`api::metrics`](crate::api::metrics).
 
 pub mod exposition;
+mod histogram;
+
+pub use histogram::{Histogram, HistogramSnapshot};
 
 /// What the agent exports besides the counters.
 #[derive(Clone, Copy, Debug, Default)]
@@ -29,6 +33,7 @@ pub const SLOW_ERRORS: &str = "pxe_slow_errors_total";
 pub const SLOW_DECLINES_REFUSED: &str = "pxe_slow_declines_refused_total";
 pub const RESERVATION_DECLINES: &str = "pxe_reservation_declines_total";
 pub const SLOW_RX: &str = "pxe_slow_requests_total";
+pub const SLOW_REPLY_SECONDS: &str = "pxe_slow_reply_seconds";
 pub const SLOW_RESTARTS: &str = "pxe_slow_path_restarts_total";
 pub const SLOW_NOT_OURS: &str = "pxe_slow_not_ours_total";
 pub const OTHER_SERVER_REQUESTS: &str = "pxe_dhcp_other_server_requests_total";
@@ -40,13 +45,17 @@ pub const SHARE_RECORD_WRITES: &str = "pxe_share_host_record_writes_total";
 pub const SHARE_RECORDS_TAKEN: &str = "pxe_share_host_records_taken_total";
 pub const SHARE_OWNED: &str = "pxe_share_owned_hosts";
 pub const READY: &str = "pxe_ready";
+pub const HEALTH_CHECK: &str = "pxe_health_check_ok";
+pub const XDP_ATTACHED: &str = "pxe_xdp_attached";
 pub const NETBOOT_CHANGES: &str = "pxe_netboot_changes_total";
 pub const NETBOOT_REFUSED: &str = "pxe_netboot_refused_total";
 pub const NETBOOT_DONE: &str = "pxe_netboot_done_hosts";
 pub const DISCOVERED: &str = "pxe_discovered_hosts";
+pub const BOOT_STAGE_HOSTS: &str = "pxe_boot_stage_hosts";
 pub const TRACED: &str = "pxe_traced_macs";
 pub const XDP_EVENTS_LOST: &str = "pxe_xdp_events_lost_total";
 pub const LEASES: &str = "pxe_leases";
+pub const POOL_ADDRESSES: &str = "pxe_pool_addresses";
 pub const TFTP_TRANSFERS: &str = "pxe_tftp_transfers_total";
 pub const TFTP_BYTES: &str = "pxe_tftp_bytes_total";
 pub const TFTP_RETRANSMITS: &str = "pxe_tftp_retransmits_total";
@@ -60,6 +69,8 @@ pub const INVENTORY_RELOADS: &str = "pxe_inventory_reloads_total";
 pub const INVENTORY_RELOAD_SECONDS: &str = "pxe_inventory_reload_seconds";
 pub const XDP_MAP_WRITES: &str = "pxe_xdp_map_writes_total";
 pub const HTTP_CONNECTIONS: &str = "pxe_http_connections_total";
+pub const HTTP_TRANSFERS: &str = "pxe_http_file_transfers_total";
+pub const HTTP_BYTES: &str = "pxe_http_file_bytes_total";
 pub const HTTP_OPEN: &str = "pxe_http_open_connections";
 pub const HTTP_AT_LIMIT: &str = "pxe_http_at_limit_total";
 pub const HTTP_DROPPED: &str = "pxe_http_dropped_total";

@@ -17,6 +17,7 @@ use std::fmt::{Display, Write as _};
 pub enum Kind {
     Counter,
     Gauge,
+    Histogram,
 }
 
 impl Kind {
@@ -24,6 +25,7 @@ impl Kind {
         match self {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
         }
     }
 }
@@ -49,6 +51,49 @@ impl Exposition {
         escape(text, help, false);
         let _ = writeln!(text, "\n# TYPE {name} {}", kind.as_str());
         Family { text, name }
+    }
+
+    /// A histogram family with one series per `(labels, snapshot)`: its
+    /// `_bucket` samples (cumulative, `le` last among the labels), `_sum`
+    /// and `_count`.
+    pub fn histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        series: &[(&[(&str, &str)], &super::HistogramSnapshot)],
+    ) {
+        let _ = self.family(name, Kind::Histogram, help);
+        let (bucket, sum, count) = (
+            format!("{name}_bucket"),
+            format!("{name}_sum"),
+            format!("{name}_count"),
+        );
+        for (labels, h) in series {
+            let mut f = Family {
+                text: &mut self.text,
+                name: &bucket,
+            };
+            let les = super::histogram::BUCKETS
+                .iter()
+                .map(f64::to_string)
+                .chain(std::iter::once("+Inf".to_string()));
+            let counts = h.cumulative.iter().copied().chain(std::iter::once(h.count));
+            for (le, n) in les.zip(counts) {
+                let mut with_le = labels.to_vec();
+                with_le.push(("le", le.as_str()));
+                f.sample(&with_le, n);
+            }
+            Family {
+                text: &mut self.text,
+                name: &sum,
+            }
+            .sample(labels, h.sum_seconds);
+            Family {
+                text: &mut self.text,
+                name: &count,
+            }
+            .sample(labels, h.count);
+        }
     }
 
     /// The text written.
@@ -146,6 +191,39 @@ mod tests {
             "# HELP pxe_x a \"b\" c\\\\d\\ne\n\
              # TYPE pxe_x gauge\n\
              pxe_x{v=\"q\\\"u\\\\o\\nte\"} 0\n"
+        );
+    }
+
+    #[test]
+    fn a_histogram_is_its_cumulative_buckets_sum_and_count() {
+        let h = crate::metrics::Histogram::default();
+        h.observe(std::time::Duration::from_millis(2));
+        h.observe(std::time::Duration::from_secs(2));
+        let mut out = Exposition::new();
+        out.histogram(
+            "pxe_wait_seconds",
+            "Waits.",
+            &[(&[("k", "v")], &h.snapshot())],
+        );
+        let text = out.finish();
+        assert!(
+            text.starts_with(
+                "# HELP pxe_wait_seconds Waits.\n\
+                 # TYPE pxe_wait_seconds histogram\n\
+                 pxe_wait_seconds_bucket{k=\"v\",le=\"0.0005\"} 0\n\
+                 pxe_wait_seconds_bucket{k=\"v\",le=\"0.001\"} 0\n\
+                 pxe_wait_seconds_bucket{k=\"v\",le=\"0.0025\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "pxe_wait_seconds_bucket{k=\"v\",le=\"1\"} 1\n\
+                 pxe_wait_seconds_bucket{k=\"v\",le=\"+Inf\"} 2\n\
+                 pxe_wait_seconds_sum{k=\"v\"} 2.002\n\
+                 pxe_wait_seconds_count{k=\"v\"} 2\n"
+            ),
+            "{text}"
         );
     }
 
