@@ -441,6 +441,26 @@ impl Progress {
             .map(|e| e.progress.clone())
     }
 
+    /// Inventory hosts by the furthest stage of their current boot, every
+    /// stage listed (0 included); hosts not seen yet are not counted.
+    pub fn inventory_stages(&self) -> [(Stage, usize); 5] {
+        let mut out = [
+            (Stage::Dhcp, 0),
+            (Stage::Tftp, 0),
+            (Stage::Script, 0),
+            (Stage::Artifacts, 0),
+            (Stage::Booted, 0),
+        ];
+        let tracked = self.lock();
+        for mac in &tracked.inventory {
+            let stage = tracked.hosts.get(mac).and_then(|e| e.progress.stage());
+            if let Some(slot) = out.iter_mut().find(|(s, _)| Some(*s) == stage) {
+                slot.1 += 1;
+            }
+        }
+        out
+    }
+
     /// Hosts with any progress, by MAC.
     pub fn list(&self) -> Vec<HostProgress> {
         let mut all: Vec<HostProgress> = self
@@ -477,6 +497,32 @@ mod tests {
     }
 
     const MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+
+    #[test]
+    fn inventory_hosts_are_counted_by_the_stage_of_their_boot() {
+        let p = Progress::default();
+        let (a, b, c) = (
+            MacAddr([2, 0, 0, 0, 0, 0x11]),
+            MacAddr([2, 0, 0, 0, 0, 0x12]),
+            MacAddr([2, 0, 0, 0, 0, 0x13]),
+        );
+        p.set_inventory([a, b, c]);
+        p.xdp_answer(a, 1_000, "ack".into());
+        p.xdp_answer(b, 1_000, "ack".into());
+        p.tftp_transfer(b, 2_000, "done", "undionly.kpxe".into());
+        // Not in the inventory: not counted.
+        p.xdp_answer(MAC, 1_000, "ack".into());
+        assert_eq!(
+            p.inventory_stages(),
+            [
+                (Stage::Dhcp, 1),
+                (Stage::Tftp, 1),
+                (Stage::Script, 0),
+                (Stage::Artifacts, 0),
+                (Stage::Booted, 0)
+            ]
+        );
+    }
 
     #[test]
     fn stage_follows_the_boot_chain_and_restarts_with_dhcp() {

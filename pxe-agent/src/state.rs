@@ -85,6 +85,9 @@ pub struct SlowPathStats {
     pub panics: AtomicU64,
     /// Requests of unknown hosts left to a peer agent sharing the pool.
     pub not_ours: AtomicU64,
+    /// From reading a request's batch to its reply sent, lease commit
+    /// included.
+    pub reply_seconds: crate::metrics::Histogram,
 }
 
 /// The DHCPv6 slow path's counters (`dhcp::v6::server`).

@@ -2,7 +2,7 @@
 //! `/metrics` and `/healthz`, open, with no per-host identifier. The API
 //! listener serves the JSON API behind the [`gate`](crate::api::gate):
 //! `/api/v1/discovered`, `/api/v1/leases`, `/api/v1/peers`,
-//! `/api/v1/hosts`, the live trace of one machine
+//! `/api/v1/hosts`, `/api/v1/metrics` (the series that name hosts), the live trace of one machine
 //! (`/api/v1/trace/<mac>`), and the out-of-band endpoints
 //! (`/api/v1/hosts/<host>/{power,bootdev,bmc,recover}`, `/api/v1/audit`),
 //! where every call on hardware is in the audit log before its answer goes
@@ -71,6 +71,8 @@ pub struct OobState {
     pub audit: Arc<AuditLog>,
     /// Which driver each host with two starts with, and the fallbacks.
     pub fallbacks: Arc<Fallbacks>,
+    /// The BMC calls the agent made.
+    pub bmc_calls: Arc<crate::bmc::counted::Calls>,
 }
 
 /// The out-of-band routes alone, on their own state and without the gate
@@ -103,6 +105,7 @@ pub fn api_router(state: Arc<AdminState>) -> Router {
         .route("/api/v1/leases", get(leases))
         .route("/api/v1/peers", get(peers))
         .route("/api/v1/hosts", get(hosts))
+        .route("/api/v1/metrics", get(api_metrics))
         .route("/api/v1/trace/{mac}", get(trace))
         .route("/api/v1/hosts/{host}/netboot/done", post(netboot_done))
         .route("/api/v1/hosts/{host}/reprovision", post(reprovision))
@@ -155,6 +158,17 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         tftp,
         http: s.boot.http_stats.snapshot(),
     });
+    let pool: u64 = s
+        .boot
+        .shared
+        .inventory()
+        .pools()
+        .map(|(_, r)| u64::from(u32::from(r.end).saturating_sub(u32::from(r.start))) + 1)
+        .sum();
+    page.push_str(&metrics::render_pool(pool));
+    page.push_str(&metrics::render_boot_stages(
+        &s.boot.shared.progress.inventory_stages(),
+    ));
     page.push_str(&metrics::render_share(&s.boot.shared.share()));
     let owned = s
         .oob
@@ -176,6 +190,7 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
     ));
     page.push_str(&recovery);
     page.push_str(&s.oob.fallbacks.render());
+    page.push_str(&s.oob.bmc_calls.render());
     page.push_str(&metrics::render_api_auth(&s.gate.stats.snapshot()));
     if let Some(tls) = &s.api_tls {
         page.push_str(&tls.render());
@@ -184,6 +199,38 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         page.push_str(&kube.render());
     }
     Ok(page)
+}
+
+/// `GET /api/v1/metrics`: the series that name hosts, for identified
+/// callers (a Prometheus job with a token): hosts stuck in a stage past
+/// its deadline and hosts whose recovery failed, by host name (the MAC
+/// when the host has none). The open `/metrics` counts them without
+/// naming any.
+async fn api_metrics(State(s): State<Arc<AdminState>>) -> String {
+    let inv = s.boot.shared.inventory();
+    let view = s.oob.control.view();
+    let name = |mac: MacAddr| {
+        inv.host_by_mac(mac)
+            .and_then(|host| host.hostname.as_ref())
+            .map_or_else(|| mac.to_string(), |n| n.to_string())
+    };
+    let owned = || view.recovery.values().filter(|h| h.managed && h.owned);
+    let mut stalled: Vec<(String, crate::recovery::State)> = owned()
+        .filter_map(|h| Some((name(h.mac), h.stalled?)))
+        .collect();
+    stalled.sort();
+    let mut failed: Vec<String> = owned()
+        .filter(|h| h.state == crate::recovery::State::Failed)
+        .map(|h| name(h.mac))
+        .collect();
+    failed.sort();
+    crate::recovery::metrics::render_named(
+        &stalled
+            .iter()
+            .map(|(n, stage)| (n.as_str(), *stage))
+            .collect::<Vec<_>>(),
+        &failed.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
 }
 
 /// Ready (200) while the program is attached, the maps hold the inventory
@@ -710,6 +757,7 @@ mod tests {
             control: handle,
             audit: Arc::new(AuditLog::open(&dir.join("audit.jsonl")).expect("audit")),
             fallbacks: Arc::default(),
+            bmc_calls: Arc::default(),
         });
         Fixture {
             router: gate::protect(oob_routes(state), Arc::new(Gate::new(identities))),

@@ -88,6 +88,11 @@ pub fn render(p: &Page) -> String {
     ] {
         f.sample(&[V6, ("type", kind)], load(c));
     }
+    o.histogram(
+        SLOW_REPLY_SECONDS,
+        "Time from reading a request to sending its reply in the IPv4 slow path, the lease commit included.",
+        &[(&[], &p.slow.reply_seconds.snapshot())],
+    );
     let mut f = o.family(
         SLOW_IGNORED,
         Kind::Counter,
@@ -184,6 +189,22 @@ pub fn render(p: &Page) -> String {
     .value(load(&p.health.slow_path_restarts));
     o.family(READY, Kind::Gauge, "1 while /healthz answers 200.")
         .value(u8::from(p.health.check().is_empty()));
+    let mut f = o.family(
+        HEALTH_CHECK,
+        Kind::Gauge,
+        "1 while a check of /healthz passes, by check: the slow path runs, our XDP program is attached, the maps hold the inventory in force, the state store can be written, out-of-band control runs.",
+    );
+    for (check, ok) in p.health.checks() {
+        f.sample(&[("check", check)], u8::from(ok));
+    }
+    let mut f = o.family(
+        XDP_ATTACHED,
+        Kind::Gauge,
+        "1 while this agent's XDP program is the one attached to the interface, by interface.",
+    );
+    for (interface, attached) in p.health.xdp_attached() {
+        f.sample(&[("interface", &interface)], u8::from(attached));
+    }
     o.family(
         DISCOVERED,
         Kind::Gauge,
@@ -301,6 +322,18 @@ fn render_http(o: &mut Exposition, h: &limit::StatsSnapshot) {
     )
     .value(h.accepted);
     o.family(
+        HTTP_TRANSFERS,
+        Kind::Counter,
+        "Boot files and artifacts the boot HTTP listener sent whole (sendfile).",
+    )
+    .value(h.transfers);
+    o.family(
+        HTTP_BYTES,
+        Kind::Counter,
+        "Bytes of boot files and artifacts the boot HTTP listener sent whole.",
+    )
+    .value(h.bytes);
+    o.family(
         HTTP_OPEN,
         Kind::Gauge,
         "Boot HTTP connections being served.",
@@ -353,6 +386,33 @@ fn render_reload_cost(o: &mut Exposition, gauges: &AgentGauges) {
         "Element writes and deletes the agent made to the XDP maps to fill the fast path, start-up fill included (not counted for pinned maps an agent adopts).",
     )
     .value(gauges.map_writes);
+}
+
+/// Inventory hosts by the furthest stage of their current boot.
+pub fn render_boot_stages(stages: &[(crate::progress::Stage, usize)]) -> String {
+    let mut o = Exposition::new();
+    let mut f = o.family(
+        BOOT_STAGE_HOSTS,
+        Kind::Gauge,
+        "Inventory hosts by the furthest stage of their current boot (dhcp, tftp, script, artifacts, booted); hosts not seen since the agent started are not counted.",
+    );
+    for (stage, n) in stages {
+        f.sample(&[("stage", stage.as_str())], n);
+    }
+    o.finish()
+}
+
+/// How many IPv4 addresses the inventory's discovery pools hold, all
+/// subnets together: what `pxe_leases` fills.
+pub fn render_pool(addresses: u64) -> String {
+    let mut o = Exposition::new();
+    o.family(
+        POOL_ADDRESSES,
+        Kind::Gauge,
+        "IPv4 addresses in the discovery pools of the inventory in force, all subnets together (pxe_leases counts those leased or declined).",
+    )
+    .value(addresses);
+    o.finish()
 }
 
 /// How the discovery pools are shared: this agent's slot, the live slots
@@ -569,6 +629,16 @@ mod tests {
             text
         );
         assert!(text.contains("\npxe_xdp_map_writes_total 12\n"), "{}", text);
+    }
+
+    #[test]
+    fn the_pool_size_is_a_gauge() {
+        assert_eq!(
+            render_pool(254),
+            "# HELP pxe_pool_addresses IPv4 addresses in the discovery pools of the inventory in force, all subnets together (pxe_leases counts those leased or declined).\n\
+             # TYPE pxe_pool_addresses gauge\n\
+             pxe_pool_addresses 254\n"
+        );
     }
 
     #[test]

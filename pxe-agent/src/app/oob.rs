@@ -16,7 +16,10 @@ use crate::{
         tls::{Reloader, ServingCert, TlsStats},
     },
     audit::AuditLog,
-    bmc::{Driver, Fallbacks, RetryPolicy},
+    bmc::{
+        Driver, Fallbacks, RetryPolicy,
+        counted::{Calls, Counted},
+    },
     control,
     recovery::{Controller, RecoveryStore, Sequencer},
     shutdown::Shutdown,
@@ -48,11 +51,14 @@ pub(super) fn start_recovery(
     let share_of = state.clone();
     let echo = cfg.oob.boot_flag_echo;
     let record = fallbacks.clone();
+    let bmc_calls = Arc::new(Calls::default());
+    let counted = bmc_calls.clone();
     let inputs = control::Inputs {
         controller,
         sequencer: Sequencer::new(cfg.oob.sequence),
         make_bmc: Box::new(move |settings| {
             Driver::for_host_in(settings, RetryPolicy::default(), echo, &record)
+                .map(|driver| Counted::new(driver, counted.clone()))
         }),
         progress: state.progress.clone(),
         slow_path_rx: Box::new(move || rx_of.stats.rx.load(Ordering::Relaxed)),
@@ -66,6 +72,7 @@ pub(super) fn start_recovery(
             control: handle,
             audit,
             fallbacks,
+            bmc_calls,
         }),
         task,
     ))

@@ -16,6 +16,7 @@
 
 pub mod address;
 pub mod command;
+pub mod counted;
 pub mod credential;
 pub mod driver;
 pub mod fake;

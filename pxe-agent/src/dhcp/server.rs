@@ -120,6 +120,7 @@ fn run(
         decline_warned: None,
         panic_logged: None,
         lease_error_log: Every::new(Duration::from_secs(1)),
+        batch_at: Instant::now(),
         state,
     };
     let mut buf = vec![[0u8; 1500]; BATCH];
@@ -155,6 +156,9 @@ struct SlowPath<'a> {
     panic_logged: Option<Instant>,
     /// A full or failing disk fails every commit: one warning a second.
     lease_error_log: Every,
+    /// When the batch being handled was read: a reply's latency counts
+    /// from here (its lease commit included).
+    batch_at: Instant,
     state: Arc<State>,
 }
 
@@ -199,6 +203,7 @@ impl SlowPath<'_> {
         if received.is_empty() {
             return;
         }
+        self.batch_at = Instant::now();
         let inv = read(&self.state.inventory).clone();
         let (now, mono) = (clock::now_secs(), self.started.elapsed().as_secs_f64());
         let mut pending = Vec::new();
@@ -521,6 +526,7 @@ impl SlowPath<'_> {
                     (ReplyKind::Nak, _) => (&stats.naks, "nak"),
                 };
                 bump(counter);
+                stats.reply_seconds.observe(self.batch_at.elapsed());
                 let to = || match self.peer.filter(|_| req.boot_server) {
                     Some(peer) => peer.to_string(),
                     None => format!("{dest:?}"),

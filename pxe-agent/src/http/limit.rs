@@ -99,6 +99,9 @@ pub struct Stats {
     pub phone_home_missing: AtomicU64,
     /// Phone-homes refused for a token that is not the host's current one.
     pub phone_home_mismatch: AtomicU64,
+    /// Files (boot files, artifacts) sent whole, and their bytes.
+    pub transfers: AtomicU64,
+    pub bytes: AtomicU64,
 }
 
 /// A copy of [`Stats`] for one scrape.
@@ -113,6 +116,8 @@ pub struct StatsSnapshot {
     pub accept_errors: u64,
     pub phone_home_missing: u64,
     pub phone_home_mismatch: u64,
+    pub transfers: u64,
+    pub bytes: u64,
 }
 
 impl Stats {
@@ -128,6 +133,8 @@ impl Stats {
             accept_errors: load(&self.accept_errors),
             phone_home_missing: load(&self.phone_home_missing),
             phone_home_mismatch: load(&self.phone_home_mismatch),
+            transfers: load(&self.transfers),
+            bytes: load(&self.bytes),
         }
     }
 

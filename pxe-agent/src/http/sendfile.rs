@@ -173,8 +173,10 @@ async fn connection(
             return hand_over(stream, buf, peer, router, state.clone(), limits).await;
         };
         buf.drain(..head.len);
+        let mut body = 0;
         let sent = match artifacts::prepare(&path, &head.method, &head.headers).await {
             Ok(prepared) => {
+                body = prepared.len;
                 send_file(&mut stream, prepared, head.keep_alive, limits.write_timeout).await
             }
             Err(response) => write_head(
@@ -207,6 +209,10 @@ async fn connection(
         };
         served += 1;
         if sent {
+            Stats::bump(&stats.transfers);
+            stats
+                .bytes
+                .fetch_add(body, std::sync::atomic::Ordering::Relaxed);
             record_fetch(&state, peer, &head.path);
         }
         if !head.keep_alive {

@@ -54,6 +54,7 @@ fn the_page_is_written_as_before() {
     ]);
     // Only the reasons seen are listed.
     s.ignored[Counter::PassUnknownHost as usize].store(9, Ordering::Relaxed);
+    s.reply_seconds.observe(Duration::from_millis(3));
     let slow6 = crate::state::Dhcp6Stats::default();
     let s6 = &slow6;
     number(&[
@@ -77,6 +78,8 @@ fn the_page_is_written_as_before() {
     s6.ignored[Counter::DropOtherServer as usize].store(8, Ordering::Relaxed);
     let health = Health::default();
     health.slow_path_restarts.store(2, Ordering::Relaxed);
+    health.set_xdp_attached(vec![("eth1".into(), true), ("eth2".into(), false)]);
+    health.set_xdp(Err("no XDP program attached to eth2".into()));
     let tftp = StatsSnapshot {
         requests: 1,
         done: 2,
@@ -103,6 +106,8 @@ fn the_page_is_written_as_before() {
         accept_errors: 27,
         phone_home_missing: 28,
         phone_home_mismatch: 29,
+        transfers: 30,
+        bytes: 31,
     };
     let page = |tftp| {
         render(&Page {
@@ -229,6 +234,22 @@ pxe_slow_replies_total{type="proxy_offer"} 5
 pxe_slow_replies_total{type="proxy_ack"} 6
 pxe_slow_replies_total{family="ipv6",type="advertise"} 2
 pxe_slow_replies_total{family="ipv6",type="reply"} 3
+# HELP pxe_slow_reply_seconds Time from reading a request to sending its reply in the IPv4 slow path, the lease commit included.
+# TYPE pxe_slow_reply_seconds histogram
+pxe_slow_reply_seconds_bucket{le="0.0005"} 0
+pxe_slow_reply_seconds_bucket{le="0.001"} 0
+pxe_slow_reply_seconds_bucket{le="0.0025"} 0
+pxe_slow_reply_seconds_bucket{le="0.005"} 1
+pxe_slow_reply_seconds_bucket{le="0.01"} 1
+pxe_slow_reply_seconds_bucket{le="0.025"} 1
+pxe_slow_reply_seconds_bucket{le="0.05"} 1
+pxe_slow_reply_seconds_bucket{le="0.1"} 1
+pxe_slow_reply_seconds_bucket{le="0.25"} 1
+pxe_slow_reply_seconds_bucket{le="0.5"} 1
+pxe_slow_reply_seconds_bucket{le="1"} 1
+pxe_slow_reply_seconds_bucket{le="+Inf"} 1
+pxe_slow_reply_seconds_sum 0.003
+pxe_slow_reply_seconds_count 1
 # HELP pxe_slow_ignored_total Requests the slow path did not answer, by reason.
 # TYPE pxe_slow_ignored_total counter
 pxe_slow_ignored_total{reason="pass_unknown_host"} 9
@@ -275,6 +296,17 @@ pxe_slow_path_restarts_total 2
 # HELP pxe_ready 1 while /healthz answers 200.
 # TYPE pxe_ready gauge
 pxe_ready 0
+# HELP pxe_health_check_ok 1 while a check of /healthz passes, by check: the slow path runs, our XDP program is attached, the maps hold the inventory in force, the state store can be written, out-of-band control runs.
+# TYPE pxe_health_check_ok gauge
+pxe_health_check_ok{check="slow_path"} 0
+pxe_health_check_ok{check="xdp"} 0
+pxe_health_check_ok{check="maps"} 1
+pxe_health_check_ok{check="state_store"} 1
+pxe_health_check_ok{check="out_of_band"} 1
+# HELP pxe_xdp_attached 1 while this agent's XDP program is the one attached to the interface, by interface.
+# TYPE pxe_xdp_attached gauge
+pxe_xdp_attached{interface="eth1"} 1
+pxe_xdp_attached{interface="eth2"} 0
 # HELP pxe_discovered_hosts Unknown clients recorded for adoption.
 # TYPE pxe_discovered_hosts gauge
 pxe_discovered_hosts 31
@@ -317,6 +349,12 @@ pxe_tftp_wait_expired_total 6
 # HELP pxe_http_connections_total Connections the boot HTTP listener accepted.
 # TYPE pxe_http_connections_total counter
 pxe_http_connections_total 21
+# HELP pxe_http_file_transfers_total Boot files and artifacts the boot HTTP listener sent whole (sendfile).
+# TYPE pxe_http_file_transfers_total counter
+pxe_http_file_transfers_total 30
+# HELP pxe_http_file_bytes_total Bytes of boot files and artifacts the boot HTTP listener sent whole.
+# TYPE pxe_http_file_bytes_total counter
+pxe_http_file_bytes_total 31
 # HELP pxe_http_open_connections Boot HTTP connections being served.
 # TYPE pxe_http_open_connections gauge
 pxe_http_open_connections 22
