@@ -59,6 +59,8 @@ mod kube;
 #[cfg(test)]
 mod manifests;
 #[cfg(test)]
+mod monitoring;
+#[cfg(test)]
 mod netboot;
 #[cfg(test)]
 mod nics;

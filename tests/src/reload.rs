@@ -119,7 +119,7 @@ fn metrics_tftp_and_http_answer_while_a_large_inventory_reloads() {
 
 /// The link id of the XDP link whose program is attached to `iface` in the
 /// server namespace.
-fn xdp_link_of(served: &Served) -> String {
+pub(crate) fn xdp_link_of(served: &Served) -> String {
     let link = served
         .lab
         .run_in(

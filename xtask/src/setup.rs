@@ -81,6 +81,9 @@ pub const PACKAGES: &[&str] = &[
     // package's dependency for its user.
     "systemd",
     "adduser",
+    // The alerts' tests (tests/src/monitoring.rs): promtool checks and
+    // unit-tests the rules; a real Prometheus scrapes an agent in the lab.
+    "prometheus",
 ];
 
 /// PyPI packages of the tests, installed into [`python_tools_dir`]:
