@@ -26,6 +26,7 @@ pub struct AgentGauges {
 }
 
 pub const XDP_PACKETS: &str = "pxe_xdp_packets_total";
+pub const XDP_INTERFACE_PACKETS: &str = "pxe_xdp_interface_packets_total";
 pub const SLOW_REPLIES: &str = "pxe_slow_replies_total";
 pub const SLOW_IGNORED: &str = "pxe_slow_ignored_total";
 pub const SLOW_LIMITED: &str = "pxe_slow_ratelimited_total";

@@ -394,6 +394,10 @@ fn sample(page: &str, series: &str) -> Option<f64> {
 #[test]
 fn prometheus_fires_the_stuck_stage_and_detached_alerts_from_a_running_agent() {
     const BOOT_FILE_DEADLINE: u64 = 4;
+    // What an alert may take beyond its `for:`: the health monitor's look
+    // (1 s), a scrape (1 s), an evaluation (1 s), this test's polling and a
+    // loaded machine's scheduling.
+    const LATENCY: u64 = 8;
     let mut rig = Rig::start(
         "pxmon",
         &format!("{{max_attempts: 1, stages: {{boot_file: {BOOT_FILE_DEADLINE}s}}}}"),
@@ -495,7 +499,7 @@ fn prometheus_fires_the_stuck_stage_and_detached_alerts_from_a_running_agent() {
     );
     let took = stuck_at.duration_since(stalled_at);
     assert!(
-        took <= Duration::from_secs(stuck_for + 5),
+        took <= Duration::from_secs(stuck_for + LATENCY),
         "PxeBootStageStalled fired {took:?} after the host was stuck (for: {stuck_for}s)"
     );
     assert!(
@@ -510,7 +514,7 @@ fn prometheus_fires_the_stuck_stage_and_detached_alerts_from_a_running_agent() {
     assert!(description.contains(&iface), "{description}");
     let took = gone_at.duration_since(detached);
     assert!(
-        took <= Duration::from_secs(detached_for + 5),
+        took <= Duration::from_secs(detached_for + LATENCY),
         "PxeXdpDetached fired {took:?} after the detach (for: {detached_for}s)"
     );
     assert!(
@@ -532,7 +536,7 @@ fn prometheus_fires_the_stuck_stage_and_detached_alerts_from_a_running_agent() {
     );
     // Every dashboard query is PromQL this Prometheus takes.
     for expr in dashboard_exprs() {
-        let expr = expr.replace("$instance", ".*");
+        let expr = expr.replace("$instance", ".*").replace("$interface", ".*");
         let answer = rig.curl(&[
             "-G",
             &format!("http://{PROMETHEUS}/api/v1/query"),
@@ -582,6 +586,7 @@ fn the_dashboard_and_the_rules_query_only_metrics_a_running_agent_exports() {
         "pxe_recovery_stalled_host_info",
         "pxe_slow_reply_seconds_bucket",
         "pxe_bmc_calls_total",
+        "pxe_xdp_interface_packets_total",
     ] {
         assert!(
             exported.contains(family),

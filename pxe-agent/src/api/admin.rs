@@ -53,6 +53,8 @@ pub struct AdminState {
     /// Read by `/metrics` without waiting for a reload: every interface's
     /// counters, summed there.
     pub counters: Vec<Arc<PerCpuArray<MapData, u64>>>,
+    /// The interface of each of `counters`, in the same order.
+    pub interfaces: Vec<String>,
     /// Inventory, leases, progress and the TFTP counters.
     pub boot: Arc<BootState>,
     /// Out-of-band control: BMC calls, recovery, audit.
@@ -169,6 +171,14 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
     page.push_str(&metrics::render_boot_stages(
         &s.boot.shared.progress.inventory_stages(),
     ));
+    let per_interface = s
+        .interfaces
+        .iter()
+        .zip(&s.counters)
+        .map(|(iface, c)| Stats::read(c).map(|stats| (iface.as_str(), stats)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| internal("counters", e))?;
+    page.push_str(&metrics::render_xdp_interfaces(&per_interface));
     page.push_str(&metrics::render_share(&s.boot.shared.share()));
     let owned = s
         .oob

@@ -388,6 +388,26 @@ fn render_reload_cost(o: &mut Exposition, gauges: &AgentGauges) {
     .value(gauges.map_writes);
 }
 
+/// The fast path's counters of each interface's program (their sum is
+/// `pxe_xdp_packets_total`).
+pub fn render_xdp_interfaces(per_interface: &[(&str, Stats)]) -> String {
+    let mut o = Exposition::new();
+    let mut f = o.family(
+        XDP_INTERFACE_PACKETS,
+        Kind::Counter,
+        "DHCP packets seen by the XDP program of each interface, by outcome (pxe_xdp_packets_total is their sum).",
+    );
+    for (interface, stats) in per_interface {
+        for c in Counter::ALL {
+            f.sample(
+                &[("interface", interface), ("outcome", c.name())],
+                stats.get(c),
+            );
+        }
+    }
+    o.finish()
+}
+
 /// Inventory hosts by the furthest stage of their current boot.
 pub fn render_boot_stages(stages: &[(crate::progress::Stage, usize)]) -> String {
     let mut o = Exposition::new();
@@ -629,6 +649,20 @@ mod tests {
             text
         );
         assert!(text.contains("\npxe_xdp_map_writes_total 12\n"), "{}", text);
+    }
+
+    #[test]
+    fn each_interface_has_its_own_fast_path_counters() {
+        let mut eth1 = Stats::default();
+        eth1.0[Counter::TxAck as usize] = 5;
+        let page = render_xdp_interfaces(&[("eth1", eth1), ("eth2", Stats::default())]);
+        for line in [
+            "# TYPE pxe_xdp_interface_packets_total counter\n",
+            "pxe_xdp_interface_packets_total{interface=\"eth1\",outcome=\"tx_ack\"} 5\n",
+            "pxe_xdp_interface_packets_total{interface=\"eth2\",outcome=\"tx_ack\"} 0\n",
+        ] {
+            assert!(page.contains(line), "{line:?} in {page}");
+        }
     }
 
     #[test]

@@ -363,6 +363,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
     let (oob, recovery_task) = start_recovery(&cfg, &state, fleet, shutdown.clone())?;
     let recovery_task = watch_recovery(recovery_task, state.clone(), shutdown.clone());
     let counters = fasts.iter().map(FastPath::counters_handle).collect();
+    let interfaces = ifaces4.iter().map(|i| i.name.clone()).collect();
     let serving = Arc::new(Serving {
         fast: Mutex::new(fasts),
         gauges: Mutex::new(AgentGauges {
@@ -378,6 +379,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
     let admin = Arc::new(AdminState {
         serving: serving.clone(),
         counters,
+        interfaces,
         boot: boot.clone(),
         oob: oob.clone(),
         kube: OnceLock::new(),
