@@ -28,6 +28,7 @@ const PATHS: &[(&str, &str, &str)] = &[
     ("GET", "/api/v1/leases", ""),
     ("GET", "/api/v1/peers", ""),
     ("GET", "/api/v1/audit", ""),
+    ("GET", "/api/v1/metrics", ""),
     ("GET", "/api/v1/trace/52:54:00:12:34:56", ""),
     ("GET", "/api/v1/hosts/node-1/bmc", ""),
     (
