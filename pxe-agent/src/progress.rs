@@ -461,6 +461,21 @@ impl Progress {
         out
     }
 
+    /// The stage of each host of `hosts`, in their order, read under one
+    /// lock: what a fleet view of many thousand hosts reads twice a second.
+    pub fn stages<'a>(&self, hosts: impl IntoIterator<Item = &'a Host>) -> Vec<Option<Stage>> {
+        let tracked = self.lock();
+        hosts
+            .into_iter()
+            .map(|h| {
+                tracked
+                    .hosts
+                    .get(&tracked.primary(h.mac))
+                    .and_then(|e| e.progress.stage())
+            })
+            .collect()
+    }
+
     /// Hosts with any progress, by MAC.
     pub fn list(&self) -> Vec<HostProgress> {
         let mut all: Vec<HostProgress> = self
@@ -733,6 +748,24 @@ mod tests {
         assert_eq!(p.get(second), Some(entry));
         p.dhcp(primary, 3_000, "ack 10.0.0.11".into());
         assert_eq!(p.get(second).and_then(|e| e.boot_mac), Some(primary));
+    }
+
+    #[test]
+    fn stages_are_read_in_host_order_through_any_port() {
+        let inv = crate::inventory::Inventory::parse(
+            std::path::Path::new("inv.yaml"),
+            "subnets: [{cidr: 10.0.0.0/24}]\nprofiles: [{name: p}]\nhosts:\n  - {macs: [\"02:00:00:00:00:01\", \"02:00:00:00:00:02\"], ip: 10.0.0.11, profile: p}\n  - {mac: \"02:00:00:00:00:03\", ip: 10.0.0.12, profile: p}\n  - {mac: \"02:00:00:00:00:04\", ip: 10.0.0.13, profile: p}\n",
+        )
+        .expect("inventory");
+        let p = Progress::new(0);
+        p.set_hosts(&inv.hosts);
+        p.dhcp(inv.hosts[0].macs[1], 1_000, "ack".into());
+        p.tftp(inv.hosts[0].mac, 1_001, "ipxe.efi".into());
+        p.booted(inv.hosts[2].mac, 900, "phone-home".into());
+        assert_eq!(
+            p.stages(inv.hosts.iter().map(|h| &**h)),
+            [Some(Stage::Tftp), None, Some(Stage::Booted)]
+        );
     }
 
     #[test]

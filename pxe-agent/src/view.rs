@@ -20,6 +20,7 @@ use crate::{
     netboot::{Actor, NetbootStore, Phase},
     progress::{HostProgress, Stage},
     recovery::{self, Watch},
+    share::Share,
     state::State,
 };
 
@@ -238,44 +239,67 @@ pub fn for_each_host_view(
     let view = control.view();
     inv.hosts
         .iter()
-        .map(|h| {
-            let progress = state
-                .progress
-                .get(h.mac)
-                .unwrap_or_else(|| HostProgress::new(h.mac));
-            let driver_status = h.bmc.as_ref().map(|b| driver::status(b, fallbacks));
-            let recovery = view.recovery.get(&h.mac);
-            let boot_mac = progress.boot_mac;
-            HostView {
-                mac: h.mac,
-                ip: h.ipv4(),
-                ipv6: h.ipv6(),
-                uuid: h.uuid().map(crate::inventory::uuid_text),
-                hostname: h.hostname.as_deref().map(str::to_owned),
-                profile: inv.profile_of(h).name.clone(),
-                stage: progress.stage(),
-                progress,
-                labels: h.labels.clone(),
-                bmc: h.bmc.is_some(),
-                power: view.power.get(&h.mac).map(|(p, _)| *p),
-                power_at_ms: view.power.get(&h.mac).map(|(_, at)| *at),
-                recovery: recovery.map(|r| r.state),
-                attempts: recovery.map(|r| r.attempt),
-                recovery_watch: recovery.map(|r| r.watch).filter(|w| *w != Watch::Counting),
-                recovery_error: recovery.and_then(|r| r.last_error.clone()),
-                bmc_driver: driver_status.as_ref().map(|d| d.driver.clone()),
-                bmc_fallback_until_ms: driver_status.as_ref().and_then(|d| d.held_until_ms),
-                bmc_last_fallback: driver_status.and_then(|d| d.last_fallback),
-                macs: h.ports().to_vec(),
-                boot_mac,
-                netboot: netboot_view(&inv, &state.netboot, h),
-                // Owners act on BMCs: hosts without one have none.
-                owner: (share.is_shared() && h.bmc.is_some())
-                    .then(|| share.host_owner_name(h.mac).map(str::to_owned))
-                    .flatten(),
-            }
-        })
+        .map(|h| view_of(state, &inv, &share, &view, fallbacks, h))
         .for_each(f);
+}
+
+/// One host's view, as [`host_views`] shows it: for a caller that asks
+/// about one host of a fleet.
+pub fn host_view(
+    state: &State,
+    control: &control::Handle,
+    fallbacks: &Fallbacks,
+    host: &Host,
+) -> HostView {
+    let inv = state.inventory();
+    let share = state.share();
+    let view = control.view();
+    view_of(state, &inv, &share, &view, fallbacks, host)
+}
+
+fn view_of(
+    state: &State,
+    inv: &Inventory,
+    share: &Share,
+    view: &control::View,
+    fallbacks: &Fallbacks,
+    h: &Host,
+) -> HostView {
+    let progress = state
+        .progress
+        .get(h.mac)
+        .unwrap_or_else(|| HostProgress::new(h.mac));
+    let driver_status = h.bmc.as_ref().map(|b| driver::status(b, fallbacks));
+    let recovery = view.recovery.get(&h.mac);
+    let boot_mac = progress.boot_mac;
+    HostView {
+        mac: h.mac,
+        ip: h.ipv4(),
+        ipv6: h.ipv6(),
+        uuid: h.uuid().map(crate::inventory::uuid_text),
+        hostname: h.hostname.as_deref().map(str::to_owned),
+        profile: inv.profile_of(h).name.clone(),
+        stage: progress.stage(),
+        progress,
+        labels: h.labels.clone(),
+        bmc: h.bmc.is_some(),
+        power: view.power.get(&h.mac).map(|(p, _)| *p),
+        power_at_ms: view.power.get(&h.mac).map(|(_, at)| *at),
+        recovery: recovery.map(|r| r.state),
+        attempts: recovery.map(|r| r.attempt),
+        recovery_watch: recovery.map(|r| r.watch).filter(|w| *w != Watch::Counting),
+        recovery_error: recovery.and_then(|r| r.last_error.clone()),
+        bmc_driver: driver_status.as_ref().map(|d| d.driver.clone()),
+        bmc_fallback_until_ms: driver_status.as_ref().and_then(|d| d.held_until_ms),
+        bmc_last_fallback: driver_status.and_then(|d| d.last_fallback),
+        macs: h.ports().to_vec(),
+        boot_mac,
+        netboot: netboot_view(inv, &state.netboot, h),
+        // Owners act on BMCs: hosts without one have none.
+        owner: (share.is_shared() && h.bmc.is_some())
+            .then(|| share.host_owner_name(h.mac).map(str::to_owned))
+            .flatten(),
+    }
 }
 
 /// A host's `netboot` policy and, for `once`, where its provisioning
