@@ -8,7 +8,8 @@
 //! where every call on hardware is in the audit log before its answer goes
 //! out. The netboot endpoints (`/api/v1/hosts/<host>/netboot/done`,
 //! `/reprovision`) act under the same gate and audit log, and answer once
-//! the change is in force on every route.
+//! the change is in force on every route. The fleet page and what it reads
+//! are [`fleet`](crate::api::fleet)'s.
 
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ use serde::Deserialize;
 use crate::{
     api::{
         access::Caller,
+        fleet,
         gate::{self, Gate},
         metrics,
     },
@@ -111,9 +113,11 @@ pub fn api_router(state: Arc<AdminState>) -> Router {
         .route("/api/v1/trace/{mac}", get(trace))
         .route("/api/v1/hosts/{host}/netboot/done", post(netboot_done))
         .route("/api/v1/hosts/{host}/reprovision", post(reprovision))
+        .merge(fleet::routes())
         .with_state(state)
         .merge(oob);
-    gate::protect(routes, gate)
+    // The fleet page holds no data: it is open, and what it reads is not.
+    gate::protect(routes, gate).merge(fleet::open_routes())
 }
 
 type ApiError = (StatusCode, String);

@@ -6,6 +6,7 @@
 pub mod access;
 pub mod admin;
 pub mod auth;
+pub mod fleet;
 pub mod gate;
 pub mod kube_auth;
 pub mod metrics;
