@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod bmc_lab;
 pub mod bmc_sim;
+pub mod browser;
 pub mod certs;
 pub mod fixture;
 pub mod frame;
@@ -38,6 +39,8 @@ mod differential;
 mod e2e;
 #[cfg(test)]
 mod faults;
+#[cfg(test)]
+mod fleet_page;
 #[cfg(test)]
 mod flood;
 #[cfg(test)]

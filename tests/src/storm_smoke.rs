@@ -19,7 +19,7 @@ const MACHINES: usize = 200;
 const CLASSES: [&str; 4] = ["bios", "uefi", "uefi_http", "arm64"];
 
 /// Machine `i`'s MAC and address as the storm topology fixes them.
-fn machine(i: usize) -> (String, String) {
+pub(crate) fn machine(i: usize) -> (String, String) {
     let b = (i as u32).to_be_bytes();
     let ip = u32::from(std::net::Ipv4Addr::new(10, 66, 0, 0)) + 2 + i as u32;
     (
@@ -28,9 +28,9 @@ fn machine(i: usize) -> (String, String) {
     )
 }
 
-fn inventory() -> String {
-    let mut out = String::from(
-        r#"subnets:
+/// The storm topology's subnet and the profile its machines boot: an
+/// inventory without its hosts.
+pub(crate) const INVENTORY_HEAD: &str = r#"subnets:
   - cidr: 10.66.0.0/15
     router: 10.66.0.1
     lease_time: 3600
@@ -45,8 +45,10 @@ profiles:
     initrd: ["http://{server}:8080/artifacts/initrd.img"]
     cmdline: console=ttyS0
 hosts:
-"#,
-    );
+"#;
+
+fn inventory() -> String {
+    let mut out = String::from(INVENTORY_HEAD);
     for i in 0..MACHINES {
         let (mac, ip) = machine(i);
         let _ = writeln!(out, "  - {{mac: \"{mac}\", ip: {ip}, profile: storm}}");
@@ -54,7 +56,7 @@ hosts:
     out
 }
 
-fn storm_client_bin() -> std::path::PathBuf {
+pub(crate) fn storm_client_bin() -> std::path::PathBuf {
     let bin = xtask::target_dir().join("debug/storm-client");
     assert!(
         bin.exists(),
@@ -65,12 +67,14 @@ fn storm_client_bin() -> std::path::PathBuf {
 }
 
 /// A file of `len` bytes that is not all one byte.
-fn synthetic(len: usize) -> Vec<u8> {
+pub(crate) fn synthetic(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 % 251) as u8).collect()
 }
 
-#[test]
-fn two_hundred_machines_of_every_class_boot_to_phone_home() {
+/// The boot files and artifacts every machine class fetches, in a scratch
+/// directory: the directory and the agent's `--boot-root` and
+/// `--artifacts`.
+pub(crate) fn boot_files() -> (Scratch, String, String) {
     let files = Scratch::new("storm-files");
     let boot = files.path("boot");
     let artifacts = files.path("artifacts");
@@ -87,30 +91,40 @@ fn two_hundred_machines_of_every_class_boot_to_phone_home() {
         boot.to_str().expect("utf-8").to_owned(),
         artifacts.to_str().expect("utf-8").to_owned(),
     );
+    (files, boot_dir, artifacts_dir)
+}
+
+/// The routed storm topology of the module header: the machines' relay
+/// address on the client side, the route to them on the server side.
+pub(crate) fn routed_lab(lab: &mut xtask::lab::Lab) {
+    let client = lab.client_ns().to_owned();
+    let client_if = lab.client_if().to_owned();
+    for args in [
+        &["ip", "addr", "add", "10.64.0.2/16", "dev", &client_if][..],
+        &["ip", "link", "set", "lo", "up"],
+        &["ip", "addr", "add", "10.66.0.1/32", "dev", "lo"],
+        &["ip", "route", "add", "local", "10.66.0.0/15", "dev", "lo"],
+        &["sysctl", "-qw", "net.ipv4.ip_nonlocal_bind=1"],
+    ] {
+        lab.run_in(&client, args).expect("client namespace setup");
+    }
+    let server = lab.server_ns().to_owned();
+    lab.run_in(
+        &server,
+        &["ip", "route", "add", "10.66.0.0/15", "via", "10.64.0.2"],
+    )
+    .expect("route to the machines");
+}
+
+#[test]
+fn two_hundred_machines_of_every_class_boot_to_phone_home() {
+    let (_files, boot_dir, artifacts_dir) = boot_files();
     let served = Served::start_on(
         "pxstc",
         "10.64.0.1/16",
         &inventory(),
         &["--boot-root", &boot_dir, "--artifacts", &artifacts_dir],
-        |lab| {
-            let client = lab.client_ns().to_owned();
-            let client_if = lab.client_if().to_owned();
-            for args in [
-                &["ip", "addr", "add", "10.64.0.2/16", "dev", &client_if][..],
-                &["ip", "link", "set", "lo", "up"],
-                &["ip", "addr", "add", "10.66.0.1/32", "dev", "lo"],
-                &["ip", "route", "add", "local", "10.66.0.0/15", "dev", "lo"],
-                &["sysctl", "-qw", "net.ipv4.ip_nonlocal_bind=1"],
-            ] {
-                lab.run_in(&client, args).expect("client namespace setup");
-            }
-            let server = lab.server_ns().to_owned();
-            lab.run_in(
-                &server,
-                &["ip", "route", "add", "10.66.0.0/15", "via", "10.64.0.2"],
-            )
-            .expect("route to the machines");
-        },
+        routed_lab,
     );
     let mut tsv = String::new();
     for i in 0..MACHINES {

@@ -84,6 +84,9 @@ pub const PACKAGES: &[&str] = &[
     // The alerts' tests (tests/src/monitoring.rs): promtool checks and
     // unit-tests the rules; a real Prometheus scrapes an agent in the lab.
     "prometheus",
+    // The fleet page's test: a real browser, headless, driven over the
+    // DevTools protocol on a pipe (no WebDriver port needed).
+    "chromium",
 ];
 
 /// PyPI packages of the tests, installed into [`python_tools_dir`]:
