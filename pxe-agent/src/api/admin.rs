@@ -67,6 +67,9 @@ pub struct AdminState {
     pub gate: Arc<Gate>,
     /// The API's TLS counters, when it serves TLS.
     pub api_tls: Option<Arc<super::tls::TlsStats>>,
+    /// Ends the fleet page's event streams, which never end by
+    /// themselves, so that the server can stop.
+    pub shutdown: crate::shutdown::Shutdown,
 }
 
 /// What the out-of-band endpoints need.

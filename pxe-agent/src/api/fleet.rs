@@ -313,41 +313,45 @@ struct Sent {
     cells: Vec<Cell>,
 }
 
-/// The changes since `sent`, and what is sent now.
-fn batch(s: &AdminState, filter: &Filter, sent: Option<&Sent>) -> (Option<Batch>, Sent) {
+/// The selected hosts' cells now: what a stream sends and keeps.
+fn read_cells(s: &AdminState, filter: &Filter) -> Sent {
     let inv = s.boot.shared.inventory();
     let (hosts, cells) = cells(s, &inv, filter);
-    let macs: Vec<MacAddr> = hosts.iter().map(|h| h.mac).collect();
-    let batch = match sent {
-        Some(sent) if Arc::ptr_eq(&sent.inventory, &inv) && sent.macs == macs => {
-            let changed: Vec<_> = macs
+    let macs = hosts.iter().map(|h| h.mac).collect();
+    Sent {
+        inventory: inv.clone(),
+        macs,
+        cells,
+    }
+}
+
+/// What a stream sends after `sent` when the cells are `now`: nothing when
+/// none changed.
+fn batch(sent: Option<&Sent>, now: &Sent) -> Option<Batch> {
+    let counts = Counts::of(&now.cells);
+    match sent {
+        Some(sent) if Arc::ptr_eq(&sent.inventory, &now.inventory) && sent.macs == now.macs => {
+            let changed: Vec<_> = now
+                .macs
                 .iter()
-                .zip(cells.iter().zip(&sent.cells))
+                .zip(now.cells.iter().zip(&sent.cells))
                 .filter(|(_, (now, then))| now != then)
                 .map(|(mac, (now, _))| (*mac, now.state, now.mark_code()))
                 .collect();
             let resync = changed.len() > MAX_BATCH;
             (!changed.is_empty()).then(|| Batch {
                 resync,
-                counts: Counts::of(&cells),
+                counts,
                 cells: if resync { Vec::new() } else { changed },
             })
         }
         // A new stream starts with the counts; a new inventory resyncs.
         _ => Some(Batch {
             resync: sent.is_some(),
-            counts: Counts::of(&cells),
+            counts,
             cells: Vec::new(),
         }),
-    };
-    (
-        batch,
-        Sent {
-            inventory: inv.clone(),
-            macs,
-            cells,
-        },
-    )
+    }
 }
 
 /// `GET /api/v1/fleet/events?label=&profile=`: server-sent events, one
@@ -363,10 +367,12 @@ async fn events(
         sent: Option<Sent>,
         quiet: Duration,
         ticker: tokio::time::Interval,
+        shutdown: crate::shutdown::Shutdown,
     }
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let start = Stream {
+        shutdown: s.shutdown.clone(),
         s,
         filter: Arc::new(filter),
         sent: None,
@@ -375,14 +381,19 @@ async fn events(
     };
     let stream = futures_util::stream::unfold(start, |mut st| async move {
         loop {
-            st.ticker.tick().await;
+            tokio::select! {
+                _ = st.ticker.tick() => {}
+                () = st.shutdown.stopped() => return None,
+            }
             let (s, filter) = (st.s.clone(), st.filter.clone());
             let sent = st.sent.take();
             // Reading a large fleet takes milliseconds: off the runtime.
-            let (batch, now) =
-                tokio::task::spawn_blocking(move || batch(&s, &filter, sent.as_ref()))
-                    .await
-                    .ok()?;
+            let (batch, now) = tokio::task::spawn_blocking(move || {
+                let now = read_cells(&s, &filter);
+                (batch(sent.as_ref(), &now), now)
+            })
+            .await
+            .ok()?;
             st.sent = Some(now);
             if let Some(batch) = batch {
                 st.quiet = Duration::ZERO;
@@ -491,6 +502,35 @@ mod tests {
             ..Filter::default()
         };
         assert!(!booted.state_selects(Cell::default()).expect("known"));
+    }
+
+    fn sent(inventory: &Arc<Inventory>, cells: &[Cell]) -> Sent {
+        Sent {
+            inventory: inventory.clone(),
+            macs: inventory.hosts.iter().map(|h| h.mac).collect(),
+            cells: cells.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_stream_sends_the_cells_that_changed_and_resyncs_on_a_new_inventory() {
+        let text = "subnets: [{cidr: 10.0.0.0/24}]\nprofiles: [{name: p}]\nhosts:\n  - {mac: \"02:00:00:00:00:01\", ip: 10.0.0.11, profile: p}\n  - {mac: \"02:00:00:00:00:02\", ip: 10.0.0.12, profile: p}\n";
+        let parse = || {
+            Arc::new(Inventory::parse(std::path::Path::new("inv.yaml"), text).expect("inventory"))
+        };
+        let inv = parse();
+        let idle = [Cell::default(); 2];
+        let first = batch(None, &sent(&inv, &idle)).expect("a first batch");
+        assert!(!first.resync && first.cells.is_empty());
+        assert_eq!(first.counts.states[0], 2);
+        assert!(batch(Some(&sent(&inv, &idle)), &sent(&inv, &idle)).is_none());
+        let booting = [Cell::default(), Cell::of(Some(Stage::Dhcp), None)];
+        let changed = batch(Some(&sent(&inv, &idle)), &sent(&inv, &booting)).expect("a change");
+        assert!(!changed.resync);
+        assert_eq!(changed.cells, [(inv.hosts[1].mac, 1, 0)]);
+        assert_eq!(changed.counts.states[..2], [1, 1]);
+        let reloaded = batch(Some(&sent(&inv, &idle)), &sent(&parse(), &idle)).expect("a resync");
+        assert!(reloaded.resync && reloaded.cells.is_empty());
     }
 
     #[test]

@@ -318,7 +318,12 @@ mod tests {
                 Some("52:54:00:00:00:01"),
             ),
             (Method::GET, "/api/v1/hosts/n1/bmc", Verb::Read, Some("n1")),
-            (Method::GET, "/api/v1/hosts/n1/detail", Verb::Read, Some("n1")),
+            (
+                Method::GET,
+                "/api/v1/hosts/n1/detail",
+                Verb::Read,
+                Some("n1"),
+            ),
             (Method::GET, "/api/v1/fleet", Verb::Read, None),
             (Method::GET, "/api/v1/fleet/events", Verb::Read, None),
             (

@@ -385,6 +385,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
         kube: OnceLock::new(),
         gate,
         api_tls: api_tls.as_ref().map(|t| t.stats.clone()),
+        shutdown: shutdown.clone(),
     });
 
     warn_unserved_files(&state.inventory(), &cfg);
