@@ -85,7 +85,7 @@ fn the_fleet_page_shows_a_storm_and_a_hosts_trace_in_a_browser() {
     let tokens = crate::agent::Scratch::new("fleet-tokens");
     let token_file = tokens.path("tokens");
     fs::write(&token_file, format!("ops {TOKEN}\n")).expect("token file");
-    let served = Served::start_on(
+    let mut served = Served::start_on(
         "pxflp",
         "10.64.0.1/16",
         &inventory(),
@@ -341,6 +341,16 @@ fn the_fleet_page_shows_a_storm_and_a_hosts_trace_in_a_browser() {
             "document.querySelectorAll('#grid .cell[data-state=booted]').length === {STORMED} \
                   && document.querySelectorAll('#grid .cell').length === {STORMED}"
         ),
+        Duration::from_secs(10),
+    );
+
+    // The agent stops on SIGTERM with the page's event stream and trace
+    // open, and the page says it lost them.
+    let status = served.signal_agent(libc::SIGTERM);
+    assert!(status.success(), "agent exit: {status}; log:\n{}", served.log());
+    browser.wait_for(
+        "the page to notice the agent left",
+        "document.getElementById('status').className === 'down'",
         Duration::from_secs(10),
     );
 
