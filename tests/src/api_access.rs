@@ -48,6 +48,9 @@ const PATHS: &[(&str, &str, &str)] = &[
         r#"{"power":false}"#,
     ),
     ("POST", "/api/v1/hosts/node-1/netboot/done", ""),
+    ("GET", "/api/v1/fleet", ""),
+    ("GET", "/api/v1/fleet/events", ""),
+    ("GET", "/api/v1/hosts/node-1/detail", ""),
     ("GET", "/api/v1/no-such-path", ""),
 ];
 
@@ -211,6 +214,14 @@ fn from_the_provisioning_side_the_api_answers_only_a_token_holder() {
         "429",
         "ten failures did not throttle the address"
     );
+
+    // The fleet page: open, since it holds no data; what it reads is not.
+    let (code, page) = get(&format!("{api}/fleet"), None);
+    assert_eq!(code, "200", "{page}");
+    assert!(page.contains("pxe-agent fleet"), "{page}");
+    for private in ["52:54:00", "node-1", "10.66.1.10", TOKEN] {
+        assert!(!page.contains(private), "the fleet page holds {private}");
+    }
 
     // The metrics listener: open, and names no host.
     let (code, metrics) = get(&format!("http://{SERVER}:9464/metrics"), None);

@@ -347,7 +347,11 @@ fn the_fleet_page_shows_a_storm_and_a_hosts_trace_in_a_browser() {
     // The agent stops on SIGTERM with the page's event stream and trace
     // open, and the page says it lost them.
     let status = served.signal_agent(libc::SIGTERM);
-    assert!(status.success(), "agent exit: {status}; log:\n{}", served.log());
+    assert!(
+        status.success(),
+        "agent exit: {status}; log:\n{}",
+        served.log()
+    );
     browser.wait_for(
         "the page to notice the agent left",
         "document.getElementById('status').className === 'down'",

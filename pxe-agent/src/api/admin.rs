@@ -120,7 +120,8 @@ pub fn api_router(state: Arc<AdminState>) -> Router {
         .with_state(state)
         .merge(oob);
     // The fleet page holds no data: it is open, and what it reads is not.
-    gate::protect(routes, gate).merge(fleet::open_routes())
+    // Every other path, unknown ones included, passes the gate.
+    fleet::open_routes().fallback_service(gate::protect(routes, gate))
 }
 
 type ApiError = (StatusCode, String);
