@@ -70,6 +70,8 @@ pub struct AdminState {
     /// Ends the fleet page's event streams, which never end by
     /// themselves, so that the server can stop.
     pub shutdown: crate::shutdown::Shutdown,
+    /// The fleet's cells, shared by the fleet page's readers.
+    pub fleet: fleet::Snapshots,
 }
 
 /// What the out-of-band endpoints need.

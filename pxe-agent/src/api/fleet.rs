@@ -10,10 +10,15 @@
 //!
 //! A cell's state is read from the records the rest of the API reads: the
 //! stage from [`Progress`](crate::progress::Progress), the recovery mark
-//! from the control task's view. It owns no state of its own beyond what
-//! one event stream last sent.
+//! from the control task's view. It keeps only copies: the last snapshot
+//! of every host's cell, which all readers share so that a fleet is read
+//! about once a [`TICK`] however many pages watch it, and what each event
+//! stream last sent.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use axum::{
     Json, Router,
@@ -33,6 +38,7 @@ use crate::{
     mac::MacAddr,
     progress::Stage,
     recovery::{self, HostStatus},
+    sync::lock,
     view::{HostView, host_view},
 };
 
@@ -193,23 +199,65 @@ impl Cell {
     }
 }
 
-/// The cells of the hosts `filter` selects by label and profile, in
-/// inventory order, with their hosts.
-fn cells<'a>(s: &AdminState, inv: &'a Inventory, filter: &Filter) -> (Vec<&'a Host>, Vec<Cell>) {
-    let hosts: Vec<&Host> = inv
-        .hosts
-        .iter()
-        .map(|h| &**h)
-        .filter(|h| filter.selects(inv, h))
-        .collect();
-    let stages = s.boot.shared.progress.stages(hosts.iter().copied());
-    let view = s.oob.control.view();
-    let cells = hosts
-        .iter()
-        .zip(stages)
-        .map(|(h, stage)| Cell::of(stage, view.recovery.get(&h.mac)))
-        .collect();
-    (hosts, cells)
+/// A snapshot is reused for this long: however many pages watch, the
+/// fleet's cells are read about once a [`TICK`].
+const FRESH: Duration = Duration::from_millis(200);
+
+/// The cells of every host of the inventory in force, in its order, as
+/// last read; the pages and streams share them.
+#[derive(Default)]
+pub struct Snapshots(Mutex<Option<Snapshot>>);
+
+#[derive(Clone)]
+struct Snapshot {
+    at: Instant,
+    inventory: Arc<Inventory>,
+    cells: Arc<[Cell]>,
+}
+
+impl Snapshots {
+    /// The cells now: the last snapshot if it is fresh and of the
+    /// inventory in force, else a new one. Takes milliseconds for a large
+    /// fleet: call it off the async runtime.
+    fn read(&self, s: &AdminState) -> Snapshot {
+        let mut latest = lock(&self.0);
+        let inv = s.boot.shared.inventory();
+        if let Some(snap) = latest
+            .as_ref()
+            .filter(|l| Arc::ptr_eq(&l.inventory, &inv) && l.at.elapsed() < FRESH)
+        {
+            return snap.clone();
+        }
+        let stages = s
+            .boot
+            .shared
+            .progress
+            .stages(inv.hosts.iter().map(|h| &**h));
+        let cells = {
+            let view = s.oob.control.view();
+            inv.hosts
+                .iter()
+                .zip(stages)
+                .map(|(h, stage)| Cell::of(stage, view.recovery.get(&h.mac)))
+                .collect()
+        };
+        let snap = Snapshot {
+            at: Instant::now(),
+            inventory: inv,
+            cells,
+        };
+        *latest = Some(snap.clone());
+        snap
+    }
+}
+
+/// The indices of the hosts `filter` selects by label and profile.
+fn select(inv: &Inventory, filter: &Filter) -> Arc<[u32]> {
+    (0u32..)
+        .zip(inv.hosts.iter())
+        .filter(|(_, h)| filter.selects(inv, h))
+        .map(|(i, _)| i)
+        .collect()
 }
 
 /// How many cells are in each state, and how many carry each mark.
@@ -263,17 +311,25 @@ async fn fleet(
     State(s): State<Arc<AdminState>>,
     Query(filter): Query<Filter>,
 ) -> Result<Json<FleetPage>, ApiError> {
-    let inv = s.boot.shared.inventory();
-    let (hosts, cells) = cells(&s, &inv, &filter);
+    let snap = {
+        let s = s.clone();
+        tokio::task::spawn_blocking(move || s.fleet.read(&s))
+            .await
+            .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")))?
+    };
+    let inv = &snap.inventory;
+    let selected = select(inv, &filter);
+    let cells: Vec<Cell> = selected.iter().map(|&i| snap.cells[i as usize]).collect();
     let offset = filter.offset.unwrap_or(0);
     let limit = filter.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
     let mut matched = 0;
     let mut page = Vec::new();
-    for (h, c) in hosts.iter().zip(&cells) {
+    for (&i, c) in selected.iter().zip(&cells) {
         if !filter.state_selects(*c)? {
             continue;
         }
         if matched >= offset && page.len() < limit {
+            let h = &inv.hosts[i as usize];
             let name = h
                 .hostname
                 .as_deref()
@@ -284,7 +340,7 @@ async fn fleet(
     }
     Ok(Json(FleetPage {
         total: inv.hosts.len(),
-        selected: hosts.len(),
+        selected: selected.len(),
         matched,
         offset,
         limit,
@@ -309,18 +365,23 @@ struct Batch {
 /// What one event stream last sent.
 struct Sent {
     inventory: Arc<Inventory>,
-    macs: Vec<MacAddr>,
+    /// The indices of the hosts its filter selects in `inventory`.
+    selected: Arc<[u32]>,
     cells: Vec<Cell>,
 }
 
-/// The selected hosts' cells now: what a stream sends and keeps.
-fn read_cells(s: &AdminState, filter: &Filter) -> Sent {
-    let inv = s.boot.shared.inventory();
-    let (hosts, cells) = cells(s, &inv, filter);
-    let macs = hosts.iter().map(|h| h.mac).collect();
+/// The selected hosts' cells now: what a stream sends and keeps. The
+/// selection is made again only for a new inventory.
+fn read_cells(s: &AdminState, filter: &Filter, sent: Option<&Sent>) -> Sent {
+    let snap = s.fleet.read(s);
+    let selected = match sent {
+        Some(sent) if Arc::ptr_eq(&sent.inventory, &snap.inventory) => sent.selected.clone(),
+        _ => select(&snap.inventory, filter),
+    };
+    let cells = selected.iter().map(|&i| snap.cells[i as usize]).collect();
     Sent {
-        inventory: inv.clone(),
-        macs,
+        inventory: snap.inventory,
+        selected,
         cells,
     }
 }
@@ -329,14 +390,20 @@ fn read_cells(s: &AdminState, filter: &Filter) -> Sent {
 /// none changed.
 fn batch(sent: Option<&Sent>, now: &Sent) -> Option<Batch> {
     let counts = Counts::of(&now.cells);
+    let now_inventory = &now.inventory;
     match sent {
-        Some(sent) if Arc::ptr_eq(&sent.inventory, &now.inventory) && sent.macs == now.macs => {
+        Some(sent)
+            if Arc::ptr_eq(&sent.inventory, &now.inventory) && sent.selected == now.selected =>
+        {
             let changed: Vec<_> = now
-                .macs
+                .selected
                 .iter()
                 .zip(now.cells.iter().zip(&sent.cells))
                 .filter(|(_, (now, then))| now != then)
-                .map(|(mac, (now, _))| (*mac, now.state, now.mark_code()))
+                .map(|(&i, (now, _))| {
+                    let mac = now_inventory.hosts[i as usize].mac;
+                    (mac, now.state, now.mark_code())
+                })
                 .collect();
             let resync = changed.len() > MAX_BATCH;
             (!changed.is_empty()).then(|| Batch {
@@ -389,7 +456,7 @@ async fn events(
             let sent = st.sent.take();
             // Reading a large fleet takes milliseconds: off the runtime.
             let (batch, now) = tokio::task::spawn_blocking(move || {
-                let now = read_cells(&s, &filter);
+                let now = read_cells(&s, &filter, sent.as_ref());
                 (batch(sent.as_ref(), &now), now)
             })
             .await
@@ -507,7 +574,7 @@ mod tests {
     fn sent(inventory: &Arc<Inventory>, cells: &[Cell]) -> Sent {
         Sent {
             inventory: inventory.clone(),
-            macs: inventory.hosts.iter().map(|h| h.mac).collect(),
+            selected: select(inventory, &Filter::default()),
             cells: cells.to_vec(),
         }
     }

@@ -386,6 +386,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
         gate,
         api_tls: api_tls.as_ref().map(|t| t.stats.clone()),
         shutdown: shutdown.clone(),
+        fleet: Default::default(),
     });
 
     warn_unserved_files(&state.inventory(), &cfg);
