@@ -74,6 +74,14 @@ pub fn import(from: ImportFrom) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("failed to write {}", path.display()))?,
         None => eprint!("{report}"),
     }
+    let inventory = out
+        .output
+        .as_ref()
+        .map_or("inventory.yaml".to_owned(), |p| p.display().to_string());
+    eprintln!(
+        "run it as the configuration did: pxe-agent run {}",
+        imported.run_flags.args(&inventory).join(" ")
+    );
     if imported.report.is_empty() {
         eprintln!(
             "imported {} hosts; everything was translated",

@@ -15,8 +15,8 @@ use std::{
 };
 
 use super::{
-    BootSet, HostOut, ImportError, Imported, Origin, Report, Reservation6, Subnet6Out, SubnetOut,
-    Translation,
+    BootSet, HostOut, ImportError, Imported, Origin, Report, Reservation6, RunFlags, Subnet6Out,
+    SubnetOut, Translation,
     duid::{self, DuidName},
     mask_prefix, valid_hostname,
 };
@@ -153,6 +153,8 @@ struct State {
     ra: bool,
     /// Files already read, so that a file naming itself is read once.
     seen: BTreeSet<PathBuf>,
+    /// `interface=` and `tftp-root=`, for the `run` flags.
+    run_flags: RunFlags,
 }
 
 /// Translates `files` (path and text); with `follow`, the hosts and
@@ -255,6 +257,18 @@ impl State {
                 continue;
             }
             match key {
+                "interface" => {
+                    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                        self.run_flags.add_interface(name.to_owned());
+                    }
+                }
+                // `tftp-root=DIR[,INTERFACE]`.
+                "tftp-root" => {
+                    let dir = value.split(',').next().unwrap_or_default().trim();
+                    if !dir.is_empty() {
+                        self.run_flags.boot_root = Some(dir.to_owned());
+                    }
+                }
                 "dhcp-host" => self.host(value, &origin),
                 "dhcp-range" => self.range(value, &origin),
                 "dhcp-boot" => self.boot(value, &origin),
@@ -497,13 +511,7 @@ impl State {
                 return;
             }
         }
-        if mode == Some("proxy") {
-            self.report.add(
-                origin,
-                "proxy-DHCP range not translated: the agent answers with addresses",
-            );
-            return;
-        }
+        let proxy = mode == Some("proxy");
         let Some(&start) = ips.first() else {
             self.report.add(
                 origin,
@@ -511,7 +519,7 @@ impl State {
             );
             return;
         };
-        let (end, rest) = if mode == Some("static") {
+        let (end, rest) = if mode.is_some() {
             (None, &ips[1..])
         } else {
             (ips.get(1).copied(), ips.get(2..).unwrap_or(&[]))
@@ -547,8 +555,21 @@ impl State {
             .iter_mut()
             .find(|s| s.network == network && s.prefix == prefix)
         {
+            if proxy != existing.proxy {
+                self.report.add(
+                    origin,
+                    "a proxy and an address range on one subnet: the subnet keeps the first",
+                );
+                return;
+            }
             self.report.another_range(origin, &mut existing.pool, pool);
             return;
+        }
+        if proxy {
+            self.report.add(
+                origin,
+                "proxy-DHCP range: the subnet in mode proxy, where another DHCP server hands out the addresses and the agent answers PXE firmware with boot information only",
+            );
         }
         if pool.is_some() {
             self.report.add(
@@ -564,6 +585,7 @@ impl State {
             domain: None,
             lease_time: lease,
             pool,
+            proxy,
             origin: origin.clone(),
         });
     }
@@ -811,6 +833,7 @@ impl State {
             hosts,
             reservations6: self.reservations6,
             report,
+            run_flags: self.run_flags,
         }
     }
 }
@@ -1036,7 +1059,7 @@ dhcp-host=aa:bb:cc:dd:ee:01,10.0.0.150
 ");
         let r = report(&t);
         for want in [
-            "dnsmasq.conf:1: proxy-DHCP range",
+            "dnsmasq.conf:1: dhcp-range 10.0.0.10,10.0.0.20,proxy not translated: 10.0.0.20 is not a netmask",
             "dnsmasq.conf:2: dhcp-range without a netmask",
             "dnsmasq.conf:3: `dhcp-vendorclass",
             "dnsmasq.conf:4: `pxe-service",
@@ -1051,6 +1074,36 @@ dhcp-host=aa:bb:cc:dd:ee:01,10.0.0.150
                 .to_string()
                 .contains("pool 10.0.0.100-10.0.0.200 left out")
         );
+        assert_eq!(imported.hosts, 1);
+    }
+
+    #[test]
+    fn a_proxy_range_becomes_a_subnet_in_mode_proxy_that_validates() {
+        let t = run("\
+dhcp-range=192.168.5.0,proxy,255.255.255.0
+interface=br-prov,eth2
+tftp-root=/var/lib/tftpboot,br-prov
+dhcp-boot=undionly.kpxe
+dhcp-host=aa:bb:cc:dd:ee:01,192.168.5.40,node-a
+");
+        let r = report(&t);
+        assert!(
+            r.contains("dnsmasq.conf:1: proxy-DHCP range: the subnet in mode proxy"),
+            "{r}"
+        );
+        let imported = t.finish().expect("validates");
+        assert_eq!(
+            imported.run_flags.args("inv.yaml").join(" "),
+            "--interface br-prov --interface eth2 --inventory inv.yaml --boot-root /var/lib/tftpboot"
+        );
+        assert!(
+            imported
+                .yaml
+                .contains("  - cidr: 192.168.5.0/24\n    mode: proxy\n"),
+            "{}",
+            imported.yaml
+        );
+        assert!(!imported.yaml.contains("pool:"), "{}", imported.yaml);
         assert_eq!(imported.hosts, 1);
     }
 }

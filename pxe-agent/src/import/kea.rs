@@ -80,6 +80,24 @@ pub fn translate_files(files: &[(PathBuf, String)]) -> Result<Translation, Impor
             out.hosts.extend(part.hosts);
             out.reservations6.extend(part.reservations6);
             out.report.items.extend(part.report.items);
+            // `interfaces-config.interfaces`: `eth1`, or in Dhcp4
+            // `eth1/ADDR` for one address of it, the agent's `eth1=ADDR`
+            // (Dhcp6's unicast address is not the agent's to take).
+            let interfaces = object
+                .pointer("/interfaces-config/interfaces")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .filter(|i| *i != "*");
+            for i in interfaces {
+                let name = match i.split_once('/') {
+                    Some((name, addr)) if kind == 0 => format!("{name}={addr}"),
+                    Some((name, _)) => name.to_owned(),
+                    None => i.to_owned(),
+                };
+                out.run_flags.add_interface(name);
+            }
         }
     }
     out.source = sources.join(", ");
@@ -762,6 +780,7 @@ fn translate4(mut ctx: Ctx<'_>, dhcp4: &Value) -> Translation {
                 .or(global_lease)
                 .and_then(|l| u32::try_from(l).ok()),
             pool,
+            proxy: false,
             origin,
         });
         subnet_boot.push(boot_file(s).or_else(|| global_boot.clone()));
@@ -954,6 +973,22 @@ mod tests {
 
     fn run() -> Translation {
         translate(Path::new("kea.json"), KEA).expect("translates")
+    }
+
+    #[test]
+    fn the_interfaces_kea_served_become_run_flags() {
+        let v4 = KEA.replace(r#"["eth0"]"#, r#"["eth0", "eth1/10.66.0.1"]"#);
+        let v6 =
+            r#"{"Dhcp6": {"interfaces-config": {"interfaces": ["eth1/2001:db8::1", "eth2"]}}}"#;
+        let t = translate_files(&[
+            (PathBuf::from("kea4.json"), v4),
+            (PathBuf::from("kea6.json"), v6.to_owned()),
+        ])
+        .expect("translates");
+        assert_eq!(
+            t.run_flags.interfaces,
+            ["eth0", "eth1=10.66.0.1", "eth1", "eth2"]
+        );
     }
 
     #[test]

@@ -123,6 +123,9 @@ pub struct SubnetOut {
     pub domain: Option<String>,
     pub lease_time: Option<u32>,
     pub pool: Option<(Ipv4Addr, Ipv4Addr)>,
+    /// `mode: proxy`: another DHCP server hands out the addresses and the
+    /// agent answers PXE firmware with boot information only.
+    pub proxy: bool,
     pub origin: Origin,
 }
 
@@ -262,6 +265,39 @@ pub struct Translation {
     /// IPv6 reservations still to join their hosts (see `ipv6`).
     pub reservations6: Vec<Reservation6>,
     pub report: Report,
+    /// Arguments of `pxe-agent run` the configuration implies: the
+    /// interfaces it served, its TFTP root as `--boot-root`.
+    pub run_flags: RunFlags,
+}
+
+/// What an imported configuration says about how to run the agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFlags {
+    /// `--interface` values, in the order given (`eth1` or `eth1=ADDR`).
+    pub interfaces: Vec<String>,
+    /// `--boot-root`.
+    pub boot_root: Option<String>,
+}
+
+impl RunFlags {
+    /// The flags as arguments, with `--inventory FILE`.
+    pub fn args(&self, inventory: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for i in &self.interfaces {
+            out.extend(["--interface".to_owned(), i.clone()]);
+        }
+        out.extend(["--inventory".to_owned(), inventory.to_owned()]);
+        if let Some(root) = &self.boot_root {
+            out.extend(["--boot-root".to_owned(), root.clone()]);
+        }
+        out
+    }
+
+    pub(super) fn add_interface(&mut self, name: String) {
+        if !self.interfaces.contains(&name) {
+            self.interfaces.push(name);
+        }
+    }
 }
 
 /// The YAML text and what was left out.
@@ -270,6 +306,7 @@ pub struct Imported {
     pub yaml: String,
     pub report: Report,
     pub hosts: usize,
+    pub run_flags: RunFlags,
 }
 
 /// A hostname the inventory accepts (option 12: letters, digits, `-`, `.`,
@@ -349,6 +386,7 @@ impl Translation {
             yaml,
             report: self.report,
             hosts: self.hosts.len(),
+            run_flags: self.run_flags,
         })
     }
 
@@ -455,6 +493,9 @@ impl Translation {
         for s in &self.subnets {
             let _ = writeln!(out, "  # {}", s.origin);
             let _ = writeln!(out, "  - cidr: {}/{}", s.network, s.prefix);
+            if s.proxy {
+                let _ = writeln!(out, "    mode: proxy");
+            }
             if let Some(r) = s.router {
                 let _ = writeln!(out, "    router: {r}");
             }
