@@ -49,6 +49,7 @@ impl ApiArgs {
 pub struct AgentCall {
     #[command(flatten)]
     pub api: ApiArgs,
+    /// Print a table, or the agent's JSON.
     #[arg(long, value_enum, default_value_t = Output::Table)]
     pub output: Output,
 }

@@ -15,14 +15,18 @@ use super::oob::{Select, oob};
 pub enum BmcCommand {
     /// Power state or action.
     Power {
+        /// Read the power state, or the power action to take.
         #[arg(value_enum)]
         action: PowerArg,
+        /// Hosts by name or MAC (or select them with --all or --label).
+        #[arg(value_name = "HOST")]
         hosts: Vec<String>,
         #[command(flatten)]
         select: Select,
     },
     /// Set the boot device (read back before answering).
     Bootdev {
+        /// The boot device.
         #[arg(value_enum)]
         device: DeviceArg,
         /// For all future boots, not only the next one.
@@ -31,12 +35,16 @@ pub enum BmcCommand {
         /// Boot in EFI mode.
         #[arg(long)]
         efi: bool,
+        /// Hosts by name or MAC (or select them with --all or --label).
+        #[arg(value_name = "HOST")]
         hosts: Vec<String>,
         #[command(flatten)]
         select: Select,
     },
     /// The BMC's device id, the chassis power and the boot device.
     Info {
+        /// Hosts by name or MAC (or select them with --all or --label).
+        #[arg(value_name = "HOST")]
         hosts: Vec<String>,
         #[command(flatten)]
         select: Select,

@@ -23,6 +23,7 @@ pub enum HostsAction {
     /// Record a `netboot: once` host's provisioning as done, as its
     /// phone-home would: from now on every route gives it no boot file.
     Done {
+        /// The host, by name or MAC.
         host: String,
         #[command(flatten)]
         agent: AgentCall,

@@ -12,7 +12,8 @@ pub enum ImportFrom {
     /// dnsmasq configuration files and --dhcp-hostsfile files (hosts files
     /// and configuration files they name are read too, when readable).
     Dnsmasq {
-        #[arg(required = true)]
+        /// dnsmasq configuration files and hosts files.
+        #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
         #[command(flatten)]
         out: ImportOutput,
@@ -44,7 +45,10 @@ pub struct ImportOutput {
 pub enum ExportTo {
     /// A dnsmasq hosts file (`--dhcp-hostsfile`), one
     /// MAC,IP[,[IPv6]][,hostname] line per host, on standard output.
-    Dnsmasq { inventory: PathBuf },
+    Dnsmasq {
+        /// The inventory file (YAML) to export.
+        inventory: PathBuf,
+    },
 }
 
 /// `pxe-agent import`: the inventory to --output (or stdout), the report to

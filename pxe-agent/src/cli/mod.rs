@@ -56,9 +56,12 @@ pub enum Command {
     /// each interface (all under DIR unless --interface is given) and
     /// remove its map pins. For uninstalling; a restart must not run it.
     Detach {
+        /// The directory `run --pin-dir` pinned under (on bpffs).
         #[arg(long, value_name = "DIR")]
         pin_dir: PathBuf,
-        #[arg(long, short)]
+        /// Only this interface (repeat for several); default every
+        /// interface pinned under DIR.
+        #[arg(long, short, value_name = "IFACE")]
         interface: Vec<String>,
     },
     /// Act on hosts' BMCs through the running agent (or, with --direct,
@@ -70,6 +73,8 @@ pub enum Command {
     /// Hand hosts to the running agent's recovery controller: set the boot
     /// device to PXE, power on or cycle, and watch the boot chain.
     Recover {
+        /// Hosts by name or MAC (or select them with --all or --label).
+        #[arg(value_name = "HOST")]
         hosts: Vec<String>,
         #[command(flatten)]
         select: Select,
@@ -107,9 +112,11 @@ pub enum Command {
     },
     /// Lab helper: attach a pass-through XDP program to the far end of a veth
     /// pair so it receives the fast path's XDP_TX replies, until SIGINT or
-    /// SIGTERM. Real NICs do not need this.
+    /// SIGTERM. Real NICs do not need this; hidden from the command list.
+    #[command(hide = true)]
     VethPeer {
-        #[arg(long, short)]
+        /// The veth end the clients send from.
+        #[arg(long, short, value_name = "IFACE")]
         interface: String,
         /// Instead of passing frames up, redirect every frame the interface
         /// receives to this one (a veth end): its peer then receives them as
@@ -120,6 +127,7 @@ pub enum Command {
     },
     /// Print the counters of the running agent.
     Stats {
+        /// The agent's metrics address (`run --metrics-addr`).
         #[arg(long, default_value = DEFAULT_METRICS)]
         metrics_addr: SocketAddr,
     },
@@ -127,8 +135,10 @@ pub enum Command {
     /// --discovered, the unknown clients that asked for DHCP (to adopt into
     /// the inventory).
     Hosts {
+        /// The unknown clients that asked for DHCP instead of the hosts.
         #[arg(long)]
         discovered: bool,
+        /// Print a table, or the agent's JSON.
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
         #[command(flatten)]
@@ -138,6 +148,7 @@ pub enum Command {
     },
     /// List the running agent's pool leases.
     Leases {
+        /// Print a table, or the agent's JSON.
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
         #[command(flatten)]
@@ -148,6 +159,7 @@ pub enum Command {
     /// answer or why it ignored the request, TFTP and HTTP fetches, the
     /// phone-home. tcpdump does not see replies the XDP program sends.
     Trace {
+        /// The machine's MAC address.
         mac: MacAddr,
         #[command(flatten)]
         api: ApiArgs,
@@ -170,6 +182,7 @@ pub enum Command {
     /// a BMC, hand it to the recovery controller (PXE, power cycle) so it
     /// provisions now.
     Reprovision {
+        /// The host, by name or MAC.
         host: String,
         /// Only arm it: no BMC call; it provisions at its next network boot.
         #[arg(long)]
