@@ -60,14 +60,16 @@ impl Api {
             None => (false, url),
             Some(("http", rest)) => (false, rest),
             Some(("https", rest)) => (true, rest),
-            Some((scheme, _)) => anyhow::bail!("--api {url:?}: unknown scheme {scheme:?}"),
+            Some((scheme, _)) => anyhow::bail!("--agent {url:?}: unknown scheme {scheme:?}"),
         };
         let authority = authority.trim_end_matches('/').to_string();
         let Some((host, _)) = authority
             .rsplit_once(':')
             .filter(|(_, p)| p.parse::<u16>().is_ok())
         else {
-            anyhow::bail!("--api {url:?} is not HOST:PORT, http://HOST:PORT or https://HOST:PORT");
+            anyhow::bail!(
+                "--agent {url:?} is not HOST:PORT, http://HOST:PORT or https://HOST:PORT"
+            );
         };
         let tls = if https {
             Some(Tls::new(host, trust)?)
@@ -183,7 +185,7 @@ impl Tls {
     fn new(host: &str, trust: Trust) -> anyhow::Result<Tls> {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(host.to_string())
-            .with_context(|| format!("--api: {host:?} is not a host name or an IP address"))?;
+            .with_context(|| format!("--agent: {host:?} is not a host name or an IP address"))?;
         let config = trust::client_config(&trust).map_err(|e| match e {
             TrustError::NoSystemRoots => anyhow::anyhow!(
                 "no --ca-file and no system CA certificates: give the CA that signed the \
@@ -213,7 +215,7 @@ impl Tls {
             Some(rustls::Error::InvalidCertificate(cert)) => self.certificate_refused(cert),
             Some(rustls::Error::InvalidMessage(_)) => format!(
                 "{authority} does not answer in TLS: is the API plain http? \
-                 (--api http://{authority})"
+                 (--agent http://{authority})"
             ),
             Some(rustls::Error::AlertReceived(alert)) => {
                 format!("the agent refused the TLS handshake ({alert:?})")

@@ -72,13 +72,13 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         } => cli::hosts::reprovision(&host, no_power, &agent),
         Command::Hosts {
             discovered,
-            output,
+            format,
             api,
             action: None,
-        } => cli::hosts::list(discovered, output, &api),
-        Command::Leases { output, api } => cli::leases::list(output, &api),
+        } => cli::hosts::list(discovered, format, &api),
+        Command::Leases { format, api } => cli::leases::list(format, &api),
         Command::Stats { metrics_addr } => cli::stats::print(metrics_addr),
-        Command::Trace { mac, api, count } => cli::trace::trace(&api, mac, count),
+        Command::Trace { host, api, count } => cli::trace::trace(&api, &host, count),
         Command::Bmc { command } => cli::bmc::bmc(command),
         Command::Recover { hosts, select } => cli::oob::recover(hosts, &select),
     }

@@ -2,7 +2,8 @@
 //! argument of every subcommand's `--help` (walked from `pxe-agent --help`
 //! down) has a help line, and every `pxe-agent SUBCOMMAND ... --flag` the
 //! README and docs/*.md write, in code blocks and inline code, names a
-//! subcommand and flags that `--help` lists.
+//! subcommand and flags that `--help` lists. The client commands' older
+//! flag names keep working.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -407,4 +408,57 @@ fn the_checker_catches_stale_names() {
     assert_eq!(code[0].1, "pxe-agent run --interface eth0");
     assert_eq!(code[1].1, "sudo pxe-agent hosts    --discovered");
     assert_eq!(commands("kubectl -n pxe-agent get pods")[0].1, false);
+}
+
+/// What `pxe-agent ARGS` printed, run with `env`, when it failed (the
+/// out-of-band commands print a failed host's error in their output).
+fn output_of(args: &[&str], env: &[(&str, &str)]) -> String {
+    let out = Command::new(bin())
+        .args(args)
+        .env_remove("PXE_AGENT_ADDR")
+        .env_remove("PXE_AGENT_API")
+        .envs(env.iter().copied())
+        .output()
+        .expect("failed to run pxe-agent");
+    assert!(
+        !out.status.success(),
+        "pxe-agent {args:?} found an agent on a closed port"
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout)
+}
+
+#[test]
+fn client_commands_take_the_agent_by_flag_env_and_older_names() {
+    // Port 1 on loopback: nothing answers, and the error names the address
+    // the command tried.
+    let tried = |args: &[&str], env: &[(&str, &str)], addr: &str| {
+        let err = output_of(args, env);
+        assert!(err.contains(addr), "pxe-agent {args:?} {env:?}: {err}");
+    };
+    tried(&["hosts", "--agent", "127.0.0.1:1"], &[], "127.0.0.1:1");
+    tried(
+        &["leases", "--api", "127.0.0.2:1", "--output", "json"],
+        &[],
+        "127.0.0.2:1",
+    );
+    tried(
+        &["trace", "node-1"],
+        &[("PXE_AGENT_ADDR", "127.0.0.3:1")],
+        "127.0.0.3:1",
+    );
+    tried(
+        &["hosts", "--format", "json"],
+        &[("PXE_AGENT_API", "127.0.0.4:1")],
+        "127.0.0.4:1",
+    );
+    tried(
+        &["bmc", "info", "node-1", "--format", "json"],
+        &[
+            ("PXE_AGENT_ADDR", "127.0.0.5:1"),
+            ("PXE_AGENT_API", "127.0.0.6:1"),
+        ],
+        "127.0.0.5:1",
+    );
+    let err = output_of(&["hosts", "--format", "yaml"], &[]);
+    assert!(err.contains("possible values"), "{err}");
 }

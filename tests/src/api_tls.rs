@@ -148,7 +148,7 @@ fn the_cli_trusts_the_api_only_through_its_ca_and_tls_below_1_2_is_refused() {
     let api = https();
     let ca = rig.path("ca-a.pem");
 
-    let (ok, out, err) = rig.hosts(&["--api", &api, "--ca-file", &ca]);
+    let (ok, out, err) = rig.hosts(&["--agent", &api, "--ca-file", &ca]);
     assert!(
         ok,
         "hosts with --ca-file failed: {err}\nlog:\n{}",
@@ -157,24 +157,24 @@ fn the_cli_trusts_the_api_only_through_its_ca_and_tls_below_1_2_is_refused() {
     assert!(out.contains("node-1"), "{out}");
 
     // Without the CA: the system's roots do not know it.
-    let (ok, _, err) = rig.hosts(&["--api", &api]);
+    let (ok, _, err) = rig.hosts(&["--agent", &api]);
     assert!(!ok, "the certificate was trusted without --ca-file");
     assert!(err.contains("not trusted"), "{err}");
     // Another CA does not do either.
     make_ca(&rig.certs.0, "ca-other");
-    let (ok, _, err) = rig.hosts(&["--api", &api, "--ca-file", &rig.path("ca-other.pem")]);
+    let (ok, _, err) = rig.hosts(&["--agent", &api, "--ca-file", &rig.path("ca-other.pem")]);
     assert!(!ok && err.contains("not trusted"), "{err}");
     // Nor a name the certificate does not carry (localhost is not an IP
     // SAN of it).
-    let (ok, _, err) = rig.hosts(&["--api", "https://localhost:9465", "--ca-file", &ca]);
+    let (ok, _, err) = rig.hosts(&["--agent", "https://localhost:9465", "--ca-file", &ca]);
     assert!(!ok && err.contains("not valid for localhost"), "{err}");
 
-    let (ok, out, err) = rig.hosts(&["--api", &api, "--insecure"]);
+    let (ok, out, err) = rig.hosts(&["--agent", &api, "--insecure"]);
     assert!(ok && out.contains("node-1"), "--insecure failed: {err}");
     assert!(err.contains("warning: --insecure"), "no warning: {err}");
 
     // Plain HTTP to the TLS listener: the CLI and curl both fail.
-    let (ok, _, err) = rig.hosts(&["--api", &format!("http://{API_ADDR}")]);
+    let (ok, _, err) = rig.hosts(&["--agent", &format!("http://{API_ADDR}")]);
     assert!(!ok, "plain http was answered: {err}");
     let plain = rig.run(
         "curl",
@@ -182,7 +182,7 @@ fn the_cli_trusts_the_api_only_through_its_ca_and_tls_below_1_2_is_refused() {
     );
     assert!(!plain.status.success(), "curl over plain http succeeded");
     // And the reverse hint: TLS to a plain listener (the metrics one).
-    let (ok, _, err) = rig.hosts(&["--api", "https://127.0.0.1:9464", "--insecure"]);
+    let (ok, _, err) = rig.hosts(&["--agent", "https://127.0.0.1:9464", "--insecure"]);
     assert!(!ok && err.contains("does not answer in TLS"), "{err}");
 
     // TLS 1.2 and 1.3 are served; 1.1 is refused by the agent (the
@@ -256,7 +256,7 @@ fn the_cli_trusts_the_api_only_through_its_ca_and_tls_below_1_2_is_refused() {
         .collect();
     thread::sleep(Duration::from_millis(300));
     let started = Instant::now();
-    let (ok, _, err) = rig.hosts(&["--api", &api, "--ca-file", &ca]);
+    let (ok, _, err) = rig.hosts(&["--agent", &api, "--ca-file", &ca]);
     assert!(
         ok && started.elapsed() < Duration::from_secs(5),
         "behind idle clients: {err}"
@@ -274,7 +274,7 @@ fn the_cli_trusts_the_api_only_through_its_ca_and_tls_below_1_2_is_refused() {
         "{:?}",
         rig.served.stats()
     );
-    let (ok, _, err) = rig.hosts(&["--api", &api, "--ca-file", &ca]);
+    let (ok, _, err) = rig.hosts(&["--agent", &api, "--ca-file", &ca]);
     assert!(ok, "after the failures: {err}");
 }
 
@@ -306,9 +306,9 @@ fn a_new_certificate_serves_new_connections_and_a_bad_one_leaves_the_previous() 
         );
         thread::sleep(Duration::from_millis(250));
     }
-    let (ok, _, err) = rig.hosts(&["--api", &https(), "--ca-file", &rig.path("ca-b.pem")]);
+    let (ok, _, err) = rig.hosts(&["--agent", &https(), "--ca-file", &rig.path("ca-b.pem")]);
     assert!(ok, "the new CA is not trusted: {err}");
-    let (ok, _, err) = rig.hosts(&["--api", &https(), "--ca-file", &rig.path("ca-a.pem")]);
+    let (ok, _, err) = rig.hosts(&["--agent", &https(), "--ca-file", &rig.path("ca-a.pem")]);
     assert!(!ok && err.contains("not trusted"), "{err}");
     assert_eq!(
         rig.metric("pxe_api_tls_reloads_total{result=\"ok\"}"),
@@ -336,7 +336,7 @@ fn a_new_certificate_serves_new_connections_and_a_bad_one_leaves_the_previous() 
         "the refusal does not name the file:\n{log}"
     );
     assert_eq!(rig.served_serial(), "2002");
-    let (ok, _, err) = rig.hosts(&["--api", &https(), "--ca-file", &rig.path("ca-b.pem")]);
+    let (ok, _, err) = rig.hosts(&["--agent", &https(), "--ca-file", &rig.path("ca-b.pem")]);
     assert!(ok, "the previous certificate does not serve: {err}");
     assert_eq!(rig.metric("pxe_api_tls_reloads_total{result=\"ok\"}"), 1);
     assert_eq!(rig.metric("pxe_api_tls_reloads_total{result=\"error\"}"), 1);

@@ -343,7 +343,7 @@ fn dhclient_and_dhcpcd_get_their_ipv6_reservations_from_the_agent_as_deployed() 
         "{hosts}"
     );
     // dhclient sends a DUID-LLT: its MAC names the host.
-    let json = served.cli(&["hosts", "--output", "json"]);
+    let json = served.cli(&["hosts", "--format", "json"]);
     assert!(json.contains("known by duid mac"), "{json}");
 }
 

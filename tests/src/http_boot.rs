@@ -626,7 +626,7 @@ fn hosts_table_cuts_long_cells_in_line_and_json_keeps_them_whole() {
     let stage: String = row.chars().skip(at).take(6).collect();
     assert_eq!(stage, "script", "{table}");
     let json: serde_json::Value =
-        serde_json::from_str(&served.cli(&["hosts", "--output", "json"])).expect("hosts json");
+        serde_json::from_str(&served.cli(&["hosts", "--format", "json"])).expect("hosts json");
     let host = json
         .as_array()
         .and_then(|a| a.iter().find(|h| h["mac"] == "52:54:00:12:34:56"))

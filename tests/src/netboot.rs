@@ -194,7 +194,7 @@ impl Rig {
 
     /// The `netboot` object of the host in `pxe-agent hosts --output json`.
     fn netboot_json(&self) -> serde_json::Value {
-        let text = self.served.cli(&["hosts", "--output", "json"]);
+        let text = self.served.cli(&["hosts", "--format", "json"]);
         let hosts: serde_json::Value = serde_json::from_str(&text).expect("json");
         hosts[0]["netboot"].clone()
     }
@@ -509,7 +509,7 @@ fn falls_through(
 
 /// What the agent recorded the host fetching last: TFTP, script, artifact.
 fn fetches(lab: &xtask::vm::BootLab) -> String {
-    let text = lab.cli(&["hosts", "--output", "json"]).expect("hosts");
+    let text = lab.cli(&["hosts", "--format", "json"]).expect("hosts");
     let hosts: serde_json::Value = serde_json::from_str(&text).expect("json");
     let p = &hosts[0]["progress"];
     format!(

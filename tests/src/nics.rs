@@ -93,7 +93,7 @@ fn the_xdp_program_answers_every_port_with_the_hosts_address_as_the_slow_path_do
 /// `pxe-agent hosts --output json`, the entry of `hostname`.
 fn host_json(served: &Served, hostname: &str) -> Value {
     let list: Value =
-        serde_json::from_str(&served.cli(&["hosts", "--output", "json"])).expect("hosts json");
+        serde_json::from_str(&served.cli(&["hosts", "--format", "json"])).expect("hosts json");
     list.as_array()
         .expect("a list")
         .iter()
@@ -160,7 +160,7 @@ fn both_ports_get_the_hosts_address_and_hosts_shows_which_port_booted() {
     assert_eq!(boot_mac, "52:54:00:12:34:57", "{table}");
     // One entry per host, whichever port asked.
     let list: Value =
-        serde_json::from_str(&served.cli(&["hosts", "--output", "json"])).expect("json");
+        serde_json::from_str(&served.cli(&["hosts", "--format", "json"])).expect("json");
     assert_eq!(list.as_array().map(Vec::len), Some(2), "{list}");
 }
 
@@ -218,7 +218,7 @@ fn boot_chain(served: &Served) -> ([String; 3], Vec<Option<String>>) {
     let mut seen = Vec::new();
     let lease_ids = || {
         let leases: Value =
-            serde_json::from_str(&served.cli(&["leases", "--output", "json"])).expect("leases");
+            serde_json::from_str(&served.cli(&["leases", "--format", "json"])).expect("leases");
         let bound: Vec<&Value> = leases
             .as_array()
             .expect("a list")

@@ -226,7 +226,7 @@ fn bmc_commands_act_through_the_api_with_a_token_and_are_audited() {
         "node-1",
         "--token-file",
         &token,
-        "--output",
+        "--format",
         "json",
     ]);
     // Right after a cycle ipmi_sim may still report the host off.

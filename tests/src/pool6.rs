@@ -62,7 +62,7 @@ fn leased(file: &str) -> Option<String> {
 /// them: (address, state, MAC, DUID).
 fn leases6(served: &Served) -> Vec<(String, String, String, String)> {
     let list: Value =
-        serde_json::from_str(&served.cli(&["leases", "--output", "json"])).expect("lease JSON");
+        serde_json::from_str(&served.cli(&["leases", "--format", "json"])).expect("lease JSON");
     list.as_array()
         .expect("a list")
         .iter()

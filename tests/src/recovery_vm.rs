@@ -508,7 +508,7 @@ fn recover_boots_a_redfish_only_guest_and_leaves_disk_set() {
     );
     let calls = rig.bmc.sim().state("calls.log");
     assert!(calls.is_empty(), "IPMI was used: {calls}");
-    let hosts = rig.lab.cli(&["hosts", "--output", "json"]).expect("hosts");
+    let hosts = rig.lab.cli(&["hosts", "--format", "json"]).expect("hosts");
     assert!(
         hosts.contains("bmc_driver") && hosts.contains("\"redfish\""),
         "{hosts}"

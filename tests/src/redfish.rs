@@ -294,7 +294,7 @@ fn cli_direct_reads_and_sets_a_redfish_host() {
     let cli = |args: &[&str]| {
         let out = Command::new(agent_bin())
             .args(args)
-            .args(["node-1", "--direct", "--output", "json", "--inventory"])
+            .args(["node-1", "--direct", "--format", "json", "--inventory"])
             .arg(dir.path("inventory.yaml"))
             .arg("--audit-log")
             .arg(dir.path("audit.jsonl"))

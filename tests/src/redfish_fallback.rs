@@ -57,7 +57,7 @@ fn bmc(rig: &Rig, args: &[&str]) -> String {
     let token = rig.token();
     let mut full = vec!["bmc"];
     full.extend_from_slice(args);
-    full.extend(["node-1", "--token-file", &token, "--output", "json"]);
+    full.extend(["node-1", "--token-file", &token, "--format", "json"]);
     let out = rig.ok(&full);
     assert!(out.contains("\"result\": \"ok\""), "{args:?}: {out}");
     out

@@ -9,10 +9,11 @@ use pxe_agent::{client, trust::Trust};
 /// How to reach the running agent's API.
 #[derive(clap::Args)]
 pub struct ApiArgs {
-    /// The agent's API: https://HOST:PORT, http://HOST:PORT (or
-    /// HOST:PORT).
-    #[arg(long, env = "PXE_AGENT_API", default_value = client::DEFAULT_API)]
-    api: String,
+    /// The running agent's API: https://HOST:PORT, http://HOST:PORT (or
+    /// HOST:PORT); default $PXE_AGENT_ADDR, else $PXE_AGENT_API, else
+    /// http://127.0.0.1:9465.
+    #[arg(long, alias = "api", value_name = "ADDR", env = "PXE_AGENT_ADDR")]
+    agent: Option<String>,
     /// File holding the bearer token (a `name token` line of the agent's
     /// token file works too); default $PXE_AGENT_TOKEN_FILE.
     #[arg(long, value_name = "FILE")]
@@ -28,6 +29,15 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
+    /// The API's address: --agent (or its older name --api), else
+    /// $PXE_AGENT_ADDR, else the older $PXE_AGENT_API, else the default.
+    pub fn addr(&self) -> String {
+        self.agent
+            .clone()
+            .or_else(|| std::env::var("PXE_AGENT_API").ok())
+            .unwrap_or_else(|| client::DEFAULT_API.to_string())
+    }
+
     /// A client of the API these flags name, with their token and trust.
     pub fn client(&self) -> anyhow::Result<client::Api> {
         let trust = match (&self.ca_file, self.insecure) {
@@ -36,7 +46,7 @@ impl ApiArgs {
             (None, false) => Trust::System,
         };
         client::Api::new(
-            &self.api,
+            &self.addr(),
             client::token_file(self.token_file.as_deref()).as_deref(),
             trust,
         )
@@ -50,8 +60,8 @@ pub struct AgentCall {
     #[command(flatten)]
     pub api: ApiArgs,
     /// Print a table, or the agent's JSON.
-    #[arg(long, value_enum, default_value_t = Output::Table)]
-    pub output: Output,
+    #[arg(long, alias = "output", value_enum, default_value_t = Output::Table)]
+    pub format: Output,
 }
 
 /// How a command prints what the agent answered.

@@ -228,7 +228,7 @@ fn netboot_call(
         let why = page.trim();
         anyhow::bail!("{path}: {status} {why}");
     }
-    if agent.output == Output::Json {
+    if agent.format == Output::Json {
         print_json(&page)?;
         return Ok(ExitCode::SUCCESS);
     }

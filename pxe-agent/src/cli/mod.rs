@@ -22,7 +22,7 @@ use std::{
 };
 
 use clap::{Parser, Subcommand};
-use pxe_agent::{client::DEFAULT_METRICS, mac::MacAddr};
+use pxe_agent::client::DEFAULT_METRICS;
 
 use self::{
     agent::{AgentCall, ApiArgs, Output},
@@ -139,8 +139,8 @@ pub enum Command {
         #[arg(long)]
         discovered: bool,
         /// Print a table, or the agent's JSON.
-        #[arg(long, value_enum, default_value_t = Output::Table)]
-        output: Output,
+        #[arg(long, alias = "output", value_enum, default_value_t = Output::Table)]
+        format: Output,
         #[command(flatten)]
         api: ApiArgs,
         #[command(subcommand)]
@@ -149,18 +149,20 @@ pub enum Command {
     /// List the running agent's pool leases.
     Leases {
         /// Print a table, or the agent's JSON.
-        #[arg(long, value_enum, default_value_t = Output::Table)]
-        output: Output,
+        #[arg(long, alias = "output", value_enum, default_value_t = Output::Table)]
+        format: Output,
         #[command(flatten)]
         api: ApiArgs,
     },
-    /// Follow one machine live through both paths, one line per event until
+    /// Follow one machine (by MAC or host name) live through both paths, one line per event until
     /// Ctrl-C: the XDP verdict (tx_offer, pass_ipxe, ...), the slow path's
     /// answer or why it ignored the request, TFTP and HTTP fetches, the
     /// phone-home. tcpdump does not see replies the XDP program sends.
     Trace {
-        /// The machine's MAC address.
-        mac: MacAddr,
+        /// The machine: its MAC address, or the host name of an inventory
+        /// host.
+        #[arg(value_name = "MAC|HOST")]
+        host: String,
         #[command(flatten)]
         api: ApiArgs,
         /// Exit after this many events.

@@ -162,7 +162,7 @@ pub fn oob(op: Op, hosts: Vec<String>, select: &Select) -> anyhow::Result<ExitCo
         through_agent(op, hosts, &api, concurrency)
     };
     let failed = outcomes.iter().filter(|o| !o.is_ok()).count();
-    match select.agent.output {
+    match select.agent.format {
         Output::Json => println!("{}", serde_json::to_string_pretty(&outcomes)?),
         Output::Table => {
             let mut table = Table::new(&[
