@@ -38,9 +38,9 @@ struct Problems {
     store: Option<String>,
     slow_path: Option<String>,
     oob: Option<String>,
-    /// Each interface the program was attached to, and whether our
-    /// program is still the one attached there.
-    xdp_attached: Vec<(String, bool)>,
+    /// Each interface the program was attached to, and how our program
+    /// is attached there now (`none` when it no longer is).
+    xdp_attached: Vec<(String, &'static str)>,
 }
 
 impl Default for Health {
@@ -87,15 +87,26 @@ impl Health {
         self.problems().xdp = result.err();
     }
 
-    /// Per interface, whether our program is still the one attached there
-    /// (the monitor's last look).
-    pub fn set_xdp_attached(&self, attached: Vec<(String, bool)>) {
-        self.problems().xdp_attached = attached;
+    /// How our program is attached to each interface it was attached to
+    /// (`native`, `generic`, `offload`; `none` when it no longer is), as
+    /// the monitor last found.
+    pub fn set_xdp_modes(&self, modes: Vec<(String, &'static str)>) {
+        self.problems().xdp_attached = modes;
     }
 
-    /// What [`Health::set_xdp_attached`] last recorded.
-    pub fn xdp_attached(&self) -> Vec<(String, bool)> {
+    /// What [`Health::set_xdp_modes`] last recorded.
+    pub fn xdp_modes(&self) -> Vec<(String, &'static str)> {
         self.problems().xdp_attached.clone()
+    }
+
+    /// Per interface, whether our program is still the one attached there
+    /// (the monitor's last look).
+    pub fn xdp_attached(&self) -> Vec<(String, bool)> {
+        self.problems()
+            .xdp_attached
+            .iter()
+            .map(|(iface, mode)| (iface.clone(), *mode != "none"))
+            .collect()
     }
 
     /// Whether the maps hold what the inventory in force says.

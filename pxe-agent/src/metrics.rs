@@ -48,6 +48,7 @@ pub const SHARE_OWNED: &str = "pxe_share_owned_hosts";
 pub const READY: &str = "pxe_ready";
 pub const HEALTH_CHECK: &str = "pxe_health_check_ok";
 pub const XDP_ATTACHED: &str = "pxe_xdp_attached";
+pub const XDP_ATTACH_MODE: &str = "pxe_xdp_attach_mode";
 pub const NETBOOT_CHANGES: &str = "pxe_netboot_changes_total";
 pub const NETBOOT_REFUSED: &str = "pxe_netboot_refused_total";
 pub const NETBOOT_DONE: &str = "pxe_netboot_done_hosts";

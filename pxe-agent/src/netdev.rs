@@ -134,17 +134,43 @@ fn addresses_of(iface: &str) -> Result<Vec<IpAddr>, NetdevError> {
     Ok(found)
 }
 
+/// How an XDP program is attached to an interface (`IFLA_XDP_ATTACHED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XdpAttach {
+    /// In the driver (`XDP_ATTACHED_DRV`).
+    Native,
+    /// In the kernel's generic path, after the socket buffer is built
+    /// (`XDP_ATTACHED_SKB`).
+    Generic,
+    /// On the NIC (`XDP_ATTACHED_HW`).
+    Offload,
+}
+
+impl XdpAttach {
+    /// Its name in `/metrics` and the status: native, generic, offload.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            XdpAttach::Native => "native",
+            XdpAttach::Generic => "generic",
+            XdpAttach::Offload => "offload",
+        }
+    }
+}
+
 /// The id of the XDP program attached to `iface`, if any, as the kernel
 /// reports it (rtnetlink `RTM_GETLINK`, attribute `IFLA_XDP`). This sees a
 /// program detached behind the agent's back, which its own handles cannot.
 pub fn xdp_program_id(iface: &str) -> std::io::Result<Option<u32>> {
+    Ok(xdp_attached(iface)?.first().map(|(id, _)| *id))
+}
+
+/// The XDP programs attached to `iface` and how, as the kernel reports
+/// them (rtnetlink `RTM_GETLINK`, attribute `IFLA_XDP`): none, one, or one
+/// per mode when programs run in several.
+pub fn xdp_attached(iface: &str) -> std::io::Result<Vec<(u32, XdpAttach)>> {
     use std::io::{Error, ErrorKind};
     const IFLA_XDP: u16 = 43;
     const IFLA_XDP_ATTACHED: u16 = 2;
-    const IFLA_XDP_PROG_ID: u16 = 4;
-    const IFLA_XDP_DRV_PROG_ID: u16 = 5;
-    const IFLA_XDP_SKB_PROG_ID: u16 = 6;
-    const IFLA_XDP_HW_PROG_ID: u16 = 7;
     let index = index_of(iface)?;
     // SAFETY: plain socket creation; the fd is owned below.
     let fd = unsafe {
@@ -189,7 +215,7 @@ pub fn xdp_program_id(iface: &str) -> std::io::Result<Option<u32>> {
     let len = (u32::from_ne_bytes([len[0], len[1], len[2], len[3]]) as usize).min(msg.len());
     let top = attrs(msg.get(32..len).ok_or_else(bad)?);
     let Some((_, xdp)) = top.into_iter().find(|(t, _)| *t == IFLA_XDP) else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
     let nested = attrs(xdp);
     let attached = nested
@@ -197,11 +223,6 @@ pub fn xdp_program_id(iface: &str) -> std::io::Result<Option<u32>> {
         .find(|(t, _)| *t == IFLA_XDP_ATTACHED)
         .and_then(|(_, v)| v.first().copied())
         .unwrap_or(0);
-    if attached == 0 {
-        return Ok(None);
-    }
-    // With programs in several modes (XDP_ATTACHED_MULTI) the kernel sends
-    // one id per mode instead of IFLA_XDP_PROG_ID: any of them will do.
     let id_of = |kind: u16| {
         nested
             .iter()
@@ -209,14 +230,36 @@ pub fn xdp_program_id(iface: &str) -> std::io::Result<Option<u32>> {
             .and_then(|(_, v)| v.get(..4))
             .map(|v| u32::from_ne_bytes([v[0], v[1], v[2], v[3]]))
     };
-    Ok([
-        IFLA_XDP_PROG_ID,
-        IFLA_XDP_DRV_PROG_ID,
-        IFLA_XDP_SKB_PROG_ID,
-        IFLA_XDP_HW_PROG_ID,
-    ]
-    .into_iter()
-    .find_map(id_of))
+    Ok(xdp_modes(attached, id_of))
+}
+
+/// The `(program id, mode)` pairs of an `IFLA_XDP` attribute: its
+/// `IFLA_XDP_ATTACHED` value and a lookup of its nested ids. With programs
+/// in several modes (`XDP_ATTACHED_MULTI`) the kernel sends one id per mode
+/// instead of `IFLA_XDP_PROG_ID`.
+fn xdp_modes(attached: u8, id_of: impl Fn(u16) -> Option<u32>) -> Vec<(u32, XdpAttach)> {
+    const IFLA_XDP_PROG_ID: u16 = 4;
+    const IFLA_XDP_DRV_PROG_ID: u16 = 5;
+    const IFLA_XDP_SKB_PROG_ID: u16 = 6;
+    const IFLA_XDP_HW_PROG_ID: u16 = 7;
+    let one = |mode| id_of(IFLA_XDP_PROG_ID).map(|id| vec![(id, mode)]);
+    match attached {
+        1 => one(XdpAttach::Native),
+        2 => one(XdpAttach::Generic),
+        3 => one(XdpAttach::Offload),
+        4 => Some(
+            [
+                (IFLA_XDP_DRV_PROG_ID, XdpAttach::Native),
+                (IFLA_XDP_SKB_PROG_ID, XdpAttach::Generic),
+                (IFLA_XDP_HW_PROG_ID, XdpAttach::Offload),
+            ]
+            .into_iter()
+            .filter_map(|(kind, mode)| Some((id_of(kind)?, mode)))
+            .collect(),
+        ),
+        _ => None,
+    }
+    .unwrap_or_default()
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -236,4 +279,29 @@ fn attrs(b: &[u8]) -> Vec<(u16, &[u8])> {
         at += (alen + 3) & !3;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attach_modes_come_from_the_attached_kind_and_its_ids() {
+        // Single mode: IFLA_XDP_PROG_ID (4) carries the id.
+        let single = |kind: u16| (kind == 4).then_some(7);
+        assert_eq!(xdp_modes(1, single), [(7, XdpAttach::Native)]);
+        assert_eq!(xdp_modes(2, single), [(7, XdpAttach::Generic)]);
+        assert_eq!(xdp_modes(3, single), [(7, XdpAttach::Offload)]);
+        assert!(xdp_modes(0, single).is_empty());
+        // Several modes: one id per mode (driver 5, generic 6).
+        let multi = |kind: u16| match kind {
+            5 => Some(8),
+            6 => Some(9),
+            _ => None,
+        };
+        assert_eq!(
+            xdp_modes(4, multi),
+            [(8, XdpAttach::Native), (9, XdpAttach::Generic)]
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! What the API, the CLI and the Kubernetes status show of the agent's
 //! state: hosts with their boot progress, power, recovery and netboot
-//! state, leases, and how the discovery pools are shared. Built from the
+//! state, leases, how the discovery pools are shared, and the one-page
+//! status (readiness, interfaces, inventory, stages, peers). Built from the
 //! shared state, the control task's view and the BMC fallbacks; the JSON
 //! of these types is the API's answer.
 
@@ -84,6 +85,76 @@ impl From<&Lease6> for LeaseView {
             duid: Some(colon_hex(&l.duid)),
             iaid: Some(l.iaid),
         }
+    }
+}
+
+/// The agent at a glance (`GET /api/v1/status`, `pxe-agent status`).
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StatusView {
+    /// Whether `/healthz` answers 200.
+    pub ready: bool,
+    /// Why not: `/healthz`'s lines; empty when ready.
+    pub problems: Vec<String>,
+    /// Each served interface and how the fast path runs there.
+    pub interfaces: Vec<InterfaceView>,
+    pub inventory: InventoryView,
+    /// Hosts by boot stage reached (`dhcp` ... `booted`; `none` for hosts
+    /// not seen yet).
+    pub stages: BTreeMap<String, usize>,
+    /// How the discovery pools are shared; absent without peers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peers: Option<PeersView>,
+}
+
+/// A served interface in the status.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct InterfaceView {
+    pub name: String,
+    /// How the XDP program is attached: `native`, `generic`, `offload`,
+    /// or `none` when it is not (the health check's last look).
+    pub xdp_mode: String,
+}
+
+/// The inventory in force, in the status.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct InventoryView {
+    /// 1 for the inventory loaded at start, one more for each reload put
+    /// in force since.
+    pub generation: u64,
+    pub hosts: usize,
+    /// Reloads refused since start (the previous inventory serves on).
+    pub reloads_rejected: u64,
+}
+
+/// The status of the agent whose state is `state`: `xdp_modes` as the
+/// health check found them, `inventory` from the reload's gauges, the
+/// stages of `hosts` (the hosts' views).
+pub fn status_view(
+    state: &State,
+    xdp_modes: Vec<(String, &'static str)>,
+    inventory: InventoryView,
+    hosts: &[HostView],
+) -> StatusView {
+    let problems = state.health.check();
+    let mut stages = BTreeMap::new();
+    for h in hosts {
+        let stage = h.stage.map_or("none", Stage::as_str);
+        *stages.entry(stage.to_string()).or_insert(0) += 1;
+    }
+    let peers = (*state.share() != crate::share::Share::alone()).then(|| peers_view(state));
+    StatusView {
+        ready: problems.is_empty(),
+        problems,
+        interfaces: xdp_modes
+            .into_iter()
+            .map(|(name, mode)| InterfaceView {
+                name,
+                xdp_mode: mode.to_string(),
+            })
+            .collect(),
+        inventory,
+        stages,
+        peers,
     }
 }
 

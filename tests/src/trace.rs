@@ -1,6 +1,9 @@
-//! `pxe-agent trace MAC` against a running agent: the XDP verdicts and the
-//! slow path's answers of the traced MAC appear, another MAC's do not, and
-//! the MAC leaves the XDP filter when the last watcher goes.
+//! `pxe-agent trace MAC|HOST` against a running agent: the XDP verdicts and
+//! the slow path's answers of the traced MAC (named by MAC or by host name)
+//! appear, another MAC's do not, and the MAC leaves the XDP filter when the
+//! last watcher goes. `pxe-agent status` of the same agent: ready, the
+//! interface's XDP attach mode (as `/metrics` says it too), the inventory
+//! and the hosts per stage.
 
 use std::{
     fs,
@@ -39,7 +42,8 @@ struct Tracer {
 }
 
 impl Tracer {
-    fn start(served: &Served, name: &str, extra: &[&str]) -> Tracer {
+    /// `pxe-agent trace TARGET EXTRA...`, TARGET a MAC or a host name.
+    fn start(served: &Served, name: &str, target: &str, extra: &[&str]) -> Tracer {
         let (out, err) = (
             served.dir.path(&format!("{name}.out")),
             served.dir.path(&format!("{name}.err")),
@@ -48,7 +52,7 @@ impl Tracer {
             served
                 .lab
                 .cmd_in(served.lab.server_ns(), agent_bin())
-                .args(["trace", TRACED])
+                .args(["trace", target])
                 .args(extra)
                 .stdin(Stdio::null())
                 .stdout(fs::File::create(&out).expect("trace output"))
@@ -105,9 +109,10 @@ fn traced_macs(served: &Served) -> u64 {
 #[test]
 fn trace_follows_one_mac_through_the_fast_and_the_slow_path() {
     let served = Served::start("trace", INVENTORY);
-    let tracer = Tracer::start(&served, "trace", &[]);
-    // A second watcher of the same MAC that leaves after two events.
-    let counted = Tracer::start(&served, "counted", &["--count", "2"]);
+    let tracer = Tracer::start(&served, "trace", TRACED, &[]);
+    // A second watcher of the same MAC, named by its host name, that leaves
+    // after two events.
+    let counted = Tracer::start(&served, "counted", "node-1", &["--count", "2"]);
     assert_eq!(traced_macs(&served), 1, "one MAC, two watchers");
 
     served.set_client_mac(TRACED);
@@ -164,4 +169,56 @@ fn trace_follows_one_mac_through_the_fast_and_the_slow_path() {
         );
         thread::sleep(Duration::from_millis(200));
     }
+
+    // A name no host has is refused, saying so.
+    let unknown = served
+        .lab
+        .cmd_in(served.lab.server_ns(), agent_bin())
+        .args(["trace", "node-9"])
+        .output()
+        .expect("run pxe-agent trace");
+    let err = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        !unknown.status.success() && err.contains("\"node-9\" is neither a MAC"),
+        "{err}"
+    );
+
+    status_of_the_running_agent(&served);
+}
+
+/// `pxe-agent status` of an agent that served node-1 and one unknown
+/// machine: ready, its one interface in the XDP mode the lab asked for
+/// (native on veth), which `/metrics` reports too, the inventory's one
+/// host at the DHCP stage.
+fn status_of_the_running_agent(served: &Served) {
+    let json: serde_json::Value =
+        serde_json::from_str(&served.cli(&["status", "--format", "json"])).expect("status JSON");
+    let iface = served.lab.server_if();
+    assert_eq!(json["ready"], true, "{json}");
+    assert_eq!(json["problems"], serde_json::json!([]), "{json}");
+    assert_eq!(
+        json["interfaces"],
+        serde_json::json!([{"name": iface, "xdp_mode": "native"}]),
+        "{json}"
+    );
+    assert_eq!(json["inventory"]["generation"], 1, "{json}");
+    assert_eq!(json["inventory"]["hosts"], 1, "{json}");
+    assert_eq!(json["stages"], serde_json::json!({"dhcp": 1}), "{json}");
+    assert!(json.get("peers").is_none(), "no peers: {json}");
+
+    let text = served.cli(&["status"]);
+    assert!(text.starts_with("ready:       yes\n"), "{text}");
+    assert!(
+        text.contains(&format!("interface:   {iface} (XDP native)")),
+        "{text}"
+    );
+    assert!(text.contains("stages:      dhcp 1\n"), "{text}");
+
+    let stats = served.stats();
+    let mode =
+        |m: &str| stats[&format!("pxe_xdp_attach_mode{{interface=\"{iface}\",mode=\"{m}\"}}")];
+    assert_eq!(
+        ["native", "generic", "offload", "none"].map(mode),
+        [1, 0, 0, 0]
+    );
 }

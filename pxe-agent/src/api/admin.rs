@@ -2,7 +2,8 @@
 //! `/metrics` and `/healthz`, open, with no per-host identifier. The API
 //! listener serves the JSON API behind the [`gate`](crate::api::gate):
 //! `/api/v1/discovered`, `/api/v1/leases`, `/api/v1/peers`,
-//! `/api/v1/hosts`, `/api/v1/metrics` (the series that name hosts), the live trace of one machine
+//! `/api/v1/status`, `/api/v1/hosts`, `/api/v1/metrics` (the series that
+//! name hosts), the live trace of one machine
 //! (`/api/v1/trace/<mac>`), and the out-of-band endpoints
 //! (`/api/v1/hosts/<host>/{power,bootdev,bmc,recover}`, `/api/v1/audit`),
 //! where every call on hardware is in the audit log before its answer goes
@@ -113,6 +114,7 @@ pub fn api_router(state: Arc<AdminState>) -> Router {
         .route("/api/v1/discovered", get(discovered))
         .route("/api/v1/leases", get(leases))
         .route("/api/v1/peers", get(peers))
+        .route("/api/v1/status", get(super::status::status))
         .route("/api/v1/hosts", get(hosts))
         .route("/api/v1/metrics", get(api_metrics))
         .route("/api/v1/trace/{mac}", get(trace))
@@ -212,6 +214,9 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
     page.push_str(&s.oob.fallbacks.render());
     page.push_str(&s.oob.bmc_calls.render());
     page.push_str(&metrics::render_api_auth(&s.gate.stats.snapshot()));
+    page.push_str(&metrics::render_xdp_attach(
+        &s.boot.shared.health.xdp_modes(),
+    ));
     if let Some(tls) = &s.api_tls {
         page.push_str(&tls.render());
     }

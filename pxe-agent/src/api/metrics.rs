@@ -533,6 +533,24 @@ pub fn render_api_auth(refused: &[(&str, u64)]) -> String {
     o.finish()
 }
 
+/// How the fast path's program is attached to each served interface: one
+/// series per interface and mode, 1 for the mode it runs in (`none` when
+/// it is not attached), as the health check last found.
+pub fn render_xdp_attach(modes: &[(String, &str)]) -> String {
+    let mut o = Exposition::new();
+    let mut f = o.family(
+        XDP_ATTACH_MODE,
+        Kind::Gauge,
+        "1 for the mode the XDP program runs in on the interface (native, generic, offload), or none when it is not attached.",
+    );
+    for (iface, mode) in modes {
+        for m in ["native", "generic", "offload", "none"] {
+            f.sample(&[("interface", iface), ("mode", m)], u64::from(*mode == m));
+        }
+    }
+    o.finish()
+}
+
 /// The API's TLS: certificate reloads by result (`ok`, `error`), failed
 /// handshakes by reason (`error`, `timeout`) and when the certificate
 /// served expires.

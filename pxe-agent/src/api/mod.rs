@@ -10,5 +10,6 @@ pub mod fleet;
 pub mod gate;
 pub mod kube_auth;
 pub mod metrics;
+mod status;
 pub mod tls;
 pub mod tls_listener;

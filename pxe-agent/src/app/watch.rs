@@ -126,17 +126,17 @@ pub(super) async fn monitor_health(
         }
         let (programs, shared) = (programs.clone(), shared.clone());
         let _ = tokio::task::spawn_blocking(move || {
-            let found: Vec<(String, Option<String>)> = programs
+            let found: Vec<(&String, XdpFound)> = programs
                 .iter()
-                .map(|(iface, program_id)| (iface.clone(), xdp_problem(iface, *program_id)))
+                .map(|(iface, program_id)| (iface, xdp_check(iface, *program_id)))
                 .collect();
-            shared.health.set_xdp_attached(
+            shared.health.set_xdp_modes(
                 found
                     .iter()
-                    .map(|(iface, problem)| (iface.clone(), problem.is_none()))
+                    .map(|(iface, f)| (iface.to_string(), f.mode))
                     .collect(),
             );
-            let problems: Vec<String> = found.into_iter().filter_map(|(_, p)| p).collect();
+            let problems: Vec<String> = found.into_iter().filter_map(|(_, f)| f.problem).collect();
             for why in &problems {
                 warn!("{why}");
             }
@@ -154,14 +154,34 @@ pub(super) async fn monitor_health(
     }
 }
 
-/// What is wrong with our program `program_id` on `iface`, if anything.
-pub(super) fn xdp_problem(iface: &str, program_id: u32) -> Option<String> {
-    match netdev::xdp_program_id(iface) {
-        Ok(Some(id)) if id == program_id => None,
-        Ok(Some(id)) => Some(format!(
-            "another XDP program (id {id}) is attached to {iface}, not ours (id {program_id})"
-        )),
-        Ok(None) => Some(format!("no XDP program attached to {iface}")),
-        Err(e) => Some(format!("cannot read the XDP state of {iface}: {e}")),
+/// What the kernel says of our program on one interface.
+pub(super) struct XdpFound {
+    /// How it is attached: `native`, `generic`, `offload`, or `none`.
+    pub mode: &'static str,
+    /// What is wrong, if anything.
+    pub problem: Option<String>,
+}
+
+/// How our program `program_id` is attached to `iface`, and what is
+/// wrong there.
+pub(super) fn xdp_check(iface: &str, program_id: u32) -> XdpFound {
+    let none = |problem| XdpFound {
+        mode: "none",
+        problem: Some(problem),
+    };
+    match netdev::xdp_attached(iface) {
+        Ok(attached) => match attached.iter().find(|(id, _)| *id == program_id) {
+            Some((_, mode)) => XdpFound {
+                mode: mode.as_str(),
+                problem: None,
+            },
+            None => match attached.first() {
+                Some((id, _)) => none(format!(
+                    "another XDP program (id {id}) is attached to {iface}, not ours (id {program_id})"
+                )),
+                None => none(format!("no XDP program attached to {iface}")),
+            },
+        },
+        Err(e) => none(format!("cannot read the XDP state of {iface}: {e}")),
     }
 }

@@ -13,6 +13,7 @@ pub mod oob;
 pub mod run;
 pub mod runtime;
 pub mod stats;
+pub mod status;
 pub mod trace;
 pub mod xdp;
 
@@ -124,6 +125,16 @@ pub enum Command {
         /// buffers veth copies before running XDP. Benchmarks use it.
         #[arg(long, value_name = "IFACE")]
         redirect_to: Option<String>,
+    },
+    /// The running agent at a glance: ready or not and why, each
+    /// interface's XDP attach mode, the inventory in force, hosts per boot
+    /// stage, and the peers. Exits 1 while the agent is not ready.
+    Status {
+        /// Print text, or the agent's JSON.
+        #[arg(long, alias = "output", value_enum, default_value_t = Output::Table)]
+        format: Output,
+        #[command(flatten)]
+        api: ApiArgs,
     },
     /// Print the counters of the running agent.
     Stats {

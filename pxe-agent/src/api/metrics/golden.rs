@@ -78,7 +78,7 @@ fn the_page_is_written_as_before() {
     s6.ignored[Counter::DropOtherServer as usize].store(8, Ordering::Relaxed);
     let health = Health::default();
     health.slow_path_restarts.store(2, Ordering::Relaxed);
-    health.set_xdp_attached(vec![("eth1".into(), true), ("eth2".into(), false)]);
+    health.set_xdp_modes(vec![("eth1".into(), "native"), ("eth2".into(), "none")]);
     health.set_xdp(Err("no XDP program attached to eth2".into()));
     let tftp = StatsSnapshot {
         requests: 1,
