@@ -62,7 +62,7 @@ fn parse_help(text: &str) -> Page {
     let mut section = Section::None;
     // The entry being read and whether it has a help line yet.
     let mut entry: Option<(String, bool)> = None;
-    let mut finish = |entry: &mut Option<(String, bool)>, page: &mut Page| {
+    let finish = |entry: &mut Option<(String, bool)>, page: &mut Page| {
         if let Some((name, false)) = entry.take() {
             page.no_help.push(name);
         }
@@ -407,7 +407,7 @@ fn the_checker_catches_stale_names() {
     );
     assert_eq!(code[0].1, "pxe-agent run --interface eth0");
     assert_eq!(code[1].1, "sudo pxe-agent hosts    --discovered");
-    assert_eq!(commands("kubectl -n pxe-agent get pods")[0].1, false);
+    assert!(!commands("kubectl -n pxe-agent get pods")[0].1);
 }
 
 /// What `pxe-agent ARGS` printed, run with `env`, when it failed (the
