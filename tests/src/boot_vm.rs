@@ -331,7 +331,7 @@ fn bios_chains_undionly_over_tftp_before_the_script() {
     let tftp_first = format!("    options: {{67: \"tftp://{SERVER_IP}/undionly.kpxe\"}}\n");
     let lab = lab("pxvmundi", |c| BootLabConfig {
         inventory: inventory(&tftp_first),
-        ..c.xdp_mode("native").arg("--reload-ms").arg("20")
+        ..c.xdp_mode("native").arg("--reload-interval").arg("20ms")
     });
     require_tftp(&lab);
     let spec = lab.vm_spec("undionly", WORKER_MAC, Firmware::Bios, 0);

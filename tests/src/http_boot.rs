@@ -414,7 +414,7 @@ fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
 
 #[test]
 fn a_slowloris_client_is_disconnected_by_the_head_deadline() {
-    let agent = Abused::start(1024, &["--http-header-timeout-ms", "1000"], None);
+    let agent = Abused::start(1024, &["--http-header-timeout", "1s"], None);
     let mut slow = agent.connect();
     slow.set_read_timeout(Some(Duration::from_millis(100)))
         .expect("read timeout");
@@ -465,7 +465,7 @@ fn bounds_past_the_descriptor_limit_are_lowered_so_accepts_never_fail() {
     // 256 descriptors hold: the agent lowers them to fit, says so, and the
     // connections past the bound wait in the backlog instead of failing
     // with EMFILE. Heads may take 30 s, so the connections stay.
-    let agent = Abused::start(1024, &["--http-header-timeout-ms", "30000"], Some(256));
+    let agent = Abused::start(1024, &["--http-header-timeout", "30s"], Some(256));
     let (wall, before) = (Instant::now(), cpu_time(agent.pid()));
     let idle = agent.idle_connections(400);
     thread::sleep(Duration::from_secs(3));
@@ -500,8 +500,8 @@ fn a_bound_below_the_descriptor_limit_serves_while_idle_connections_are_open() {
             "90",
             "--tftp-max-transfers",
             "1",
-            "--http-header-timeout-ms",
-            "1000",
+            "--http-header-timeout",
+            "1s",
         ],
         Some(256),
     );
@@ -519,7 +519,7 @@ fn a_bound_below_the_descriptor_limit_serves_while_idle_connections_are_open() {
 #[test]
 fn a_client_that_stops_reading_is_dropped_and_the_next_download_works() {
     const BIG: usize = 64 << 20;
-    let agent = Abused::start(BIG, &["--http-write-timeout-ms", "1000"], None);
+    let agent = Abused::start(BIG, &["--http-write-timeout", "1s"], None);
     let mut stalled = agent.connect();
     stalled
         .write_all(b"GET /artifacts/big.img HTTP/1.1\r\nHost: 10.66.0.1\r\n\r\n")
@@ -571,8 +571,8 @@ fn connections_past_the_bound_do_not_break_a_normal_request() {
         &[
             "--http-max-connections",
             "32",
-            "--http-header-timeout-ms",
-            "1000",
+            "--http-header-timeout",
+            "1s",
         ],
         None,
     );

@@ -321,14 +321,14 @@ impl PeerLab {
         if !self.kube {
             return Vec::new();
         }
-        let lease = LEASE_SECS.to_string();
+        let lease = format!("{LEASE_SECS}s");
         let node = format!("node-{i}");
         [
             "--peers",
             "kube",
             "--pool-slots",
             "2",
-            "--peer-lease-seconds",
+            "--peer-lease",
             &lease,
         ]
         .into_iter()

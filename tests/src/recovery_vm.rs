@@ -143,7 +143,7 @@ impl VmRig {
             )
             .replace("@RECOVERY@", setup.recovery);
         let tokens = dir.path("tokens").display().to_string();
-        let backoff = setup.backoff_ms.to_string();
+        let backoff = format!("{}ms", setup.backoff_ms);
         let mut cfg = BootLabConfig::new(setup.prefix, &agent_bin(), &inventory);
         if setup.daemonset {
             cfg = cfg.wrapper(daemonset_wrapper());
@@ -154,7 +154,7 @@ impl VmRig {
             .arg(&tokens)
             .arg("--bmc-boot-flag-echo")
             .arg("device-only")
-            .arg("--recovery-backoff-ms")
+            .arg("--recovery-backoff")
             .arg(&backoff);
         let lab =
             BootLab::start(&cfg).unwrap_or_else(|e| panic!("boot lab {}: {e:#}", setup.prefix));
@@ -654,7 +654,7 @@ fn recovery_survives_kill_9_and_goes_on_from_its_stage_and_deadline() {
     let mut rig = Rig::start_with(
         "pxreckill",
         "    recovery: {max_attempts: 2, stages: {dhcp: 8s}}\n",
-        &["--recovery-backoff-ms", "2000"],
+        &["--recovery-backoff", "2s"],
     );
     let token = rig.token();
     rig.ok(&["recover", "node-1", "--token-file", &token]);

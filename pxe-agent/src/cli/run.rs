@@ -20,6 +20,7 @@ use pxe_agent::{
     recovery::{self, SequencePolicy},
     shutdown::Shutdown,
     tftp,
+    when::DurationArg,
     xdp::AttachMode,
 };
 
@@ -102,9 +103,12 @@ pub struct RunArgs {
     /// XDP attach mode: auto tries native and falls back to generic.
     #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
     xdp_mode: AttachMode,
-    /// How often to check the inventory file for changes, in milliseconds.
-    #[arg(long, default_value_t = 250)]
-    reload_ms: u64,
+    /// How often to check the inventory file for changes (at least 10ms).
+    #[arg(long, value_name = "DURATION", default_value_t = DurationArg(Duration::from_millis(250)))]
+    reload_interval: DurationArg,
+    /// --reload-interval in milliseconds, as older command lines give it.
+    #[arg(long, hide = true, conflicts_with = "reload_interval")]
+    reload_ms: Option<u64>,
     /// Directory of the agent's records: leases, netboot and recovery
     /// state, the phone-home token key and, by default, the audit log.
     #[arg(long, default_value = "/var/lib/pxe-agent")]
@@ -129,17 +133,23 @@ pub struct RunArgs {
     #[arg(long, default_value_t = limit::DEFAULT_MAX_CONNECTIONS as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
     http_max_connections: u32,
-    /// Milliseconds a boot HTTP client has to send a whole request head,
-    /// from its connection (or its previous response) on; also the
-    /// keep-alive idle time.
-    #[arg(long, default_value_t = limit::DEFAULT_HEADER_TIMEOUT.as_millis() as u64,
-          value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
-    http_header_timeout_ms: u64,
-    /// Milliseconds a boot HTTP response may wait for the client to read
+    /// How long a boot HTTP client has to send a whole request head, from
+    /// its connection (or its previous response) on; also the keep-alive
+    /// idle time.
+    #[arg(long, value_name = "DURATION", default_value_t = DurationArg(limit::DEFAULT_HEADER_TIMEOUT))]
+    http_header_timeout: DurationArg,
+    /// --http-header-timeout in milliseconds, as older command lines give
+    /// it.
+    #[arg(long, hide = true, conflicts_with = "http_header_timeout")]
+    http_header_timeout_ms: Option<u64>,
+    /// How long a boot HTTP response may wait for the client to read
     /// before the connection is dropped.
-    #[arg(long, default_value_t = limit::DEFAULT_WRITE_TIMEOUT.as_millis() as u64,
-          value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
-    http_write_timeout_ms: u64,
+    #[arg(long, value_name = "DURATION", default_value_t = DurationArg(limit::DEFAULT_WRITE_TIMEOUT))]
+    http_write_timeout: DurationArg,
+    /// --http-write-timeout in milliseconds, as older command lines give
+    /// it.
+    #[arg(long, hide = true, conflicts_with = "http_write_timeout")]
+    http_write_timeout_ms: Option<u64>,
     /// Directory of boot files (iPXE binaries), served over HTTP at /
     /// and over TFTP (UDP port 69).
     #[arg(long)]
@@ -165,13 +175,16 @@ pub struct RunArgs {
     /// busy", which firmware answers by asking again. 0 refuses at once.
     #[arg(long, default_value_t = tftp::DEFAULT_MAX_WAITING as u32)]
     tftp_max_waiting: u32,
-    /// Microseconds a TFTP transfer polls its socket for the client's
-    /// answer before it sleeps (0: never). A quick answer is then caught
+    /// How long a TFTP transfer polls its socket for the client's answer
+    /// before it sleeps (0s: never; e.g. 50us). A quick answer is then caught
     /// without a wake-up, which can make lock-step transfers several
     /// times faster; at most half the CPUs' worth of transfers poll at
     /// once, so a storm of transfers does not burn every CPU.
-    #[arg(long, default_value_t = tftp::DEFAULT_BUSY_POLL.as_micros() as u64, value_name = "US")]
-    tftp_busy_poll_us: u64,
+    #[arg(long, value_name = "DURATION", default_value_t = DurationArg(tftp::DEFAULT_BUSY_POLL))]
+    tftp_busy_poll: DurationArg,
+    /// --tftp-busy-poll in microseconds, as older command lines give it.
+    #[arg(long, hide = true, conflicts_with = "tftp_busy_poll")]
+    tftp_busy_poll_us: Option<u64>,
     /// Directory of kernels, initrds and images, served at /artifacts/.
     #[arg(long)]
     artifacts: Option<PathBuf>,
@@ -215,14 +228,17 @@ pub struct RunArgs {
     /// keep only the device (OpenIPMI's ipmi_sim).
     #[arg(long, value_enum, default_value_t = EchoArg::Full)]
     bmc_boot_flag_echo: EchoArg,
-    /// Milliseconds a recovery waits after a failed attempt before the
-    /// next; doubled for each further attempt, up to ten minutes.
+    /// How long a recovery waits after a failed attempt before the next;
+    /// doubled for each further attempt, up to ten minutes.
     #[arg(
         long,
-        default_value_t = recovery::Policy::default().backoff_initial.as_millis() as u64,
-        value_name = "MS"
+        value_name = "DURATION",
+        default_value_t = DurationArg(recovery::Policy::default().backoff_initial)
     )]
-    recovery_backoff_ms: u64,
+    recovery_backoff: DurationArg,
+    /// --recovery-backoff in milliseconds, as older command lines give it.
+    #[arg(long, hide = true, conflicts_with = "recovery_backoff")]
+    recovery_backoff_ms: Option<u64>,
     /// Pin each interface's XDP link and maps in DIR/<interface>/ (DIR
     /// on bpffs, e.g. /sys/fs/bpf/pxe-agent): the program keeps
     /// answering known hosts after the agent exits, and the next agent
@@ -276,6 +292,16 @@ impl TryFrom<RunArgs> for RunConfig {
             args.rate_per_mac > 0.0 && args.rate_unknown > 0.0,
             "rates must be positive"
         );
+        let http_header_timeout = args
+            .http_header_timeout_ms
+            .map_or(args.http_header_timeout.0, Duration::from_millis);
+        let http_write_timeout = args
+            .http_write_timeout_ms
+            .map_or(args.http_write_timeout.0, Duration::from_millis);
+        anyhow::ensure!(
+            !http_header_timeout.is_zero() && !http_write_timeout.is_zero(),
+            "--http-header-timeout and --http-write-timeout must be positive"
+        );
         anyhow::ensure!(
             args.kube_status_qps > 0,
             "--kube-status-qps must be positive"
@@ -316,7 +342,10 @@ impl TryFrom<RunArgs> for RunConfig {
                 auth,
             },
             xdp_mode: args.xdp_mode,
-            reload_interval: Duration::from_millis(args.reload_ms.max(10)),
+            reload_interval: args
+                .reload_ms
+                .map_or(args.reload_interval.0, Duration::from_millis)
+                .max(Duration::from_millis(10)),
             state_dir: args.state_dir,
             limits: Limits {
                 per_mac: Rate {
@@ -332,14 +361,16 @@ impl TryFrom<RunArgs> for RunConfig {
             http_addr: args.http_addr,
             http_limits: limit::Limits {
                 max_connections: args.http_max_connections as usize,
-                header_timeout: Duration::from_millis(args.http_header_timeout_ms),
-                write_timeout: Duration::from_millis(args.http_write_timeout_ms),
+                header_timeout: http_header_timeout,
+                write_timeout: http_write_timeout,
             },
             boot_root: args.boot_root,
             tftp_max_windowsize: args.tftp_max_windowsize,
             tftp_max_transfers: args.tftp_max_transfers as usize,
             tftp_max_waiting: args.tftp_max_waiting as usize,
-            tftp_busy_poll: Duration::from_micros(args.tftp_busy_poll_us),
+            tftp_busy_poll: args
+                .tftp_busy_poll_us
+                .map_or(args.tftp_busy_poll.0, Duration::from_micros),
             artifacts: args.artifacts,
             oob: OobConfig {
                 sequence: SequencePolicy {
@@ -352,7 +383,9 @@ impl TryFrom<RunArgs> for RunConfig {
                 audit_log: args.audit_log,
                 boot_flag_echo: args.bmc_boot_flag_echo.into(),
                 recovery: recovery::Policy {
-                    backoff_initial: Duration::from_millis(args.recovery_backoff_ms),
+                    backoff_initial: args
+                        .recovery_backoff_ms
+                        .map_or(args.recovery_backoff.0, Duration::from_millis),
                     ..recovery::Policy::default()
                 },
             },
@@ -396,11 +429,14 @@ struct PeerArgs {
     /// Slices each pool is cut into: the most agents that can share it.
     #[arg(long, default_value_t = 8, requires = "peers")]
     pool_slots: u16,
-    /// leaseDurationSeconds of an agent's slot Lease, renewed every third:
-    /// an agent that dies loses its unknown MACs to the others within about
-    /// this long.
-    #[arg(long, default_value_t = 15, value_name = "S", requires = "peers")]
-    peer_lease_seconds: u32,
+    /// leaseDurationSeconds of an agent's slot Lease (whole seconds),
+    /// renewed every third: an agent that dies loses its unknown MACs to
+    /// the others within about this long.
+    #[arg(long, value_name = "DURATION", default_value_t = DurationArg(Duration::from_secs(15)), requires = "peers")]
+    peer_lease: DurationArg,
+    /// --peer-lease in seconds, as older command lines give it.
+    #[arg(long, hide = true, conflicts_with = "peer_lease", requires = "peers")]
+    peer_lease_seconds: Option<u32>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -420,15 +456,19 @@ impl PeerArgs {
             return Ok(None);
         };
         pxe_agent::share::Share::new(0, self.pool_slots).context("--pool-slots")?;
+        let lease = self
+            .peer_lease_seconds
+            .map_or(self.peer_lease.0, |s| Duration::from_secs(s.into()));
         anyhow::ensure!(
-            self.peer_lease_seconds >= 1,
-            "--peer-lease-seconds must be at least 1"
+            lease >= Duration::from_secs(1) && lease.subsec_nanos() == 0,
+            "--peer-lease must be whole seconds, at least 1s"
         );
+        let lease_secs = u32::try_from(lease.as_secs()).context("--peer-lease is too long")?;
         Ok(Some(pxe_agent::kube::membership::Config {
             namespace,
             node: node.to_string(),
             slots: self.pool_slots,
-            lease_secs: self.peer_lease_seconds,
+            lease_secs,
         }))
     }
 }
@@ -627,6 +667,36 @@ mod tests {
     }
 
     #[test]
+    fn durations_are_written_with_units_and_the_older_unit_flags_still_work() {
+        let cfg = run_config(&[
+            "-i",
+            "eth1",
+            "--reload-interval",
+            "2s",
+            "--http-header-timeout",
+            "5s",
+            "--http-write-timeout",
+            "1m",
+            "--tftp-busy-poll",
+            "50us",
+            "--recovery-backoff",
+            "1m30s",
+        ])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(cfg.reload_interval, Duration::from_secs(2));
+        assert_eq!(cfg.http_limits.header_timeout, Duration::from_secs(5));
+        assert_eq!(cfg.http_limits.write_timeout, Duration::from_secs(60));
+        assert_eq!(cfg.tftp_busy_poll, Duration::from_micros(50));
+        assert_eq!(cfg.oob.recovery.backoff_initial, Duration::from_secs(90));
+        let cfg = run_config(&["-i", "eth1", "--http-header-timeout-ms", "700"])
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(cfg.http_limits.header_timeout, Duration::from_millis(700));
+        // A bare number is not a duration, and one value is given once.
+        assert!(run_args(&["-i", "eth1", "--reload-interval", "250"]).is_err());
+        assert!(run_args(&["-i", "eth1", "--reload-interval", "1s", "--reload-ms", "5"]).is_err());
+    }
+
+    #[test]
     fn values_clap_lets_through_are_refused_by_name() {
         let refused = |extra: &[&str]| {
             let mut args = vec!["-i", "eth1", "--node-name", "node-a"];
@@ -638,12 +708,20 @@ mod tests {
         };
         assert_eq!(refused(&["--rate-per-mac", "0"]), "rates must be positive");
         assert_eq!(
+            refused(&["--http-write-timeout", "0s"]),
+            "--http-header-timeout and --http-write-timeout must be positive"
+        );
+        assert_eq!(
+            refused(&["--peers", "kube", "--peer-lease", "1500ms"]),
+            "--peer-lease must be whole seconds, at least 1s"
+        );
+        assert_eq!(
             refused(&["--bmc-concurrency", "0"]),
             "--bmc-concurrency, --power-ons-per-second and --slow-path-rate-threshold must be positive"
         );
         assert_eq!(
             refused(&["--peers", "kube", "--peer-lease-seconds", "0"]),
-            "--peer-lease-seconds must be at least 1"
+            "--peer-lease must be whole seconds, at least 1s"
         );
         assert!(
             refused(&["-i", "eth2", "--server-ip", "192.0.2.1"])

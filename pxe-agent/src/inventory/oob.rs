@@ -204,43 +204,10 @@ fn trim_line_end(mut bytes: Vec<u8>) -> Vec<u8> {
     bytes
 }
 
-/// Parses `30s`, `10m`, `1h`, `1h30m`, `500ms`: whole numbers, each with
-/// a unit (`ms`, `s`, `m`, `h`), largest first; at least 1 s in total.
+/// Parses `30s`, `10m`, `1h`, `1h30m`, `500ms` as every duration is
+/// written ([`crate::when::parse_duration`]); at least 1 s in total.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let malformed = || {
-        format!("{text:?} is not a duration (expected a number with a unit: 30s, 10m, 1h, 1h30m)")
-    };
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(malformed());
-    }
-    let mut total = Duration::ZERO;
-    let mut last_unit = u64::MAX;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return Err(malformed());
-        }
-        let number: u64 = rest[..digits].parse().map_err(|_| malformed())?;
-        rest = &rest[digits..];
-        let unit_len = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
-        let unit_ms = match &rest[..unit_len] {
-            "ms" => 1,
-            "s" => 1000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            _ => return Err(malformed()),
-        };
-        if unit_ms >= last_unit {
-            return Err(malformed());
-        }
-        last_unit = unit_ms;
-        rest = &rest[unit_len..];
-        let ms = number.checked_mul(unit_ms).ok_or_else(malformed)?;
-        total = total
-            .checked_add(Duration::from_millis(ms))
-            .ok_or_else(malformed)?;
-    }
+    let total = crate::when::parse_duration(text)?;
     if total < Duration::from_secs(1) {
         return Err(format!("{text:?} is shorter than the minimum of 1s"));
     }
