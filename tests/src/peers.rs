@@ -642,6 +642,13 @@ fn two_agents_share_a_pool_without_sharing_an_address_and_fail_over() {
         .collect();
     let slot = |i: usize| views[i]["slot"].as_u64().expect("slot") as u16;
     assert_ne!(slot(0), slot(1), "two agents, two slots: {views:?}");
+    // The status (`pxe-agent status`) shows the same sharing.
+    for (i, view) in views.iter().enumerate() {
+        let status = lab.get(i, "/api/v1/status").expect("status");
+        assert_eq!(status["peers"]["slot"], view["slot"], "{status}");
+        assert_eq!(status["peers"]["slots"], 2, "{status}");
+        assert_eq!(status["peers"]["live"], view["live"], "{status}");
+    }
     let slice = |i: usize| {
         let s = &views[i]["slices"][0];
         let ip = |k: &str| s[k].as_str().unwrap().parse::<Ipv4Addr>().unwrap();

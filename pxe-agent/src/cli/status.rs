@@ -110,14 +110,30 @@ mod tests {
                 "stages": {"booted": 2, "dhcp": 1, "none": 2}}"#,
         )
         .expect("status");
-        let text = text(&status);
+        let said = text(&status);
         assert_eq!(
-            text,
+            said,
             "ready:       no\n  XDP: no XDP program attached to eth1\n\
              interface:   eth1 (XDP none)\n\
              inventory:   generation 3, 5 hosts, 1 reloads rejected\n\
              stages:      none 2, dhcp 1, booted 2\n\
              peers:       none (this agent serves every pool whole)\n"
+        );
+        let shared: StatusView = serde_json::from_str(
+            r#"{"ready": true, "problems": [], "interfaces": [],
+                "inventory": {"generation": 1, "hosts": 0, "reloads_rejected": 0},
+                "stages": {},
+                "peers": {"slot": 1, "slots": 2, "live": [0, 1], "serving": true,
+                          "buckets": 128, "slices": []}}"#,
+        )
+        .expect("status");
+        assert_eq!(
+            text(&shared),
+            "ready:       yes\n\
+             interface:   none yet\n\
+             inventory:   generation 1, 0 hosts, 0 reloads rejected\n\
+             stages:      no hosts\n\
+             peers:       slot 1 of 2, live slots [0 1], serving, 128 buckets\n"
         );
     }
 }
