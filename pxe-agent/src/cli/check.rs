@@ -3,6 +3,8 @@
 //! the API server, without running.
 
 use std::{
+    collections::HashMap,
+    fmt::Write as _,
     fs,
     net::Ipv4Addr,
     path::{Path, PathBuf},
@@ -12,7 +14,7 @@ use std::{
 use pxe_agent::{
     bmc::Password,
     dhcp::{Server, template::Compiled},
-    inventory::{self, Inventory, LoadError, served_files},
+    inventory::{self, Inventory, LoadError, Problem, served_files},
     kube::{
         document::{self, SecretKeys},
         manifests::{Manifests, Readable},
@@ -123,11 +125,35 @@ fn check_file(file: &Path, server: &Server, roots: Roots<'_>, map_capacity: Opti
             );
             roots.hold(file, &inv)
         }
+        Err(LoadError::Invalid { path, problems }) => {
+            eprint!("{}", located(&path, &problems));
+            false
+        }
         Err(e) => {
             eprintln!("{e}");
             false
         }
     }
+}
+
+/// One line a problem, `file:line:` where it names a host whose entry the
+/// file shows, `file:` otherwise. Two entries with one label (a MAC given
+/// twice, no host names) point at the later, which validation blames.
+fn located(path: &Path, problems: &[Problem]) -> String {
+    let lines: HashMap<String, usize> = fs::read_to_string(path)
+        .ok()
+        .and_then(|text| inventory::host_lines(&text))
+        .map(|entries| entries.into_iter().collect())
+        .unwrap_or_default();
+    let mut out = String::new();
+    for problem in problems {
+        let line = problem.host.as_ref().and_then(|h| lines.get(h));
+        let _ = match line {
+            Some(line) => writeln!(out, "{}:{line}: {problem}", path.display()),
+            None => writeln!(out, "{}: {problem}", path.display()),
+        };
+    }
+    out
 }
 
 /// The manifests built as the Kubernetes source builds the API server's
@@ -230,4 +256,53 @@ fn check_manifests(
         );
     }
     ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hosts_problems_name_the_line_of_its_entry() {
+        let dir = std::env::temp_dir().join(format!("pxe-check-lines-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("inventory.yaml");
+        let text = "\
+subnets:
+  - cidr: 10.66.0.0/16
+profiles:
+  - name: p
+hosts:
+  - mac: 52:54:00:00:00:01
+    ip: 10.66.1.1
+    profile: p
+
+  # the second
+  - mac: 52:54:00:00:00:02
+    hostname: two
+    ip: 10.99.1.1
+    profile: p
+  - macs: [52:54:00:00:00:01]
+    ip: 10.66.1.3
+    profile: nope
+";
+        fs::write(&file, text).expect("write");
+        let Err(LoadError::Invalid { path, problems }) = Inventory::load(&file) else {
+            panic!("the inventory is valid");
+        };
+        let out = located(&path, &problems);
+        fs::remove_dir_all(&dir).expect("clean up");
+        let at = |line: usize| format!("{}:{line}: ", file.display());
+        assert!(
+            out.lines().any(|l| l.starts_with(&at(11))
+                && l.contains("two (52:54:00:00:00:02)")
+                && l.contains("field ip")),
+            "{out}"
+        );
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&at(15)) && l.contains("field profile")),
+            "{out}"
+        );
+    }
 }

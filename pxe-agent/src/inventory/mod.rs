@@ -46,7 +46,7 @@ pub use oob::{
     StageDeadlines, parse_duration,
 };
 pub use option::decode_hex;
-pub use patch::Layout;
+pub use patch::{Layout, host_lines};
 pub(crate) use patch::{MOST_CHANGED, splice};
 pub use rule::{BootAnswer, Match, Rule, Traits, circuit_id, parse_user_classes};
 

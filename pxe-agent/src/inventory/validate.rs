@@ -475,12 +475,8 @@ impl<'a> HostCheck<'a> {
     /// How messages name entry `index`. Made when a problem names the
     /// host, not ahead for every host.
     fn label(&self, index: usize) -> String {
-        match &self.names[index] {
-            (Some(mac), Some(name)) => format!("{} ({mac})", name.escape_debug()),
-            (Some(mac), None) => mac.to_string(),
-            (None, Some(name)) => format!("{} (hosts[{index}])", name.escape_debug()),
-            (None, None) => format!("hosts[{index}]"),
-        }
+        let (mac, name) = &self.names[index];
+        host_label(index, *mac, name.as_deref())
     }
 
     /// For duplicate MACs, where the label cannot tell the hosts apart.
@@ -973,5 +969,16 @@ fn option_key_text(key: &serde_norway::Value) -> String {
     match key {
         serde_norway::Value::String(text) => text.clone(),
         other => option::show(other),
+    }
+}
+
+/// How problems name the host of entry `index`: by host name and first
+/// MAC, or by position where the MAC is unusable (`Problem::host`).
+pub fn host_label(index: usize, mac: Option<MacAddr>, name: Option<&str>) -> String {
+    match (mac, name) {
+        (Some(mac), Some(name)) => format!("{} ({mac})", name.escape_debug()),
+        (Some(mac), None) => mac.to_string(),
+        (None, Some(name)) => format!("{} (hosts[{index}])", name.escape_debug()),
+        (None, None) => format!("hosts[{index}]"),
     }
 }
