@@ -566,39 +566,12 @@ impl LeaseStore {
     fn lowest_unused(&self, pool: &Pool) -> Option<u32> {
         let (start, end) = (u32::from(pool.start), u32::from(pool.end));
         let from = self.cursor.clamp(start, end);
-        self.first_unused(from, end)
-            .or_else(|| self.first_unused(start, from.checked_sub(1)?.max(start)))
-    }
-
-    /// The first address in `lo..=hi` with neither a record nor an offer.
-    fn first_unused(&self, lo: u32, hi: u32) -> Option<u32> {
-        if lo > hi {
-            return None;
-        }
-        let mut records = self.leases.range(lo..=hi).map(|(&ip, _)| ip).peekable();
-        let mut offers = self
-            .offers
-            .by_ip
-            .range(lo..=hi)
-            .map(|(&ip, _)| ip)
-            .peekable();
-        // u64, so that a range ending at 255.255.255.255 cannot overflow.
-        let mut next = u64::from(lo);
-        loop {
-            let taken = match (records.peek(), offers.peek()) {
-                (Some(&a), Some(&b)) => a.min(b),
-                (Some(&a), None) => a,
-                (None, Some(&b)) => b,
-                (None, None) => break,
-            };
-            if u64::from(taken) > next {
-                break;
-            }
-            next = u64::from(taken) + 1;
-            records.next_if_eq(&taken);
-            offers.next_if_eq(&taken);
-        }
-        u32::try_from(next).ok().filter(|&ip| ip <= hi)
+        self.offers
+            .first_unused(&self.leases, from, end)
+            .or_else(|| {
+                self.offers
+                    .first_unused(&self.leases, start, from.checked_sub(1)?.max(start))
+            })
     }
 
     /// The lowest address of `pool` whose record no longer holds it.

@@ -22,6 +22,54 @@ impl<A> Default for Offers<A> {
     }
 }
 
+/// An address as a store keys it, `u32` or `u128`, with the next one up.
+pub(super) trait Address: Ord + Copy {
+    /// `None` past the last address.
+    fn successor(self) -> Option<Self>;
+}
+
+impl Address for u32 {
+    fn successor(self) -> Option<u32> {
+        self.checked_add(1)
+    }
+}
+
+impl Address for u128 {
+    fn successor(self) -> Option<u128> {
+        self.checked_add(1)
+    }
+}
+
+impl<A: Address> Offers<A> {
+    /// The first address in `lo..=hi` with neither a record in `records`
+    /// nor an offer.
+    pub(super) fn first_unused<V>(&self, records: &BTreeMap<A, V>, lo: A, hi: A) -> Option<A> {
+        if lo > hi {
+            return None;
+        }
+        let mut records = records.range(lo..=hi).map(|(&ip, _)| ip).peekable();
+        let mut offers = self.by_ip.range(lo..=hi).map(|(&ip, _)| ip).peekable();
+        let mut next = lo;
+        loop {
+            let taken = match (records.peek(), offers.peek()) {
+                (Some(&a), Some(&b)) => a.min(b),
+                (Some(&a), None) => a,
+                (None, Some(&b)) => b,
+                (None, None) => break,
+            };
+            if taken > next {
+                break;
+            }
+            // `taken` is at most `hi`: the last address there is taken,
+            // so none is free.
+            next = taken.successor()?;
+            records.next_if_eq(&taken);
+            offers.next_if_eq(&taken);
+        }
+        (next <= hi).then_some(next)
+    }
+}
+
 impl<A: Ord + Copy> Offers<A> {
     /// Holds `ip` for the client filed under `key` until `until`, in place
     /// of any offer it held.

@@ -142,10 +142,13 @@ impl Index6 {
         }
         let (start, end) = (u128::from(pool.start), u128::from(pool.end));
         let from = self.cursor.clamp(start, end);
-        let unused = self.first_unused(from, end).or_else(|| {
-            let before = from.checked_sub(1)?.max(start);
-            self.first_unused(start, before)
-        });
+        let unused = self
+            .offers
+            .first_unused(&self.leases, from, end)
+            .or_else(|| {
+                let before = from.checked_sub(1)?.max(start);
+                self.offers.first_unused(&self.leases, start, before)
+            });
         if let Some(ip) = unused {
             self.cursor = ip.saturating_add(1);
             return Some(ip);
@@ -154,38 +157,6 @@ impl Index6 {
             .range(start..=end)
             .map(|(&ip, _)| ip)
             .find(|&ip| self.claim(key, ip, now).is_ok())
-    }
-
-    /// The first address in `lo..=hi` with neither a record nor an offer.
-    fn first_unused(&self, lo: u128, hi: u128) -> Option<u128> {
-        if lo > hi {
-            return None;
-        }
-        let mut records = self.leases.range(lo..=hi).map(|(&ip, _)| ip).peekable();
-        let mut offers = self
-            .offers
-            .by_ip
-            .range(lo..=hi)
-            .map(|(&ip, _)| ip)
-            .peekable();
-        let mut next = lo;
-        loop {
-            let taken = match (records.peek(), offers.peek()) {
-                (Some(&a), Some(&b)) => a.min(b),
-                (Some(&a), None) => a,
-                (None, Some(&b)) => b,
-                (None, None) => break,
-            };
-            if taken > next {
-                break;
-            }
-            // `taken` is at most `hi`: the last address of the range is
-            // taken, so none is free.
-            next = taken.checked_add(1)?;
-            records.next_if_eq(&taken);
-            offers.next_if_eq(&taken);
-        }
-        (next <= hi).then_some(next)
     }
 
     fn hold(&mut self, key: Key, mac: Option<[u8; 6]>, ip: u128, until: u64) {
