@@ -10,7 +10,7 @@
 //! - vocabulary: `mac`, `clock`, `netdev`, `wire`, `rawsock`, `logging`,
 //!   `audit`, `health`, `terminal`, `when`, `trust`, `open_files`,
 //!   `metrics`, `share`, `shutdown`, `sync`;
-//! - engines: `bmc`, `tftp`, `trace`, `discovered`, `ratelimit`,
+//! - engines: `admission`, `bmc`, `tftp`, `trace`, `discovered`, `ratelimit`,
 //!   `mac_records`, `client`;
 //! - model: `inventory`, `netboot`;
 //! - records: `lease`, `progress`, `recovery`, `import`, `other_server`;
@@ -24,6 +24,7 @@
 //!
 //! docs/architecture.md, "The agent", says what each owns.
 
+pub mod admission;
 pub mod api;
 pub mod app;
 pub mod audit;

@@ -7,7 +7,7 @@
 pub mod exposition;
 mod histogram;
 
-pub use histogram::{Histogram, HistogramSnapshot};
+pub use histogram::{Histogram, HistogramSnapshot, WAIT_BUCKETS};
 
 /// What the agent exports besides the counters.
 #[derive(Clone, Copy, Debug, Default)]
@@ -75,6 +75,12 @@ pub const HTTP_TRANSFERS: &str = "pxe_http_file_transfers_total";
 pub const HTTP_BYTES: &str = "pxe_http_file_bytes_total";
 pub const HTTP_OPEN: &str = "pxe_http_open_connections";
 pub const HTTP_AT_LIMIT: &str = "pxe_http_at_limit_total";
+pub const HTTP_PARKED: &str = "pxe_http_parked_connections";
+pub const BOOT_TRANSFERS_RUNNING: &str = "pxe_boot_transfers_running";
+pub const BOOT_TRANSFERS_WAITING: &str = "pxe_boot_transfers_waiting";
+pub const BOOT_TRANSFER_TURNS: &str = "pxe_boot_transfer_turns_total";
+pub const BOOT_TRANSFER_WAITED: &str = "pxe_boot_transfer_waited_total";
+pub const BOOT_TRANSFER_WAIT_SECONDS: &str = "pxe_boot_transfer_wait_seconds";
 pub const HTTP_DROPPED: &str = "pxe_http_dropped_total";
 pub const HTTP_ACCEPT_ERRORS: &str = "pxe_http_accept_errors_total";
 pub const HTTP_PHONE_HOME_REJECTED: &str = "pxe_http_phone_home_rejected_total";

@@ -51,6 +51,9 @@ pub struct State {
     pub host_records: HostRecordStats,
     /// Hosts another DHCP server answers while nothing is shared.
     pub other_servers: crate::other_server::OtherServers,
+    /// Turns for boot transfers, per interface: the TFTP servers and the
+    /// boot HTTP listener take them, `/metrics` and `hosts` read them.
+    pub admission: crate::admission::Admissions,
 }
 
 /// Counters of the DHCP slow path (`dhcp::server`), exported on /metrics:
@@ -146,6 +149,7 @@ impl State {
             netboot_changed: tokio::sync::Notify::new(),
             host_records: HostRecordStats::default(),
             other_servers: Default::default(),
+            admission: Default::default(),
         }
     }
 

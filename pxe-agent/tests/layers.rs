@@ -36,6 +36,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "engines",
         &[
+            "admission",
             "bmc",
             "tftp",
             "trace",

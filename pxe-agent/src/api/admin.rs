@@ -180,6 +180,15 @@ async fn metrics_page(State(s): State<Arc<AdminState>>) -> Result<String, ApiErr
         .map(|(_, r)| u64::from(u32::from(r.end).saturating_sub(u32::from(r.start))) + 1)
         .sum();
     page.push_str(&metrics::render_pool(pool));
+    let turns: Vec<_> = s
+        .boot
+        .shared
+        .admission
+        .each()
+        .into_iter()
+        .map(|(iface, a)| (iface, a.snapshot()))
+        .collect();
+    page.push_str(&metrics::render_admission(&turns));
     page.push_str(&metrics::render_boot_stages(
         &s.boot.shared.progress.inventory_stages(),
     ));

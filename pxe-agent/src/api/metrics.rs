@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use pxe_ebpf_common::Counter;
 
 use crate::{
+    admission::{Lane, LaneSnapshot},
     http::limit,
     lease::LeaseState,
     metrics::{
@@ -340,6 +341,12 @@ fn render_http(o: &mut Exposition, h: &limit::StatsSnapshot) {
     )
     .value(h.open);
     o.family(
+        HTTP_PARKED,
+        Kind::Gauge,
+        "Boot HTTP connections parked, request read, until their file's turn (pxe_boot_transfers_waiting), their connection slot given back.",
+    )
+    .value(h.parked);
+    o.family(
         HTTP_AT_LIMIT,
         Kind::Counter,
         "Times every boot HTTP connection slot was taken, so new connections waited in the listen backlog.",
@@ -432,6 +439,72 @@ pub fn render_pool(addresses: u64) -> String {
         "IPv4 addresses in the discovery pools of the inventory in force, all subnets together (pxe_leases counts those leased or declined).",
     )
     .value(addresses);
+    o.finish()
+}
+
+/// Each interface's turns for boot transfers (`admission`): running and
+/// waiting per lane, turns given, and how long they waited.
+pub fn render_admission(per_interface: &[(String, [LaneSnapshot; 2])]) -> String {
+    let mut o = Exposition::new();
+    let series = |each: &dyn Fn(&LaneSnapshot) -> u64| {
+        per_interface
+            .iter()
+            .flat_map(|(iface, lanes)| {
+                Lane::ALL
+                    .iter()
+                    .map(move |lane| (iface.as_str(), lane.name(), each(&lanes[*lane as usize])))
+            })
+            .collect::<Vec<_>>()
+    };
+    for (name, kind, help, values) in [
+        (
+            BOOT_TRANSFERS_RUNNING,
+            Kind::Gauge,
+            "Boot transfers (TFTP transfers, HTTP boot file and artifact sends) running in a turn, per interface and lane.",
+            series(&|l| l.running as u64),
+        ),
+        (
+            BOOT_TRANSFERS_WAITING,
+            Kind::Gauge,
+            "Boot transfers waiting for a turn (--boot-transfers), per interface and lane; the TFTP queue waits as one.",
+            series(&|l| l.waiting as u64),
+        ),
+        (
+            BOOT_TRANSFER_TURNS,
+            Kind::Counter,
+            "Turns given to boot transfers, per interface and lane.",
+            series(&|l| l.turns),
+        ),
+        (
+            BOOT_TRANSFER_WAITED,
+            Kind::Counter,
+            "Turns that had to wait (all were taken or others waited), per interface and lane.",
+            series(&|l| l.waited),
+        ),
+    ] {
+        let mut f = o.family(name, kind, help);
+        for (iface, lane, v) in values {
+            f.sample(&[("interface", iface), ("lane", lane)], v);
+        }
+    }
+    let waits: Vec<(Vec<(&str, &str)>, &HistogramSnapshot)> = per_interface
+        .iter()
+        .flat_map(|(iface, lanes)| {
+            Lane::ALL.iter().map(move |lane| {
+                (
+                    vec![("interface", iface.as_str()), ("lane", lane.name())],
+                    &lanes[*lane as usize].wait,
+                )
+            })
+        })
+        .collect();
+    let waits: Vec<(&[(&str, &str)], &HistogramSnapshot)> =
+        waits.iter().map(|(l, h)| (l.as_slice(), *h)).collect();
+    o.histogram(
+        BOOT_TRANSFER_WAIT_SECONDS,
+        "Time boot transfers waited for their turn (0 when one was free), per interface and lane.",
+        &waits,
+    );
     o.finish()
 }
 

@@ -390,6 +390,16 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
     });
 
     warn_unserved_files(&state.inventory(), &cfg);
+    // Each interface's turns, before the TFTP servers and the boot HTTP
+    // listener take from them.
+    state.admission.set_bound(cfg.boot_transfers);
+    for iface in &ifaces {
+        let addrs: Vec<IpAddr> = [iface.ip.map(IpAddr::from), iface.ip6.map(IpAddr::from)]
+            .into_iter()
+            .flatten()
+            .collect();
+        state.admission.interface(&iface.name, &addrs);
+    }
     let tftp = match &cfg.boot_root {
         Some(root) => start_tftp(&cfg, &ifaces, root, boot.clone(), shutdown.clone()).await?,
         None => Vec::new(),

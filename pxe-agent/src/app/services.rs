@@ -84,6 +84,13 @@ pub(super) async fn start_tftp(
     boot.tftp_stats.set(server.stats()).ok();
     let mut socks = Vec::with_capacity(ifaces.len());
     for iface in ifaces {
+        // The interface's turns, shared with the boot HTTP listener's file
+        // sends that arrive at its addresses.
+        let addrs: Vec<IpAddr> = [iface.ip.map(IpAddr::from), iface.ip6.map(IpAddr::from)]
+            .into_iter()
+            .flatten()
+            .collect();
+        let admission = boot.shared.admission.interface(&iface.name, &addrs);
         // IPv6 too where the interface has an address for boot URLs; a
         // transfer's socket takes its listener's family (`tftp::worker`).
         let wildcards = [
@@ -117,7 +124,10 @@ pub(super) async fn start_tftp(
                 warn!(iface = %iface.name, error = %e, "could not enlarge the TFTP socket's receive buffer");
             }
             sock.set_nonblocking(true)?;
-            socks.push(tokio::net::UdpSocket::from_std(sock.into())?);
+            socks.push((
+                tokio::net::UdpSocket::from_std(sock.into())?,
+                admission.clone(),
+            ));
             info!(iface = %iface.name, root = %root.display(), %wildcard, "serving TFTP on UDP port 69");
         }
     }
@@ -146,12 +156,12 @@ pub(super) async fn start_tftp(
     });
     Ok(socks
         .into_iter()
-        .map(|sock| {
-            tokio::spawn(
-                server
-                    .clone()
-                    .serve(sock, Some(tx.clone()), shutdown.clone()),
-            )
+        .map(|(sock, admission)| {
+            tokio::spawn(server.clone().with_admission(admission).serve(
+                sock,
+                Some(tx.clone()),
+                shutdown.clone(),
+            ))
         })
         .collect())
 }

@@ -77,13 +77,42 @@ fn bind_one(addr: std::net::SocketAddr) -> io::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::from_std(sock.into())
 }
 
+/// Connections parked for a turn (`admission`) that give their slot back
+/// meanwhile; past it, a parked connection keeps its slot. Each holds one
+/// descriptor, its socket.
+pub const MAX_PARKED: u64 = 16_384;
+
+/// A connection counted in [`Stats::parked`] while it waits for its turn.
+pub(crate) struct Parked<'a>(&'a Stats);
+
+impl<'a> Parked<'a> {
+    /// Counts a parked connection, unless [`MAX_PARKED`] are already.
+    pub(crate) fn enter(stats: &'a Stats) -> Option<Parked<'a>> {
+        stats
+            .parked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < MAX_PARKED).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Parked(stats))
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.parked.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Counters of the boot listener, exported on /metrics.
 #[derive(Default, Debug)]
 pub struct Stats {
     /// Connections accepted.
     pub accepted: AtomicU64,
-    /// Connections being served now.
+    /// Connections being served now (parked ones included).
     pub open: AtomicU64,
+    /// Connections parked for a turn with their slot given back.
+    pub parked: AtomicU64,
     /// Times every slot was taken, so new connections waited in the backlog.
     pub at_limit: AtomicU64,
     /// Connections dropped because a request head did not arrive in time.
@@ -109,6 +138,7 @@ pub struct Stats {
 pub struct StatsSnapshot {
     pub accepted: u64,
     pub open: u64,
+    pub parked: u64,
     pub at_limit: u64,
     pub head_timeouts: u64,
     pub write_timeouts: u64,
@@ -126,6 +156,7 @@ impl Stats {
         StatsSnapshot {
             accepted: load(&self.accepted),
             open: load(&self.open),
+            parked: load(&self.parked),
             at_limit: load(&self.at_limit),
             head_timeouts: load(&self.head_timeouts),
             write_timeouts: load(&self.write_timeouts),

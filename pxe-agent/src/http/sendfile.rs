@@ -8,6 +8,13 @@
 //! The loop also applies the listener's [`Limits`]: a bound on connections
 //! served at once, a deadline for each request head (here and in hyper), a
 //! deadline for each stalled write, and a pause after a failed accept.
+//!
+//! A file's body is sent only in a turn of its interface's
+//! [`Admission`](crate::admission::Admission), shared with the TFTP
+//! server. Until its turn the connection is parked, request read and no
+//! byte answered, and gives its connection slot back (up to
+//! [`limit::MAX_PARKED`] parked at once), so scripts and phone-homes on
+//! new connections are never queued behind waiting files.
 
 use std::{
     future::Future,
@@ -37,7 +44,10 @@ use tokio::{
 };
 use tracing::debug;
 
-use crate::shutdown::Shutdown;
+use crate::{
+    admission::{Admission, Lane, Turn},
+    shutdown::Shutdown,
+};
 
 use super::{
     BootState, artifacts,
@@ -103,10 +113,14 @@ pub async fn serve(
         backoff.succeeded();
         // An IPv4 client of the dual-stack listener is its IPv4 address.
         let peer = SocketAddr::new(crate::wire::canonical(peer.ip()), peer.port());
-        let (router, state) = (router.clone(), state.clone());
+        let (router, state, slots) = (router.clone(), state.clone(), slots.clone());
         tokio::spawn(async move {
             let _open = OpenConnection::new(&state.http_stats);
-            if let Err(e) = connection(stream, peer, router, state.clone(), limits, permit).await {
+            let slot = Slot {
+                slots,
+                permit: Some(permit),
+            };
+            if let Err(e) = connection(stream, peer, router, state.clone(), limits, slot).await {
                 debug!(%peer, error = %e, "boot HTTP connection ended");
             }
         });
@@ -123,17 +137,28 @@ struct Head {
     len: usize,
 }
 
+/// A connection's slot of the listener's bound: given back while the
+/// connection is parked waiting for a turn, and when it ends.
+struct Slot {
+    slots: Arc<Semaphore>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
 /// Serves one connection: file requests here, the rest through hyper. The
-/// connection's slot (`_permit`) is given back when it ends.
+/// connection's slot is given back when it ends.
 async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     router: Router,
     state: Arc<BootState>,
     limits: Limits,
-    _permit: OwnedSemaphorePermit,
+    mut slot: Slot,
 ) -> io::Result<()> {
     let stats = &state.http_stats;
+    let local = stream
+        .local_addr()
+        .map_or(peer.ip(), |a| crate::wire::canonical(a.ip()));
+    let admission = state.shared.admission.for_local(local);
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut served = 0u64;
     loop {
@@ -173,6 +198,17 @@ async fn connection(
             return hand_over(stream, buf, peer, router, state.clone(), limits).await;
         };
         buf.drain(..head.len);
+        let lane = if head.path.starts_with("/artifacts/") {
+            Lane::Artifact
+        } else {
+            Lane::Boot
+        };
+        // A body is sent in a turn; a HEAD has none to send.
+        let _turn = if head.method == Method::GET {
+            Some(take_turn(&admission, peer, lane, &mut slot, stats).await?)
+        } else {
+            None
+        };
         let mut body = 0;
         let sent = match artifacts::prepare(&path, &head.method, &head.headers).await {
             Ok(prepared) => {
@@ -215,12 +251,40 @@ async fn connection(
                 .fetch_add(body, std::sync::atomic::Ordering::Relaxed);
             record_fetch(&state, peer, &head.path);
         }
+        drop(_turn);
         if !head.keep_alive {
             return tokio::time::timeout(limits.write_timeout, stream.shutdown())
                 .await
                 .map_err(|_| io::ErrorKind::TimedOut)?;
         }
+        if slot.permit.is_none() {
+            // Parked for its turn: a slot again before its next request.
+            let permit = slot.slots.clone().acquire_owned().await;
+            slot.permit = Some(permit.map_err(io::Error::other)?);
+        }
     }
+}
+
+/// The connection's turn to send a file in `lane`: at once if one is free,
+/// else after waiting parked, its slot given back meanwhile (kept when
+/// [`limit::MAX_PARKED`] connections are parked already).
+async fn take_turn(
+    admission: &Arc<Admission>,
+    peer: SocketAddr,
+    lane: Lane,
+    slot: &mut Slot,
+    stats: &Stats,
+) -> io::Result<Turn> {
+    if let Some(turn) = admission.try_turn(peer.ip(), lane) {
+        return Ok(turn);
+    }
+    let parked = limit::Parked::enter(stats);
+    if parked.is_some() {
+        slot.permit = None;
+    }
+    let turn = admission.turn(peer.ip(), lane).await;
+    drop(parked);
+    Ok(turn)
 }
 
 /// Makes the close of a dropped connection a reset: what the kernel still

@@ -73,7 +73,8 @@ impl Exposition {
                 text: &mut self.text,
                 name: &bucket,
             };
-            let les = super::histogram::BUCKETS
+            let les = h
+                .bounds
                 .iter()
                 .map(f64::to_string)
                 .chain(std::iter::once("+Inf".to_string()));

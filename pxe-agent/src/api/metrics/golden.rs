@@ -99,6 +99,7 @@ fn the_page_is_written_as_before() {
     let http = limit::StatsSnapshot {
         accepted: 21,
         open: 22,
+        parked: 32,
         at_limit: 23,
         head_timeouts: 24,
         write_timeouts: 25,
@@ -358,6 +359,9 @@ pxe_http_file_bytes_total 31
 # HELP pxe_http_open_connections Boot HTTP connections being served.
 # TYPE pxe_http_open_connections gauge
 pxe_http_open_connections 22
+# HELP pxe_http_parked_connections Boot HTTP connections parked, request read, until their file's turn (pxe_boot_transfers_waiting), their connection slot given back.
+# TYPE pxe_http_parked_connections gauge
+pxe_http_parked_connections 32
 # HELP pxe_http_at_limit_total Times every boot HTTP connection slot was taken, so new connections waited in the listen backlog.
 # TYPE pxe_http_at_limit_total counter
 pxe_http_at_limit_total 23
