@@ -283,7 +283,25 @@ pub struct HostView {
     /// BMC and recovery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// A host whose file request waits for its turn (`admission`): a boot
+    /// storm's queue, not a fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<TurnView>,
 }
+
+/// A file request waiting for its turn.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct TurnView {
+    /// `boot` (a boot file) or `artifact`.
+    pub lane: String,
+    /// How long it has waited.
+    pub waiting_ms: u64,
+    /// Requests ahead of it on its interface.
+    pub ahead: usize,
+}
+
+/// The hosts' waiting requests by client address, read once for a page.
+type Turns = std::collections::HashMap<std::net::IpAddr, crate::admission::Wait>;
 
 /// Every inventory host with its boot progress, power and recovery state:
 /// what `/api/v1/hosts` shows and the Kubernetes source writes back.
@@ -308,9 +326,10 @@ pub fn for_each_host_view(
     let inv = state.inventory();
     let share = state.share();
     let view = control.view();
+    let turns = state.admission.waiting();
     inv.hosts
         .iter()
-        .map(|h| view_of(state, &inv, &share, &view, fallbacks, h))
+        .map(|h| view_of(state, &inv, &share, &view, fallbacks, &turns, h))
         .for_each(f);
 }
 
@@ -325,7 +344,8 @@ pub fn host_view(
     let inv = state.inventory();
     let share = state.share();
     let view = control.view();
-    view_of(state, &inv, &share, &view, fallbacks, host)
+    let turns = state.admission.waiting();
+    view_of(state, &inv, &share, &view, fallbacks, &turns, host)
 }
 
 fn view_of(
@@ -334,8 +354,21 @@ fn view_of(
     share: &Share,
     view: &control::View,
     fallbacks: &Fallbacks,
+    turns: &Turns,
     h: &Host,
 ) -> HostView {
+    let turn = [
+        h.ipv4().map(std::net::IpAddr::from),
+        h.ipv6().map(std::net::IpAddr::from),
+    ]
+    .into_iter()
+    .flatten()
+    .find_map(|ip| turns.get(&ip))
+    .map(|w| TurnView {
+        lane: w.lane.name().to_string(),
+        waiting_ms: u64::try_from(w.since.elapsed().as_millis()).unwrap_or(u64::MAX),
+        ahead: w.ahead,
+    });
     let progress = state
         .progress
         .get(h.mac)
@@ -370,6 +403,7 @@ fn view_of(
         owner: (share.is_shared() && h.bmc.is_some())
             .then(|| share.host_owner_name(h.mac).map(str::to_owned))
             .flatten(),
+        turn,
     }
 }
 

@@ -12,7 +12,7 @@ use pxe_agent::{
     progress::{Stage, Step},
     recovery::{State, Watch},
     terminal::{self, Align, Table},
-    view::{HostView, NetbootView, ReprovisionView},
+    view::{HostView, NetbootView, ReprovisionView, TurnView},
     when,
 };
 
@@ -65,6 +65,9 @@ fn hosts_table(api: &ApiArgs) -> anyhow::Result<ExitCode> {
     // With peers, the agent that owns each host's recovery.
     let owners = list.iter().any(|h| h.owner.is_some());
     let owner_column = [("OWNER", 16, Align::Left)];
+    // In a boot storm, the hosts whose file waits for its turn.
+    let turns = list.iter().any(|h| h.turn.is_some());
+    let turn_column = [("WAITING FOR TURN", 28, Align::Left)];
     // With IPv6 reservations, each host's.
     let six = list.iter().any(|h| h.ipv6.is_some());
     let ipv6_column = [("IPV6", 25, Align::Left)];
@@ -81,6 +84,7 @@ fn hosts_table(api: &ApiArgs) -> anyhow::Result<ExitCode> {
                 ("ATTEMPTS", 8, Align::Right),
             ][..],
             if owners { &owner_column[..] } else { &[] },
+            if turns { &turn_column[..] } else { &[] },
             &[
                 ("NETBOOT", 28, Align::Left),
                 ("LAST DHCP", 44, Align::Left),
@@ -114,6 +118,9 @@ fn hosts_table(api: &ApiArgs) -> anyhow::Result<ExitCode> {
         if owners {
             row.push(terminal::escape(h.owner.as_deref().unwrap_or("-")).into_owned());
         }
+        if turns {
+            row.push(h.turn.as_ref().map_or("-".to_string(), turn_cell));
+        }
         row.extend([
             netboot_cell(&h.netboot, now),
             step(&p.dhcp),
@@ -126,6 +133,16 @@ fn hosts_table(api: &ApiArgs) -> anyhow::Result<ExitCode> {
     }
     print!("{}", table.render());
     Ok(ExitCode::SUCCESS)
+}
+
+/// `artifact 2.4s, 17 ahead`: a file request waiting for its turn.
+fn turn_cell(t: &TurnView) -> String {
+    format!(
+        "{} {:.1}s, {} ahead",
+        terminal::escape(&t.lane),
+        t.waiting_ms as f64 / 1000.0,
+        t.ahead
+    )
 }
 
 /// The unknown clients that asked for DHCP, one row each.

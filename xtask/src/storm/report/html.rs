@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::data::Group;
-use super::{plot, table};
+use super::{plot, stages, table};
 
 const CSS: &str = "\
 body{font-family:sans-serif;margin:1.5em;color:#222;max-width:1800px}\
@@ -104,6 +104,7 @@ fn section(out: &mut String, group: &Group) -> anyhow::Result<()> {
         );
     }
     out.push_str(&table::html(&table::rows(group)));
+    out.push_str(&stages::html(&stages::rows(group)));
     let plots = plot::all(group)?;
     type Belongs = fn(&str) -> bool;
     let kinds: [(&str, Belongs); 3] = [

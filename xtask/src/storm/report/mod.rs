@@ -5,6 +5,7 @@
 mod data;
 mod html;
 mod plot;
+mod stages;
 mod table;
 
 use std::fmt::Write as _;
@@ -35,6 +36,8 @@ pub fn write(root: &Path, out: &Path) -> anyhow::Result<String> {
             let _ = writeln!(markdown, "{label}: simulator error: {error}\n");
         }
         markdown.push_str(&table::markdown(&table::rows(group)));
+        markdown.push('\n');
+        markdown.push_str(&stages::markdown(&stages::rows(group)));
         markdown.push('\n');
     }
     Ok(markdown)

@@ -314,6 +314,27 @@ fn lines(
             .build_cartesian_2d(0.0..x_max, 0.0..y_max)
             .context("failed to lay out the chart")?;
         mesh(&mut chart, x_desc, y_desc, (x_max, y_max))?;
+        // A CDF's median: a grey line across at half the machines, and a
+        // dot where each stack's curve crosses it.
+        if y_max == 1.0 && !curves.is_empty() {
+            chart
+                .draw_series(LineSeries::new(
+                    [(0.0, 0.5), (x_max, 0.5)],
+                    BLACK.mix(0.35).stroke_width(1),
+                ))
+                .context("failed to draw the median line")?
+                .label("median (50 %)")
+                .legend(|(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.35).stroke_width(1))
+                });
+            for c in &curves {
+                if let Some(&(t, _)) = c.points.iter().find(|p| p.1 >= 0.5) {
+                    chart
+                        .draw_series([Circle::new((t, 0.5), 4, c.colour.filled())])
+                        .context("failed to mark a median")?;
+                }
+            }
+        }
         for c in &curves {
             let colour = c.colour;
             chart
