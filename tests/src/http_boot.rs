@@ -18,7 +18,7 @@ use crate::{
     slow_path::INVENTORY,
 };
 
-const SCRIPT_URL: &str = "http://10.66.0.1:8080/boot/52:54:00:12:34:56.ipxe";
+pub(crate) const SCRIPT_URL: &str = "http://10.66.0.1:8080/boot/52:54:00:12:34:56.ipxe";
 
 fn inventory() -> String {
     INVENTORY.replace(
@@ -282,16 +282,16 @@ const BOOT_ADDR: ([u8; 4], u16) = ([10, 66, 0, 1], 8080);
 /// An agent serving a boot root (`ipxe.efi`, 100 KiB) and an artifact
 /// (`big.img`, `big` bytes) with `extra` arguments, under an open-files
 /// limit when `nofile` is given; the client end has 10.66.1.10.
-struct Abused {
-    served: Served,
-    efi: Vec<u8>,
-    big: Vec<u8>,
+pub(crate) struct Abused {
+    pub(crate) served: Served,
+    pub(crate) efi: Vec<u8>,
+    pub(crate) big: Vec<u8>,
     _boot: Scratch,
     _artifacts: Scratch,
 }
 
 impl Abused {
-    fn start(big: usize, extra: &[&str], nofile: Option<u64>) -> Abused {
+    pub(crate) fn start(big: usize, extra: &[&str], nofile: Option<u64>) -> Abused {
         let boot = Scratch::new("bootroot");
         let artifacts = Scratch::new("artifacts");
         let efi: Vec<u8> = (0..100 * 1024u32).map(|i| (i % 241) as u8).collect();
@@ -333,7 +333,7 @@ impl Abused {
         conns.unwrap_or_else(|e| panic!("connect: {e}; agent log:\n{}", self.served.log()))
     }
 
-    fn connect(&self) -> TcpStream {
+    pub(crate) fn connect(&self) -> TcpStream {
         self.idle_connections(1).pop().expect("one connection")
     }
 

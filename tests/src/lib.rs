@@ -112,6 +112,8 @@ mod tftp;
 #[cfg(test)]
 mod trace;
 #[cfg(test)]
+mod turns;
+#[cfg(test)]
 mod vlan;
 #[cfg(test)]
 mod xdp_events;
