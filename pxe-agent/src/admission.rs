@@ -1,24 +1,26 @@
-//! Turns for boot transfers: on each interface, at most a bound of TFTP
-//! transfers and HTTP file sends run at once; the rest wait for a turn,
-//! boot files before artifacts, and within a lane in the order their
-//! machines first asked for a file. Scripts, grub.cfg and phone-home take
-//! no turn, so they are never queued behind a transfer.
+//! Turns for artifact downloads: on each interface, at most a bound of
+//! kernels, initrds and images (`/artifacts/`) are sent at once; the rest
+//! wait for a turn in the order their machines first asked for a file
+//! (the boot file, over TFTP or HTTP), so that a storm finishes machines
+//! one after another instead of sharing the link among all of them until
+//! the end. Boot files, scripts, grub.cfg and phone-home take no turn.
 //!
 //! Why a bound and an order: on one bottleneck (the link, or the CPUs),
-//! n transfers served all at once share it and nearly all finish near the
+//! n downloads served all at once share it and nearly all finish near the
 //! end; served a bounded number at a time, in order, the total ends at the
 //! same time while the median one ends about twice as early. Ordering by
 //! machine rather than by request keeps a machine that has started ahead:
 //! its kernel goes before the kernel of a machine that asked later.
 //!
-//! Why boot files first: firmware waits for a TFTP answer (or an HTTP
-//! boot connection) for a few seconds and then gives up, while iPXE holds
-//! an artifact request open for as long as it takes. So a waiting boot
-//! file is the one whose client is nearest to giving up.
+//! Why not boot files: firmware waits a few seconds for a TFTP answer (or
+//! an HTTP boot response) and then gives up, and a lock-step TFTP transfer
+//! is bound by round trips, not bytes; a turn held for a client that gave
+//! up would cost seconds. The TFTP server bounds its transfers itself
+//! (`tftp::waiting`). iPXE and boot loaders hold an artifact request open
+//! for as long as it takes, so artifacts are what can wait.
 //!
-//! The TFTP server holds its waiting read requests itself (a request is
-//! answered only once it has its turn; see `tftp::waiting`); the boot
-//! HTTP listener parks a connection, request read, until its turn.
+//! The boot HTTP listener parks a connection, request read and nothing
+//! answered, until its turn.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -34,71 +36,31 @@ use tokio::{sync::oneshot, time::Instant};
 
 use crate::metrics::{Histogram, HistogramSnapshot, WAIT_BUCKETS};
 
-/// Transfers an interface serves at once by default: enough TFTP
-/// transfers in lock-step to fill the CPUs (the TFTP server's own bound,
-/// 128, is below it) with room left for HTTP artifacts, each of which
-/// fills a link on its own.
-pub const DEFAULT_BOUND: usize = 160;
+/// Artifact downloads an interface serves at once by default: a few
+/// connections fill a link with sendfile(2), and the fewer share it, the
+/// earlier each ends.
+pub const DEFAULT_BOUND: usize = 64;
 
 /// How long a client keeps its place in the order after it was last
 /// seen: a machine that comes back later is a new boot.
 const PLACE_KEPT: Duration = Duration::from_secs(600);
 
-/// What a transfer is, which decides its lane.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Lane {
-    /// A boot file (TFTP, or an HTTP boot file from the boot root):
-    /// firmware is waiting with a short timeout.
-    Boot = 0,
-    /// A kernel, initrd or image under `/artifacts/`, for iPXE or a boot
-    /// loader, which wait as long as it takes.
-    Artifact = 1,
-}
-
-impl Lane {
-    pub const ALL: [Lane; 2] = [Lane::Boot, Lane::Artifact];
-
-    /// The `lane` label of the metrics.
-    pub fn name(self) -> &'static str {
-        match self {
-            Lane::Boot => "boot",
-            Lane::Artifact => "artifact",
-        }
-    }
-}
-
-/// Counters of one lane.
-#[derive(Debug)]
-pub struct LaneStats {
-    /// Turns given.
-    pub turns: AtomicU64,
-    /// Of those, the ones that had to wait.
-    pub waited: AtomicU64,
-    /// Time from asking to the turn, every turn (0 for one given at once).
-    pub wait: Histogram,
-}
-
-impl Default for LaneStats {
-    fn default() -> LaneStats {
-        LaneStats {
-            turns: AtomicU64::new(0),
-            waited: AtomicU64::new(0),
-            wait: Histogram::with_bounds(&WAIT_BUCKETS),
-        }
-    }
-}
-
 /// One interface's turns.
 pub struct Admission {
     bound: usize,
     inner: Mutex<Inner>,
-    stats: [LaneStats; 2],
+    /// Turns given.
+    turns: AtomicU64,
+    /// Of those, the ones that had to wait.
+    waited: AtomicU64,
+    /// Time from asking to the turn, every turn (0 for one given at once).
+    wait: Histogram,
 }
 
 #[derive(Default)]
 struct Inner {
-    /// Turns held, per lane.
-    running: [usize; 2],
+    /// Turns held.
+    running: usize,
     /// Each client's place: the order in which clients first asked.
     places: HashMap<IpAddr, Place>,
     next_place: u64,
@@ -113,11 +75,9 @@ struct Place {
     seen: Instant,
 }
 
-/// A waiter's position: lane first, then the client's place, then when
-/// it asked.
+/// A waiter's position: its client's place, then when it asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Key {
-    lane: Lane,
     rank: u64,
     seq: u64,
 }
@@ -131,7 +91,6 @@ struct Waiter {
 /// A client waiting for a turn, as `hosts` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Wait {
-    pub lane: Lane,
     pub since: Instant,
     /// Waiters ahead of it on its interface.
     pub ahead: usize,
@@ -139,7 +98,7 @@ pub struct Wait {
 
 /// Counts of one interface, for a scrape.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct LaneSnapshot {
+pub struct Snapshot {
     pub running: usize,
     pub waiting: usize,
     pub turns: u64,
@@ -151,30 +110,31 @@ pub struct LaneSnapshot {
 #[must_use = "a turn is given back when dropped"]
 pub struct Turn {
     admission: Option<Arc<Admission>>,
-    lane: Lane,
 }
 
 impl std::fmt::Debug for Turn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Turn").field("lane", &self.lane).finish()
+        f.debug_struct("Turn").finish_non_exhaustive()
     }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
         if let Some(admission) = self.admission.take() {
-            admission.release(self.lane);
+            admission.release();
         }
     }
 }
 
 impl Admission {
-    /// Turns for `bound` transfers at once (at least one).
+    /// Turns for `bound` downloads at once (at least one).
     pub fn new(bound: usize) -> Arc<Admission> {
         Arc::new(Admission {
             bound: bound.max(1),
             inner: Mutex::default(),
-            stats: Default::default(),
+            turns: AtomicU64::new(0),
+            waited: AtomicU64::new(0),
+            wait: Histogram::with_bounds(&WAIT_BUCKETS),
         })
     }
 
@@ -182,27 +142,30 @@ impl Admission {
         self.bound
     }
 
-    /// A turn for `client` in `lane` now, if one is free and nobody waits.
-    pub fn try_turn(self: &Arc<Self>, client: IpAddr, lane: Lane) -> Option<Turn> {
-        let mut inner = self.lock();
-        inner.place(client, Instant::now());
-        inner
-            .free(self.bound)
-            .then(|| self.give(&mut inner, lane, None))
+    /// Gives `client` its place in the order now, if it has none (a boot
+    /// file it asks for, before any turn).
+    pub fn place(&self, client: IpAddr) {
+        self.lock().place(client, Instant::now());
     }
 
-    /// Waits for a turn for `client` in `lane`. Dropping the future gives
-    /// up the place (and a turn that reached it meanwhile).
-    pub async fn turn(self: &Arc<Self>, client: IpAddr, lane: Lane) -> Turn {
+    /// A turn for `client` now, if one is free and nobody waits.
+    pub fn try_turn(self: &Arc<Self>, client: IpAddr) -> Option<Turn> {
+        let mut inner = self.lock();
+        inner.place(client, Instant::now());
+        inner.free(self.bound).then(|| self.give(&mut inner, None))
+    }
+
+    /// Waits for a turn for `client`. Dropping the future gives up the
+    /// place in line (and a turn that reached it meanwhile).
+    pub async fn turn(self: &Arc<Self>, client: IpAddr) -> Turn {
         let (key, rx) = {
             let mut inner = self.lock();
             let now = Instant::now();
             let rank = inner.place(client, now);
             if inner.free(self.bound) {
-                return self.give(&mut inner, lane, None);
+                return self.give(&mut inner, None);
             }
             let key = Key {
-                lane,
                 rank,
                 seq: inner.next_seq,
             };
@@ -226,28 +189,24 @@ impl Admission {
             .expect("a waiter's sender is dropped only after sending its turn")
     }
 
-    /// Counts per lane now.
-    pub fn snapshot(&self) -> [LaneSnapshot; 2] {
+    /// Counts now.
+    pub fn snapshot(&self) -> Snapshot {
         let inner = self.lock();
-        Lane::ALL.map(|lane| {
-            let stats = &self.stats[lane as usize];
-            LaneSnapshot {
-                running: inner.running[lane as usize],
-                waiting: inner.waiting.keys().filter(|k| k.lane == lane).count(),
-                turns: stats.turns.load(Relaxed),
-                waited: stats.waited.load(Relaxed),
-                wait: stats.wait.snapshot(),
-            }
-        })
+        Snapshot {
+            running: inner.running,
+            waiting: inner.waiting.len(),
+            turns: self.turns.load(Relaxed),
+            waited: self.waited.load(Relaxed),
+            wait: self.wait.snapshot(),
+        }
     }
 
     /// The clients waiting now, each with its first wait.
     pub fn waiting(&self) -> HashMap<IpAddr, Wait> {
         let inner = self.lock();
         let mut out = HashMap::with_capacity(inner.waiting.len());
-        for (ahead, (key, w)) in inner.waiting.iter().enumerate() {
+        for (ahead, w) in inner.waiting.values().enumerate() {
             out.entry(w.client).or_insert(Wait {
-                lane: key.lane,
                 since: w.since,
                 ahead,
             });
@@ -259,31 +218,29 @@ impl Admission {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes a turn in `lane` for a client that waited since `since`.
-    fn give(self: &Arc<Self>, inner: &mut Inner, lane: Lane, since: Option<Instant>) -> Turn {
-        inner.running[lane as usize] += 1;
-        let stats = &self.stats[lane as usize];
-        stats.turns.fetch_add(1, Relaxed);
-        let waited = since.map_or(Duration::ZERO, |s| s.elapsed());
+    /// Takes a turn for a client that waited since `since`.
+    fn give(self: &Arc<Self>, inner: &mut Inner, since: Option<Instant>) -> Turn {
+        inner.running += 1;
+        self.turns.fetch_add(1, Relaxed);
         if since.is_some() {
-            stats.waited.fetch_add(1, Relaxed);
+            self.waited.fetch_add(1, Relaxed);
         }
-        stats.wait.observe(waited);
+        self.wait
+            .observe(since.map_or(Duration::ZERO, |s| s.elapsed()));
         Turn {
             admission: Some(self.clone()),
-            lane,
         }
     }
 
-    /// Gives back a turn of `lane`: to the first waiter if there is one.
-    fn release(self: &Arc<Self>, lane: Lane) {
+    /// Gives back a turn: to the first waiter if there is one.
+    fn release(self: &Arc<Self>) {
         let (waiter, turn) = {
             let mut inner = self.lock();
-            inner.running[lane as usize] -= 1;
-            let Some((key, waiter)) = inner.waiting.pop_first() else {
+            inner.running -= 1;
+            let Some((_, waiter)) = inner.waiting.pop_first() else {
                 return;
             };
-            let turn = self.give(&mut inner, key.lane, Some(waiter.since));
+            let turn = self.give(&mut inner, Some(waiter.since));
             (waiter, turn)
         };
         // A waiter that left between the pop and here drops the turn,
@@ -292,7 +249,7 @@ impl Admission {
     }
 }
 
-/// Takes a waiter's place out of the queue when its future is dropped
+/// Takes a waiter's place out of the line when its future is dropped
 /// before its turn came.
 struct Leave<'a> {
     admission: &'a Arc<Admission>,
@@ -307,7 +264,7 @@ impl Drop for Leave<'_> {
 
 impl Inner {
     fn free(&self, bound: usize) -> bool {
-        self.waiting.is_empty() && self.running.iter().sum::<usize>() < bound
+        self.waiting.is_empty() && self.running < bound
     }
 
     /// The client's place in the order, given now if it has none.
@@ -330,8 +287,9 @@ impl Inner {
     }
 }
 
-/// The turns of every served interface, which the TFTP servers and the
-/// boot HTTP listener take from and `/metrics` and `hosts` read.
+/// The turns of every served interface, which the boot HTTP listener
+/// takes from, the TFTP servers give places in, and `/metrics` and
+/// `hosts` read.
 pub struct Admissions {
     bound: AtomicUsize,
     interfaces: RwLock<Vec<Interface>>,
@@ -350,7 +308,7 @@ impl Default for Admissions {
 }
 
 impl Admissions {
-    /// Interfaces added from now on serve `bound` transfers at once.
+    /// Interfaces added from now on serve `bound` downloads at once.
     pub fn new(bound: usize) -> Admissions {
         Admissions {
             bound: AtomicUsize::new(bound),
@@ -430,18 +388,17 @@ mod tests {
         IpAddr::V4(Ipv4Addr::new(10, 0, 0, n))
     }
 
-    /// Starts a waiter for `client` in `lane` that records its turn's
-    /// arrival in `order` and keeps the turn until `hold` is dropped.
+    /// Starts a waiter for `client` that records its turn's arrival in
+    /// `order` and keeps the turn until the returned sender is dropped.
     fn waiter(
         admission: &Arc<Admission>,
         client: u8,
-        lane: Lane,
         order: &Arc<Mutex<Vec<u8>>>,
     ) -> (tokio::task::JoinHandle<()>, oneshot::Sender<()>) {
         let (hold, held) = oneshot::channel::<()>();
         let (admission, order) = (admission.clone(), order.clone());
         let task = tokio::spawn(async move {
-            let _turn = admission.turn(ip(client), lane).await;
+            let _turn = admission.turn(ip(client)).await;
             order.lock().unwrap().push(client);
             let _ = held.await;
         });
@@ -455,76 +412,67 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_bound_holds_and_waiters_go_boot_first_then_by_place() {
+    async fn the_bound_holds_and_waiters_go_by_their_machines_place() {
         let a = Admission::new(2);
-        // Clients 1..=4 get their places in this order.
-        let first = a.try_turn(ip(1), Lane::Boot).expect("a free turn");
-        let second = a.try_turn(ip(2), Lane::Boot).expect("a free turn");
-        assert!(a.try_turn(ip(3), Lane::Boot).is_none(), "the bound is 2");
+        // Clients 1..=4 get their places in this order (3 and 4 by their
+        // boot files).
+        let first = a.try_turn(ip(1)).expect("a free turn");
+        let second = a.try_turn(ip(2)).expect("a free turn");
+        a.place(ip(3));
+        a.place(ip(4));
+        assert!(a.try_turn(ip(3)).is_none(), "the bound is 2");
         let order = Arc::new(Mutex::new(Vec::new()));
-        // Client 4 asks for an artifact before client 3 asks for its boot
-        // file; client 1 (the oldest place) asks for an artifact last.
+        // Client 4 asks before client 3, and client 1 (the oldest place)
+        // asks last.
         let mut holds = Vec::new();
-        for (client, lane) in [(4, Lane::Artifact), (3, Lane::Boot), (1, Lane::Artifact)] {
-            holds.push(waiter(&a, client, lane, &order));
+        for client in [4, 3, 1] {
+            holds.push(waiter(&a, client, &order));
             settle().await;
         }
         let snap = a.snapshot();
-        assert_eq!((snap[0].running, snap[0].waiting), (2, 1));
-        assert_eq!((snap[1].running, snap[1].waiting), (0, 2));
-        assert_eq!(a.waiting()[&ip(4)].ahead, 2, "behind 3's boot file and 1");
+        assert_eq!((snap.running, snap.waiting), (2, 3));
+        assert_eq!(a.waiting()[&ip(4)].ahead, 2, "behind 1 and 3");
         drop(first);
         settle().await;
         drop(second);
         settle().await;
-        assert_eq!(
-            *order.lock().unwrap(),
-            [3, 1],
-            "boot file, then the older place"
-        );
-        let (_, hold) = holds.remove(0);
-        drop(hold);
-        let (_, hold) = holds.remove(0);
-        drop(hold);
+        assert_eq!(*order.lock().unwrap(), [1, 3], "by place, not by asking");
+        drop(holds.remove(2).1);
         settle().await;
-        assert_eq!(*order.lock().unwrap(), [3, 1, 4]);
-        assert_eq!(a.snapshot()[1].running, 1, "only 4 holds one now");
+        assert_eq!(*order.lock().unwrap(), [1, 3, 4]);
         let snap = a.snapshot();
-        assert_eq!(snap[0].turns + snap[1].turns, 5);
-        assert_eq!(snap[0].waited + snap[1].waited, 3);
+        assert_eq!((snap.running, snap.waiting), (2, 0));
+        assert_eq!((snap.turns, snap.waited), (5, 3));
+        assert_eq!(snap.wait.count, 5);
     }
 
     #[tokio::test]
     async fn a_waiter_that_leaves_loses_its_place_and_no_turn() {
         let a = Admission::new(1);
-        let held = a.try_turn(ip(1), Lane::Boot).unwrap();
+        let held = a.try_turn(ip(1)).unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
-        let (gone, _hold_gone) = waiter(&a, 2, Lane::Artifact, &order);
-        let (_stays, _hold) = waiter(&a, 3, Lane::Artifact, &order);
+        let (gone, _hold_gone) = waiter(&a, 2, &order);
+        let (_stays, _hold) = waiter(&a, 3, &order);
         settle().await;
         gone.abort();
         settle().await;
-        assert_eq!(a.snapshot()[1].waiting, 1);
+        assert_eq!(a.snapshot().waiting, 1);
         drop(held);
         settle().await;
         assert_eq!(*order.lock().unwrap(), [3]);
-        assert_eq!(a.snapshot()[1].running, 1);
+        assert_eq!(a.snapshot().running, 1);
     }
 
     #[tokio::test]
     async fn a_turn_given_to_a_waiter_that_left_goes_to_the_next() {
         let a = Admission::new(1);
-        let held = a.try_turn(ip(1), Lane::Boot).unwrap();
-        // A waiter whose receiver is gone but whose place is still queued:
-        // what a turn handed over as the waiter leaves meets.
+        let held = a.try_turn(ip(1)).unwrap();
+        // A waiter whose receiver is gone but whose place is still in
+        // line: what a turn handed over as the waiter leaves meets.
         let (tx, rx) = oneshot::channel();
         drop(rx);
         a.lock().waiting.insert(
-            Key {
-                lane: Lane::Boot,
-                rank: 0,
-                seq: 99,
-            },
+            Key { rank: 0, seq: 99 },
             Waiter {
                 client: ip(2),
                 since: Instant::now(),
@@ -532,13 +480,13 @@ mod tests {
             },
         );
         let order = Arc::new(Mutex::new(Vec::new()));
-        let (_t, _hold) = waiter(&a, 3, Lane::Boot, &order);
+        let (_t, _hold) = waiter(&a, 3, &order);
         settle().await;
         drop(held);
         settle().await;
         assert_eq!(*order.lock().unwrap(), [3]);
         let snap = a.snapshot();
-        assert_eq!((snap[0].running, snap[0].waiting), (1, 0));
+        assert_eq!((snap.running, snap.waiting), (1, 0));
     }
 
     #[test]

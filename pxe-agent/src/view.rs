@@ -283,17 +283,15 @@ pub struct HostView {
     /// BMC and recovery.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
-    /// A host whose file request waits for its turn (`admission`): a boot
-    /// storm's queue, not a fault.
+    /// A host whose artifact download waits for its turn (`admission`): a
+    /// boot storm's line, not a fault.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<TurnView>,
 }
 
-/// A file request waiting for its turn.
+/// An artifact download waiting for its turn.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct TurnView {
-    /// `boot` (a boot file) or `artifact`.
-    pub lane: String,
     /// How long it has waited.
     pub waiting_ms: u64,
     /// Requests ahead of it on its interface.
@@ -365,7 +363,6 @@ fn view_of(
     .flatten()
     .find_map(|ip| turns.get(&ip))
     .map(|w| TurnView {
-        lane: w.lane.name().to_string(),
         waiting_ms: u64::try_from(w.since.elapsed().as_millis()).unwrap_or(u64::MAX),
         ahead: w.ahead,
     });

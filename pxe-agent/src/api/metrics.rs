@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use pxe_ebpf_common::Counter;
 
 use crate::{
-    admission::{Lane, LaneSnapshot},
+    admission::Snapshot,
     http::limit,
     lease::LeaseState,
     metrics::{
@@ -343,7 +343,7 @@ fn render_http(o: &mut Exposition, h: &limit::StatsSnapshot) {
     o.family(
         HTTP_PARKED,
         Kind::Gauge,
-        "Boot HTTP connections parked, request read, until their file's turn (pxe_boot_transfers_waiting), their connection slot given back.",
+        "Boot HTTP connections parked, request read, until their artifact's turn (pxe_artifact_transfers_waiting), their connection slot given back.",
     )
     .value(h.parked);
     o.family(
@@ -442,67 +442,53 @@ pub fn render_pool(addresses: u64) -> String {
     o.finish()
 }
 
-/// Each interface's turns for boot transfers (`admission`): running and
-/// waiting per lane, turns given, and how long they waited.
-pub fn render_admission(per_interface: &[(String, [LaneSnapshot; 2])]) -> String {
+/// Each interface's turns for artifact downloads (`admission`): running
+/// and waiting, turns given, and how long they waited.
+pub fn render_admission(per_interface: &[(String, Snapshot)]) -> String {
     let mut o = Exposition::new();
-    let series = |each: &dyn Fn(&LaneSnapshot) -> u64| {
-        per_interface
-            .iter()
-            .flat_map(|(iface, lanes)| {
-                Lane::ALL
-                    .iter()
-                    .map(move |lane| (iface.as_str(), lane.name(), each(&lanes[*lane as usize])))
-            })
-            .collect::<Vec<_>>()
-    };
-    for (name, kind, help, values) in [
+    for (name, kind, help, of) in [
         (
-            BOOT_TRANSFERS_RUNNING,
+            ARTIFACT_TRANSFERS_RUNNING,
             Kind::Gauge,
-            "Boot transfers (TFTP transfers, HTTP boot file and artifact sends) running in a turn, per interface and lane.",
-            series(&|l| l.running as u64),
+            "Artifact downloads being sent in a turn, per interface.",
+            (|s: &Snapshot| s.running as u64) as fn(&Snapshot) -> u64,
         ),
         (
-            BOOT_TRANSFERS_WAITING,
+            ARTIFACT_TRANSFERS_WAITING,
             Kind::Gauge,
-            "Boot transfers waiting for a turn (--boot-transfers), per interface and lane; the TFTP queue waits as one.",
-            series(&|l| l.waiting as u64),
+            "Artifact downloads waiting for a turn (--artifact-transfers), connection open, per interface.",
+            |s| s.waiting as u64,
         ),
         (
-            BOOT_TRANSFER_TURNS,
+            ARTIFACT_TURNS,
             Kind::Counter,
-            "Turns given to boot transfers, per interface and lane.",
-            series(&|l| l.turns),
+            "Turns given to artifact downloads, per interface.",
+            |s| s.turns,
         ),
         (
-            BOOT_TRANSFER_WAITED,
+            ARTIFACT_TURNS_WAITED,
             Kind::Counter,
-            "Turns that had to wait (all were taken or others waited), per interface and lane.",
-            series(&|l| l.waited),
+            "Turns that had to wait (all taken, or others waiting), per interface.",
+            |s| s.waited,
         ),
     ] {
         let mut f = o.family(name, kind, help);
-        for (iface, lane, v) in values {
-            f.sample(&[("interface", iface), ("lane", lane)], v);
+        for (iface, snap) in per_interface {
+            f.sample(&[("interface", iface.as_str())], of(snap));
         }
     }
-    let waits: Vec<(Vec<(&str, &str)>, &HistogramSnapshot)> = per_interface
+    let labels: Vec<[(&str, &str); 1]> = per_interface
         .iter()
-        .flat_map(|(iface, lanes)| {
-            Lane::ALL.iter().map(move |lane| {
-                (
-                    vec![("interface", iface.as_str()), ("lane", lane.name())],
-                    &lanes[*lane as usize].wait,
-                )
-            })
-        })
+        .map(|(iface, _)| [("interface", iface.as_str())])
         .collect();
-    let waits: Vec<(&[(&str, &str)], &HistogramSnapshot)> =
-        waits.iter().map(|(l, h)| (l.as_slice(), *h)).collect();
+    let waits: Vec<(&[(&str, &str)], &HistogramSnapshot)> = labels
+        .iter()
+        .zip(per_interface)
+        .map(|(l, (_, s))| (&l[..], &s.wait))
+        .collect();
     o.histogram(
-        BOOT_TRANSFER_WAIT_SECONDS,
-        "Time boot transfers waited for their turn (0 when one was free), per interface and lane.",
+        ARTIFACT_WAIT_SECONDS,
+        "Time artifact downloads waited for their turn (0 when one was free), per interface.",
         &waits,
     );
     o.finish()

@@ -48,9 +48,9 @@ pub struct RunConfig {
     /// TFTP read requests held, past `tftp_max_transfers`, until a slot
     /// frees.
     pub tftp_max_waiting: usize,
-    /// TFTP transfers and HTTP file sends served at once per interface;
-    /// the rest wait for a turn (`admission`).
-    pub boot_transfers: usize,
+    /// Artifact downloads served at once per interface; the rest wait for
+    /// a turn (`admission`).
+    pub artifact_transfers: usize,
     /// How long a TFTP transfer busy-polls before it sleeps.
     pub tftp_busy_poll: std::time::Duration,
     /// Served over HTTP at `/artifacts/`.

@@ -390,9 +390,9 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
     });
 
     warn_unserved_files(&state.inventory(), &cfg);
-    // Each interface's turns, before the TFTP servers and the boot HTTP
-    // listener take from them.
-    state.admission.set_bound(cfg.boot_transfers);
+    // Each interface's turns for artifacts, before the TFTP servers give
+    // places in them and the boot HTTP listener takes them.
+    state.admission.set_bound(cfg.artifact_transfers);
     for iface in &ifaces {
         let addrs: Vec<IpAddr> = [iface.ip.map(IpAddr::from), iface.ip6.map(IpAddr::from)]
             .into_iter()

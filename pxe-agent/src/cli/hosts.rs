@@ -65,7 +65,7 @@ fn hosts_table(api: &ApiArgs) -> anyhow::Result<ExitCode> {
     // With peers, the agent that owns each host's recovery.
     let owners = list.iter().any(|h| h.owner.is_some());
     let owner_column = [("OWNER", 16, Align::Left)];
-    // In a boot storm, the hosts whose file waits for its turn.
+    // In a boot storm, the hosts whose artifact waits for its turn.
     let turns = list.iter().any(|h| h.turn.is_some());
     let turn_column = [("WAITING FOR TURN", 28, Align::Left)];
     // With IPv6 reservations, each host's.
@@ -135,14 +135,9 @@ fn hosts_table(api: &ApiArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `artifact 2.4s, 17 ahead`: a file request waiting for its turn.
+/// `2.4s, 17 ahead`: an artifact download waiting for its turn.
 fn turn_cell(t: &TurnView) -> String {
-    format!(
-        "{} {:.1}s, {} ahead",
-        terminal::escape(&t.lane),
-        t.waiting_ms as f64 / 1000.0,
-        t.ahead
-    )
+    format!("{:.1}s, {} ahead", t.waiting_ms as f64 / 1000.0, t.ahead)
 }
 
 /// The unknown clients that asked for DHCP, one row each.

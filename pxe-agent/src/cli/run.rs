@@ -176,15 +176,15 @@ pub struct RunArgs {
     /// busy", which firmware answers by asking again. 0 refuses at once.
     #[arg(long, default_value_t = tftp::DEFAULT_MAX_WAITING as u32)]
     tftp_max_waiting: u32,
-    /// Boot transfers (TFTP transfers and HTTP boot file and artifact
-    /// sends) served at once per interface. The rest wait for a turn:
-    /// boot files first (firmware gives up within seconds), then
-    /// artifacts in the order their machines first asked, so that a
-    /// storm finishes machines one after another instead of all at the
-    /// end. Scripts, grub.cfg and phone-home never wait.
+    /// Artifact downloads (/artifacts/: kernels, initrds, images) sent
+    /// at once per interface. The rest wait, connection open, in the
+    /// order their machines first asked for their boot file, so that a
+    /// boot storm finishes machines one after another instead of all at
+    /// the end. Boot files, scripts, grub.cfg and phone-home never wait
+    /// for a turn.
     #[arg(long, default_value_t = admission::DEFAULT_BOUND as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
-    boot_transfers: u32,
+    artifact_transfers: u32,
     /// How long a TFTP transfer polls its socket for the client's answer
     /// before it sleeps (0s: never; e.g. 50us). A quick answer is then caught
     /// without a wake-up, which can make lock-step transfers several
@@ -378,7 +378,7 @@ impl TryFrom<RunArgs> for RunConfig {
             tftp_max_windowsize: args.tftp_max_windowsize,
             tftp_max_transfers: args.tftp_max_transfers as usize,
             tftp_max_waiting: args.tftp_max_waiting as usize,
-            boot_transfers: args.boot_transfers as usize,
+            artifact_transfers: args.artifact_transfers as usize,
             tftp_busy_poll: args
                 .tftp_busy_poll_us
                 .map_or(args.tftp_busy_poll.0, Duration::from_micros),

@@ -72,9 +72,35 @@ fn bind_one(addr: std::net::SocketAddr) -> io::Result<tokio::net::TcpListener> {
     }
     sock.set_reuse_address(true)?;
     sock.set_nonblocking(true)?;
+    set_priority(&sock, SMALL_PRIORITY);
     sock.bind(&addr.into())?;
     sock.listen(i32::try_from(BACKLOG).unwrap_or(i32::MAX))?;
     tokio::net::TcpListener::from_std(sock.into())
+}
+
+/// Socket priority of the boot listener, which its connections inherit:
+/// `TC_PRIO_INTERACTIVE`, the first band of `pfifo_fast` (the queue of a
+/// host without `fq_codel`). Handshakes (the SYN-ACK takes the listener's),
+/// scripts, grub.cfg and phone-home answers are small and wait on them.
+pub const SMALL_PRIORITY: libc::c_int = 6;
+
+/// Socket priority while a file's body is sent: best effort, the second
+/// band, behind [`SMALL_PRIORITY`] and with the TFTP transfers.
+pub const FILE_PRIORITY: libc::c_int = 0;
+
+/// Sets the socket priority (`SO_PRIORITY`, no privilege needed up to 6)
+/// of `sock`; a failure only costs the ordering on the link.
+pub fn set_priority(sock: &impl std::os::fd::AsRawFd, priority: libc::c_int) {
+    // SAFETY: setsockopt reads one c_int from a valid pointer.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PRIORITY,
+            std::ptr::from_ref(&priority).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
 }
 
 /// Connections parked for a turn (`admission`) that give their slot back

@@ -9,12 +9,15 @@
 //! served at once, a deadline for each request head (here and in hyper), a
 //! deadline for each stalled write, and a pause after a failed accept.
 //!
-//! A file's body is sent only in a turn of its interface's
-//! [`Admission`](crate::admission::Admission), shared with the TFTP
-//! server. Until its turn the connection is parked, request read and no
-//! byte answered, and gives its connection slot back (up to
-//! [`limit::MAX_PARKED`] parked at once), so scripts and phone-homes on
-//! new connections are never queued behind waiting files.
+//! An artifact's body is sent only in a turn of its interface's
+//! [`Admission`](crate::admission::Admission). Until its turn the
+//! connection is parked, request read and no byte answered, and gives its
+//! connection slot back (up to [`limit::MAX_PARKED`] parked at once), so
+//! scripts and phone-homes on new connections are never queued behind
+//! waiting artifacts. File bodies leave at the best-effort priority, the
+//! rest at the listener's interactive one ([`limit::SMALL_PRIORITY`]), so
+//! on a priority queue (`pfifo_fast`) a script is not queued behind them
+//! on the link either.
 
 use std::{
     future::Future,
@@ -45,7 +48,7 @@ use tokio::{
 use tracing::debug;
 
 use crate::{
-    admission::{Admission, Lane, Turn},
+    admission::{Admission, Turn},
     shutdown::Shutdown,
 };
 
@@ -198,17 +201,14 @@ async fn connection(
             return hand_over(stream, buf, peer, router, state.clone(), limits).await;
         };
         buf.drain(..head.len);
-        let lane = if head.path.starts_with("/artifacts/") {
-            Lane::Artifact
+        // An artifact's body is sent in a turn; a HEAD has none to send.
+        let _turn = if head.method == Method::GET && head.path.starts_with("/artifacts/") {
+            Some(take_turn(&admission, peer, &mut slot, stats).await?)
         } else {
-            Lane::Boot
-        };
-        // A body is sent in a turn; a HEAD has none to send.
-        let _turn = if head.method == Method::GET {
-            Some(take_turn(&admission, peer, lane, &mut slot, stats).await?)
-        } else {
+            admission.place(peer.ip());
             None
         };
+        limit::set_priority(&stream, limit::FILE_PRIORITY);
         let mut body = 0;
         let sent = match artifacts::prepare(&path, &head.method, &head.headers).await {
             Ok(prepared) => {
@@ -252,6 +252,7 @@ async fn connection(
             record_fetch(&state, peer, &head.path);
         }
         drop(_turn);
+        limit::set_priority(&stream, limit::SMALL_PRIORITY);
         if !head.keep_alive {
             return tokio::time::timeout(limits.write_timeout, stream.shutdown())
                 .await
@@ -265,24 +266,23 @@ async fn connection(
     }
 }
 
-/// The connection's turn to send a file in `lane`: at once if one is free,
+/// The connection's turn to send an artifact: at once if one is free,
 /// else after waiting parked, its slot given back meanwhile (kept when
 /// [`limit::MAX_PARKED`] connections are parked already).
 async fn take_turn(
     admission: &Arc<Admission>,
     peer: SocketAddr,
-    lane: Lane,
     slot: &mut Slot,
     stats: &Stats,
 ) -> io::Result<Turn> {
-    if let Some(turn) = admission.try_turn(peer.ip(), lane) {
+    if let Some(turn) = admission.try_turn(peer.ip()) {
         return Ok(turn);
     }
     let parked = limit::Parked::enter(stats);
     if parked.is_some() {
         slot.permit = None;
     }
-    let turn = admission.turn(peer.ip(), lane).await;
+    let turn = admission.turn(peer.ip()).await;
     drop(parked);
     Ok(turn)
 }

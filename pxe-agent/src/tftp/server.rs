@@ -6,13 +6,9 @@
 //! `transfer`.
 //!
 //! One thread (and one slot of the bound) serves one peer (address and
-//! port) at a time, so there are at most `max_transfers` of them, and each
-//! also holds a turn of its interface's [`Admission`], which the boot HTTP
-//! listener's file sends share; the requests beyond wait in `waiting`,
-//! first come first served, and are refused "server busy" only when
-//! `max_waiting` already wait. The loop asks for the next turn on behalf
-//! of the whole queue, in the boot lane, and starts the request `waiting`
-//! picks when it comes. A read
+//! port) at a time, so there are at most `max_transfers` of them; the
+//! requests beyond wait in `waiting`, first come first served, and are
+//! refused "server busy" only when `max_waiting` already wait. A read
 //! request from a peer that has a transfer running is left in that
 //! transfer's mailbox; the transfer treats it as a retransmission of its
 //! own request or as a new request that replaces it. So a retransmitted
@@ -26,11 +22,9 @@
 
 use std::{
     convert::Infallible,
-    future::Future,
     io,
     net::{IpAddr, SocketAddr},
     path::Path,
-    pin::Pin,
     sync::{Arc, Mutex, atomic::Ordering},
     time::Duration,
 };
@@ -43,12 +37,7 @@ use tokio::{
 };
 use tracing::{debug, info, warn};
 
-use crate::{
-    admission::{Admission, Lane, Turn},
-    clock,
-    logging::Every,
-    shutdown::Shutdown,
-};
+use crate::{admission::Admission, clock, logging::Every, shutdown::Shutdown};
 
 use super::{
     ConfigError, Generated, Outcome, Stats, TftpConfig, TransferEvent, bump,
@@ -96,10 +85,6 @@ pub struct Server {
     gate: Option<Gate>,
     admission: Option<Arc<Admission>>,
 }
-
-/// A slot of the server's bound and a turn of the interface's, which a
-/// transfer holds while it runs.
-type Place = (OwnedSemaphorePermit, Turn);
 
 /// Asked before every read request with the client's address: `Some`
 /// refuses it with an access violation carrying that reason (the agent
@@ -155,9 +140,9 @@ impl Server {
         self
     }
 
-    /// Takes its transfers' turns from `admission`, shared with the boot
-    /// HTTP listener of the same interface. Without it, the server has
-    /// turns of its own, as many as `max_transfers`.
+    /// Gives each client that asks for a file its place in `admission`'s
+    /// order (its interface's), where the boot HTTP listener's artifacts
+    /// wait: a machine that had its boot file first gets its kernel first.
     pub fn with_admission(mut self, admission: Arc<Admission>) -> Server {
         self.admission = Some(admission);
         self
@@ -206,16 +191,11 @@ impl Server {
             probed: Mutex::default(),
         });
         let permits = Arc::new(Semaphore::new(self.cfg.max_transfers));
-        let admission = self
-            .admission
-            .unwrap_or_else(|| Admission::new(self.cfg.max_transfers));
         let (running, mut ended) = mpsc::channel(1);
         let mut listener = Listener {
             socket,
             shared,
             permits,
-            admission,
-            queued_client: local.ip(),
             max_transfers: self.cfg.max_transfers,
             waiting: Waiting::new(self.cfg.max_waiting),
             published: (0, 0),
@@ -223,28 +203,20 @@ impl Server {
             busy_log: Every::new(BUSY_LOG_EVERY),
             next_id: 0,
             gate: self.gate,
+            admission: self.admission,
         };
         info!(%local, root = %listener.shared.root.dir().display(), "TFTP server listening");
         let mut buf = vec![0u8; REQUEST_BUF];
-        // The place the queue holds in the bound and in the interface's
-        // turns, kept across turns of the loop so it is not lost.
-        let mut next: Option<Pin<Box<dyn Future<Output = Place> + Send>>> = None;
         loop {
-            if next.is_none() && !listener.waiting.is_empty() {
-                next = Some(Box::pin(listener.next_place()));
-            }
             tokio::select! {
                 biased;
                 () = shutdown.stopped() => break,
                 // Before new requests: the waiting ones came first.
-                place = async {
-                    match next.as_mut() {
-                        Some(place) => place.await,
-                        None => std::future::pending().await,
-                    }
-                } => {
-                    next = None;
-                    listener.start_waiting(place).await;
+                permit = listener.permits.clone().acquire_owned(),
+                    if !listener.waiting.is_empty() =>
+                {
+                    let permit = permit.expect("the transfer bound is never closed");
+                    listener.start_waiting(permit).await;
                 }
                 received = listener.socket.recv_from(&mut buf) => match received {
                     Ok((len, peer)) => listener.handle(&buf[..len], peer).await,
@@ -258,7 +230,6 @@ impl Server {
                 },
             }
         }
-        drop(next);
         let abandoned = listener.abandon_all();
         listener.waiting.clear();
         listener.sync_waiting();
@@ -274,11 +245,6 @@ struct Listener {
     socket: UdpSocket,
     shared: Arc<Shared>,
     permits: Arc<Semaphore>,
-    /// The interface's turns, which the boot HTTP listener shares.
-    admission: Arc<Admission>,
-    /// The client of the latest request queued: the queue asks for its
-    /// next turn with this client's place.
-    queued_client: IpAddr,
     max_transfers: usize,
     waiting: Waiting,
     /// The queue length and expiries last added to the counters.
@@ -289,6 +255,7 @@ struct Listener {
     busy_log: Every,
     next_id: u64,
     gate: Option<Gate>,
+    admission: Option<Arc<Admission>>,
 }
 
 impl Listener {
@@ -350,6 +317,9 @@ impl Listener {
             .await;
             return;
         };
+        if let Some(admission) = &self.admission {
+            admission.place(peer.ip());
+        }
         let request = ReadRequest {
             filename: req.filename.to_vec(),
             file,
@@ -379,42 +349,17 @@ impl Listener {
         None
     }
 
-    /// Starts a thread for the peer's first request if the bound and the
-    /// interface's turns allow and nobody is waiting; otherwise the request
-    /// waits.
+    /// Starts a thread for the peer's first request if the bound allows and
+    /// nobody is waiting; otherwise the request waits.
     async fn spawn(&mut self, peer: SocketAddr, request: ReadRequest) {
-        let place = if self.waiting.is_empty() {
-            self.permits
-                .clone()
-                .try_acquire_owned()
-                .ok()
-                .and_then(|permit| {
-                    let turn = self.admission.try_turn(peer.ip(), Lane::Boot)?;
-                    Some((permit, turn))
-                })
+        let permit = if self.waiting.is_empty() {
+            self.permits.clone().try_acquire_owned().ok()
         } else {
             None
         };
-        match place {
-            Some(place) => self.launch(peer, request, place).await,
+        match permit {
+            Some(permit) => self.launch(peer, request, permit).await,
             None => self.wait(peer, request).await,
-        }
-    }
-
-    /// A slot of the bound, then a turn: what the next waiting request
-    /// starts with.
-    fn next_place(&self) -> impl Future<Output = Place> + Send + 'static {
-        let (permits, admission, client) = (
-            self.permits.clone(),
-            self.admission.clone(),
-            self.queued_client,
-        );
-        async move {
-            let permit = permits
-                .acquire_owned()
-                .await
-                .expect("the transfer bound is never closed");
-            (permit, admission.turn(client, Lane::Boot).await)
         }
     }
 
@@ -424,23 +369,20 @@ impl Listener {
         let stats = self.shared.stats.clone();
         let first = self.shared.follows_probe(peer.ip());
         match self.waiting.offer(peer, request, Instant::now(), first) {
-            Offer::Queued => {
-                self.queued_client = peer.ip();
-                bump(&stats.waited);
-            }
+            Offer::Queued => bump(&stats.waited),
             Offer::Refreshed => bump(&stats.duplicates),
             Offer::Full(request) => self.busy(peer, request.file).await,
         }
         self.sync_waiting();
     }
 
-    /// Starts the request `waiting` picks in `place`; a place nobody is
-    /// left to take goes back.
-    async fn start_waiting(&mut self, place: Place) {
+    /// Starts the longest-waiting request with `permit`; a permit nobody is
+    /// left to take goes back to the bound.
+    async fn start_waiting(&mut self, permit: OwnedSemaphorePermit) {
         let next = self.waiting.next(Instant::now());
         self.sync_waiting();
         if let Some((peer, request)) = next {
-            self.launch(peer, request, place).await;
+            self.launch(peer, request, permit).await;
         }
     }
 
@@ -461,15 +403,20 @@ impl Listener {
         self.published = (len, expired);
     }
 
-    /// Starts a thread for the peer's request in `place`.
-    async fn launch(&mut self, peer: SocketAddr, request: ReadRequest, place: Place) {
+    /// Starts a thread for the peer's request in the slot `permit` holds.
+    async fn launch(
+        &mut self,
+        peer: SocketAddr,
+        request: ReadRequest,
+        permit: OwnedSemaphorePermit,
+    ) {
         let mailbox = match Mailbox::new() {
             Ok(mailbox) => Arc::new(mailbox),
             Err(err) => return self.not_started(peer, request.file, err).await,
         };
         let id = self.next_id;
         self.next_id += 1;
-        let slot = Slot::claim(self.shared.clone(), peer, id, mailbox, place);
+        let slot = Slot::claim(self.shared.clone(), peer, id, mailbox, permit);
         let file = request.file.clone();
         let running = self.running.clone();
         let started = std::thread::Builder::new()

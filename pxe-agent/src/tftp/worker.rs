@@ -39,20 +39,19 @@ pub(super) struct Slot {
     /// Tells this slot's entry in the peers map from a later one.
     id: u64,
     mailbox: Arc<Mailbox>,
-    /// Its slot of the server's bound and its interface's turn.
-    _place: (OwnedSemaphorePermit, crate::admission::Turn),
+    _permit: OwnedSemaphorePermit,
 }
 
 impl Slot {
     /// Enters `peer` in the peers map as `id`, with `mailbox` for its
-    /// new requests, and counts it as active; `place` is its place in the
-    /// bound and its turn. Dropping the slot undoes all three.
+    /// new requests, and counts it as active; `permit` is its place in the
+    /// bound. Dropping the slot undoes all three.
     pub fn claim(
         shared: Arc<Shared>,
         peer: SocketAddr,
         id: u64,
         mailbox: Arc<Mailbox>,
-        place: (OwnedSemaphorePermit, crate::admission::Turn),
+        permit: OwnedSemaphorePermit,
     ) -> Slot {
         shared.peers().insert(
             peer,
@@ -67,7 +66,7 @@ impl Slot {
             peer,
             id,
             mailbox,
-            _place: place,
+            _permit: permit,
         }
     }
 

@@ -359,7 +359,7 @@ pxe_http_file_bytes_total 31
 # HELP pxe_http_open_connections Boot HTTP connections being served.
 # TYPE pxe_http_open_connections gauge
 pxe_http_open_connections 22
-# HELP pxe_http_parked_connections Boot HTTP connections parked, request read, until their file's turn (pxe_boot_transfers_waiting), their connection slot given back.
+# HELP pxe_http_parked_connections Boot HTTP connections parked, request read, until their artifact's turn (pxe_artifact_transfers_waiting), their connection slot given back.
 # TYPE pxe_http_parked_connections gauge
 pxe_http_parked_connections 32
 # HELP pxe_http_at_limit_total Times every boot HTTP connection slot was taken, so new connections waited in the listen backlog.
