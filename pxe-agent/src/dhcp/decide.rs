@@ -4,7 +4,7 @@
 //! complete answer to any request, including iPXE chainloading and unknown
 //! hosts (which need the lease store, so `decide` hands those back as
 //! [`Answer::Pool`]). It picks the parts of a reply (address, boot answer,
-//! rule and host options); `reply` assembles them. What the XDP program may
+//! subnet, profile, rule and host options); `reply` assembles them. What the XDP program may
 //! answer is the projection of this policy in `fast_path`, and its
 //! templates are `decide`'s answers to one request of each boot class
 //! (`template`).
@@ -334,7 +334,16 @@ fn proxy(
         Some(Boot::None) | None => return Answer::Ignore(Counter::PassUnsupportedClient),
         Some(boot) => boot,
     };
-    let mut reply = build_proxy(kind, boot, &rule_options, Some(&host.options), req, server);
+    let no_options = BTreeMap::new();
+    let subnet_options = inv.subnet_of(host).map_or(&no_options, |s| &s.options);
+    let mut reply = build_proxy(
+        kind,
+        boot,
+        (subnet_options, &rule_options),
+        Some(&host.options),
+        req,
+        server,
+    );
     echo_relay_info(&mut reply, req);
     Answer::Reply(reply)
 }

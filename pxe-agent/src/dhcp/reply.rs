@@ -103,8 +103,11 @@ pub enum Boot {
     Ipxe(String),
 }
 
-/// Assembles a reply: subnet options, lease, server id, the boot answer, then
-/// rule options and the host's own options (a later source wins per code).
+/// Assembles a reply: the subnet's settings and then its `options`, the
+/// host's name, lease, server id, the boot answer, then the profile's and
+/// its rules' options (`rule_options`) and the host's own options. A later
+/// source wins per code: host over profile and rules, over the boot
+/// answer, over the subnet's options, over the subnet's settings.
 pub fn build(
     subject: &Subject,
     kind: ReplyKind,
@@ -121,11 +124,12 @@ pub fn build(
     if !subnet.dns.is_empty() {
         options.insert(DhcpOption::DomainNameServer(subnet.dns.clone()));
     }
-    if let Some(name) = subject.hostname {
-        options.insert(DhcpOption::Hostname(name.to_string()));
-    }
     if let Some(domain) = &subnet.domain {
         options.insert(DhcpOption::DomainName(domain.clone()));
+    }
+    insert_raw(&mut options, &subnet.options);
+    if let Some(name) = subject.hostname {
+        options.insert(DhcpOption::Hostname(name.to_string()));
     }
     options.insert(DhcpOption::AddressLeaseTime(subject.lease_time));
     options.insert(DhcpOption::MessageType(kind.message_type()));
@@ -193,7 +197,18 @@ fn host_codes(name: Option<u8>, host_options: Option<&ExtraOptions>) -> Vec<u8> 
     codes
 }
 
-/// Rule options, then the host's own options (a later source wins per code).
+/// `extra` as options, replacing any of the same code.
+fn insert_raw(options: &mut DhcpOptions, extra: &BTreeMap<u8, Vec<u8>>) {
+    for (code, value) in extra {
+        options.insert(DhcpOption::Unknown(UnknownOption::new(
+            OptionCode::from(*code),
+            value.clone(),
+        )));
+    }
+}
+
+/// Profile and rule options, then the host's own options (a later source
+/// wins per code).
 fn extra_options(
     options: &mut DhcpOptions,
     rule_options: &BTreeMap<u8, Vec<u8>>,
@@ -221,16 +236,18 @@ const PXE_VENDOR_OPTIONS: [u8; 4] = [6, 1, 8, 255];
 /// options (the address server gives those), this server as next server,
 /// the boot answer, server id,
 /// option 60 `PXEClient`, the PXE vendor options, option 97 echoed when
-/// the client sent it, then rule and host options.
+/// the client sent it, then the subnet's, the profile's and rules', and
+/// the host's options, in that order of precedence as in [`build`].
 pub(super) fn build_proxy(
     kind: ReplyKind,
     boot: Boot,
-    rule_options: &BTreeMap<u8, Vec<u8>>,
+    (subnet_options, rule_options): (&BTreeMap<u8, Vec<u8>>, &BTreeMap<u8, Vec<u8>>),
     host_options: Option<&ExtraOptions>,
     req: &Request,
     server: &Server,
 ) -> Reply {
     let mut options = DhcpOptions::new();
+    insert_raw(&mut options, subnet_options);
     options.insert(DhcpOption::MessageType(kind.message_type()));
     options.insert(DhcpOption::ServerIdentifier(server.ip));
     options.insert(DhcpOption::ClassIdentifier(PXE_CLIENT.to_vec()));

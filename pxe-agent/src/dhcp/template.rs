@@ -506,6 +506,45 @@ hosts:
     }
 
     #[test]
+    fn subnet_and_profile_options_are_in_the_shared_body_and_a_hosts_own_replace_them() {
+        let yaml = r#"
+subnets:
+  - {cidr: 10.66.0.0/16, router: 10.66.0.1, options: {42: 10.66.0.4, 224: subnet}}
+profiles:
+  - {name: worker, boot: {bios: undionly.kpxe}, options: {225: profile}}
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, profile: worker}
+  - {mac: "52:54:00:00:00:02", ip: 10.66.1.11, profile: worker}
+  - {mac: "52:54:00:00:00:03", ip: 10.66.1.12, profile: worker, options: {42: 10.66.0.9}}
+"#;
+        let inv = Inventory::parse(Path::new("t.yaml"), yaml).expect("valid inventory");
+        let c = compile(&inv, &SERVER).expect("compiles");
+        assert_assembles_to_the_encoders(&inv, &c);
+        let record = |last: u8| {
+            c.hosts
+                .get(&MacKey::new([0x52, 0x54, 0, 0, 0, last]))
+                .expect("compiled")
+        };
+        let (one, two) = (record(1), record(2));
+        // Nothing of their own: one body, the shared options in it.
+        assert_eq!(one.len, 0);
+        assert_eq!(one.body(BootClass::Bios), two.body(BootClass::Bios));
+        let (body, _) = c.body(&one, BootClass::Bios).expect("answered");
+        let bytes = &body.payload[..body.len as usize];
+        let at = find_option(bytes, 42).expect("option 42 in the body");
+        assert_eq!(bytes[at..at + 4], [10, 66, 0, 4]);
+        assert!(find_option(bytes, 224).is_some() && find_option(bytes, 225).is_some());
+        // The third host's 42 is its own, and the only one it gets.
+        let three = record(3);
+        let reply = c.reply([0x52, 0x54, 0, 0, 0, 3], BootClass::Bios).expect("answered");
+        let at = find_option(&reply, 42).expect("option 42");
+        assert_eq!(reply[at..at + 4], [10, 66, 0, 9]);
+        assert_eq!(three.options[..three.len as usize], [42, 4, 10, 66, 0, 9]);
+        let (body, _) = c.body(&three, BootClass::Bios).expect("answered");
+        assert_eq!(find_option(&body.payload[..body.len as usize], 42), None);
+    }
+
+    #[test]
     fn assembled_replies_are_the_encoders_offers_with_request_fields_zero() {
         let inv = inventory("{42: 10.66.0.1}");
         let c = compile(&inv, &SERVER).expect("compiles");

@@ -207,6 +207,7 @@ mod tests {
                 config: DEFAULT_GRUB_CONFIG.into(),
             }),
             netboot: Default::default(),
+            options: Default::default(),
         }
     }
 

@@ -127,6 +127,7 @@ mod tests {
             rules: Vec::new(),
             grub: None,
             netboot: Default::default(),
+            options: Default::default(),
         }
     }
 

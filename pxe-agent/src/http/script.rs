@@ -116,6 +116,7 @@ mod tests {
             rules: Vec::new(),
             grub: None,
             netboot: Default::default(),
+            options: Default::default(),
         }
     }
 

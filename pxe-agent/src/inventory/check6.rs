@@ -42,6 +42,14 @@ pub(super) fn subnet6(
                 .to_owned(),
         );
     }
+    if !entry.options.is_empty() {
+        report(
+            "options",
+            "options are DHCPv4 option codes, for IPv4 subnets, profiles and hosts; \
+             an IPv6 subnet takes none (its clients get dns, domain and the boot URL)"
+                .to_owned(),
+        );
+    }
     if entry.mode == SubnetMode::Proxy {
         report(
             "mode",

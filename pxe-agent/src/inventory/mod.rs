@@ -211,6 +211,11 @@ pub struct Subnet {
     pub pool: Option<Range>,
     /// Whether this agent hands out the addresses or only boot information.
     pub mode: SubnetMode,
+    /// Extra DHCP options for every client of the subnet: code -> encoded
+    /// value bytes (at most 255), as in [`Host::options`]. They replace
+    /// what `router`, `dns` and `domain` give for the same code; the
+    /// profile's and the host's own replace them (`dhcp::reply`).
+    pub options: BTreeMap<u8, Vec<u8>>,
 }
 
 /// Who gives a subnet's clients their addresses (docs/lifecycle.md,
@@ -329,6 +334,11 @@ pub struct Profile {
     /// Whether the profile's hosts are given a boot file (hosts may
     /// override it).
     pub netboot: Netboot,
+    /// Extra DHCP options for every host of the profile: code -> encoded
+    /// value bytes (at most 255), as in [`Host::options`]. They replace the
+    /// subnet's of the same code; its rules' and the host's own replace
+    /// them ([`Profile::boot_for`]).
+    pub options: BTreeMap<u8, Vec<u8>>,
 }
 
 impl Profile {

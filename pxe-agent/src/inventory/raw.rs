@@ -54,6 +54,9 @@ pub(super) struct RawSubnet {
     /// IPv6 only: router advertisements the agent sends on the subnet's
     /// link.
     pub ra: Option<RawRa>,
+    /// As [`RawHost::options`], for every client of the subnet.
+    #[serde(default)]
+    pub options: serde_norway::Mapping,
 }
 
 #[derive(Debug, Deserialize)]
@@ -101,6 +104,9 @@ pub(super) struct RawProfile {
     pub netboot: Option<String>,
     /// The Secure Boot chain: grub reads a grub.cfg the agent renders.
     pub grub: Option<RawGrub>,
+    /// As [`RawHost::options`], for every host of the profile.
+    #[serde(default)]
+    pub options: serde_norway::Mapping,
 }
 
 #[derive(Debug, Deserialize)]

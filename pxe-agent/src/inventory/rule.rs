@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use super::{BootFiles, Profile};
 
 /// What [`Profile::boot_for`] returns: the boot answer (`None`: none) and
-/// the extra options of the matching rules (code -> encoded value).
+/// the extra options of the profile and its matching rules (code ->
+/// encoded value).
 pub type BootAnswer = (Option<BootFiles>, BTreeMap<u8, Vec<u8>>);
 
 /// One rule of a profile: when `when` matches, `boot`'s entries replace the
@@ -138,8 +139,9 @@ impl Match {
 impl Profile {
     /// The boot answer and extra options for a request with `traits` from a
     /// host with `host_labels`: the profile's boot files with the entries of
-    /// every matching rule laid over them in order, and the options of the
-    /// matching rules, a later rule's value winning per code. The boot
+    /// every matching rule laid over them in order, and the profile's own
+    /// options with those of the matching rules laid over them, a later
+    /// rule's value winning per code. The boot
     /// answer is `None` only when the profile has no `boot` and no matching
     /// rule sets a boot entry.
     pub fn boot_for(&self, host_labels: &BTreeMap<String, String>, traits: &Traits) -> BootAnswer {
@@ -178,7 +180,7 @@ impl Profile {
 
     fn apply<'r>(&self, rules: impl IntoIterator<Item = &'r Rule>) -> BootAnswer {
         let mut boot = self.boot.clone();
-        let mut options = BTreeMap::new();
+        let mut options = self.options.clone();
         for rule in rules {
             if !rule.boot.is_empty() {
                 boot.get_or_insert_with(BootFiles::default)
@@ -501,6 +503,7 @@ mod tests {
             chain: None,
             local_disk: false,
             netboot: Default::default(),
+            options: Default::default(),
             rules: vec![
                 Rule {
                     when: Match {

@@ -76,6 +76,7 @@ fn full_format_parses_into_the_model() {
             lease_time: 7200,
             pool: None,
             mode: SubnetMode::Server,
+            options: Default::default(),
         }]
     );
     assert_eq!(
@@ -97,6 +98,7 @@ fn full_format_parses_into_the_model() {
             rules: vec![],
             grub: None,
             netboot: Default::default(),
+            options: Default::default(),
         }]
     );
     let labels = BTreeMap::from([
@@ -760,6 +762,7 @@ fn subnet_netmask_broadcast_and_contains() {
         lease_time: DEFAULT_LEASE_TIME,
         pool: None,
         mode: SubnetMode::Server,
+        options: Default::default(),
     };
     let lab = subnet([10, 66, 0, 0], 16);
     assert_eq!(lab.netmask(), Ipv4Addr::new(255, 255, 0, 0));
@@ -2256,4 +2259,67 @@ fn grub_profile_problems_name_the_field() {
     assert!(problem.message.contains("grub cannot chain"), "{problem}");
     let unknown = parse(&grub_inventory("{prefix: /grub}", GRUB_URLS)).expect_err("unknown key");
     assert!(unknown.to_string().contains("prefix"), "{unknown}");
+}
+
+#[test]
+fn subnet_and_profile_options_are_checked_as_a_hosts_are() {
+    let text = r#"
+subnets:
+  - {cidr: 10.66.0.0/16, options: {42: 10.66.0.4, 53: 1, 3: notanip}}
+  - {cidr: "fd00:66::/64", options: {42: 10.66.0.4}}
+profiles:
+  - {name: worker, options: {15: lab.example, 51: 60, 300: x, 26: "1500"}}
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.1, profile: worker, options: {53: 1}}
+"#;
+    let found = problems(text);
+    let fields: Vec<_> = found.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "subnets[0].options.53",
+            "subnets[0].options.3",
+            "subnets[1].options",
+            "profiles[worker].options.51",
+            "profiles[worker].options.300",
+            "profiles[worker].options.26",
+            "options.53",
+        ],
+        "{found:#?}"
+    );
+    // The same words as for a host, from the same code path.
+    assert_eq!(found[0].message, found[6].message);
+    assert!(found[0].host.is_none() && found[6].host.is_some());
+    assert!(found[1].message.contains("option 3 (router)"), "{found:#?}");
+    assert!(found[2].message.contains("DHCPv4"), "{found:#?}");
+    assert!(found[3].message.contains("lease_time"), "{found:#?}");
+    assert!(found[5].message.contains("2-byte unsigned integer"), "{found:#?}");
+}
+
+#[test]
+fn subnet_and_profile_options_are_encoded_into_the_model() {
+    let inventory = parse(
+        r#"
+subnets:
+  - {cidr: 10.66.0.0/16, options: {42: [10.66.0.4, 10.66.0.5], 15: lab.example}}
+profiles:
+  - {name: worker, options: {26: 1500, 224: rack}}
+hosts: []
+"#,
+    )
+    .expect("valid");
+    assert_eq!(
+        inventory.subnets[0].options,
+        BTreeMap::from([
+            (15, b"lab.example".to_vec()),
+            (42, vec![10, 66, 0, 4, 10, 66, 0, 5]),
+        ])
+    );
+    assert_eq!(
+        inventory.profiles[0].options,
+        BTreeMap::from([(26, vec![0x05, 0xdc]), (224, b"rack".to_vec())])
+    );
+    // What rules build on: a profile's boot_for starts from its options.
+    let (_, options) = inventory.profiles[0].boot_for(&BTreeMap::new(), &Traits::default());
+    assert_eq!(options, inventory.profiles[0].options);
 }

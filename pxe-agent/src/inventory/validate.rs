@@ -149,6 +149,7 @@ fn subnets(
                     lease_time: entry.lease_time.unwrap_or(DEFAULT_LEASE_TIME),
                     pool: None,
                     mode: entry.mode,
+                    options: BTreeMap::new(),
                 };
                 subnet.network = Ipv4Addr::from(u32::from(address) & u32::from(subnet.netmask()));
                 if subnet.network != address {
@@ -222,11 +223,15 @@ fn subnets(
             .and_then(|pool| check_pool(pool, subnet.as_ref(), router, &mut report));
         check_proxy(entry, &mut report);
         check6::ipv6_only_keys(entry, &mut report);
+        let options = options(&entry.options, &mut |key, message| {
+            report(&format!("options.{key}"), message)
+        });
 
         out.push(subnet.map(|subnet| Subnet {
             router,
             dns,
             pool,
+            options,
             ..subnet
         }));
     }
@@ -809,7 +814,8 @@ fn netboot(raw: Option<&str>, report: &mut impl FnMut(&str, String)) -> Option<N
     }
 }
 
-/// Encodes a host's or rule's `options`; `report` gets the key as written.
+/// Encodes the `options` of a host, a rule, a profile or a subnet, alike;
+/// `report` gets the key as written.
 fn options(
     raw: &serde_norway::Mapping,
     report: &mut impl FnMut(&str, String),

@@ -1052,3 +1052,106 @@ hosts:
     let compiled = crate::dhcp::template::compile(&inv, &SERVER).expect("compiles");
     assert_eq!(compiled.replies(), 0);
 }
+
+const LAYERED: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+    router: 10.66.0.1
+    domain: lab.example
+    options: {42: 10.66.0.4, 15: site.example, 224: subnet, 225: subnet, 226: subnet}
+profiles:
+  - name: worker
+    boot: {bios: undionly.kpxe, uefi: ipxe.efi}
+    options: {224: profile, 225: profile}
+    rules:
+      - match: {arch: [7, 9]}
+        options: {225: rule}
+  - name: bare
+hosts:
+  - {mac: "52:54:00:00:00:01", ip: 10.66.1.10, hostname: node-1, profile: worker,
+     options: {42: 10.66.0.9, 224: host}}
+  - {mac: "52:54:00:00:00:02", ip: 10.66.1.11, profile: worker}
+  - {mac: "52:54:00:00:00:03", ip: 10.66.1.12, profile: bare}
+"#;
+
+/// Subnet, profile, rule and host options by code, for `mac` asking with
+/// option 93 `arch`, from the slow path; the fast path answers with the
+/// same reply.
+fn layered(inv: &Inventory, mac: u8, arch: u16) -> BTreeMap<u8, Vec<u8>> {
+    let req = pxe(discover(MacAddr([0x52, 0x54, 0, 0, 0, mac])), arch);
+    let Answer::Reply(reply) = decide(&req, inv, &SERVER) else {
+        panic!("no reply")
+    };
+    let Decision::Reply(kernel) = fast_path(&req, inv, &SERVER) else {
+        panic!("the kernel does not answer host {mac} on arch {arch}")
+    };
+    assert_eq!(kernel, reply, "the fast path's reply is the policy's");
+    [3, 15, 42, 224, 225, 226]
+        .into_iter()
+        .filter_map(|code| Some((code, option(&reply, code)?)))
+        .collect()
+}
+
+#[test]
+fn host_options_replace_the_profiles_and_rules_which_replace_the_subnets() {
+    let inv = Inventory::parse(Path::new("t.yaml"), LAYERED).expect("valid");
+    let want = |pairs: &[(u8, &[u8])]| -> BTreeMap<u8, Vec<u8>> {
+        pairs.iter().map(|(c, v)| (*c, v.to_vec())).collect()
+    };
+    let subnet_only = want(&[
+        (3, &[10, 66, 0, 1]),
+        // The subnet's option 15 replaces what its `domain` gives.
+        (15, b"site.example"),
+        (42, &[10, 66, 0, 4]),
+        (224, b"subnet"),
+        (225, b"subnet"),
+        (226, b"subnet"),
+    ]);
+    assert_eq!(layered(&inv, 3, 0), subnet_only, "a host of a bare profile");
+    let mut profile = subnet_only.clone();
+    profile.insert(224, b"profile".to_vec());
+    profile.insert(225, b"profile".to_vec());
+    assert_eq!(layered(&inv, 2, 0), profile, "the profile over the subnet");
+    let mut rule = profile.clone();
+    rule.insert(225, b"rule".to_vec());
+    assert_eq!(layered(&inv, 2, 7), rule, "a matching rule over the profile");
+    let mut host = rule.clone();
+    host.insert(42, vec![10, 66, 0, 9]);
+    host.insert(224, b"host".to_vec());
+    assert_eq!(layered(&inv, 1, 7), host, "the host over all of them");
+}
+
+#[test]
+fn subnet_options_reach_pool_clients_informs_and_proxy_answers() {
+    let yaml = LAYERED.replace(
+        "    router: 10.66.0.1\n",
+        "    router: 10.66.0.1\n    pool: {start: 10.66.200.1, end: 10.66.200.9}\n",
+    ) + "discovery: {policy: inspect, profile: worker}\n";
+    let inv = Inventory::parse(Path::new("t.yaml"), &yaml).expect("valid");
+    let unknown = pxe(discover(MacAddr([0x52, 0x54, 0, 0, 0, 0x99])), 0);
+    let Answer::Pool(ask) = decide(&unknown, &inv, &SERVER) else {
+        panic!("not a pool client")
+    };
+    let reply = pool_reply(&unknown, &inv, &SERVER, &ask, Ipv4Addr::new(10, 66, 200, 1));
+    assert_eq!(option(&reply, 42), Some(vec![10, 66, 0, 4]));
+    assert_eq!(option(&reply, 224), Some(b"profile".to_vec()));
+
+    let inform = Request {
+        msg_type: Some(MessageType::Inform),
+        ciaddr: Ipv4Addr::new(10, 66, 1, 11),
+        ..discover(MacAddr([0x52, 0x54, 0, 0, 0, 2]))
+    };
+    let Answer::Reply(reply) = decide(&inform, &inv, &SERVER) else {
+        panic!("no answer to the inform")
+    };
+    assert_eq!(option(&reply, 42), Some(vec![10, 66, 0, 4]));
+
+    let proxy = LAYERED.replace("    router: 10.66.0.1\n", "    mode: proxy\n");
+    let inv = Inventory::parse(Path::new("t.yaml"), &proxy).expect("valid");
+    let Answer::Reply(reply) = decide(&pxe(discover(MacAddr([0x52, 0x54, 0, 0, 0, 2])), 0), &inv, &SERVER) else {
+        panic!("no proxy answer")
+    };
+    assert!(reply.is_proxy());
+    assert_eq!(option(&reply, 42), Some(vec![10, 66, 0, 4]));
+    assert_eq!(option(&reply, 224), Some(b"profile".to_vec()));
+}

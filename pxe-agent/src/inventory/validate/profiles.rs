@@ -91,6 +91,9 @@ pub(super) fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<P
             check_grub(entry, grub, &mut report);
         }
         let netboot = netboot(entry.netboot.as_deref(), &mut report).unwrap_or_default();
+        let options = options(&entry.options, &mut |key, message| {
+            report(&format!("options.{key}"), message)
+        });
         if entry.kernel.is_none() {
             if !entry.initrd.is_empty() {
                 report(
@@ -118,6 +121,7 @@ pub(super) fn profiles(raw: &[RawProfile], problems: &mut Vec<Problem>) -> Vec<P
             rules,
             grub: entry.grub.as_ref().map(grub_settings),
             netboot,
+            options,
         });
     }
     out
