@@ -3,7 +3,6 @@
 //! the API server, without running.
 
 use std::{
-    collections::HashMap,
     fmt::Write as _,
     fs,
     net::Ipv4Addr,
@@ -14,7 +13,7 @@ use std::{
 use pxe_agent::{
     bmc::Password,
     dhcp::{Server, template::Compiled},
-    inventory::{self, Inventory, LoadError, Problem, served_files},
+    inventory::{self, Inventory, LoadError, Locator, Problem, served_files},
     kube::{
         document::{self, SecretKeys},
         manifests::{Manifests, Readable},
@@ -136,19 +135,18 @@ fn check_file(file: &Path, server: &Server, roots: Roots<'_>, map_capacity: Opti
     }
 }
 
-/// One line a problem, `file:line:` where it names a host whose entry the
-/// file shows, `file:` otherwise. Two entries with one label (a MAC given
-/// twice, no host names) point at the later, which validation blames.
+/// One line a problem, `file:line:` where the file shows the entry it
+/// names (a host, a subnet, a profile or one of its rules) or its
+/// top-level key, `file:` otherwise. Two entries with one label (a MAC
+/// given twice, no host names) point at the later, which validation
+/// blames.
 fn located(path: &Path, problems: &[Problem]) -> String {
-    let lines: HashMap<String, usize> = fs::read_to_string(path)
-        .ok()
-        .and_then(|text| inventory::host_lines(&text))
-        .map(|entries| entries.into_iter().collect())
+    let locator = fs::read_to_string(path)
+        .map(|text| Locator::new(&text))
         .unwrap_or_default();
     let mut out = String::new();
     for problem in problems {
-        let line = problem.host.as_ref().and_then(|h| lines.get(h));
-        let _ = match line {
+        let _ = match locator.line(problem) {
             Some(line) => writeln!(out, "{}:{line}: {problem}", path.display()),
             None => writeln!(out, "{}: {problem}", path.display()),
         };
@@ -302,6 +300,44 @@ hosts:
         assert!(
             out.lines()
                 .any(|l| l.starts_with(&at(15)) && l.contains("field profile")),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn subnet_and_profile_problems_name_the_line_of_their_entry() {
+        let dir = std::env::temp_dir().join(format!("pxe-check-entries-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("inventory.yaml");
+        let text = "\
+subnets:
+  - cidr: 10.66.0.0/16
+  # the second, with a bad option
+  - cidr: 10.67.0.0/16
+    options: {3: notanip}
+profiles:
+  - name: p
+
+  # between profiles
+  - name: q
+    options: {53: 1}
+hosts: []
+";
+        fs::write(&file, text).expect("write");
+        let Err(LoadError::Invalid { path, problems }) = Inventory::load(&file) else {
+            panic!("the inventory is valid");
+        };
+        let out = located(&path, &problems);
+        fs::remove_dir_all(&dir).expect("clean up");
+        let at = |line: usize| format!("{}:{line}: ", file.display());
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&at(4)) && l.contains("field subnets[1].options.3")),
+            "{out}"
+        );
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&at(10)) && l.contains("field profiles[q].options.53")),
             "{out}"
         );
     }

@@ -15,6 +15,7 @@ mod file;
 mod grub_path;
 mod hostname;
 mod ipv6;
+mod lines;
 mod oob;
 mod option;
 mod patch;
@@ -46,7 +47,8 @@ pub use oob::{
     StageDeadlines, parse_duration,
 };
 pub use option::decode_hex;
-pub use patch::{Layout, host_lines};
+pub use lines::Locator;
+pub use patch::Layout;
 pub(crate) use patch::{MOST_CHANGED, splice};
 pub use rule::{BootAnswer, Match, Rule, Traits, circuit_id, parse_user_classes};
 

@@ -78,66 +78,6 @@ impl Cut<'_> {
     }
 }
 
-/// The line (1-based) of each host entry of `text` and the label problems
-/// name its host by, for messages that point into the file; `None` when
-/// the host list cannot be cut into entries (see [`cut`]).
-pub fn host_lines(text: &str) -> Option<Vec<(String, usize)>> {
-    let cut = cut(text)?;
-    let mut out = Vec::with_capacity(cut.entries.len());
-    for (index, &(start, end)) in cut.entries.iter().enumerate() {
-        let entry = &text[start..end];
-        // The entry's first line that is not blank or a comment: its `-`.
-        let skipped = entry
-            .split_inclusive('\n')
-            .take_while(|l| {
-                let l = l.trim_start();
-                l.is_empty() || l.starts_with('#')
-            })
-            .count();
-        let line = text[..start].matches('\n').count() + 1 + skipped;
-        // Parsed as the list it sits in; an entry that does not parse on
-        // its own is named by position, as validation names it then.
-        let value: Option<serde_norway::Value> =
-            serde_norway::from_str::<serde_norway::Value>(&dedent(entry))
-                .ok()
-                .and_then(|v| v.as_sequence().and_then(|s| s.first().cloned()));
-        let field = |k: &str| {
-            value
-                .as_ref()
-                .and_then(|v| v.get(k))
-                .and_then(|v| v.as_str())
-        };
-        let first_mac = field("mac").or_else(|| {
-            value
-                .as_ref()
-                .and_then(|v| v.get("macs"))
-                .and_then(|m| m.as_sequence())
-                .and_then(|m| m.first())
-                .and_then(|m| m.as_str())
-        });
-        let mac = first_mac.and_then(|m| m.parse().ok());
-        out.push((
-            super::validate::host_label(index, mac, field("hostname")),
-            line,
-        ));
-    }
-    Some(out)
-}
-
-/// `entry` with the indentation of its first item line removed, so that it
-/// parses as a list on its own.
-fn dedent(entry: &str) -> String {
-    let indent = entry
-        .lines()
-        .find(|l| l.trim_start().starts_with('-'))
-        .map_or(0, |l| l.len() - l.trim_start().len());
-    entry
-        .lines()
-        .map(|l| l.get(indent..).unwrap_or(l.trim_start()))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Cuts `text` into its host entries, or `None` when the host list is not a
 /// plain block sequence under a top-level `hosts:` whose entries the cut can
 /// tell apart by their lines alone.
