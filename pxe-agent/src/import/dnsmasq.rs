@@ -18,7 +18,7 @@ use super::{
     BootSet, HostOut, ImportError, Imported, Origin, Report, Reservation6, RunFlags, Subnet6Out,
     SubnetOut, Translation,
     duid::{self, DuidName},
-    mask_prefix, valid_hostname,
+    mask_prefix, option_yaml, valid_hostname,
 };
 use crate::mac::MacAddr;
 
@@ -114,6 +114,17 @@ struct BootLine {
     file: String,
 }
 
+/// A `dhcp-option` line the subnets' `options` may carry.
+#[derive(Debug)]
+struct OptionLine {
+    tags: Vec<TagCond>,
+    code: u8,
+    items: Vec<String>,
+    /// The line as written, for the report.
+    line: String,
+    origin: Origin,
+}
+
 #[derive(Debug)]
 struct HostLine {
     /// Every MAC of the line, in order, each once.
@@ -143,6 +154,10 @@ struct State {
     router: Option<Ipv4Addr>,
     dns: Vec<Ipv4Addr>,
     domain: Option<String>,
+    /// `dhcp-option` lines for the subnets' `options`, in file order.
+    options: Vec<OptionLine>,
+    /// The tag each `dhcp-range=set:TAG,...` sets, with its subnet.
+    range_tags: Vec<(String, usize)>,
     subnets6: Vec<Subnet6Out>,
     /// `dhcp-host` lines with an IPv6 address and no IPv4 one.
     reservations6: Vec<Reservation6>,
@@ -170,6 +185,69 @@ pub fn translate(
         st.read(&path, &text, follow)?;
     }
     Ok(st.finish(source))
+}
+
+/// An IPv4 option's code from its number or its dnsmasq name
+/// (`dnsmasq --help dhcp`), for the names a PXE network's configuration
+/// uses.
+fn option_code(name: &str) -> Option<u8> {
+    if let Ok(code) = name.parse() {
+        return Some(code);
+    }
+    Some(match name {
+        "netmask" => 1,
+        "time-offset" => 2,
+        "router" => 3,
+        "dns-server" => 6,
+        "log-server" => 7,
+        "lpr-server" => 9,
+        "hostname" => 12,
+        "boot-file-size" => 13,
+        "domain-name" => 15,
+        "swap-server" => 16,
+        "root-path" => 17,
+        "extension-path" => 18,
+        "ip-forward-enable" => 19,
+        "policy-filter" => 21,
+        "max-datagram-reassembly" => 22,
+        "default-ttl" => 23,
+        "mtu" => 26,
+        "all-subnets-local" => 27,
+        "broadcast" => 28,
+        "router-discovery" => 31,
+        "router-solicitation" => 32,
+        "static-route" => 33,
+        "trailer-encapsulation" => 34,
+        "arp-timeout" => 35,
+        "ethernet-encap" => 36,
+        "tcp-ttl" => 37,
+        "tcp-keepalive" => 38,
+        "nis-domain" => 40,
+        "nis-server" => 41,
+        "ntp-server" => 42,
+        "vendor-encap" => 43,
+        "netbios-ns" => 44,
+        "netbios-dd" => 45,
+        "netbios-nodetype" => 46,
+        "netbios-scope" => 47,
+        "x-windows-fs" => 48,
+        "x-windows-dm" => 49,
+        "vendor-class" => 60,
+        "nis+-domain" => 64,
+        "nis+-server" => 65,
+        "tftp-server" => 66,
+        "bootfile-name" => 67,
+        "mobile-ip-home" => 68,
+        "smtp-server" => 69,
+        "pop3-server" => 70,
+        "nntp-server" => 71,
+        "irc-server" => 74,
+        "user-class" => 77,
+        "classless-static-route" => 121,
+        "vendor-id-encap" => 125,
+        "tftp-server-address" => 150,
+        _ => return None,
+    })
 }
 
 fn strip_comment(line: &str) -> &str {
@@ -484,9 +562,11 @@ impl State {
                 "dhcp-range tag conditions not translated: the range applies to every request",
             );
         }
-        if parts.first().is_some_and(|p| p.starts_with("set:")) {
-            self.report
-                .add(origin, "dhcp-range set: tag not translated");
+        let set = parts
+            .first()
+            .and_then(|p| p.strip_prefix("set:"))
+            .map(str::to_owned);
+        if set.is_some() {
             parts.remove(0);
         }
         if let Some(start) = parts.first().and_then(|p| p.parse::<Ipv6Addr>().ok()) {
@@ -550,11 +630,19 @@ impl State {
         };
         let network = Ipv4Addr::from(u32::from(start) & mask);
         let pool = end.map(|end| (start, end));
-        if let Some(existing) = self
+        let at = self
             .subnets
-            .iter_mut()
-            .find(|s| s.network == network && s.prefix == prefix)
-        {
+            .iter()
+            .position(|s| s.network == network && s.prefix == prefix)
+            .unwrap_or(self.subnets.len());
+        if let Some(tag) = set {
+            self.report.add(
+                origin,
+                format!("dhcp-range set:{tag}: dhcp-option lines tagged {tag} become the subnet's options; other lines tagged with it are not translated"),
+            );
+            self.range_tags.push((tag, at));
+        }
+        if let Some(existing) = self.subnets.get_mut(at) {
             if proxy != existing.proxy {
                 self.report.add(
                     origin,
@@ -586,6 +674,7 @@ impl State {
             lease_time: lease,
             pool,
             proxy,
+            options: BTreeMap::new(),
             origin: origin.clone(),
         });
     }
@@ -669,21 +758,30 @@ impl State {
             self.option6(key, value, &tags, code, values, origin);
             return;
         }
-        let code = code.strip_prefix("option:").unwrap_or(code);
-        let code = match code {
-            "router" => "3",
-            "dns-server" => "6",
-            "domain-name" => "15",
-            c => c,
-        };
-        let known = ["3", "6", "15"].contains(&code);
-        if !tags.is_empty() || !known {
+        let name = code.strip_prefix("option:").unwrap_or(code);
+        let Some(number) = option_code(name) else {
             self.report.add(
                 origin,
-                format!("{key}={value} not translated: only untagged router, dns-server and domain-name are"),
+                format!("{key}={value} not translated: option {name} is not one the import knows by name; write its number"),
             );
             return;
+        };
+        let known = [3, 6, 15].contains(&number);
+        if !tags.is_empty() || !known {
+            // dnsmasq sends no option for an empty value.
+            if values.iter().any(|v| !v.is_empty()) {
+                self.options.push(OptionLine {
+                    tags,
+                    code: number,
+                    items: values.iter().map(|v| (*v).to_owned()).collect(),
+                    line: format!("{key}={value}"),
+                    origin: origin.clone(),
+                });
+            }
+            return;
         }
+        let code = number.to_string();
+        let code = code.as_str();
         // dnsmasq sends no option for an empty value (Ironic writes
         // `dhcp-option=3` to keep a router off the provisioning network),
         // which is what the agent does for an unset key.
@@ -716,6 +814,55 @@ impl State {
                 } else {
                     self.dns = ips;
                 }
+            }
+        }
+    }
+
+    /// The `dhcp-option` lines as the subnets' `options`: an untagged line
+    /// for every subnet, a line tagged with the tag a `dhcp-range` sets for
+    /// that range's subnet, winning over untagged ones as in dnsmasq. Lines
+    /// tagged otherwise apply per request or host, which subnet options
+    /// cannot say: reported.
+    fn subnet_options(&mut self) {
+        let lines = std::mem::take(&mut self.options);
+        let (untagged, tagged): (Vec<_>, Vec<_>) = lines.iter().partition(|l| l.tags.is_empty());
+        for line in untagged.into_iter().chain(tagged) {
+            let subnets: Vec<usize> = match line.tags.as_slice() {
+                [] => (0..self.subnets.len()).collect(),
+                [tag] if !tag.negated => self
+                    .range_tags
+                    .iter()
+                    .filter(|(t, _)| *t == tag.name)
+                    .map(|(_, at)| *at)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if subnets.is_empty() {
+                self.report.add(
+                    &line.origin,
+                    format!("{} not translated: only untagged lines and lines tagged with a dhcp-range's set: tag become subnet options", line.line),
+                );
+                continue;
+            }
+            let items: Vec<&str> = line.items.iter().map(String::as_str).collect();
+            if items.contains(&"0.0.0.0") {
+                self.report.add(
+                    &line.origin,
+                    format!("{} not translated: 0.0.0.0 for \"this server\" is not supported", line.line),
+                );
+                continue;
+            }
+            match option_yaml(line.code, &items) {
+                Ok(yaml) => {
+                    for at in subnets {
+                        if let Some(subnet) = self.subnets.get_mut(at) {
+                            subnet.options.insert(line.code, yaml.clone());
+                        }
+                    }
+                }
+                Err(why) => self
+                    .report
+                    .add(&line.origin, format!("{} not translated: {why}", line.line)),
             }
         }
     }
@@ -795,6 +942,7 @@ impl State {
             s.dns.clone_from(&self.dns);
             s.domain.clone_from(&self.domain);
         }
+        self.subnet_options();
         for s in &mut self.subnets6 {
             s.dns.clone_from(&self.dns6);
             s.domain.clone_from(&self.domain6);
@@ -1016,13 +1164,59 @@ dhcp-host=aa:bb:cc:dd:ee:01,10.0.0.11
         assert_eq!(t.subnets[0].domain.as_deref(), Some("lab.example"));
         let r = report(&t);
         assert!(r.contains("dnsmasq.conf:8: dhcp-option=tag:bios"), "{r}");
-        assert!(r.contains("dnsmasq.conf:9: dhcp-option=42"), "{r}");
+        // The untagged one is the subnet's.
+        assert!(!r.contains("dnsmasq.conf:9:"), "{r}");
+        assert_eq!(t.subnets[0].options[&42], "\"10.0.0.1\"");
         // The bios tag also applies to iPXE on BIOS: dnsmasq split them.
         assert!(
             r.contains("dnsmasq.conf:10: iPXE clients get a different file per architecture"),
             "{r}"
         );
         t.finish().expect("validates");
+    }
+
+    #[test]
+    fn untagged_and_range_tagged_dhcp_options_become_subnet_options() {
+        let t = run("\
+dhcp-range=set:lab,10.0.0.0,static,255.255.255.0
+dhcp-range=10.1.0.0,static,255.255.255.0
+dhcp-option=option:ntp-server,10.0.0.4,10.0.0.5
+dhcp-option=26,1500
+dhcp-option=tag:lab,option:ntp-server,10.0.0.9
+dhcp-option=tag:lab,option:domain-name,\"lab.example\"
+dhcp-option=tag:lab,66,tftp.lab.example
+dhcp-option=tag:other,224,x
+dhcp-option=option:mtu,huge
+dhcp-option=option:tftp-server,0.0.0.0
+dhcp-option=option:x-unheard-of,1
+dhcp-option=119
+dhcp-host=aa:bb:cc:dd:ee:01,10.0.0.11
+dhcp-host=aa:bb:cc:dd:ee:02,10.1.0.11
+");
+        let lab = &t.subnets[0].options;
+        let other = &t.subnets[1].options;
+        assert_eq!(lab[&42], r#""10.0.0.9""#, "the tagged line wins");
+        assert_eq!(other[&42], r#"["10.0.0.4", "10.0.0.5"]"#);
+        assert_eq!(lab[&26], "1500");
+        assert_eq!(other[&26], "1500");
+        assert_eq!(lab[&15], r#""lab.example""#);
+        assert_eq!(lab[&66], r#""tftp.lab.example""#);
+        assert!(!other.contains_key(&15) && !other.contains_key(&66));
+        let r = report(&t);
+        for want in [
+            "dnsmasq.conf:1: dhcp-range set:lab: dhcp-option lines tagged lab become the subnet's options",
+            "dnsmasq.conf:8: dhcp-option=tag:other,224,x not translated",
+            "dnsmasq.conf:9: dhcp-option=option:mtu,huge not translated: option 26 (interface mtu)",
+            "dnsmasq.conf:10: dhcp-option=option:tftp-server,0.0.0.0 not translated",
+            "dnsmasq.conf:11: dhcp-option=option:x-unheard-of,1 not translated",
+        ] {
+            assert!(r.contains(want), "missing {want:?} in:\n{r}");
+        }
+        let imported = t.finish().expect("validates");
+        let inv = crate::inventory::Inventory::parse(Path::new("i.yaml"), &imported.yaml)
+            .expect("the agent's own validation");
+        assert_eq!(inv.subnets[0].options[&42], vec![10, 0, 0, 9]);
+        assert_eq!(inv.subnets[1].options[&26], vec![0x05, 0xdc]);
     }
 
     #[test]

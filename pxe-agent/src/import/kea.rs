@@ -19,8 +19,8 @@ use std::{
 use serde_json::Value;
 
 use super::{
-    BootSet, HostOut, ImportError, Imported, Origin, Report, SubnetOut, Translation, parse_cidr,
-    valid_hostname,
+    BootSet, HostOut, ImportError, Imported, Origin, Report, SubnetOut, Translation, option_yaml,
+    parse_cidr, valid_hostname,
 };
 use crate::mac::MacAddr;
 
@@ -209,6 +209,8 @@ struct Class {
     name: String,
     test: Option<Expr>,
     boot_file: Option<String>,
+    /// Its `option-data` the inventory takes: code -> YAML text.
+    options: BTreeMap<u8, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -544,12 +546,59 @@ fn boot_file(obj: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Subnet-level settings read from `option-data`.
+/// Settings read from `option-data` (global, a subnet's, a class's or a
+/// reservation's).
 #[derive(Default, Clone)]
 struct Net {
     router: Option<Ipv4Addr>,
     dns: Vec<Ipv4Addr>,
     domain: Option<String>,
+    /// Other options the inventory takes: code -> YAML text.
+    options: BTreeMap<u8, String>,
+    /// The codes this level's own `option-data` set (not inherited).
+    own: Vec<u8>,
+}
+
+/// An IPv4 option's code from its Kea name (Kea's list of standard DHCPv4
+/// options), for the names a PXE network's configuration uses.
+fn option_code(name: &str) -> Option<u8> {
+    Some(match name {
+        "subnet-mask" => 1,
+        "time-offset" => 2,
+        "routers" => 3,
+        "time-servers" => 4,
+        "name-servers" => 5,
+        "domain-name-servers" => 6,
+        "log-servers" => 7,
+        "lpr-servers" => 9,
+        "host-name" => 12,
+        "boot-size" => 13,
+        "domain-name" => 15,
+        "swap-server" => 16,
+        "root-path" => 17,
+        "extensions-path" => 18,
+        "ip-forwarding" => 19,
+        "default-ip-ttl" => 23,
+        "interface-mtu" => 26,
+        "broadcast-address" => 28,
+        "static-routes" => 33,
+        "arp-cache-timeout" => 35,
+        "default-tcp-ttl" => 37,
+        "nis-domain" => 40,
+        "nis-servers" => 41,
+        "ntp-servers" => 42,
+        "vendor-encapsulated-options" => 43,
+        "netbios-name-servers" => 44,
+        "netbios-node-type" => 46,
+        "netbios-scope" => 47,
+        "tftp-server-name" => 66,
+        "boot-file-name" => 67,
+        "smtp-server" => 69,
+        "pop-server" => 70,
+        "www-server" => 72,
+        "classless-static-route" => 121,
+        _ => return None,
+    })
 }
 
 fn addrs(data: &str) -> Option<Vec<Ipv4Addr>> {
@@ -570,26 +619,63 @@ fn read_options(obj: &Value, net: &mut Net, ctx: &mut Ctx<'_>, what: &str, base:
         // narrows the search to its own entry.
         let from = name.map_or(base, |n| ctx.origin_after(n, base).line);
         let origin = ctx.origin_after(data, from);
-        match (name, code) {
-            (Some("routers"), _) | (None, Some(3)) => match addrs(data) {
+        if let Some(space) = text(o, "space").filter(|s| *s != "dhcp4") {
+            ctx.report.add(
+                &origin,
+                format!("{what} option {data:?} in space {space} not translated: only standard options are"),
+            );
+            continue;
+        }
+        let number = match (name, code) {
+            (_, Some(code)) => u8::try_from(code).ok(),
+            (Some(name), None) => option_code(name),
+            (None, None) => None,
+        };
+        let shown = name.map_or_else(|| code.unwrap_or(0).to_string(), str::to_string);
+        let Some(number) = number else {
+            ctx.report.add(
+                &origin,
+                format!("{what} option {shown} = {data:?} not translated: not an option the import knows by name; give its code"),
+            );
+            continue;
+        };
+        net.own.push(number);
+        match number {
+            3 => match addrs(data) {
                 Some(a) if !a.is_empty() => net.router = Some(a[0]),
                 _ => ctx.report.add(&origin, format!("{what} routers {data:?} not translated")),
             },
-            (Some("domain-name-servers"), _) | (None, Some(6)) => match addrs(data) {
+            6 => match addrs(data) {
                 Some(a) => net.dns = a,
                 None => ctx
                     .report
                     .add(&origin, format!("{what} domain-name-servers {data:?} not translated")),
             },
-            (Some("domain-name"), _) | (None, Some(15)) => net.domain = Some(data.to_string()),
-            (Some("boot-file-name"), _) | (None, Some(67)) => {}
-            _ => ctx.report.add(
-                &origin,
-                format!(
-                    "{what} option {} = {data:?} not translated: only routers, domain-name-servers, domain-name and boot-file-name are",
-                    name.map_or_else(|| code.unwrap_or(0).to_string(), str::to_string)
-                ),
-            ),
+            15 => net.domain = Some(data.to_string()),
+            67 => {}
+            _ => {
+                // `csv-format: false`: the data is hex digits.
+                let hex = o.get("csv-format") == Some(&Value::Bool(false));
+                let value = if hex {
+                    let digits: String = data
+                        .chars()
+                        .filter(|c| !c.is_whitespace() && *c != ':')
+                        .collect();
+                    option_yaml(number, &[&format!("hex:{digits}")])
+                } else {
+                    let items: Vec<&str> = data.split(',').map(str::trim).collect();
+                    option_yaml(number, &items)
+                };
+                match value {
+                    Ok(yaml) => {
+                        net.options.insert(number, yaml);
+                    }
+                    Err(why) => ctx.report.add(
+                        &origin,
+                        format!("{what} option {shown} = {data:?} not translated: {why}"),
+                    ),
+                }
+            }
         }
     }
 }
@@ -687,10 +773,10 @@ fn translate4(mut ctx: Ctx<'_>, dhcp4: &Value) -> Translation {
             );
             continue;
         }
-        let mut dummy = Net::default();
+        let mut own = Net::default();
         read_options(
             c,
-            &mut dummy,
+            &mut own,
             &mut ctx,
             &format!("class {name}"),
             origin.line,
@@ -699,11 +785,15 @@ fn translate4(mut ctx: Ctx<'_>, dhcp4: &Value) -> Translation {
             name,
             test,
             boot_file: boot_file(c),
+            options: all_options(own),
         });
     }
 
     let mut subnets = Vec::new();
     let mut subnet_boot = Vec::new();
+    // The codes each subnet's own option-data sets: in Kea they win over
+    // a class's.
+    let mut subnet_own: Vec<Vec<u8>> = Vec::new();
     let mut reservations: Vec<(&Value, Option<usize>)> = Vec::new();
     for s in dhcp4
         .get("subnet4")
@@ -721,6 +811,7 @@ fn translate4(mut ctx: Ctx<'_>, dhcp4: &Value) -> Translation {
             continue;
         };
         let mut net = global.clone();
+        net.own.clear();
         read_options(
             s,
             &mut net,
@@ -781,8 +872,10 @@ fn translate4(mut ctx: Ctx<'_>, dhcp4: &Value) -> Translation {
                 .and_then(|l| u32::try_from(l).ok()),
             pool,
             proxy: false,
+            options: net.options,
             origin,
         });
+        subnet_own.push(net.own);
         subnet_boot.push(boot_file(s).or_else(|| global_boot.clone()));
         for r in s
             .get("reservations")
@@ -855,10 +948,10 @@ fn translate4(mut ctx: Ctx<'_>, dhcp4: &Value) -> Translation {
                 "next-server/server-hostname not translated: the agent names itself as the TFTP server",
             );
         }
-        let mut dummy = Net::default();
+        let mut own_options = Net::default();
         read_options(
             r,
-            &mut dummy,
+            &mut own_options,
             &mut ctx,
             &format!("reservation {mac}"),
             origin.line,
@@ -878,25 +971,14 @@ fn translate4(mut ctx: Ctx<'_>, dhcp4: &Value) -> Translation {
                     if let Some(f) = &key.1 {
                         return Some(f.clone());
                     }
-                    // Classes are tested in definition order; a test may
-                    // name a class defined before it.
-                    let mut member: Vec<&str> = own.iter().map(String::as_str).collect();
-                    let mut first = None;
-                    for c in &classes {
-                        let hit = match &c.test {
-                            Some(t) => eval(t, probe, &|n| member.contains(&n)),
-                            None => own.contains(&c.name),
-                        };
-                        if hit {
-                            member.push(&c.name);
-                            if first.is_none() {
-                                first.clone_from(&c.boot_file);
-                            }
-                        }
-                    }
-                    first.or_else(|| subnet.and_then(|s| subnet_boot[s].clone()))
+                    members(&classes, &own, probe)
+                        .iter()
+                        .find_map(|c| c.boot_file.clone())
+                        .or_else(|| subnet.and_then(|s| subnet_boot[s].clone()))
                 };
-                let b = boot_set(&file, probes, &mut ctx.report, &origin);
+                let mut b = boot_set(&file, probes, &mut ctx.report, &origin);
+                let own_codes = subnet.map_or(&[][..], |s| subnet_own[s].as_slice());
+                b.options = class_options(&classes, &own, own_codes, &mut ctx.report, &origin);
                 cache.insert(key.clone(), b.clone());
                 b
             }
@@ -907,7 +989,7 @@ fn translate4(mut ctx: Ctx<'_>, dhcp4: &Value) -> Translation {
             ip: Some(ip),
             hostname,
             boot,
-            options: BTreeMap::new(),
+            options: all_options(own_options),
             ipv6: None,
             uuid: None,
             origin,
@@ -921,6 +1003,107 @@ fn translate4(mut ctx: Ctx<'_>, dhcp4: &Value) -> Translation {
         report: ctx.report,
         ..Translation::default()
     }
+}
+
+/// The classes a reservation with classes `own` is a member of for
+/// `probe`, in definition order (a test may name a class defined before
+/// it).
+fn members<'c>(classes: &'c [Class], own: &[String], probe: Probe) -> Vec<&'c Class> {
+    let mut member: Vec<&str> = own.iter().map(String::as_str).collect();
+    let mut hits = Vec::new();
+    for c in classes {
+        let hit = match &c.test {
+            Some(t) => eval(t, probe, &|n| member.contains(&n)),
+            None => own.contains(&c.name),
+        };
+        if hit {
+            member.push(&c.name);
+            hits.push(c);
+        }
+    }
+    hits
+}
+
+/// The requests a reservation's class options are judged over: each
+/// firmware class the boot files are read for, iPXE or not.
+const CLASS_PROBES: [(u16, bool); 7] = [
+    (0, false),
+    (7, false),
+    (9, false),
+    (11, false),
+    (16, false),
+    (0, true),
+    (7, true),
+];
+
+/// The options of the classes a reservation with classes `own` is a
+/// member of for every request, as its profile's `options`: the first
+/// class that sets a code wins, as in Kea, and a code its subnet's own
+/// `option-data` sets is the subnet's (Kea puts a subnet's options before
+/// a class's). A class a host is a member of for some requests only
+/// depends on the request, which profile options cannot: reported.
+fn class_options(
+    classes: &[Class],
+    own: &[String],
+    subnet_codes: &[u8],
+    report: &mut Report,
+    origin: &Origin,
+) -> BTreeMap<u8, String> {
+    let per_probe: Vec<Vec<&str>> = CLASS_PROBES
+        .iter()
+        .map(|&(arch, ipxe)| {
+            members(classes, own, Probe { arch, ipxe })
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect()
+        })
+        .collect();
+    let mut out = BTreeMap::new();
+    for c in classes.iter().filter(|c| !c.options.is_empty()) {
+        let hits = per_probe.iter().filter(|m| m.contains(&c.name.as_str())).count();
+        if hits == 0 {
+            continue;
+        }
+        if hits < per_probe.len() {
+            report.add(
+                origin,
+                format!("class {} option-data not translated: the class holds some of this host's requests only (its test reads the request), and a profile's options go to all of them", c.name),
+            );
+            continue;
+        }
+        for (code, value) in &c.options {
+            if subnet_codes.contains(code) {
+                report.add(
+                    origin,
+                    format!("class {} option {code} left out: the subnet's own option {code} wins over a class's in Kea", c.name),
+                );
+                continue;
+            }
+            out.entry(*code).or_insert_with(|| value.clone());
+        }
+    }
+    out
+}
+
+/// Every option a level's `option-data` gave, the router, DNS servers and
+/// domain name included, as `options`.
+fn all_options(net: Net) -> BTreeMap<u8, String> {
+    let mut out = net.options;
+    let addresses = |a: &[Ipv4Addr]| a.iter().map(ToString::to_string).collect::<Vec<_>>();
+    let fields = [
+        (3, net.router.map(|r| addresses(&[r]))),
+        (6, (!net.dns.is_empty()).then(|| addresses(&net.dns))),
+        (15, net.domain.map(|d| vec![d])),
+    ];
+    for (code, items) in fields {
+        if let Some(items) = items {
+            let items: Vec<&str> = items.iter().map(String::as_str).collect();
+            if let Ok(yaml) = option_yaml(code, &items) {
+                out.insert(code, yaml);
+            }
+        }
+    }
+    out
 }
 
 fn boot_set(
@@ -1059,12 +1242,80 @@ mod tests {
         for want in [
             "kea.json:16: class odd test",
             "kea.json:12: class legacy next-server",
-            "kea.json:23: subnet 10.66.0.0/16 option ntp-servers",
             "kea.json:28: reservation by client-id",
             "kea.json:29: reservation 52:54:00:00:00:04 left out: no ip-address",
         ] {
             assert!(r.contains(want), "missing {want:?} in:\n{r}");
         }
+    }
+
+    #[test]
+    fn subnet_option_data_becomes_subnet_options_and_class_option_data_profile_options() {
+        let kea = r#"{"Dhcp4": {
+  "client-classes": [
+    { "name": "rack1", "option-data": [ { "name": "ntp-servers", "data": "10.66.0.8" },
+                                       { "name": "domain-name", "data": "rack1.example" },
+                                       { "code": 224, "data": "rack-1" } ] },
+    { "name": "uefi", "test": "option[93].hex == 0x0007",
+      "option-data": [ { "code": 225, "data": "uefi" } ] }
+  ],
+  "option-data": [ { "name": "interface-mtu", "data": "9000" } ],
+  "subnet4": [{
+    "subnet": "10.66.0.0/16",
+    "option-data": [ { "name": "routers", "data": "10.66.0.1" },
+                     { "name": "ntp-servers", "data": "10.66.0.4, 10.66.0.5" },
+                     { "name": "tftp-server-name", "data": "tftp.lab.example" },
+                     { "code": 43, "data": "06 01 08", "csv-format": false },
+                     { "name": "time-offset", "data": "soon" } ],
+    "reservations": [
+      { "hw-address": "52:54:00:00:00:01", "ip-address": "10.66.1.1",
+        "client-classes": ["rack1"],
+        "option-data": [ { "name": "ntp-servers", "data": "10.66.0.9" } ] },
+      { "hw-address": "52:54:00:00:00:02", "ip-address": "10.66.1.2" }
+    ]
+  }]
+}}"#;
+        let t = translate(Path::new("kea.json"), kea).expect("translates");
+        let subnet = &t.subnets[0];
+        assert_eq!(
+            subnet.options,
+            BTreeMap::from([
+                (26, "9000".to_owned()),
+                (42, r#"["10.66.0.4", "10.66.0.5"]"#.to_owned()),
+                (43, r#""hex:060108""#.to_owned()),
+                (66, r#""tftp.lab.example""#.to_owned()),
+            ])
+        );
+        assert_eq!(subnet.router, Some([10, 66, 0, 1].into()));
+        // rack1 holds the first host for every request: its profile's
+        // options, but its 42, which the subnet's own wins over in Kea.
+        let (one, two) = (&t.hosts[0], &t.hosts[1]);
+        assert_eq!(
+            one.boot.options,
+            BTreeMap::from([
+                (15, r#""rack1.example""#.to_owned()),
+                (224, r#""rack-1""#.to_owned()),
+            ])
+        );
+        assert!(two.boot.options.is_empty());
+        assert_eq!(one.options, BTreeMap::from([(42, r#""10.66.0.9""#.to_owned())]));
+        let r = t.report.to_string();
+        for want in [
+            "class rack1 option 42 left out: the subnet's own option 42 wins",
+            "class uefi option-data not translated: the class holds some of this host's requests only",
+            "option time-offset = \"soon\" not translated: option 2 (time offset)",
+        ] {
+            assert!(r.contains(want), "missing {want:?} in:\n{r}");
+        }
+        let imported = t.finish().expect("validates");
+        let inv = crate::inventory::Inventory::parse(Path::new("i.yaml"), &imported.yaml)
+            .expect("the agent's own validation");
+        assert_eq!(inv.subnets[0].options[&42], vec![10, 66, 0, 4, 10, 66, 0, 5]);
+        let host = inv.host_by_mac("52:54:00:00:00:01".parse().expect("mac")).expect("host");
+        assert_eq!(inv.profile_of(host).options[&224], b"rack-1".to_vec());
+        assert_eq!(host.options.get(42), Some(&[10, 66, 0, 9][..]));
+        let other = inv.host_by_mac("52:54:00:00:00:02".parse().expect("mac")).expect("host");
+        assert_ne!(host.profile, other.profile);
     }
 
     #[test]

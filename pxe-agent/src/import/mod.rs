@@ -23,7 +23,7 @@ use std::{
 
 pub use self::ipv6::{Reservation6, Subnet6Out};
 use crate::{
-    inventory::{Inventory, LoadError, uuid_text},
+    inventory::{Inventory, LoadError, encode_option, uuid_text},
     mac::MacAddr,
 };
 
@@ -126,6 +126,9 @@ pub struct SubnetOut {
     /// `mode: proxy`: another DHCP server hands out the addresses and the
     /// agent answers PXE firmware with boot information only.
     pub proxy: bool,
+    /// Extra options for every client of the subnet: code -> value as
+    /// YAML text ([`option_yaml`]).
+    pub options: BTreeMap<u8, String>,
     pub origin: Origin,
 }
 
@@ -152,6 +155,9 @@ pub struct BootSet {
     pub http: Option<String>,
     /// What iPXE clients load (the profile's `chain`).
     pub chain: Option<String>,
+    /// The profile's `options`: code -> value as YAML text
+    /// ([`option_yaml`]). Hosts with other options get another profile.
+    pub options: BTreeMap<u8, String>,
 }
 
 impl BootSet {
@@ -170,6 +176,7 @@ impl BootSet {
             uefi_arm64: file(11, false),
             http: file(16, false).filter(is_url),
             chain: None,
+            options: BTreeMap::new(),
         };
         if file(9, false) != set.uefi {
             report.add(
@@ -317,6 +324,67 @@ pub fn valid_hostname(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+}
+
+/// An option's value as the other server writes it, comma-separated
+/// items (quotes around one taken off), as the inventory's YAML text,
+/// when the inventory takes it for `code`: a list of addresses, an
+/// integer or text, the first of them that encodes as the inventory
+/// encodes it ([`encode_option`]); else why not.
+pub fn option_yaml(code: u8, items: &[&str]) -> Result<String, String> {
+    use serde_norway::Value;
+    let items: Vec<&str> = items.iter().map(|i| unquote(i)).collect();
+    let mut candidates = Vec::new();
+    if !items.is_empty() && items.iter().all(|i| i.parse::<Ipv4Addr>().is_ok()) {
+        candidates.push(match items.as_slice() {
+            [one] => Value::String((*one).to_owned()),
+            many => Value::Sequence(many.iter().map(|i| Value::String((*i).to_owned())).collect()),
+        });
+    }
+    if let [one] = items.as_slice()
+        && let Ok(n) = one.parse::<i64>()
+    {
+        candidates.push(Value::Number(n.into()));
+    }
+    candidates.push(Value::String(items.join(",")));
+    let mut why = None;
+    for value in candidates {
+        match encode_option(code, &value) {
+            Ok(_) => {
+                return Ok(match value {
+                    Value::Number(n) => n.to_string(),
+                    Value::Sequence(items) => format!(
+                        "[{}]",
+                        items
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .map(quote)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    Value::String(text) => quote(&text),
+                    _ => unreachable!("only numbers, lists and strings are tried"),
+                });
+            }
+            Err(message) => {
+                why.get_or_insert(message);
+            }
+        }
+    }
+    Err(why.unwrap_or_default())
+}
+
+fn unquote(s: &str) -> &str {
+    let s = s.trim();
+    s.strip_prefix('"')
+        .and_then(|s| s.strip_suffix('"'))
+        .unwrap_or(s)
+}
+
+/// `{42: "10.0.0.1", 15: "lab"}`.
+fn options_flow(options: &BTreeMap<u8, String>) -> String {
+    let items: Vec<String> = options.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    format!("{{{}}}", items.join(", "))
 }
 
 /// A double-quoted YAML scalar.
@@ -501,6 +569,9 @@ impl Translation {
             }
             let dns: Vec<String> = s.dns.iter().map(ToString::to_string).collect();
             write_settings(&mut out, &dns, s.domain.as_deref(), s.lease_time);
+            if !s.options.is_empty() {
+                let _ = writeln!(out, "    options: {}", options_flow(&s.options));
+            }
             if let Some((a, b)) = s.pool {
                 let _ = writeln!(
                     out,
@@ -551,6 +622,9 @@ impl Translation {
             if let Some(chain) = &boot.chain {
                 let _ = writeln!(out, "    chain: {}", quote(chain));
             }
+            if !boot.options.is_empty() {
+                let _ = writeln!(out, "    options: {}", options_flow(&boot.options));
+            }
         }
         out.push_str("\nhosts:\n");
         if self.hosts.is_empty() {
@@ -580,27 +654,29 @@ impl Translation {
                 let _ = write!(out, ", hostname: {}", quote(name));
             }
             if !h.options.is_empty() {
-                let opts: Vec<String> =
-                    h.options.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-                let _ = write!(out, ", options: {{{}}}", opts.join(", "));
+                let _ = write!(out, ", options: {}", options_flow(&h.options));
             }
             out.push_str("}\n");
         }
         out
     }
 
-    /// Boot set -> profile name, in order of first use.
+    /// Boot set -> profile name, in order of first use: `no-boot` for the
+    /// first that boots nothing, `boot-N` (or `no-boot-N`) otherwise.
     fn profiles(&self) -> BTreeMap<BootSet, String> {
-        let mut names = BTreeMap::new();
+        let mut names: BTreeMap<BootSet, String> = BTreeMap::new();
         for h in &self.hosts {
+            if names.contains_key(&h.boot) {
+                continue;
+            }
             let n = names.len() + 1;
-            names.entry(h.boot.clone()).or_insert_with(|| {
-                if h.boot == BootSet::default() {
-                    "no-boot".to_string()
-                } else {
-                    format!("boot-{n}")
-                }
-            });
+            let boots = h.boot.files() || h.boot.chain.is_some();
+            let name = match boots {
+                true => format!("boot-{n}"),
+                false if names.values().any(|v| v == "no-boot") => format!("no-boot-{n}"),
+                false => "no-boot".to_string(),
+            };
+            names.insert(h.boot.clone(), name);
         }
         names
     }

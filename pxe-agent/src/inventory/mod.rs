@@ -46,7 +46,7 @@ pub use oob::{
     DEFAULT_RECOVERY_DEADLINE, DEFAULT_SCRIPT_DEADLINE, RecoverySettings, SecretSource,
     StageDeadlines, parse_duration,
 };
-pub use option::decode_hex;
+pub use option::{decode_hex, encode_option};
 pub use lines::Locator;
 pub use patch::Layout;
 pub(crate) use patch::{MOST_CHANGED, splice};

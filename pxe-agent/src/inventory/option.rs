@@ -194,6 +194,17 @@ pub(super) fn refusal(code: u8) -> Option<&'static str> {
     })
 }
 
+/// Encodes `value` as the payload of option `code` as every `options`
+/// map takes it (a host's, a rule's, a profile's or a subnet's): refused
+/// codes first ([`refusal`]), then [`encode`]. For the importers, which
+/// carry options only when the inventory takes them.
+pub fn encode_option(code: u8, value: &Value) -> Result<Vec<u8>, String> {
+    match refusal(code) {
+        Some(reason) => Err(reason.to_owned()),
+        None => encode(code, value),
+    }
+}
+
 /// Encodes `value` as the payload of option `code`; the error is a
 /// lowercase message for a [`Problem`](super::Problem). The one place that
 /// decides what an option value may be: a code with a [`known`] format

@@ -834,11 +834,7 @@ fn options(
             );
             continue;
         };
-        if let Some(reason) = option::refusal(code) {
-            report(&field, reason.to_owned());
-            continue;
-        }
-        match option::encode(code, value) {
+        match option::encode_option(code, value) {
             Ok(bytes) => {
                 options.insert(code, bytes);
             }
