@@ -24,6 +24,7 @@ subnets:
     domain: lab.example
     lease_time: 600
     pool: {start: 10.66.200.1, end: 10.66.200.50}
+    options: {42: [10.66.0.4, 10.66.0.5], 26: 9000}
 profiles:
   - name: chained
     chain: "http://{server}:8080/chain/{mac}.ipxe"
@@ -41,6 +42,7 @@ profiles:
     initrd: ["http://{server}:8080/artifacts/initrd.img"]
     cmdline: console=ttyS0
     grub: {config: boot/grub/grub.cfg}
+    options: {15: workers.lab.example, 224: worker}
     rules:
       - match:
           arch: [7, 9]
@@ -104,6 +106,7 @@ fn snapshot() -> Snapshot {
                     "cidr": "10.66.0.0/16", "router": "10.66.0.1",
                     "dns": ["10.66.0.2", "10.66.0.3"], "domain": "lab.example",
                     "leaseTime": 600, "pool": {"start": "10.66.200.1", "end": "10.66.200.50"},
+                    "options": {"42": ["10.66.0.4", "10.66.0.5"], "26": 9000},
                 }],
                 "discovery": {"policy": "inspect", "profile": "worker", "leaseTime": 300,
                               "leaseKey": "client_id"},
@@ -127,6 +130,7 @@ fn snapshot() -> Snapshot {
                 "initrd": ["http://{server}:8080/artifacts/initrd.img"],
                 "cmdline": "console=ttyS0",
                 "grub": {"config": "boot/grub/grub.cfg"},
+                "options": {"15": "workers.lab.example", "224": "worker"},
                 "rules": [{
                     "match": {"arch": [7, 9], "vendorClass": "PXEClient", "userClass": "iPXE",
                               "circuitId": "eth0", "labels": {"rack": "r1"}},
@@ -222,6 +226,11 @@ fn objects_with_every_field_equal_the_same_inventory_as_a_file() {
         Inventory::parse_with(Path::new("inventory.yaml"), FILE, &FileSecrets).expect("file");
     assert_eq!(from_objects, from_file);
     assert_eq!(built.accepted.len(), 5);
+    // Subnet and profile options come through, codes as integers.
+    assert_eq!(from_objects.subnets[0].options[&42], [10, 66, 0, 4, 10, 66, 0, 5]);
+    assert_eq!(from_objects.subnets[0].options[&26], [0x23, 0x28]);
+    let worker = from_objects.profiles.iter().find(|p| p.name == "worker").expect("worker");
+    assert_eq!(worker.options[&15], b"workers.lab.example");
     let bmc = from_objects.hosts[0].bmc.as_ref().expect("bmc");
     assert_eq!(bmc.credentials.password().expose(), b"s3cret-pw");
 }
