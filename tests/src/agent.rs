@@ -825,10 +825,29 @@ impl Served {
 
     /// Like [`Served::udhcpc`], on `iface` of namespace `ns`.
     pub fn udhcpc_on(&self, ns: &str, iface: &str, extra: &[&str]) -> BTreeMap<String, String> {
+        self.udhcpc_showing(ns, iface, extra, &[])
+    }
+
+    /// Like [`Served::udhcpc_on`], the script also printing the variables
+    /// `shown` (udhcpc's names: `ntpsrv` for option 42, `domain` for 15),
+    /// each with spaces in its value replaced by commas.
+    pub fn udhcpc_showing(
+        &self,
+        ns: &str,
+        iface: &str,
+        extra: &[&str],
+        shown: &[&str],
+    ) -> BTreeMap<String, String> {
+        let more: String = shown
+            .iter()
+            .map(|v| format!(" {v}=$(echo ${v} | tr ' ' ,)"))
+            .collect();
         let hook = script(
             &self.dir.0,
             "udhcpc.sh",
-            r#"[ "$1" = bound ] && echo "ip=$ip siaddr=$siaddr boot_file=$boot_file bootfile=$bootfile serverid=$serverid lease=$lease""#,
+            &format!(
+                r#"[ "$1" = bound ] && echo "ip=$ip siaddr=$siaddr boot_file=$boot_file bootfile=$bootfile serverid=$serverid lease=$lease{more}""#
+            ),
         );
         let out = self
             .lab

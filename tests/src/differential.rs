@@ -22,7 +22,8 @@ use crate::{
 
 /// Profiles of every kind the fast path meets: all boot classes, none,
 /// label and arch rules it can compile, and rules it cannot (an arch list
-/// that splits a class, a vendor-class prefix longer than the class's).
+/// that splits a class, a vendor-class prefix longer than the class's);
+/// subnet and profile options under a host's own.
 const INVENTORY: &str = r#"
 subnets:
   - cidr: 10.66.0.0/16
@@ -30,10 +31,11 @@ subnets:
     dns: [10.66.0.1]
     domain: lab.example
     lease_time: 3600
+    options: {42: [10.66.0.4, 10.66.0.5], 15: site.example, 224: site}
   - cidr: 10.77.0.0/16
     router: 10.77.0.1
     pool: {start: 10.77.100.1, end: 10.77.100.200}
-  - {cidr: 10.88.0.0/16, mode: proxy}
+  - {cidr: 10.88.0.0/16, mode: proxy, options: {224: proxy-site}}
 discovery: {policy: inspect, profile: worker, lease_time: 600}
 profiles:
   - name: worker
@@ -43,6 +45,7 @@ profiles:
       uefi_arm64: ipxe-arm64.efi
       http: "http://{server}:8080/ipxe.efi"
       http_arm64: "http://{server}:8080/ipxe-arm64.efi"
+    options: {15: workers.example, 225: worker}
   - name: bare
   - name: ruled
     boot: {bios: undionly.kpxe, uefi: ipxe.efi, http: "http://{server}/x64.efi"}

@@ -243,3 +243,76 @@ fn invalid_inventory_is_refused_and_previous_keeps_serving() {
     );
     assert_eq!(served.udhcpc(&[])["ip"], "10.66.1.10");
 }
+
+/// Subnet-wide options, a profile's over them and a host's over both, as
+/// real clients read them: the XDP program's replies (known hosts' PXE
+/// firmware) and the slow path's (iPXE, a machine from the discovery pool)
+/// carry the same layers.
+#[test]
+fn subnet_profile_and_host_options_reach_udhcpc_on_both_paths() {
+    const LAYERED: &str = r#"
+subnets:
+  - cidr: 10.66.0.0/16
+    router: 10.66.0.1
+    pool: {start: 10.66.200.1, end: 10.66.200.20}
+    options: {42: [10.66.0.4, 10.66.0.5], 15: site.example}
+discovery: {policy: inspect, profile: inspector}
+profiles:
+  - name: worker
+    boot: {bios: undionly.kpxe}
+    options: {15: workers.example}
+  - name: inspector
+    boot: {bios: undionly.kpxe}
+hosts:
+  - {mac: "52:54:00:12:34:56", ip: 10.66.1.10, profile: worker}
+  - {mac: "52:54:00:12:34:57", ip: 10.66.1.11, profile: worker, options: {42: 10.66.0.9}}
+"#;
+    let served = Served::start("pxopts", LAYERED);
+    let bios = ["-V", "PXEClient", "-x", "0x5d:0000"];
+    let ask = |mac: &str, extra: &[&str]| {
+        served.set_client_mac(mac);
+        served.udhcpc_showing(
+            served.lab.client_ns(),
+            served.lab.client_if(),
+            extra,
+            &["ntpsrv", "domain"],
+        )
+    };
+    let slow = |s: &Served| {
+        s.stats()
+            .get("pxe_slow_replies_total{type=\"ack\"}")
+            .copied()
+            .unwrap_or(0)
+    };
+
+    // Fast path: the subnet's 42 and the profile's 15 over the subnet's.
+    let before = slow(&served);
+    let node1 = served_by_xdp(&served, 1, 1, || ask("52:54:00:12:34:56", &bios));
+    assert_eq!(node1["ip"], "10.66.1.10");
+    assert_eq!(node1["ntpsrv"], "10.66.0.4,10.66.0.5");
+    assert_eq!(node1["domain"], "workers.example");
+    // The host's own 42 over the subnet's.
+    let node2 = served_by_xdp(&served, 1, 1, || ask("52:54:00:12:34:57", &bios));
+    assert_eq!(node2["ip"], "10.66.1.11");
+    assert_eq!(node2["ntpsrv"], "10.66.0.9");
+    assert_eq!(node2["domain"], "workers.example");
+    assert_eq!(slow(&served), before, "the slow path answered known PXE firmware");
+
+    // Slow path: iPXE of the same hosts, then an unknown machine whose
+    // profile sets nothing (the subnet's 15 stays).
+    let ipxe = [&bios[..], &["-x", "0x4d:0469505845"]].concat();
+    let node1 = ask("52:54:00:12:34:56", &ipxe);
+    assert_eq!(node1["bootfile"], "http://10.66.0.1:8080/boot/52:54:00:12:34:56.ipxe");
+    assert_eq!(node1["ntpsrv"], "10.66.0.4,10.66.0.5");
+    assert_eq!(node1["domain"], "workers.example");
+    let node2 = ask("52:54:00:12:34:57", &ipxe);
+    assert_eq!(node2["ntpsrv"], "10.66.0.9");
+    let spare = ask("52:54:00:aa:bb:01", &bios);
+    assert_eq!(spare["ip"], "10.66.200.1");
+    assert_eq!(spare["ntpsrv"], "10.66.0.4,10.66.0.5");
+    assert_eq!(spare["domain"], "site.example");
+    assert!(
+        slow(&served) >= before + 3,
+        "the slow path did not answer the iPXE and pool clients"
+    );
+}
