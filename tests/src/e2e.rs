@@ -296,13 +296,20 @@ hosts:
     assert_eq!(node2["ip"], "10.66.1.11");
     assert_eq!(node2["ntpsrv"], "10.66.0.9");
     assert_eq!(node2["domain"], "workers.example");
-    assert_eq!(slow(&served), before, "the slow path answered known PXE firmware");
+    assert_eq!(
+        slow(&served),
+        before,
+        "the slow path answered known PXE firmware"
+    );
 
     // Slow path: iPXE of the same hosts, then an unknown machine whose
     // profile sets nothing (the subnet's 15 stays).
     let ipxe = [&bios[..], &["-x", "0x4d:0469505845"]].concat();
     let node1 = ask("52:54:00:12:34:56", &ipxe);
-    assert_eq!(node1["bootfile"], "http://10.66.0.1:8080/boot/52:54:00:12:34:56.ipxe");
+    assert_eq!(
+        node1["bootfile"],
+        "http://10.66.0.1:8080/boot/52:54:00:12:34:56.ipxe"
+    );
     assert_eq!(node1["ntpsrv"], "10.66.0.4,10.66.0.5");
     assert_eq!(node1["domain"], "workers.example");
     let node2 = ask("52:54:00:12:34:57", &ipxe);

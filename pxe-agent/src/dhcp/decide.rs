@@ -339,7 +339,8 @@ fn proxy(
     let mut reply = build_proxy(
         kind,
         boot,
-        (subnet_options, &rule_options),
+        subnet_options,
+        &rule_options,
         Some(&host.options),
         req,
         server,

@@ -241,7 +241,8 @@ const PXE_VENDOR_OPTIONS: [u8; 4] = [6, 1, 8, 255];
 pub(super) fn build_proxy(
     kind: ReplyKind,
     boot: Boot,
-    (subnet_options, rule_options): (&BTreeMap<u8, Vec<u8>>, &BTreeMap<u8, Vec<u8>>),
+    subnet_options: &BTreeMap<u8, Vec<u8>>,
+    rule_options: &BTreeMap<u8, Vec<u8>>,
     host_options: Option<&ExtraOptions>,
     req: &Request,
     server: &Server,

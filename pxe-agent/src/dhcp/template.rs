@@ -536,7 +536,9 @@ hosts:
         assert!(find_option(bytes, 224).is_some() && find_option(bytes, 225).is_some());
         // The third host's 42 is its own, and the only one it gets.
         let three = record(3);
-        let reply = c.reply([0x52, 0x54, 0, 0, 0, 3], BootClass::Bios).expect("answered");
+        let reply = c
+            .reply([0x52, 0x54, 0, 0, 0, 3], BootClass::Bios)
+            .expect("answered");
         let at = find_option(&reply, 42).expect("option 42");
         assert_eq!(reply[at..at + 4], [10, 66, 0, 9]);
         assert_eq!(three.options[..three.len as usize], [42, 4, 10, 66, 0, 9]);

@@ -848,7 +848,10 @@ impl State {
             if items.contains(&"0.0.0.0") {
                 self.report.add(
                     &line.origin,
-                    format!("{} not translated: 0.0.0.0 for \"this server\" is not supported", line.line),
+                    format!(
+                        "{} not translated: 0.0.0.0 for \"this server\" is not supported",
+                        line.line
+                    ),
                 );
                 continue;
             }

@@ -643,13 +643,16 @@ fn read_options(obj: &Value, net: &mut Net, ctx: &mut Ctx<'_>, what: &str, base:
         match number {
             3 => match addrs(data) {
                 Some(a) if !a.is_empty() => net.router = Some(a[0]),
-                _ => ctx.report.add(&origin, format!("{what} routers {data:?} not translated")),
+                _ => ctx
+                    .report
+                    .add(&origin, format!("{what} routers {data:?} not translated")),
             },
             6 => match addrs(data) {
                 Some(a) => net.dns = a,
-                None => ctx
-                    .report
-                    .add(&origin, format!("{what} domain-name-servers {data:?} not translated")),
+                None => ctx.report.add(
+                    &origin,
+                    format!("{what} domain-name-servers {data:?} not translated"),
+                ),
             },
             15 => net.domain = Some(data.to_string()),
             67 => {}
@@ -774,13 +777,7 @@ fn translate4(mut ctx: Ctx<'_>, dhcp4: &Value) -> Translation {
             continue;
         }
         let mut own = Net::default();
-        read_options(
-            c,
-            &mut own,
-            &mut ctx,
-            &format!("class {name}"),
-            origin.line,
-        );
+        read_options(c, &mut own, &mut ctx, &format!("class {name}"), origin.line);
         classes.push(Class {
             name,
             test,
@@ -1060,7 +1057,10 @@ fn class_options(
         .collect();
     let mut out = BTreeMap::new();
     for c in classes.iter().filter(|c| !c.options.is_empty()) {
-        let hits = per_probe.iter().filter(|m| m.contains(&c.name.as_str())).count();
+        let hits = per_probe
+            .iter()
+            .filter(|m| m.contains(&c.name.as_str()))
+            .count();
         if hits == 0 {
             continue;
         }
@@ -1298,7 +1298,10 @@ mod tests {
             ])
         );
         assert!(two.boot.options.is_empty());
-        assert_eq!(one.options, BTreeMap::from([(42, r#""10.66.0.9""#.to_owned())]));
+        assert_eq!(
+            one.options,
+            BTreeMap::from([(42, r#""10.66.0.9""#.to_owned())])
+        );
         let r = t.report.to_string();
         for want in [
             "class rack1 option 42 left out: the subnet's own option 42 wins",
@@ -1310,11 +1313,18 @@ mod tests {
         let imported = t.finish().expect("validates");
         let inv = crate::inventory::Inventory::parse(Path::new("i.yaml"), &imported.yaml)
             .expect("the agent's own validation");
-        assert_eq!(inv.subnets[0].options[&42], vec![10, 66, 0, 4, 10, 66, 0, 5]);
-        let host = inv.host_by_mac("52:54:00:00:00:01".parse().expect("mac")).expect("host");
+        assert_eq!(
+            inv.subnets[0].options[&42],
+            vec![10, 66, 0, 4, 10, 66, 0, 5]
+        );
+        let host = inv
+            .host_by_mac("52:54:00:00:00:01".parse().expect("mac"))
+            .expect("host");
         assert_eq!(inv.profile_of(host).options[&224], b"rack-1".to_vec());
         assert_eq!(host.options.get(42), Some(&[10, 66, 0, 9][..]));
-        let other = inv.host_by_mac("52:54:00:00:00:02".parse().expect("mac")).expect("host");
+        let other = inv
+            .host_by_mac("52:54:00:00:00:02".parse().expect("mac"))
+            .expect("host");
         assert_ne!(host.profile, other.profile);
     }
 

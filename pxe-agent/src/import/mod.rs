@@ -338,7 +338,11 @@ pub fn option_yaml(code: u8, items: &[&str]) -> Result<String, String> {
     if !items.is_empty() && items.iter().all(|i| i.parse::<Ipv4Addr>().is_ok()) {
         candidates.push(match items.as_slice() {
             [one] => Value::String((*one).to_owned()),
-            many => Value::Sequence(many.iter().map(|i| Value::String((*i).to_owned())).collect()),
+            many => Value::Sequence(
+                many.iter()
+                    .map(|i| Value::String((*i).to_owned()))
+                    .collect(),
+            ),
         });
     }
     if let [one] = items.as_slice()

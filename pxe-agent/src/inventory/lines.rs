@@ -36,7 +36,12 @@ impl Locator {
             .map(|entries| entries.into_iter().collect())
             .unwrap_or_default();
         let subnets = list(text, (0, text.len()), "subnets")
-            .map(|entries| entries.iter().map(|&(start, _)| line_of(text, start)).collect())
+            .map(|entries| {
+                entries
+                    .iter()
+                    .map(|&(start, _)| line_of(text, start))
+                    .collect()
+            })
             .unwrap_or_default();
         let profiles = list(text, (0, text.len()), "profiles")
             .unwrap_or_default()
@@ -79,10 +84,15 @@ impl Locator {
             return self.hosts.get(host).copied();
         }
         let field = problem.field.as_str();
-        let entry = if let Some((index, _)) =
-            field.strip_prefix("subnets[").and_then(|r| r.split_once(']'))
+        let entry = if let Some((index, _)) = field
+            .strip_prefix("subnets[")
+            .and_then(|r| r.split_once(']'))
         {
-            index.parse().ok().and_then(|i: usize| self.subnets.get(i)).copied()
+            index
+                .parse()
+                .ok()
+                .and_then(|i: usize| self.subnets.get(i))
+                .copied()
         } else if field.starts_with("profiles[") {
             self.profile(field).map(|(profile, rest)| {
                 let rule = rest
@@ -133,13 +143,11 @@ fn line_of(text: &str, at: usize) -> usize {
 
 /// The lines of `text[range]`, with their byte offsets.
 fn lines(text: &str, (from, to): (usize, usize)) -> impl Iterator<Item = (usize, usize, &str)> {
-    text[from..to]
-        .split_inclusive('\n')
-        .scan(from, |at, line| {
-            let start = *at;
-            *at += line.len();
-            Some((start, *at, line))
-        })
+    text[from..to].split_inclusive('\n').scan(from, |at, line| {
+        let start = *at;
+        *at += line.len();
+        Some((start, *at, line))
+    })
 }
 
 /// The key a line of a block mapping starts, without its value.
@@ -162,7 +170,10 @@ fn list(text: &str, range: (usize, usize), key: &str) -> Option<Vec<(usize, usiz
     let key_indent = loop {
         let (_, _, line) = rest.next()?;
         let content = line.trim();
-        let content = content.split_once(" #").map_or(content, |(k, _)| k).trim_end();
+        let content = content
+            .split_once(" #")
+            .map_or(content, |(k, _)| k)
+            .trim_end();
         if content.strip_suffix(':') == Some(key) {
             break indent_of(line);
         }
@@ -331,7 +342,10 @@ discovery:
         assert_eq!(line_of_field(&found, "subnets[1].options.42"), Some(6));
         assert_eq!(line_of_field(&found, "subnets[2].cidr"), Some(9));
         assert_eq!(line_of_field(&found, "profiles[worker].rules[1]"), Some(18));
-        assert_eq!(line_of_field(&found, "profiles[worker].options.51"), Some(11));
+        assert_eq!(
+            line_of_field(&found, "profiles[worker].options.51"),
+            Some(11)
+        );
         // Named by position: the empty name, its fields, the second worker.
         assert_eq!(line_of_field(&found, "profiles[1].name"), Some(21));
         assert_eq!(line_of_field(&found, "profiles[1].kernel"), Some(21));

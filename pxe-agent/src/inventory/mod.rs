@@ -41,13 +41,13 @@ pub use file::Loaded;
 pub use grub_path::grub_path;
 pub use hostname::Hostname;
 pub use ipv6::{Advertise, DEFAULT_LEASE_TIME_V6, Host6, Range6, Subnet6, parse_uuid, uuid_text};
+pub use lines::Locator;
 pub use oob::{
     AfterBoot, DEFAULT_BOOT_FILE_DEADLINE, DEFAULT_DHCP_DEADLINE, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RECOVERY_DEADLINE, DEFAULT_SCRIPT_DEADLINE, RecoverySettings, SecretSource,
     StageDeadlines, parse_duration,
 };
 pub use option::{decode_hex, encode_option};
-pub use lines::Locator;
 pub use patch::Layout;
 pub(crate) use patch::{MOST_CHANGED, splice};
 pub use rule::{BootAnswer, Match, Rule, Traits, circuit_id, parse_user_classes};

@@ -2293,7 +2293,10 @@ hosts:
     assert!(found[1].message.contains("option 3 (router)"), "{found:#?}");
     assert!(found[2].message.contains("DHCPv4"), "{found:#?}");
     assert!(found[3].message.contains("lease_time"), "{found:#?}");
-    assert!(found[5].message.contains("2-byte unsigned integer"), "{found:#?}");
+    assert!(
+        found[5].message.contains("2-byte unsigned integer"),
+        "{found:#?}"
+    );
 }
 
 #[test]

@@ -1114,7 +1114,11 @@ fn host_options_replace_the_profiles_and_rules_which_replace_the_subnets() {
     assert_eq!(layered(&inv, 2, 0), profile, "the profile over the subnet");
     let mut rule = profile.clone();
     rule.insert(225, b"rule".to_vec());
-    assert_eq!(layered(&inv, 2, 7), rule, "a matching rule over the profile");
+    assert_eq!(
+        layered(&inv, 2, 7),
+        rule,
+        "a matching rule over the profile"
+    );
     let mut host = rule.clone();
     host.insert(42, vec![10, 66, 0, 9]);
     host.insert(224, b"host".to_vec());
@@ -1148,7 +1152,11 @@ fn subnet_options_reach_pool_clients_informs_and_proxy_answers() {
 
     let proxy = LAYERED.replace("    router: 10.66.0.1\n", "    mode: proxy\n");
     let inv = Inventory::parse(Path::new("t.yaml"), &proxy).expect("valid");
-    let Answer::Reply(reply) = decide(&pxe(discover(MacAddr([0x52, 0x54, 0, 0, 0, 2])), 0), &inv, &SERVER) else {
+    let Answer::Reply(reply) = decide(
+        &pxe(discover(MacAddr([0x52, 0x54, 0, 0, 0, 2])), 0),
+        &inv,
+        &SERVER,
+    ) else {
         panic!("no proxy answer")
     };
     assert!(reply.is_proxy());

@@ -227,9 +227,16 @@ fn objects_with_every_field_equal_the_same_inventory_as_a_file() {
     assert_eq!(from_objects, from_file);
     assert_eq!(built.accepted.len(), 5);
     // Subnet and profile options come through, codes as integers.
-    assert_eq!(from_objects.subnets[0].options[&42], [10, 66, 0, 4, 10, 66, 0, 5]);
+    assert_eq!(
+        from_objects.subnets[0].options[&42],
+        [10, 66, 0, 4, 10, 66, 0, 5]
+    );
     assert_eq!(from_objects.subnets[0].options[&26], [0x23, 0x28]);
-    let worker = from_objects.profiles.iter().find(|p| p.name == "worker").expect("worker");
+    let worker = from_objects
+        .profiles
+        .iter()
+        .find(|p| p.name == "worker")
+        .expect("worker");
     assert_eq!(worker.options[&15], b"workers.lab.example");
     let bmc = from_objects.hosts[0].bmc.as_ref().expect("bmc");
     assert_eq!(bmc.credentials.password().expose(), b"s3cret-pw");
