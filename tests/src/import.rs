@@ -4,7 +4,8 @@
 //! classes. The original server answers one DISCOVER per reserved MAC (a mix
 //! of BIOS, UEFI x64, ARM64 and iPXE firmware) in a lab; then the agent,
 //! serving the imported inventory in the same lab, answers the same
-//! DISCOVERs, and every MAC must get the same address and boot file.
+//! DISCOVERs, and every MAC must get the same address, boot file and NTP
+//! servers (option 42: subnet-wide, and a Kea reservation's own).
 
 use std::{
     collections::BTreeMap,
@@ -65,12 +66,14 @@ fn discover(i: usize) -> Req {
     req
 }
 
-/// What an OFFER said: the address, and the boot file from option 67 or,
-/// without it, the BOOTP `file` field (servers differ in which they use).
+/// What an OFFER said: the address, the boot file from option 67 or,
+/// without it, the BOOTP `file` field (servers differ in which they use),
+/// and the NTP servers (option 42).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Answer {
     yiaddr: Ipv4Addr,
     boot: Option<String>,
+    ntp: Option<Vec<Ipv4Addr>>,
 }
 
 fn answer(msg: &Message) -> Answer {
@@ -91,6 +94,10 @@ fn answer(msg: &Message) -> Answer {
         boot: from_option
             .map(|f| f.trim_end_matches('\0').to_string())
             .or(from_field),
+        ntp: match msg.opts().get(OptionCode::NtpServers) {
+            Some(DhcpOption::NtpServers(servers)) => Some(servers.clone()),
+            _ => None,
+        },
     }
 }
 
@@ -235,11 +242,19 @@ fn compare(name: &str, inventory: &str, start: impl FnOnce(&Lab) -> ChildGuard) 
             ));
         }
     }
-    eprintln!("{name}: {matched} of {HOSTS} reserved MACs got the same address and boot file");
+    eprintln!(
+        "{name}: {matched} of {HOSTS} reserved MACs got the same address, boot file and NTP servers"
+    );
     assert_eq!(
         original.len(),
         HOSTS,
         "the original server did not answer every host"
+    );
+    // Both configurations send option 42 to every host: a match is a
+    // carried option, not two answers without one.
+    assert!(
+        original.values().all(|a| a.ntp.is_some()),
+        "the original server sent some host no NTP servers"
     );
     assert_eq!(
         matched,
@@ -265,6 +280,8 @@ dhcp-range=10.66.200.1,10.66.200.250,255.255.0.0,1h
 # Disable default router(s) and DNS over provisioning network
 dhcp-option=3
 dhcp-option=6
+# NTP for everyone, whether they ask for it or not
+dhcp-option-force=option:ntp-server,10.66.0.4,10.66.0.5
 dhcp-hostsfile={hosts}
 dhcp-match=set:ipxe,175 # iPXE sends a 175 option.
 dhcp-match=set:efi,option:client-arch,7
@@ -333,11 +350,17 @@ fn kea_file(dir: &Path, iface: &str) -> String {
         // A reservation's own boot file, for hosts that do not ask as iPXE:
         // Kea would send an iPXE client that TFTP file too, which the agent
         // cannot (it chains iPXE to a URL; the import reports such hosts).
-        let extra = if i % 11 == 0 && i % 5 != 4 {
-            r#", "boot-file-name": "special.efi""#
+        let mut extra = if i % 11 == 0 && i % 5 != 4 {
+            r#", "boot-file-name": "special.efi""#.to_owned()
         } else {
-            ""
+            String::new()
         };
+        // A reservation's own NTP server, over the subnet's.
+        if i % 13 == 0 {
+            extra.push_str(
+                r#", "option-data": [ { "name": "ntp-servers", "data": "10.66.0.9", "always-send": true } ]"#,
+            );
+        }
         reservations.push(format!(
             r#"        {{ "hw-address": "{}", "ip-address": "{}", "hostname": "node-{i}"{extra} }}"#,
             mac_text(i),
@@ -366,7 +389,8 @@ fn kea_file(dir: &Path, iface: &str) -> String {
       "id": 1,
       "subnet": "10.66.0.0/16",
       "pools": [ {{ "pool": "10.66.200.1 - 10.66.200.250" }} ],
-      "option-data": [ {{ "name": "routers", "data": "10.66.0.254" }} ],
+      "option-data": [ {{ "name": "routers", "data": "10.66.0.254" }},
+                       {{ "name": "ntp-servers", "data": "10.66.0.4, 10.66.0.5", "always-send": true }} ],
       "boot-file-name": "pxelinux.0", # for anything else
       "reservations": [
 {reservations}
