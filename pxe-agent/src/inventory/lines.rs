@@ -16,7 +16,8 @@ pub struct Locator {
     hosts: HashMap<String, usize>,
     subnets: Vec<usize>,
     profiles: Vec<ProfileLines>,
-    /// Top-level keys that are not lists of entries.
+    /// Every top-level key, for problems of a block (`discovery.policy`)
+    /// and of entries of a list written as a flow list.
     keys: HashMap<String, usize>,
 }
 
