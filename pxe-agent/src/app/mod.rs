@@ -187,7 +187,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
             (Some(source), prepared)
         }
     };
-    let leases = LeaseStore::open(&cfg.state_dir.join("leases.redb"))?;
+    let leases = LeaseStore::open(&cfg.state_dir.join(crate::lease::STORE_FILE))?;
     // One program per interface: each map holds the replies naming that
     // interface's server, for the hosts of its subnets.
     let mut fasts = Vec::with_capacity(ifaces4.len());

@@ -31,6 +31,11 @@ use super::{
 };
 
 /// The flags of `pxe-agent run`.
+
+/// `--state-dir` unless given: where the agent keeps its records, and
+/// where `import leases` writes the lease store.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/pxe-agent";
+
 #[derive(clap::Args)]
 pub struct RunArgs {
     /// Provisioning interface to serve, as NAME or NAME=SERVER_IP
@@ -112,7 +117,7 @@ pub struct RunArgs {
     reload_ms: Option<u64>,
     /// Directory of the agent's records: leases, netboot and recovery
     /// state, the phone-home token key and, by default, the audit log.
-    #[arg(long, default_value = "/var/lib/pxe-agent")]
+    #[arg(long, default_value = DEFAULT_STATE_DIR)]
     state_dir: PathBuf,
     /// Slow-path requests per second one MAC may send (burst: twice that).
     #[arg(long, default_value_t = 10.0)]

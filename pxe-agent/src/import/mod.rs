@@ -6,12 +6,15 @@
 //! translated, each item with its file and line. It does not decide what
 //! is a valid inventory: the written text goes through
 //! [`Inventory::parse`], the agent's own validation, before it is returned.
+//! The servers' live leases, to carry into the agent's lease store, are
+//! read and sorted in `leases`.
 
 pub mod dnsmasq;
 pub mod duid;
 pub mod export;
 pub mod ipv6;
 pub mod kea;
+pub mod leases;
 
 use std::{
     collections::{BTreeMap, BTreeSet},

@@ -42,6 +42,10 @@ use std::{
 pub use crate::inventory::LeaseKey;
 pub use store::{DEFAULT_OFFER_HOLD, LeaseStore};
 
+/// The lease store's file in the agent's state directory (`run
+/// --state-dir`).
+pub const STORE_FILE: &str = "leases.redb";
+
 /// The client a request comes from, as the lease store tells clients
 /// apart: by `mac`, or by `client_id` when the store keys leases by client
 /// identifier ([`LeaseStore::set_lease_key`]). A bare MAC converts into one

@@ -2,8 +2,10 @@
 //! the pending offers. Owns address selection and the rules for who may
 //! bind, release or decline an address; not the DHCP messages around them.
 //! IPv6 leases live in the same file and store, in a table of their own
-//! (`six`).
+//! (`six`); leases carried from another server replace its records
+//! (`carry`).
 
+mod carry;
 mod offers;
 mod six;
 

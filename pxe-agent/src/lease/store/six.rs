@@ -75,6 +75,27 @@ impl Index6 {
         }
     }
 
+    /// Rebuilds the client index from the records, as [`Index6::load`]
+    /// does; pending offers stay.
+    pub(super) fn reindex(&mut self) {
+        let records = std::mem::take(&mut self.leases).into_iter().collect();
+        self.load(records);
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.leases.is_empty()
+    }
+
+    /// The addresses that have a record.
+    pub(super) fn addresses(&self) -> Vec<u128> {
+        self.leases.keys().copied().collect()
+    }
+
+    pub(super) fn clear_offers(&mut self) {
+        self.offers.by_ip.clear();
+        self.offers.of.clear();
+    }
+
     pub(super) fn record(&self, ip: u128) -> Option<&Record> {
         self.leases.get(&ip)
     }
