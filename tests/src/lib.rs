@@ -60,6 +60,8 @@ mod installed_phone_home;
 #[cfg(test)]
 mod kube;
 #[cfg(test)]
+mod lease_import;
+#[cfg(test)]
 mod manifests;
 #[cfg(test)]
 mod monitoring;
