@@ -77,7 +77,11 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             action: None,
         } => cli::hosts::list(discovered, format, &api),
         Command::Leases { format, api } => cli::leases::list(format, &api),
-        Command::Status { format, api } => cli::status::status(format, &api),
+        Command::Status {
+            format,
+            api,
+            pin_dir,
+        } => cli::status::status(format, &api, &pin_dir),
         Command::Stats { metrics_addr } => cli::stats::print(metrics_addr),
         Command::Trace { host, api, count } => cli::trace::trace(&api, &host, count),
         Command::Bmc { command } => cli::bmc::bmc(command),

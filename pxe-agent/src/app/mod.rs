@@ -468,6 +468,8 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
         }
     }
 
+    // Named at exit when pinned: they keep answering without an agent.
+    let left_pinned = cfg.pin_dir.as_ref().map(|dir| (dir.clone(), programs.clone()));
     let monitor = tokio::spawn(monitor_health(programs, state.clone(), shutdown.clone()));
     let watcher = match kube_source {
         // The same apply as a file reload's: map sync with rollback, state
@@ -536,8 +538,24 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
             .context("slow path join failed")?
             .map_err(|_| anyhow::anyhow!("slow path supervisor panicked"))?;
     }
-    // Dropping the last handle detaches the programs.
+    // Dropping the last handle detaches the programs, unless pinned.
     drop(admin);
+    if let Some((dir, programs)) = left_pinned {
+        let gauges = *lock(&serving.gauges);
+        for (iface, program) in programs {
+            info!(
+                %iface,
+                program,
+                pins = %dir.display(),
+                generation = gauges.reloads_ok + 1,
+                hosts = gauges.hosts,
+                "exiting with the XDP program pinned: it keeps answering the known hosts of \
+                 this inventory generation on {iface} until the next agent adopts it \
+                 (`pxe-agent detach --pin-dir {}` removes it)",
+                dir.display()
+            );
+        }
+    }
     Ok(())
 }
 

@@ -128,13 +128,20 @@ pub enum Command {
     },
     /// The running agent at a glance: ready or not and why, each
     /// interface's XDP attach mode, the inventory in force, hosts per boot
-    /// stage, and the peers. Exits 1 while the agent is not ready.
+    /// stage, and the peers; when no agent answers, the XDP programs it
+    /// left pinned that still answer. Exits 1 while the agent is not ready
+    /// or not reachable.
     Status {
         /// Print text, or the agent's JSON.
         #[arg(long, alias = "output", value_enum, default_value_t = Output::Table)]
         format: Output,
         #[command(flatten)]
         api: ApiArgs,
+        /// The agent's `run --pin-dir`: when the agent does not answer,
+        /// the programs pinned there and still attached are reported (they
+        /// keep answering known hosts).
+        #[arg(long, value_name = "DIR", default_value = pxe_agent::xdp::pin::DEFAULT_DIR)]
+        pin_dir: PathBuf,
     },
     /// Print the counters of the running agent.
     Stats {

@@ -5,8 +5,10 @@
 //! agent adopts them (see `loader::FastPath::start_pinned`), and
 //! `pxe-agent detach` removes them.
 //!
-//! Owns the layout, the bpffs check, reading the pinned program and the
-//! removal; what is loaded and attached is the loader's.
+//! Owns the layout, the bpffs check, reading the pinned program, the
+//! survey of what is pinned and still answering ([`survey`], for
+//! `pxe-agent status` when no agent runs) and the removal; what is loaded
+//! and attached is the loader's.
 
 use std::{
     ffi::CString,
@@ -26,6 +28,10 @@ use pxe_ebpf_common::{
 
 /// `BPF_FS_MAGIC` (include/uapi/linux/magic.h).
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Where the DaemonSet pins (`run --pin-dir`), and what the package's
+/// defaults file suggests: where `pxe-agent status` looks unless told.
+pub const DEFAULT_DIR: &str = "/sys/fs/bpf/pxe-agent";
 
 /// The name of the link pin in an interface's directory.
 pub const LINK: &str = "link";
@@ -151,6 +157,103 @@ pub fn read_program(path: &Path) -> Result<PinnedProgram, PinError> {
         tag: u64::from_be_bytes(info.tag),
         map_ids,
     })
+}
+
+/// What is pinned for one interface, read without changing anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Survey {
+    pub iface: String,
+    /// The program the pinned link runs; `None` when no link is pinned or
+    /// it cannot be read (`problem` says which).
+    pub program: Option<u32>,
+    /// Whether that program is the one attached to the interface now:
+    /// then it answers known hosts, with or without an agent.
+    pub attached: bool,
+    /// Distinct MACs in the pinned hosts map: the known hosts it answers.
+    pub hosts: Option<usize>,
+    /// What could not be read, in words.
+    pub problem: Option<String>,
+}
+
+/// Reads what `dir` pins for each interface directory under it, by name:
+/// the link's program, whether it is still the interface's (in this
+/// network namespace), and how many hosts its pinned maps answer. Only
+/// `BPF_OBJ_GET`, `BPF_OBJ_GET_INFO_BY_FD` and `BPF_MAP_GET_NEXT_KEY` on
+/// pins, and netlink: nothing is attached, detached or removed.
+pub fn survey(dir: &Path) -> Result<Vec<Survey>, PinError> {
+    check_bpffs(dir)?;
+    let read_error = |source| PinError::Read {
+        path: dir.into(),
+        source,
+    };
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_error)? {
+        let entry = entry.map_err(read_error)?;
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    Ok(names
+        .into_iter()
+        .map(|iface| survey_one(&iface_dir(dir, &iface), iface))
+        .collect())
+}
+
+fn survey_one(idir: &Path, iface: String) -> Survey {
+    use aya::{
+        maps::{HashMap, Map, MapData},
+        programs::links::{FdLink, PinnedLink},
+    };
+    use pxe_ebpf_common::{HostRecord, MacKey};
+
+    let mut survey = Survey {
+        iface,
+        program: None,
+        attached: false,
+        hosts: None,
+        problem: None,
+    };
+    let link = idir.join(LINK);
+    if !link.exists() {
+        survey.problem = Some("no link pinned".into());
+        return survey;
+    }
+    match PinnedLink::from_pin(&link).map(FdLink::from) {
+        Ok(fd) => match fd.info() {
+            Ok(info) => survey.program = Some(info.program_id()),
+            Err(e) => survey.problem = Some(format!("cannot read the pinned link: {e}")),
+        },
+        Err(e) => survey.problem = Some(format!("cannot open the pinned link: {e}")),
+    }
+    if let Some(id) = survey.program {
+        match crate::netdev::xdp_program_id(&survey.iface) {
+            Ok(running) => survey.attached = running == Some(id),
+            Err(e) => {
+                survey.problem = Some(format!("cannot read the XDP state of {}: {e}", survey.iface));
+            }
+        }
+    }
+    let hosts = MapData::from_pin(idir.join(HOSTS_MAP))
+        .map_err(|e| e.to_string())
+        .and_then(|map| {
+            HashMap::<MapData, MacKey, HostRecord>::try_from(Map::HashMap(map))
+                .map_err(|e| e.to_string())
+        });
+    match hosts {
+        Ok(map) => {
+            // One record per MAC and firmware class: count the MACs.
+            let mut macs: Vec<[u8; 6]> = map.keys().filter_map(Result::ok).map(|k| k.mac).collect();
+            macs.sort_unstable();
+            macs.dedup();
+            survey.hosts = Some(macs.len());
+        }
+        Err(e) if survey.problem.is_none() => {
+            survey.problem = Some(format!("cannot read the pinned {HOSTS_MAP} map: {e}"));
+        }
+        Err(_) => {}
+    }
+    survey
 }
 
 /// Removes the map pins (and their `-new` leftovers) of one interface's
