@@ -496,3 +496,121 @@ fn pins_of_an_interface_no_longer_served_are_detached() {
     );
     assert!(attached(&served).is_some());
 }
+
+/// A log line without its terminal colour sequences (`ESC [ ... m`).
+fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `pxe-agent status --pin-dir DIR` in the server namespace, where no
+/// agent answers: its exit status and standard output.
+fn status_without_agent(served: &Served, pin: &str) -> (std::process::ExitStatus, String) {
+    let out = served
+        .lab
+        .cmd_in(served.lab.server_ns(), agent_bin())
+        .args(["status", "--pin-dir", pin])
+        .env_remove("PXE_AGENT_ADDR")
+        .output()
+        .expect("run pxe-agent status");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn a_stopped_agent_logs_and_status_reports_the_pinned_program_that_keeps_answering() {
+    let name = "pxpinstat";
+    let bpffs = Bpffs::mount(name);
+    let pin = bpffs.pin_arg();
+    let (inventory, _) = inventory_with(5);
+    let mut served = Served::start_as(
+        name,
+        &inventory,
+        &["--pin-dir", &pin],
+        Privileges::DaemonSet,
+    );
+    assert_privileges(&served);
+    let program = attached(&served).expect("a program attached");
+    let iface = served.lab.server_if().to_string();
+    let attached_line =
+        format!("XDP program id {program} still attached to {iface}: answering the 6 known hosts");
+
+    // SIGTERM: the agent says at exit that the program stays and answers.
+    let status = served.signal_agent(libc::SIGTERM);
+    assert!(status.success(), "agent did not stop cleanly: {status}");
+    let log = served.log();
+    let exit_line = log
+        .lines()
+        .find(|l| l.contains("exiting with the XDP program pinned"))
+        .map(without_colours)
+        .unwrap_or_else(|| panic!("no exit line about the pinned program:\n{log}"));
+    for part in [
+        format!("program={program}"),
+        format!("iface={iface}"),
+        "generation=1".to_string(),
+        "hosts=6".to_string(),
+        format!("pxe-agent detach --pin-dir {pin}"),
+    ] {
+        assert!(exit_line.contains(&part), "{part:?} not in: {exit_line}");
+    }
+    let (code, said) = status_without_agent(&served, &pin);
+    assert!(!code.success(), "status succeeded without an agent: {said}");
+    assert!(
+        said.contains(&attached_line),
+        "{attached_line:?} not in:\n{said}"
+    );
+
+    // kill -9: no exit line, and status says the same.
+    served.restart(&["--pin-dir", &pin]);
+    assert_eq!(
+        attached(&served),
+        Some(program),
+        "the program was not adopted"
+    );
+    served.signal_agent(libc::SIGKILL);
+    let (code, said) = status_without_agent(&served, &pin);
+    assert!(!code.success(), "status succeeded without an agent: {said}");
+    assert!(
+        said.starts_with("ready:       no\n  agent not reachable at "),
+        "{said}"
+    );
+    assert!(
+        said.contains(&attached_line),
+        "{attached_line:?} not in:\n{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "pxe-agent detach --pin-dir {pin} --interface {iface}"
+        )),
+        "{said}"
+    );
+    // What it says is so: the program answers a known host with no agent.
+    served.set_client_mac(NODE1);
+    assert_eq!(served.udhcpc(&PXE)["ip"], "10.66.1.10");
+
+    // Once detached, nothing is reported as answering.
+    let out = served
+        .lab
+        .cmd_in(served.lab.server_ns(), agent_bin())
+        .args(["detach", "--pin-dir", &pin])
+        .output()
+        .expect("run pxe-agent detach");
+    assert!(out.status.success(), "detach failed: {out:?}");
+    let (code, said) = status_without_agent(&served, &pin);
+    assert!(!code.success());
+    assert!(!said.contains("still attached"), "{said}");
+}
