@@ -469,7 +469,10 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
     }
 
     // Named at exit when pinned: they keep answering without an agent.
-    let left_pinned = cfg.pin_dir.as_ref().map(|dir| (dir.clone(), programs.clone()));
+    let left_pinned = cfg
+        .pin_dir
+        .as_ref()
+        .map(|dir| (dir.clone(), programs.clone()));
     let monitor = tokio::spawn(monitor_health(programs, state.clone(), shutdown.clone()));
     let watcher = match kube_source {
         // The same apply as a file reload's: map sync with rollback, state
@@ -546,7 +549,7 @@ pub async fn run(mut cfg: RunConfig, mut shutdown: Shutdown) -> anyhow::Result<(
             info!(
                 %iface,
                 program,
-                pins = %dir.display(),
+                pins = %xdp::pin::iface_dir(&dir, &iface).display(),
                 generation = gauges.reloads_ok + 1,
                 hosts = gauges.hosts,
                 "exiting with the XDP program pinned: it keeps answering the known hosts of \

@@ -28,7 +28,12 @@ pub fn status(format: Output, api: &ApiArgs, pin_dir: &Path) -> anyhow::Result<E
             match format {
                 Output::Json => println!(
                     "{}",
-                    serde_json::to_string_pretty(&unreachable_json(&api.addr(), &e, pin_dir, &pinned))?
+                    serde_json::to_string_pretty(&unreachable_json(
+                        &api.addr(),
+                        &e,
+                        pin_dir,
+                        &pinned
+                    ))?
                 ),
                 Output::Table => print!("{}", unreachable_text(&api.addr(), &e, pin_dir, &pinned)),
             }
@@ -69,7 +74,12 @@ fn unreachable_text(
     let dir = esc(&pin_dir.display().to_string());
     let mut out = String::new();
     let _ = writeln!(out, "ready:       no");
-    let _ = writeln!(out, "  agent not reachable at {}: {}", esc(addr), esc(&format!("{error:#}")));
+    let _ = writeln!(
+        out,
+        "  agent not reachable at {}: {}",
+        esc(addr),
+        esc(&format!("{error:#}"))
+    );
     match pinned {
         Err(why) => {
             let _ = writeln!(out, "pinned:      cannot read {dir}: {}", esc(why));

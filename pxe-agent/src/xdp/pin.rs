@@ -230,7 +230,10 @@ fn survey_one(idir: &Path, iface: String) -> Survey {
         match crate::netdev::xdp_program_id(&survey.iface) {
             Ok(running) => survey.attached = running == Some(id),
             Err(e) => {
-                survey.problem = Some(format!("cannot read the XDP state of {}: {e}", survey.iface));
+                survey.problem = Some(format!(
+                    "cannot read the XDP state of {}: {e}",
+                    survey.iface
+                ));
             }
         }
     }
