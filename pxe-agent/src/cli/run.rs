@@ -30,12 +30,11 @@ use super::{
     runtime::{runtime, wait_for_signal},
 };
 
-/// The flags of `pxe-agent run`.
-
 /// `--state-dir` unless given: where the agent keeps its records, and
 /// where `import leases` writes the lease store.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/pxe-agent";
 
+/// The flags of `pxe-agent run`.
 #[derive(clap::Args)]
 pub struct RunArgs {
     /// Provisioning interface to serve, as NAME or NAME=SERVER_IP

@@ -80,8 +80,8 @@ pub fn read(reading: &mut Reading, path: &Path, text: &str) -> Result<(), Import
         let origin = Origin::new(path, index + 1);
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
         match lease(&columns, &origin, &fields) {
-            Ok(Ok(found)) => reading.latest(found),
-            Ok(Err((ip, why, message))) => {
+            Ok(Line::Lease(found)) => reading.latest(found),
+            Ok(Line::Other(ip, why, message)) => {
                 // The line is the address's latest: an earlier lease of it
                 // is gone too.
                 reading.forget(ip);
@@ -103,17 +103,17 @@ fn number<T: std::str::FromStr>(name: &str, text: &str) -> Result<T, String> {
         .map_err(|_| format!("{name} {text:?} is not a number"))
 }
 
+/// What a readable lease line says.
+enum Line {
+    Lease(Found),
+    /// The address's latest line is a lease the agent does not make, and
+    /// why.
+    Other(IpAddr, Skip, String),
+}
+
 /// A lease line: the lease, or its address and why it is not one the
 /// agent makes; an error for a line that cannot be read.
-#[expect(
-    clippy::type_complexity,
-    reason = "one private reader's three outcomes"
-)]
-fn lease(
-    columns: &Columns,
-    origin: &Origin,
-    fields: &[&str],
-) -> Result<Result<Found, (IpAddr, Skip, String)>, String> {
+fn lease(columns: &Columns, origin: &Origin, fields: &[&str]) -> Result<Line, String> {
     let address = columns.need(fields, "address")?;
     let ip: IpAddr = address
         .parse()
@@ -146,7 +146,7 @@ fn lease(
             } else {
                 "a temporary address (IA_TA)"
             };
-            return Ok(Err((ip, Skip::Kind, format!("{ip}: {kind}"))));
+            return Ok(Line::Other(ip, Skip::Kind, format!("{ip}: {kind}")));
         }
         let text = columns.need(fields, "duid")?;
         let duid = parse_hex(text).ok_or_else(|| format!("duid {text:?} is not hex bytes"))?;
@@ -158,7 +158,11 @@ fn lease(
         }
     } else {
         let Some(mac) = hwaddr else {
-            return Ok(Err((ip, Skip::Kind, format!("{ip}: no hardware address"))));
+            return Ok(Line::Other(
+                ip,
+                Skip::Kind,
+                format!("{ip}: no hardware address"),
+            ));
         };
         let client_id = match columns.get(fields, "client_id")?.filter(|c| !c.is_empty()) {
             None => None,
@@ -174,9 +178,15 @@ fn lease(
         1 => Some(Skip::Declined),
         2 => Some(Skip::Expired),
         3 => Some(Skip::Released),
-        other => return Ok(Err((ip, Skip::Kind, format!("{ip}: lease state {other}")))),
+        other => {
+            return Ok(Line::Other(
+                ip,
+                Skip::Kind,
+                format!("{ip}: lease state {other}"),
+            ));
+        }
     };
-    Ok(Ok(Found {
+    Ok(Line::Lease(Found {
         origin: origin.clone(),
         ip,
         holder,
