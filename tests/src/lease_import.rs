@@ -47,8 +47,14 @@ fn lease_from_original(lab: &Lab, dir: &Path, (mac, ip): (&str, &str), server: &
 }
 
 /// `pxe-agent import leases --from FORMAT FILE --inventory INV --state-dir
-/// DIR`: its standard error, after it succeeded.
-fn import_leases(format: &str, file: &Path, inventory: &Path, state: &Path) -> String {
+/// DIR EXTRA...`: whether it succeeded, and its standard error.
+fn try_import_leases(
+    format: &str,
+    file: &Path,
+    inventory: &Path,
+    state: &Path,
+    extra: &[&str],
+) -> (bool, String) {
     let out = Command::new(agent_bin())
         .args(["import", "leases", "--from", format])
         .arg(file)
@@ -56,14 +62,18 @@ fn import_leases(format: &str, file: &Path, inventory: &Path, state: &Path) -> S
         .arg(inventory)
         .arg("--state-dir")
         .arg(state)
+        .args(extra)
         .output()
         .expect("run pxe-agent import leases");
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "import leases --from {format} failed: {err}"
-    );
-    eprintln!("import leases --from {format}:\n{err}");
+    eprintln!("import leases --from {format} {extra:?}:\n{err}");
+    (out.status.success(), err)
+}
+
+/// [`try_import_leases`] that must succeed: its standard error.
+fn import_leases(format: &str, file: &Path, inventory: &Path, state: &Path) -> String {
+    let (ok, err) = try_import_leases(format, file, inventory, state, &[]);
+    assert!(ok, "import leases --from {format} failed: {err}");
     err
 }
 
@@ -137,6 +147,19 @@ fn leases_carried_from_dnsmasq_and_kea_keep_their_addresses_with_real_clients() 
             let server = kea(lab, &dir.0, &kea_leases);
             given.1 = lease_from_original(lab, &dir.0, KEA_CLIENT, "kea-dhcp4");
             server.stop().expect("stop kea-dhcp4");
+            // A dry run writes nothing.
+            let (ok, said) = try_import_leases(
+                "dnsmasq",
+                &dnsmasq_leases,
+                &inventory,
+                &from_dnsmasq,
+                &["--dry-run"],
+            );
+            assert!(
+                ok && said.contains("(--dry-run: nothing written)"),
+                "{said}"
+            );
+            assert!(!from_dnsmasq.exists(), "--dry-run made the state directory");
             // The agent starts on the dnsmasq leases; the Kea ones are for
             // its second start.
             let said = import_leases("dnsmasq", &dnsmasq_leases, &inventory, &from_dnsmasq);
@@ -149,6 +172,15 @@ fn leases_carried_from_dnsmasq_and_kea_keep_their_addresses_with_real_clients() 
                 said.contains("1 leases carried (1 IPv4, 0 IPv6); nothing left out"),
                 "{said}"
             );
+            // A store that holds leases is replaced only with --force.
+            let (ok, said) = try_import_leases("kea", &kea_leases, &inventory, &from_kea, &[]);
+            assert!(
+                !ok && said.contains("holds leases already: nothing written; --force replaces"),
+                "{said}"
+            );
+            let (ok, said) =
+                try_import_leases("kea", &kea_leases, &inventory, &from_kea, &["--force"]);
+            assert!(ok, "{said}");
         },
     );
     assert_eq!(given.0, DNSMASQ_CLIENT.1, "dnsmasq gave another address");
@@ -166,6 +198,15 @@ fn leases_carried_from_dnsmasq_and_kea_keep_their_addresses_with_real_clients() 
         lease["serverid"], "10.66.0.1",
         "the lease is not the agent's"
     );
+    // The running agent holds its store: an import is refused, whole.
+    let (ok, said) = try_import_leases(
+        "dnsmasq",
+        &dnsmasq_leases,
+        &inventory,
+        &from_dnsmasq,
+        &["--force"],
+    );
+    assert!(!ok && said.contains("stop the agent first"), "{said}");
 
     // The Kea client, on a store carried from Kea's memfile.
     let status = served.signal_agent(libc::SIGTERM);
