@@ -187,8 +187,9 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         count: Option<u64>,
     },
-    /// Translate a dnsmasq or kea-dhcp4 configuration into an inventory;
-    /// what could not be translated is reported with its file and line.
+    /// Translate a dnsmasq or Kea configuration into an inventory (what
+    /// could not be translated is reported with its file and line), or
+    /// carry their live leases into the agent's lease store.
     Import {
         #[command(subcommand)]
         from: ImportFrom,

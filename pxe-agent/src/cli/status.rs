@@ -57,8 +57,15 @@ pub fn status(format: Output, api: &ApiArgs, pin_dir: &Path) -> anyhow::Result<E
 /// What `pin_dir` pins, or why that could not be read; nothing pinned
 /// when the directory is not there.
 fn pinned(pin_dir: &Path) -> Result<Vec<Survey>, String> {
-    if !pin_dir.exists() {
-        return Ok(Vec::new());
+    // Not `exists()`: a directory this user may not look into (bpffs is
+    // root's) is not "nothing pinned".
+    match std::fs::symlink_metadata(pin_dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Err(format!("{e} (the pins are root's: run it as root)"));
+        }
+        Err(e) => return Err(e.to_string()),
+        Ok(_) => {}
     }
     pin::survey(pin_dir).map_err(|e| format!("{e:#}"))
 }
