@@ -252,8 +252,8 @@ pub fn sort(reading: Reading, inv: &Inventory, now: u64) -> Sorted {
     for (origin, why, message) in &reading.skipped {
         out.leave_out(origin, *why, message);
     }
-    // Client key -> index of the kept lease in `kept`.
-    let mut kept: Vec<(Found, Vec<u8>)> = Vec::new();
+    let mut kept: Vec<Found> = Vec::new();
+    // Client key -> index of its lease in `kept`.
     let mut by_client: HashMap<Vec<u8>, usize> = HashMap::new();
     for found in reading.found {
         let what = format!("{} of {}", found.ip, found.holder);
@@ -296,14 +296,12 @@ pub fn sort(reading: Reading, inv: &Inventory, now: u64) -> Sorted {
         };
         match by_client.get(&key) {
             Some(&i) => {
-                let (other, _) = &kept[i];
-                let (loser, winner) = if found.expires > other.expires {
-                    let loser = kept[i].0.clone();
-                    kept[i].0 = found;
-                    (loser, kept[i].0.ip)
+                let loser = if found.expires > kept[i].expires {
+                    std::mem::replace(&mut kept[i], found)
                 } else {
-                    (found, other.ip)
+                    found
                 };
+                let winner = kept[i].ip;
                 out.leave_out(
                     &loser.origin,
                     Skip::Duplicate,
@@ -314,12 +312,12 @@ pub fn sort(reading: Reading, inv: &Inventory, now: u64) -> Sorted {
                 );
             }
             None => {
-                by_client.insert(key.clone(), kept.len());
-                kept.push((found, key));
+                by_client.insert(key, kept.len());
+                kept.push(found);
             }
         }
     }
-    for (found, _) in kept {
+    for found in kept {
         let hostname = match found.hostname {
             Some(name) if valid_hostname(&name) => Some(name),
             Some(name) => {
