@@ -77,7 +77,10 @@ fn one_turn_serves_artifacts_by_their_machines_place_and_the_rest_at_once() {
     // The holder takes the one turn and stops reading: the socket buffers
     // take a few MiB, the rest of its artifact waits for it.
     let mut holder = request(&agent, host, BIG_PATH);
-    assert!(arrived(&mut holder, Duration::from_secs(2)) > 0, "holder served");
+    assert!(
+        arrived(&mut holder, Duration::from_secs(2)) > 0,
+        "holder served"
+    );
     // `late` asks for its artifact before `early` does.
     let mut from_late = request(&agent, late, BIG_PATH);
     let mut from_early = request(&agent, early, BIG_PATH);
@@ -99,9 +102,15 @@ fn one_turn_serves_artifacts_by_their_machines_place_and_the_rest_at_once() {
     let script = curl(&agent.served, &["-w", "\n%{http_code}", SCRIPT_URL]);
     assert_eq!(status(&script), "200", "script while artifacts wait");
     let efi = curl(&agent.served, &["http://10.66.0.1:8080/ipxe.efi"]);
-    assert!(efi.stdout == agent.efi, "boot file over HTTP while artifacts wait");
+    assert!(
+        efi.stdout == agent.efi,
+        "boot file over HTTP while artifacts wait"
+    );
     let tftp = curl(&agent.served, &["tftp://10.66.0.1/ipxe.efi"]);
-    assert!(tftp.stdout == agent.efi, "boot file over TFTP while artifacts wait");
+    assert!(
+        tftp.stdout == agent.efi,
+        "boot file over TFTP while artifacts wait"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "took {:?}",
@@ -116,20 +125,34 @@ fn one_turn_serves_artifacts_by_their_machines_place_and_the_rest_at_once() {
         .as_array()
         .and_then(|h| h.iter().find(|h| h["ip"] == "10.66.1.10"))
         .expect("the host");
-    assert_eq!(row["turn"]["ahead"], 0, "first by its place: {row}");
+    assert_eq!(row["turn"]["ahead"], 1, "behind `early` only: {row}");
     let table = agent.served.cli(&["hosts"]);
     assert!(table.contains("WAITING FOR TURN"), "{table}");
 
-    // The holder goes: the host's own next artifact (the oldest place),
-    // then `early` (its boot file came first), then `late`, one at a time.
+    // The holder goes: `early` first (its boot file made its place the
+    // oldest), then the host (its first artifact came next), then `late`,
+    // though it asked before both: one at a time.
     drop(holder);
-    assert!(arrived(&mut waiting_host, Duration::from_secs(5)) > 0, "host first");
-    assert_eq!(arrived(&mut from_early, Duration::from_millis(300)), 0);
-    drop(waiting_host);
-    assert!(arrived(&mut from_early, Duration::from_secs(5)) > 0, "early before late");
-    assert_eq!(arrived(&mut from_late, Duration::from_millis(500)), 0, "late waits");
+    assert!(
+        arrived(&mut from_early, Duration::from_secs(5)) > 0,
+        "early first"
+    );
+    assert_eq!(arrived(&mut waiting_host, Duration::from_millis(300)), 0);
     drop(from_early);
-    assert!(arrived(&mut from_late, Duration::from_secs(5)) > 0, "late last");
+    assert!(
+        arrived(&mut waiting_host, Duration::from_secs(5)) > 0,
+        "then the host"
+    );
+    assert_eq!(
+        arrived(&mut from_late, Duration::from_millis(500)),
+        0,
+        "late waits"
+    );
+    drop(waiting_host);
+    assert!(
+        arrived(&mut from_late, Duration::from_secs(5)) > 0,
+        "late last"
+    );
     drop(from_late);
     assert_eq!(metric(&agent, "pxe_artifact_turns_total"), 4);
     assert_eq!(metric(&agent, "pxe_artifact_turns_waited_total"), 3);
@@ -137,7 +160,12 @@ fn one_turn_serves_artifacts_by_their_machines_place_and_the_rest_at_once() {
     let out = agent
         .served
         .client_cmd("curl")
-        .args(["-s", "--max-time", "20", "http://10.66.0.1:8080/artifacts/big.img"])
+        .args([
+            "-s",
+            "--max-time",
+            "20",
+            "http://10.66.0.1:8080/artifacts/big.img",
+        ])
         .output()
         .expect("run curl");
     assert!(out.stdout == agent.big, "download after the wait differs");
