@@ -202,8 +202,8 @@ async fn connection(
         };
         buf.drain(..head.len);
         // An artifact's body is sent in a turn; a HEAD has none to send.
-        let _turn = if head.method == Method::GET && head.path.starts_with("/artifacts/") {
-            Some(take_turn(&admission, peer, &mut slot, stats).await?)
+        let turn = if head.method == Method::GET && head.path.starts_with("/artifacts/") {
+            Some(take_turn(&admission, peer, &mut slot, stats).await)
         } else {
             admission.place(peer.ip());
             None
@@ -251,7 +251,7 @@ async fn connection(
                 .fetch_add(body, std::sync::atomic::Ordering::Relaxed);
             record_fetch(&state, peer, &head.path);
         }
-        drop(_turn);
+        drop(turn);
         limit::set_priority(&stream, limit::SMALL_PRIORITY);
         if !head.keep_alive {
             return tokio::time::timeout(limits.write_timeout, stream.shutdown())
@@ -274,9 +274,9 @@ async fn take_turn(
     peer: SocketAddr,
     slot: &mut Slot,
     stats: &Stats,
-) -> io::Result<Turn> {
+) -> Turn {
     if let Some(turn) = admission.try_turn(peer.ip()) {
-        return Ok(turn);
+        return turn;
     }
     let parked = limit::Parked::enter(stats);
     if parked.is_some() {
@@ -284,7 +284,7 @@ async fn take_turn(
     }
     let turn = admission.turn(peer.ip()).await;
     drop(parked);
-    Ok(turn)
+    turn
 }
 
 /// Makes the close of a dropped connection a reset: what the kernel still
