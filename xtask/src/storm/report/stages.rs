@@ -16,8 +16,11 @@ pub const SHARES: [f64; 4] = [0.1, 0.5, 0.9, 1.0];
 /// other machines' transfers.
 const SCRIPT_WITHIN_MS: f64 = 1000.0;
 
+/// When a machine reached a stage, if it did.
+type At = fn(&Machine) -> Option<f64>;
+
 /// The stages, in boot order: column title and the machine's time.
-const STAGES: [(&str, fn(&Machine) -> Option<f64>); 6] = [
+const STAGES: [(&str, At); 6] = [
     ("DHCP", |m| m.ack_ms),
     ("boot file", |m| m.bootfile_ms),
     ("script", |m| m.script_ms),
@@ -38,7 +41,7 @@ pub struct Row {
 
 /// The time by which `share` of all `machines` had reached the stage, or
 /// `None` if fewer ever did.
-pub fn reached(machines: &[Machine], at: fn(&Machine) -> Option<f64>, share: f64) -> Option<f64> {
+pub fn reached(machines: &[Machine], at: At, share: f64) -> Option<f64> {
     let mut times: Vec<f64> = machines.iter().filter_map(at).collect();
     times.sort_by(f64::total_cmp);
     let need = ((share * machines.len() as f64).ceil() as usize).max(1);
