@@ -16,6 +16,10 @@ pub const FDS_PER_TFTP_TRANSFER: u64 = 3;
 /// sends.
 pub const FDS_PER_HTTP_CONNECTION: u64 = 2;
 
+/// Descriptors one parked boot HTTP connection holds (waiting for an
+/// artifact's turn, its slot given back): its socket.
+pub const FDS_PER_PARKED_CONNECTION: u64 = 1;
+
 /// Descriptors the rest of the agent needs: BPF maps and programs, the
 /// DHCP and listening sockets, the lease store, BMC sessions, the log.
 pub const FDS_RESERVED: u64 = 64;
@@ -25,6 +29,7 @@ pub const FDS_RESERVED: u64 = 64;
 pub struct Bounds {
     pub tftp_transfers: usize,
     pub http_connections: usize,
+    pub http_parked: usize,
 }
 
 impl Bounds {
@@ -33,6 +38,7 @@ impl Bounds {
         FDS_RESERVED
             .saturating_add((self.tftp_transfers as u64).saturating_mul(FDS_PER_TFTP_TRANSFER))
             .saturating_add((self.http_connections as u64).saturating_mul(FDS_PER_HTTP_CONNECTION))
+            .saturating_add((self.http_parked as u64).saturating_mul(FDS_PER_PARKED_CONNECTION))
     }
 
     /// The largest bounds within `nofile` descriptors: `self` if it fits,
@@ -54,6 +60,7 @@ impl Bounds {
         Bounds {
             tftp_transfers: scale(self.tftp_transfers),
             http_connections: scale(self.http_connections),
+            http_parked: scale(self.http_parked),
         }
     }
 }
@@ -133,6 +140,7 @@ mod tests {
         Bounds {
             tftp_transfers,
             http_connections,
+            http_parked: 0,
         }
     }
 

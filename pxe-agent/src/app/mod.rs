@@ -593,10 +593,12 @@ fn fit_open_files(cfg: &mut RunConfig) {
             0
         },
         http_connections: cfg.http_limits.max_connections,
+        http_parked: cfg.http_limits.max_parked,
     };
     let fitted = open_files::fit(wanted);
     if cfg.boot_root.is_some() {
         cfg.tftp_max_transfers = fitted.tftp_transfers;
     }
     cfg.http_limits.max_connections = fitted.http_connections;
+    cfg.http_limits.max_parked = fitted.http_parked;
 }

@@ -133,8 +133,9 @@ pub struct RunArgs {
     )]
     http_addr: SocketAddr,
     /// Boot HTTP connections served at once; more wait in the listen
-    /// backlog until one ends. Each holds up to two open files; the
-    /// agent lowers this to what its open-files limit holds.
+    /// backlog until one ends. Each holds up to two open files, and as
+    /// many again may wait parked for an artifact's turn (one file
+    /// each); the agent lowers both to what its open-files limit holds.
     #[arg(long, default_value_t = limit::DEFAULT_MAX_CONNECTIONS as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
     http_max_connections: u32,
@@ -375,6 +376,9 @@ impl TryFrom<RunArgs> for RunConfig {
             http_addr: args.http_addr,
             http_limits: limit::Limits {
                 max_connections: args.http_max_connections as usize,
+                // As many again may wait for an artifact's turn, slot
+                // given back.
+                max_parked: args.http_max_connections as usize,
                 header_timeout: http_header_timeout,
                 write_timeout: http_write_timeout,
             },

@@ -18,6 +18,11 @@ pub struct Limits {
     /// accepted: they wait, handshake done, in the kernel's listen backlog
     /// ([`BACKLOG`]) until a slot frees.
     pub max_connections: usize,
+    /// Connections parked for an artifact's turn that give their slot
+    /// back meanwhile, each holding its socket; past it, a parked
+    /// connection keeps its slot. Counted in the descriptor budget
+    /// (`open_files`).
+    pub max_parked: usize,
     /// Time a request head has to arrive complete, counted from when the
     /// server starts waiting for it: the accept, or the end of the previous
     /// response on a keep-alive connection. So it also ends idle keep-alive
@@ -36,6 +41,7 @@ impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_parked: DEFAULT_MAX_CONNECTIONS,
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
         }
@@ -103,21 +109,16 @@ pub fn set_priority(sock: &impl std::os::fd::AsRawFd, priority: libc::c_int) {
     }
 }
 
-/// Connections parked for a turn (`admission`) that give their slot back
-/// meanwhile; past it, a parked connection keeps its slot. Each holds one
-/// descriptor, its socket.
-pub const MAX_PARKED: u64 = 16_384;
-
 /// A connection counted in [`Stats::parked`] while it waits for its turn.
 pub(crate) struct Parked<'a>(&'a Stats);
 
 impl<'a> Parked<'a> {
-    /// Counts a parked connection, unless [`MAX_PARKED`] are already.
-    pub(crate) fn enter(stats: &'a Stats) -> Option<Parked<'a>> {
+    /// Counts a parked connection, unless `max` are already.
+    pub(crate) fn enter(stats: &'a Stats, max: usize) -> Option<Parked<'a>> {
         stats
             .parked
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < MAX_PARKED).then_some(n + 1)
+                (n < max as u64).then_some(n + 1)
             })
             .ok()
             .map(|_| Parked(stats))

@@ -12,7 +12,7 @@
 //! An artifact's body is sent only in a turn of its interface's
 //! [`Admission`](crate::admission::Admission). Until its turn the
 //! connection is parked, request read and no byte answered, and gives its
-//! connection slot back (up to [`limit::MAX_PARKED`] parked at once), so
+//! connection slot back (up to [`Limits::max_parked`] parked at once), so
 //! scripts and phone-homes on new connections are never queued behind
 //! waiting artifacts. File bodies leave at the best-effort priority, the
 //! rest at the listener's interactive one ([`limit::SMALL_PRIORITY`]), so
@@ -203,7 +203,7 @@ async fn connection(
         buf.drain(..head.len);
         // An artifact's body is sent in a turn; a HEAD has none to send.
         let turn = if head.method == Method::GET && head.path.starts_with("/artifacts/") {
-            Some(take_turn(&admission, peer, &mut slot, stats).await)
+            Some(take_turn(&admission, peer, &mut slot, stats, limits.max_parked).await)
         } else {
             admission.place(peer.ip());
             None
@@ -268,17 +268,18 @@ async fn connection(
 
 /// The connection's turn to send an artifact: at once if one is free,
 /// else after waiting parked, its slot given back meanwhile (kept when
-/// [`limit::MAX_PARKED`] connections are parked already).
+/// `max_parked` connections are parked already).
 async fn take_turn(
     admission: &Arc<Admission>,
     peer: SocketAddr,
     slot: &mut Slot,
     stats: &Stats,
+    max_parked: usize,
 ) -> Turn {
     if let Some(turn) = admission.try_turn(peer.ip()) {
         return turn;
     }
-    let parked = limit::Parked::enter(stats);
+    let parked = limit::Parked::enter(stats, max_parked);
     if parked.is_some() {
         slot.permit = None;
     }
@@ -702,6 +703,7 @@ hosts:
     fn limits(header_ms: u64, write_ms: u64) -> Limits {
         Limits {
             max_connections: 64,
+            max_parked: 64,
             header_timeout: Duration::from_millis(header_ms),
             write_timeout: Duration::from_millis(write_ms),
         }

@@ -422,7 +422,6 @@ impl Listener {
         let started = std::thread::Builder::new()
             .name("tftp-transfer".into())
             .spawn(move || {
-                worker::yield_to_the_runtime();
                 worker::run(slot, request);
                 drop(running);
             });

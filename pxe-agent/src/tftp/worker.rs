@@ -97,24 +97,6 @@ impl Drop for Slot {
     }
 }
 
-/// Nice value of a transfer thread. In a boot storm thousands of
-/// transfers run at once, each on its thread; at the same weight as the
-/// agent's own runtime (two threads: the HTTP listener, scripts, the API,
-/// recovery), the scheduler gives that runtime a few thousandths of the
-/// CPUs, and a script waited seconds behind boot files (10,000-machine
-/// storm). Lower weight for the bulk keeps the rest answering; raising
-/// one's own nice value needs no privilege.
-pub(super) const TRANSFER_NICE: libc::c_int = 10;
-
-/// Lowers the calling transfer thread's priority to [`TRANSFER_NICE`]
-/// (on Linux `setpriority` with who 0 is the calling thread only).
-pub(super) fn yield_to_the_runtime() {
-    // SAFETY: no pointers; affects only the calling thread.
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, 0, TRANSFER_NICE);
-    }
-}
-
 /// The body of a peer's thread, from its first request until no request
 /// is left.
 pub(super) fn run(slot: Slot, first: ReadRequest) {
