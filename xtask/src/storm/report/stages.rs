@@ -4,10 +4,8 @@
 //! a second of their boot file. The median says when the typical machine
 //! of a rack is up, the 100 % when the last one is.
 
-use std::fmt::Write as _;
-
 use super::data::{Group, Machine, Run};
-use super::html::escape;
+use super::table;
 
 /// The shares of all machines the table gives a time for.
 pub const SHARES: [f64; 4] = [0.1, 0.5, 0.9, 1.0];
@@ -96,32 +94,12 @@ impl Row {
 
 /// The table as Markdown.
 pub fn markdown(rows: &[Row]) -> String {
-    let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
-    let header = header();
-    let mut out = line(&header);
-    out.push_str(&line(&vec!["---".to_owned(); header.len()]));
-    for row in rows {
-        out.push_str(&line(&row.cells()));
-    }
-    out
+    table::markdown_of(&header(), rows.iter().map(Row::cells))
 }
 
 /// The table as HTML.
 pub fn html(rows: &[Row]) -> String {
-    let mut out = String::from("<table>\n<thead><tr>");
-    for h in header() {
-        let _ = write!(out, "<th>{}</th>", escape(&h));
-    }
-    out.push_str("</tr></thead>\n<tbody>\n");
-    for row in rows {
-        out.push_str("<tr>");
-        for cell in row.cells() {
-            let _ = write!(out, "<td>{}</td>", escape(&cell));
-        }
-        out.push_str("</tr>\n");
-    }
-    out.push_str("</tbody>\n</table>\n");
-    out
+    table::html_of(&header(), rows.iter().map(Row::cells))
 }
 
 #[cfg(test)]

@@ -233,14 +233,24 @@ fn seconds(ms: f64) -> String {
 
 /// The table as HTML.
 pub fn html(rows: &[Row]) -> String {
+    html_of(&HEADER, rows.iter().map(|r| r.cells().to_vec()))
+}
+
+/// The table as Markdown.
+pub fn markdown(rows: &[Row]) -> String {
+    markdown_of(&HEADER, rows.iter().map(|r| r.cells().to_vec()))
+}
+
+/// A table of `header` and the rows' cells as HTML, escaped.
+pub fn html_of(header: &[impl AsRef<str>], rows: impl Iterator<Item = Vec<String>>) -> String {
     let mut out = String::from("<table>\n<thead><tr>");
-    for h in HEADER {
-        let _ = write!(out, "<th>{}</th>", escape(h));
+    for h in header {
+        let _ = write!(out, "<th>{}</th>", escape(h.as_ref()));
     }
     out.push_str("</tr></thead>\n<tbody>\n");
     for row in rows {
         out.push_str("<tr>");
-        for cell in row.cells() {
+        for cell in row {
             let _ = write!(out, "<td>{}</td>", escape(&cell));
         }
         out.push_str("</tr>\n");
@@ -249,14 +259,14 @@ pub fn html(rows: &[Row]) -> String {
     out
 }
 
-/// The table as Markdown.
-pub fn markdown(rows: &[Row]) -> String {
+/// A table of `header` and the rows' cells as Markdown, `|` escaped.
+pub fn markdown_of(header: &[impl AsRef<str>], rows: impl Iterator<Item = Vec<String>>) -> String {
     let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
-    let header: Vec<String> = HEADER.iter().map(|h| h.to_string()).collect();
+    let header: Vec<String> = header.iter().map(|h| h.as_ref().to_owned()).collect();
     let mut out = line(&header);
-    out.push_str(&line(&vec!["---".to_owned(); HEADER.len()]));
+    out.push_str(&line(&vec!["---".to_owned(); header.len()]));
     for row in rows {
-        let cells: Vec<String> = row.cells().iter().map(|c| c.replace('|', "\\|")).collect();
+        let cells: Vec<String> = row.iter().map(|c| c.replace('|', "\\|")).collect();
         out.push_str(&line(&cells));
     }
     out
