@@ -260,11 +260,23 @@ fn check_manifests(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_hosts_problems_name_the_line_of_its_entry() {
-        let dir = std::env::temp_dir().join(format!("pxe-check-lines-{}", std::process::id()));
+    /// What `check` prints for an invalid inventory of `text`, and the
+    /// path it was written to (since removed).
+    fn check_output(name: &str, text: &str) -> (String, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("pxe-check-{name}-{}", std::process::id()));
         fs::create_dir_all(&dir).expect("dir");
         let file = dir.join("inventory.yaml");
+        fs::write(&file, text).expect("write");
+        let Err(LoadError::Invalid { path, problems }) = Inventory::load(&file) else {
+            panic!("the inventory is valid");
+        };
+        let out = located(&path, &problems);
+        fs::remove_dir_all(&dir).expect("clean up");
+        (out, file)
+    }
+
+    #[test]
+    fn a_hosts_problems_name_the_line_of_its_entry() {
         let text = "\
 subnets:
   - cidr: 10.66.0.0/16
@@ -284,12 +296,7 @@ hosts:
     ip: 10.66.1.3
     profile: nope
 ";
-        fs::write(&file, text).expect("write");
-        let Err(LoadError::Invalid { path, problems }) = Inventory::load(&file) else {
-            panic!("the inventory is valid");
-        };
-        let out = located(&path, &problems);
-        fs::remove_dir_all(&dir).expect("clean up");
+        let (out, file) = check_output("lines", text);
         let at = |line: usize| format!("{}:{line}: ", file.display());
         assert!(
             out.lines().any(|l| l.starts_with(&at(11))
@@ -306,9 +313,6 @@ hosts:
 
     #[test]
     fn subnet_and_profile_problems_name_the_line_of_their_entry() {
-        let dir = std::env::temp_dir().join(format!("pxe-check-entries-{}", std::process::id()));
-        fs::create_dir_all(&dir).expect("dir");
-        let file = dir.join("inventory.yaml");
         let text = "\
 subnets:
   - cidr: 10.66.0.0/16
@@ -323,12 +327,7 @@ profiles:
     options: {53: 1}
 hosts: []
 ";
-        fs::write(&file, text).expect("write");
-        let Err(LoadError::Invalid { path, problems }) = Inventory::load(&file) else {
-            panic!("the inventory is valid");
-        };
-        let out = located(&path, &problems);
-        fs::remove_dir_all(&dir).expect("clean up");
+        let (out, file) = check_output("entries", text);
         let at = |line: usize| format!("{}:{line}: ", file.display());
         assert!(
             out.lines()
