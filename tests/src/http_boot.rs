@@ -292,6 +292,17 @@ pub(crate) struct Abused {
 
 impl Abused {
     pub(crate) fn start(big: usize, extra: &[&str], nofile: Option<u64>) -> Abused {
+        Abused::start_with(big, extra, nofile, None)
+    }
+
+    /// Like [`Abused::start`], the agent started with `privileges` (and no
+    /// open-files limit of the test's own) when given.
+    pub(crate) fn start_with(
+        big: usize,
+        extra: &[&str],
+        nofile: Option<u64>,
+        privileges: Option<crate::agent::Privileges>,
+    ) -> Abused {
         let boot = Scratch::new("bootroot");
         let artifacts = Scratch::new("artifacts");
         let efi: Vec<u8> = (0..100 * 1024u32).map(|i| (i % 241) as u8).collect();
@@ -305,7 +316,10 @@ impl Abused {
             artifacts.0.to_str().expect("utf-8 path"),
         ];
         args.extend_from_slice(extra);
-        let served = Served::start_limited("pxabuse", &inventory(), &args, nofile);
+        let served = match privileges {
+            Some(privileges) => Served::start_as("pxabuse", &inventory(), &args, privileges),
+            None => Served::start_limited("pxabuse", &inventory(), &args, nofile),
+        };
         served.add_client_address("10.66.1.10/16");
         Abused {
             served,

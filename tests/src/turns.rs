@@ -4,7 +4,7 @@
 //! one at a time in the order their machines first asked for a boot file,
 //! not the order they asked for the artifact, while a script, a boot file
 //! over HTTP and one over TFTP are served at once; metrics and `hosts`
-//! show the waiting.
+//! show the waiting. The agent runs as the DaemonSet runs it.
 
 use std::{
     io::{ErrorKind, Read as _, Write as _},
@@ -13,7 +13,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::http_boot::{Abused, SCRIPT_URL, curl, status};
+use crate::{
+    agent::Privileges,
+    http_boot::{Abused, SCRIPT_URL, curl, status},
+};
 
 const BIG_PATH: &str = "/artifacts/big.img";
 
@@ -63,7 +66,14 @@ fn metric(agent: &Abused, name: &str) -> u64 {
 #[test]
 fn one_turn_serves_artifacts_by_their_machines_place_and_the_rest_at_once() {
     const BIG: usize = 64 << 20;
-    let agent = Abused::start(BIG, &["--artifact-transfers", "1"], None);
+    // As the DaemonSet runs it: five capabilities, no_new_privs.
+    let agent = Abused::start_with(
+        BIG,
+        &["--artifact-transfers", "1"],
+        None,
+        Some(Privileges::DaemonSet),
+    );
+    crate::agent::assert_daemonset_privileges(agent.served.agent_pid());
     agent.served.set_client_mac("52:54:00:12:34:56");
     let [host, early, late] = [10, 11, 12].map(|n| Ipv4Addr::new(10, 66, 1, n));
     for extra in [early, late] {
